@@ -1,0 +1,99 @@
+#include "tensor/dtype.h"
+
+#include <cmath>
+
+#include "base/check.h"
+
+namespace akv {
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+    case DType::I8: return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+    case DType::I8: return "I8";
+  }
+  return "?";
+}
+
+std::optional<DType> find_dtype(std::string_view name) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64,
+                  DType::U8, DType::I8})
+    if (dtype_name(t) == name) return t;
+  return std::nullopt;
+}
+
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: value = mant * 2^-24.
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7e00u;
+  if (a >= 65520.0f) return sign | 0x7c00u;  // rounds to infinity
+  if (a < 6.103515625e-05f) {
+    // Subnormal range: quantize to multiples of 2^-24, ties to even.
+    const float q = std::nearbyint(a * 16777216.0f);
+    return sign | static_cast<std::uint16_t>(q);
+  }
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(a);
+  bits += 0xfffu + ((bits >> 13) & 1u);  // round mantissa to 10 bits, ties to even
+  const std::uint32_t exp = (bits >> 23) - 112;
+  return sign | static_cast<std::uint16_t>((exp << 10) | ((bits >> 13) & 0x3ffu));
+}
+
+void convert_to_f32(DType t, const void* src, float* dst, std::size_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::BF16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::F64: {
+      const auto* s = static_cast<const double*>(src);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    default:
+      AKV_CHECK(false, "convert_to_f32: not a floating-point dtype");
+  }
+}
+
+}  // namespace akv

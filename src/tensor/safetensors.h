@@ -1,0 +1,67 @@
+// safetensors over mmap: a validated, read-only view of one file or of a sharded checkpoint
+// (model.safetensors.index.json), plus a writer. See https://github.com/huggingface/safetensors.
+// Every header is validated before any tensor data is touched: a bad file throws Error naming
+// the file and the tensor, and no accessor can read outside the mapping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "tensor/dtype.h"
+
+namespace akv {
+
+// A tensor stored in a checkpoint: dtype, shape (outermost first) and its bytes in the mapping.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::span<const std::uint8_t> bytes;  // exactly numel * dtype_size bytes
+  std::string file;                     // the file it came from, for error messages
+
+  std::int64_t numel() const;
+};
+
+// Parses and validates a safetensors header (the 8-byte length prefix and the JSON that
+// follows) against a buffer of `file_bytes`. Pure function over memory: the fuzz target's entry.
+// Throws Error{BadFormat} naming `file_label` and the offending tensor.
+std::vector<TensorInfo> parse_safetensors(std::span<const std::uint8_t> file_bytes,
+                                          const std::string& file_label);
+
+// One or more mapped safetensors files seen as one name -> tensor table.
+class SafetensorsReader {
+ public:
+  // `path` is a .safetensors file, a model.safetensors.index.json, or a directory holding
+  // either (model.safetensors preferred). Throws Error naming the file on any problem.
+  static SafetensorsReader open_or_throw(const std::string& path);
+
+  const TensorInfo* find(std::string_view name) const;   // nullptr when absent
+  const TensorInfo& get_or_throw(std::string_view name) const;  // Error{NotFound} naming it
+  // Like get_or_throw, and also checks the shape: Error{BadFormat} naming file, tensor and both shapes.
+  const TensorInfo& get_or_throw(std::string_view name, std::span<const std::int64_t> shape) const;
+  std::vector<std::string> names() const;
+  std::size_t size() const { return tensors_.size(); }
+
+ private:
+  std::vector<MappedFile> files_;
+  std::map<std::string, TensorInfo, std::less<>> tensors_;
+};
+
+// Writes tensors as one safetensors file (header padded to 8 bytes, data in the given order),
+// through a temp file and rename. `metadata` goes into "__metadata__". Throws Error{Io}.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::span<const std::uint8_t> bytes;
+};
+void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace akv

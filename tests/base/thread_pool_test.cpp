@@ -1,0 +1,31 @@
+#include "base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace akv {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  ThreadPool pool(3);
+  for (std::int64_t n : {1, 2, 7, 64, 1001}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.parallel_for(n, 4, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(ThreadPool, RunsManyJobsInSequence) {
+  ThreadPool pool(2);
+  std::atomic<std::int64_t> total{0};
+  for (int round = 0; round < 200; ++round)
+    pool.parallel_for(100, 1, [&](std::int64_t b, std::int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 200 * 100);
+}
+
+}  // namespace
+}  // namespace akv
