@@ -41,9 +41,10 @@ class SafetensorsReader {
   // either (model.safetensors preferred). Throws Error naming the file on any problem.
   static SafetensorsReader open_or_throw(const std::string& path);
 
-  const TensorInfo* find(std::string_view name) const;   // nullptr when absent
+  const TensorInfo* find(std::string_view name) const;          // nullptr when absent
   const TensorInfo& get_or_throw(std::string_view name) const;  // Error{NotFound} naming it
-  // Like get_or_throw, and also checks the shape: Error{BadFormat} naming file, tensor and both shapes.
+  // Like get_or_throw, and also checks the shape: Error{BadFormat} naming file, tensor and both
+  // shapes.
   const TensorInfo& get_or_throw(std::string_view name, std::span<const std::int64_t> shape) const;
   std::vector<std::string> names() const;
   std::size_t size() const { return tensors_.size(); }
@@ -51,6 +52,7 @@ class SafetensorsReader {
  private:
   std::vector<MappedFile> files_;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
+  std::string path_;  // what open_or_throw was given, for error messages
 };
 
 // Writes tensors as one safetensors file (header padded to 8 bytes, data in the given order),
@@ -63,5 +65,43 @@ struct TensorToWrite {
 };
 void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// Streaming writer for checkpoints too large to hold in memory: the tensor list (names, dtypes,
+// shapes) is fixed up front, then the data of every tensor is appended in that order, in chunks
+// of any size. commit() checks that exactly the announced bytes arrived, fsyncs and renames
+// path + ".tmp" onto `path`; a writer destroyed without commit() removes the temp file.
+// Single-threaded use. Throws Error{Io} on any system error, Error{InvalidArgument} on misuse
+// (a bad shape, too many or too few bytes).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+};
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors,
+                    const std::map<std::string, std::string>& metadata = {});
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  ~SafetensorsWriter();
+
+  void append(std::span<const std::uint8_t> bytes);
+  void commit();
+
+  std::uint64_t data_bytes() const { return data_bytes_; }  // total announced data size
+  // Bytes a file holding `tensors` will take (header included), for sharding decisions.
+  static std::uint64_t file_bytes(std::span<const TensorSpec> tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
+
+ private:
+  void write_all(const std::uint8_t* p, std::size_t n);
+
+  std::string path_;
+  std::string tmp_path_;
+  int fd_ = -1;
+  std::uint64_t data_bytes_ = 0;
+  std::uint64_t written_bytes_ = 0;
+  bool committed_ = false;
+};
 
 }  // namespace akv
