@@ -1,0 +1,87 @@
+// The Backend interface: device memory and the coarse ops a transformer forward pass needs.
+// Models are written once against it; cpu/ (scalar reference and fast path) and cuda/
+// implement it. All ops are called from the engine thread only and are synchronous from the
+// caller's point of view (a device backend may queue work; download() waits for it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "backend/batch.h"
+#include "backend/kv_storage.h"
+#include "backend/tensor_ref.h"
+#include "tensor/dtype.h"
+
+namespace akv {
+
+struct TensorInfo;
+
+enum class GluActivation { Silu, GeluTanh };
+
+// RoPE for one op call: rotate the first rotary_dim dims of every head, pairs (i, i + rotary_dim/2)
+// (the "rotate_half" convention of Hugging Face checkpoints).
+struct RopeParams {
+  std::span<const double> inv_freq;  // [rotary_dim / 2]
+  std::int64_t rotary_dim = 0;
+  double attention_scaling = 1.0;
+};
+
+struct AttentionParams {
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  double scale = 0.0;             // multiplies q.k
+  std::int64_t window = 0;        // 0: causal over all earlier positions; else keys with pos > q_pos - window
+  double logit_softcap = 0.0;     // 0: none; else scores = cap * tanh(scores / cap)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // --- memory -------------------------------------------------------------------------------
+  // A weight usable by matmul/embed/rms_norm. The backend may keep the host bytes as they are
+  // (CPU, zero copy from the mmap) or copy them to the device. The source must outlive it.
+  virtual WeightRef upload_weight(const TensorInfo& t) = 0;
+  // A zero-filled [rows, cols] tensor owned by the returned buffer.
+  virtual std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) = 0;
+  virtual KvStorage alloc_kv(const KvLayout& layout) = 0;
+  // Copies a [rows, cols] F32 tensor to host memory (rows*cols floats). Waits for queued work.
+  virtual void download(TensorRef x, std::span<float> host) = 0;
+  // Copies host rows in (rows*cols floats) into an F32 tensor.
+  virtual void upload(std::span<const float> host, TensorRef x) = 0;
+
+  // --- ops (shapes in brackets; n = tokens in the batch) ------------------------------------
+  // out[n, d] = table[ids[i], :] * scale
+  virtual void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
+                     TensorRef out) = 0;
+  // out[n, c] = x / rms(x) * (w + weight_offset), normalising each group of w.cols elements of a
+  // row on its own (w.cols == c for a layer norm, == head_dim for per-head q/k norms).
+  virtual void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                        TensorRef out) = 0;
+  // out[n, m] = x[n, k] @ w[m, k]^T (+ bias[m])
+  virtual void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) = 0;
+  // acc[n, c] += x[n, c]
+  virtual void add(TensorRef acc, TensorRef x) = 0;
+  // x[n, h * head_dim] rotated in place at positions[n].
+  virtual void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+                    std::span<const std::int32_t> positions) = 0;
+  // Writes k, v [n, n_kv_heads * head_dim] into the layer's KV blocks at each token's position.
+  virtual void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v,
+                        const ForwardBatch& batch) = 0;
+  // out[n, n_heads * head_dim] = causal softmax(q k^T * scale) v over each sequence's cached
+  // positions (including the tokens just stored).
+  virtual void attention(TensorRef q, const KvStorage& kv, std::int64_t layer,
+                         const ForwardBatch& batch, const AttentionParams& p, TensorRef out) = 0;
+  // out[n, c] = act(gate[n, c]) * up[n, c]
+  virtual void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) = 0;
+  // x = cap * tanh(x / cap)
+  virtual void softcap(TensorRef x, float cap) = 0;
+  // out[i, :] = x[rows[i], :]
+  virtual void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) = 0;
+};
+
+}  // namespace akv

@@ -1,0 +1,41 @@
+// The scalar CPU backend: the oracle every other backend is tested against. Plain loops,
+// dot products and softmax accumulated in double, no threads, no SIMD. Kept forever; never
+// optimise it (make a fast path instead).
+#pragma once
+
+#include "backend/backend.h"
+
+namespace akv {
+
+class ReferenceBackend : public Backend {
+ public:
+  std::string_view name() const override { return "cpu-reference"; }
+
+  WeightRef upload_weight(const TensorInfo& t) override;
+  std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
+  KvStorage alloc_kv(const KvLayout& layout) override;
+  void download(TensorRef x, std::span<float> host) override;
+  void upload(std::span<const float> host, TensorRef x) override;
+
+  void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
+             TensorRef out) override;
+  void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                TensorRef out) override;
+  void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) override;
+  void add(TensorRef acc, TensorRef x) override;
+  void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+            std::span<const std::int32_t> positions) override;
+  void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v,
+                const ForwardBatch& batch) override;
+  void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
+                 const AttentionParams& p, TensorRef out) override;
+  void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  void softcap(TensorRef x, float cap) override;
+  void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
+};
+
+// Scalar helpers shared by the CPU backends (the fast path uses them for its tails).
+float silu(float x);
+float gelu_tanh(float x);
+
+}  // namespace akv

@@ -1,0 +1,103 @@
+#include "models/blocks.h"
+
+namespace akv {
+
+AttentionWeights load_attention(WeightLoader& w, const std::string& p, const ModelConfig& c,
+                                const AttentionLayout& layout) {
+  const std::int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  AttentionWeights a;
+  if (layout.fused_qkv) {
+    a.qkv = w.get(p + "qkv_proj.weight", {q_dim + 2 * kv_dim, c.hidden_size});
+  } else {
+    a.q = w.get(p + "q_proj.weight", {q_dim, c.hidden_size});
+    a.k = w.get(p + "k_proj.weight", {kv_dim, c.hidden_size});
+    a.v = w.get(p + "v_proj.weight", {kv_dim, c.hidden_size});
+  }
+  if (layout.bias) {
+    a.q_bias = w.get(p + "q_proj.bias", {q_dim});
+    a.k_bias = w.get(p + "k_proj.bias", {kv_dim});
+    a.v_bias = w.get(p + "v_proj.bias", {kv_dim});
+  }
+  if (layout.qk_norm) {
+    a.q_norm = w.get(p + "q_norm.weight", {c.head_dim});
+    a.k_norm = w.get(p + "k_norm.weight", {c.head_dim});
+  }
+  a.o = w.get(p + "o_proj.weight", {c.hidden_size, q_dim});
+  return a;
+}
+
+MlpWeights load_mlp(WeightLoader& w, const std::string& p, const ModelConfig& c, bool fused) {
+  MlpWeights m;
+  if (fused) {
+    m.gate_up = w.get(p + "gate_up_proj.weight", {2 * c.intermediate_size, c.hidden_size});
+  } else {
+    m.gate = w.get(p + "gate_proj.weight", {c.intermediate_size, c.hidden_size});
+    m.up = w.get(p + "up_proj.weight", {c.intermediate_size, c.hidden_size});
+  }
+  m.down = w.get(p + "down_proj.weight", {c.hidden_size, c.intermediate_size});
+  return m;
+}
+
+void Workspace::reserve(const ModelConfig& c, std::int64_t n) {
+  if (n > capacity_) {
+    const std::int64_t cap = std::max<std::int64_t>(n, 16);
+    const std::int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    x_ = backend_.alloc(DType::F32, cap, c.hidden_size);
+    xn_ = backend_.alloc(DType::F32, cap, c.hidden_size);
+    y_ = backend_.alloc(DType::F32, cap, c.hidden_size);
+    qkv_ = backend_.alloc(DType::F32, cap, q_dim + 2 * kv_dim);
+    attn_ = backend_.alloc(DType::F32, cap, q_dim);
+    gate_up_ = backend_.alloc(DType::F32, cap, 2 * c.intermediate_size);
+    act_ = backend_.alloc(DType::F32, cap, c.intermediate_size);
+    capacity_ = cap;
+  }
+  x = x_->tensor().rows_slice(0, n);
+  xn = xn_->tensor().rows_slice(0, n);
+  y = y_->tensor().rows_slice(0, n);
+  qkv = qkv_->tensor().rows_slice(0, n);
+  attn = attn_->tensor().rows_slice(0, n);
+  gate_up = gate_up_->tensor().rows_slice(0, n);
+  act = act_->tensor().rows_slice(0, n);
+}
+
+void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
+  Backend& b = ctx.backend;
+  const AttentionParams& p = ctx.attention;
+  const std::int64_t q_dim = p.n_heads * p.head_dim, kv_dim = p.n_kv_heads * p.head_dim;
+  TensorRef q = ctx.ws.qkv.cols_slice(0, q_dim);
+  TensorRef k = ctx.ws.qkv.cols_slice(q_dim, kv_dim);
+  TensorRef v = ctx.ws.qkv.cols_slice(q_dim + kv_dim, kv_dim);
+  if (!w.qkv.empty()) {
+    b.matmul(xn, w.qkv, nullptr, ctx.ws.qkv);
+  } else {
+    b.matmul(xn, w.q, &w.q_bias, q);
+    b.matmul(xn, w.k, &w.k_bias, k);
+    b.matmul(xn, w.v, &w.v_bias, v);
+  }
+  if (!w.q_norm.empty()) {
+    b.rms_norm(q, w.q_norm, ctx.qk_norm_eps, ctx.norm_offset, q);
+    b.rms_norm(k, w.k_norm, ctx.qk_norm_eps, ctx.norm_offset, k);
+  }
+  b.rope(q, p.head_dim, ctx.rope, ctx.batch.positions);
+  b.rope(k, p.head_dim, ctx.rope, ctx.batch.positions);
+  b.store_kv(ctx.kv, ctx.layer, k, v, ctx.batch);
+  b.attention(q, ctx.kv, ctx.layer, ctx.batch, p, ctx.ws.attn);
+  b.matmul(ctx.ws.attn, w.o, nullptr, ctx.ws.y);
+}
+
+void run_mlp(const MlpWeights& w, LayerContext& ctx, TensorRef xn, GluActivation act) {
+  Backend& b = ctx.backend;
+  const std::int64_t inter = ctx.ws.act.cols;
+  TensorRef gate = ctx.ws.gate_up.cols_slice(0, inter);
+  TensorRef up = ctx.ws.gate_up.cols_slice(inter, inter);
+  if (!w.gate_up.empty()) {
+    b.matmul(xn, w.gate_up, nullptr, ctx.ws.gate_up);
+  } else {
+    b.matmul(xn, w.gate, nullptr, gate);
+    b.matmul(xn, w.up, nullptr, up);
+  }
+  b.glu(gate, up, act, ctx.ws.act);
+  b.matmul(ctx.ws.act, w.down, nullptr, ctx.ws.y);
+}
+
+}  // namespace akv

@@ -1,0 +1,48 @@
+// The part every decoder-only family shares: token embedding, the layer loop, final norm, LM
+// head (tied or not), logit softcap, RoPE tables per attention kind. A family subclasses it,
+// loads its layers and says how one layer runs (block order, norms).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/blocks.h"
+#include "models/model.h"
+#include "models/rope.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+
+class DecoderModel : public Model {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) override;
+
+ protected:
+  // Loads the embedding, final norm and LM head; `norm_offset` is added to norm weights.
+  DecoderModel(ModelConfig config, SafetensorsReader reader, Backend& backend, float norm_offset);
+
+  // Updates the residual stream ctx.ws.x [n, hidden] with layer ctx.layer.
+  virtual void run_layer(LayerContext& ctx) = 0;
+
+  WeightLoader& loader() { return loader_; }
+  std::string layer_prefix(std::int64_t layer) const { return "model.layers." + std::to_string(layer) + "."; }
+
+  ModelConfig config_;
+  Backend& backend_;
+  float norm_offset_;
+
+ private:
+  void update_rope(const ForwardBatch& batch);
+
+  SafetensorsReader reader_;  // keeps the mmap alive for zero-copy CPU weights
+  WeightLoader loader_;
+  WeightRef embed_, final_norm_, lm_head_;
+  Workspace ws_;
+  std::unique_ptr<DeviceBuffer> last_hidden_, logits_;
+  std::int64_t logits_capacity_ = 0;
+  RopeFrequencies rope_full_, rope_sliding_;
+};
+
+}  // namespace akv

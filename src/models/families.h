@@ -1,0 +1,17 @@
+// Constructors of each family, looked up by registry.cpp from the config's architecture.
+#pragma once
+
+#include <memory>
+
+#include "models/config.h"
+#include "models/model.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+
+std::unique_ptr<Model> make_llama(const ModelConfig& c, SafetensorsReader r, Backend& b);  // + Mistral, Qwen2
+std::unique_ptr<Model> make_qwen3(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_phi3(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_gemma3(const ModelConfig& c, SafetensorsReader r, Backend& b);
+
+}  // namespace akv

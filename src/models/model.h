@@ -1,0 +1,36 @@
+// A loaded causal LM: config, weights on a backend, and a batched forward pass over a paged
+// KV cache. Created by load_model (registry.cpp), which picks the family from config.json.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backend/backend.h"
+#include "models/config.h"
+
+namespace akv {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+
+  // Runs every chunk of `batch` through the model: appends the chunks' K/V to `kv` at their
+  // positions (the caller owns the block tables and their capacity) and writes the logits of
+  // batch.logit_rows to `logits` [logit_rows.size(), vocab_size] on the host.
+  // Token ids must be in [0, vocab_size); callers validate them (Error at the edge).
+  virtual void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) = 0;
+};
+
+// The KV layout a model needs for `n_blocks` blocks of `block_size` positions.
+KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size,
+                       DType dtype = DType::F32);
+
+// Loads config.json and the safetensors weights of `model_dir` onto `backend`.
+// Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, ...).
+// The backend must outlive the model.
+std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend);
+
+}  // namespace akv

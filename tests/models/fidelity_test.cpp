@@ -1,0 +1,78 @@
+// Every tiny random model of ../shared/testdata/models/tiny-random against its fp64 reference
+// logits and greedy ids, on the scalar reference backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/reference_backend.h"
+#include "models/model.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+namespace {
+
+const std::string kTinyRandom = std::string(AGENTKV_TESTDATA) + "/models/tiny-random/";
+
+std::vector<std::int32_t> read_ids(const SafetensorsReader& r, const std::string& name) {
+  const TensorInfo& t = r.get_or_throw(name);
+  std::vector<std::int32_t> ids;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype == DType::I64) ids.push_back(static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i]));
+    else ids.push_back(reinterpret_cast<const std::int32_t*>(t.bytes.data())[i]);
+  }
+  return ids;
+}
+
+std::vector<double> read_f64(const SafetensorsReader& r, const std::string& name) {
+  const TensorInfo& t = r.get_or_throw(name);
+  EXPECT_EQ(t.dtype, DType::F64);
+  const auto* p = reinterpret_cast<const double*>(t.bytes.data());
+  return {p, p + t.numel()};
+}
+
+// Runs ids through the model in one prefill and returns logits for every position.
+std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  const std::int64_t block = 16;
+  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block));
+  std::vector<std::int32_t> table(n_blocks);
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);  // not identity
+  SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(ids.size()), .start_pos = 0, .block_table = table};
+  std::vector<std::int32_t> rows(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
+  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
+  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
+  std::vector<float> logits(ids.size() * c.vocab_size);
+  model.forward(batch, kv, logits);
+  return logits;
+}
+
+class TinyRandom : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyRandom, LogitsMatchFp64Reference) {
+  const std::string dir = kTinyRandom + GetParam();
+  ReferenceBackend backend;
+  auto model = load_model(dir, backend);
+  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
+  const std::vector<std::int32_t> ids = read_ids(ref, "full_ids");
+  const std::vector<double> want = read_f64(ref, "full_logits_f64");
+  const std::vector<float> got = prefill_logits(*model, backend, ids);
+  ASSERT_EQ(got.size(), want.size());
+  // Tolerance: |got - want| <= 1e-5 * max|want| + 1e-5 (fp32 weights and activations).
+  double max_ref = 0, max_err = 0;
+  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
+  for (std::size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+  EXPECT_LE(max_err, 1e-5 * max_ref + 1e-5) << GetParam() << ": max abs error " << max_err << " (max |logit| " << max_ref << ")";
+  RecordProperty("max_abs_error", std::to_string(max_err));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TinyRandom,
+                         ::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
+                                           "qwen3-qknorm-tied", "mistral-swa8", "phi3-fused",
+                                           "gemma3-text-swa8"));
+
+}  // namespace
+}  // namespace akv
