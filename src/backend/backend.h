@@ -54,6 +54,9 @@ class Backend {
   // Copies host rows in (rows*cols floats) into an F32 tensor.
   virtual void upload(std::span<const float> host, TensorRef x) = 0;
 
+  // Copies every layer's K and V of block `src` to block `dst` (copy-on-write of a shared block).
+  virtual void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) = 0;
+
   // --- ops (shapes in brackets; n = tokens in the batch) ------------------------------------
   // out[n, d] = table[ids[i], :] * scale
   virtual void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,

@@ -52,6 +52,18 @@ void ReferenceBackend::upload(std::span<const float> host, TensorRef x) {
     for (std::int64_t c = 0; c < x.cols; ++c) store_f32(x.row<void>(r), x.dtype, c, host[r * x.cols + c]);
 }
 
+void ReferenceBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(src >= 0 && dst >= 0 && src < L.n_blocks && dst < L.n_blocks, "block id out of range");
+  const std::size_t bytes =
+      static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]})
+      std::memcpy(side->row<char>(std::int64_t{dst} * L.block_size),
+                  side->row<char>(std::int64_t{src} * L.block_size), bytes);
+  }
+}
+
 void ReferenceBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
                              TensorRef out) {
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");

@@ -16,6 +16,7 @@ class ReferenceBackend : public Backend {
   KvStorage alloc_kv(const KvLayout& layout) override;
   void download(TensorRef x, std::span<float> host) override;
   void upload(std::span<const float> host, TensorRef x) override;
+  void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
              TensorRef out) override;
