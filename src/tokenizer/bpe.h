@@ -1,0 +1,72 @@
+// The BPE model of HF tokenizer.json ("model": {"type": "BPE"}): vocab, ranked merges,
+// byte_fallback / unk handling, ignore_merges, and a word cache. Encodes one pre-tokenized
+// word at a time with a priority-queue merge over a linked list of symbols (O(n log n)).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace akv::tok {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+class BpeModel {
+ public:
+  // Parses the "model" object. Throws Error{BadFormat} naming `where` and the field (a merge
+  // whose parts or result are not in the vocab, a non-integer id, ...).
+  static std::unique_ptr<BpeModel> parse_or_throw(const nlohmann::json& model, const std::string& where);
+
+  // Appends the ids of one word. Thread-safe (the cache is behind a mutex).
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+
+  // Same without the cache: the plain reference path (tests and benchmarks compare against it).
+  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
+
+  std::optional<int32_t> find(std::string_view token) const;
+  // The token text of `id`, or nullptr if the vocab has no such id.
+  const std::string* token_of(int32_t id) const;
+  int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t unk_id() const { return unk_id_; }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  const Merge* find_merge(int32_t a, int32_t b) const;
+  void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
+
+  StringIdMap vocab_;
+  std::vector<std::string> id_to_token_;  // "" with has_id_ false for gaps
+  std::vector<bool> has_id_;
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::array<int32_t, 256> byte_ids_{};  // ids of "<0xXX>" tokens, -1 if absent
+  int32_t unk_id_ = -1;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  bool ignore_merges_ = false;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+
+  static constexpr size_t kMaxCachedWordBytes = 256;
+  static constexpr size_t kMaxCacheEntries = 100000;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+};
+
+}  // namespace akv::tok

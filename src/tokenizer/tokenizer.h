@@ -1,0 +1,105 @@
+// Text <-> token ids for one model, loaded from Hugging Face tokenizer.json (+ the optional
+// tokenizer_config.json). Reproduces HF `tokenizers` encode/decode for byte-level BPE (GPT-2,
+// Llama 3, Qwen) and SentencePiece-style BPE (Llama 2, Mistral, Gemma, Phi-3). Not the chat
+// template (src/chat) and not the transformers-side clean_up_tokenization_spaces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace akv {
+
+namespace tok {
+struct TokenizerParts;
+}
+
+// The tokenizer_config.json fields the chat layer needs.
+struct TokenizerConfig {
+  std::string bos_token;                     // "" when the config has none
+  std::string eos_token;                     // "" when the config has none
+  std::optional<std::string> chat_template;  // the default template, if any
+  std::optional<bool> add_bos_token;         // as written in the config
+  std::optional<bool> add_eos_token;
+};
+
+class Tokenizer {
+ public:
+  // Reads model_dir/tokenizer.json and, if present, model_dir/tokenizer_config.json (and
+  // model_dir/chat_template.jinja when the config has no template). Throws Error{NotFound,
+  // Io} for unreadable files, Error{BadFormat} naming the file and field for malformed JSON,
+  // Error{Unsupported} for a model/normalizer/... type not implemented. Expensive (parses
+  // the vocab and merges: ~0.1-1 s for 150K-260K vocabularies); load once per model.
+  static Tokenizer load_or_throw(const std::string& model_dir);
+  // Same from explicit paths; `config_path` may be empty.
+  static Tokenizer load_files_or_throw(const std::string& tokenizer_json_path, const std::string& config_path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Token ids of `text`, as HF Tokenizer.encode(text, add_special_tokens).ids. Invalid UTF-8
+  // is replaced by U+FFFD first. Thread-safe: any number of threads may encode at once.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+
+  // Text of `ids`, as HF Tokenizer.decode(ids, skip_special_tokens). Ids outside the vocab
+  // are skipped. Incomplete UTF-8 at the end becomes U+FFFD (use IncrementalDetokenizer for
+  // streaming). Thread-safe.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+
+  // Ids of the config's bos_token / eos_token, -1 if none.
+  int32_t bos_id() const { return bos_id_; }
+  int32_t eos_id() const { return eos_id_; }
+  // The id of an exact token string (added tokens first, then the model vocab).
+  std::optional<int32_t> find_token(std::string_view token) const;
+  // The stored text of `id` (byte-level or "▁" form for model tokens), nullptr if none.
+  const std::string* token_text(int32_t id) const;
+  // True for added tokens marked special (what skip_special_tokens removes).
+  bool is_special(int32_t id) const;
+  // One past the largest id of the model vocab and the added tokens.
+  int32_t vocab_size() const;
+
+  const TokenizerConfig& config() const { return config_; }
+  const std::string& bos_token() const { return config_.bos_token; }
+  const std::string& eos_token() const { return config_.eos_token; }
+  const std::optional<std::string>& chat_template() const { return config_.chat_template; }
+  // Whether encode(text, true) starts with the BOS id: the config's add_bos_token when set,
+  // else whether the post-processor template puts bos_id() first.
+  bool add_bos_token() const { return add_bos_token_; }
+
+ private:
+  Tokenizer();
+  std::unique_ptr<tok::TokenizerParts> parts_;
+  TokenizerConfig config_;
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
+  bool add_bos_token_ = false;
+};
+
+// Streaming detokenizer for one sequence: feed ids one at a time and get back the text that
+// became complete. Never returns broken UTF-8: a multi-byte character split across tokens
+// (byte-level or <0xXX> byte fallback) is held back until its last byte arrives, and the
+// decoders' context (leading-space stripping) matches decode() of the whole sequence.
+// Not thread-safe (one per sequence); the Tokenizer must outlive it. Cost per feed: decoding
+// a window of a few ids.
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
+
+  // Returns the newly complete text (often empty).
+  std::string feed(int32_t id);
+  // Returns the text still held back (an incomplete character becomes U+FFFD) and resets.
+  std::string flush();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> window_;  // ids from prefix_offset_ on
+  size_t read_offset_ = 0;       // index in window_ of the first id not yet emitted
+};
+
+}  // namespace akv
