@@ -69,6 +69,24 @@ TEST_P(TinyRandom, LogitsMatchFp64Reference) {
   RecordProperty("max_abs_error", std::to_string(max_err));
 }
 
+TEST(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
+  const std::string dir = kTinyRandom + "llama3-rope-scaled-bf16";
+  ReferenceBackend backend;
+  auto model = load_model(dir, backend);
+  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
+  const std::vector<std::int32_t> ids = read_ids(ref, "input_ids");
+  const TensorInfo& want_t = ref.get_or_throw("logits_f32_from_bf16_weights");
+  const auto* want = reinterpret_cast<const float*>(want_t.bytes.data());
+  const std::vector<float> got = prefill_logits(*model, backend, ids);
+  ASSERT_EQ(static_cast<std::int64_t>(got.size()), want_t.numel());
+  double max_ref = 0, max_err = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double(want[i])));
+    max_err = std::max(max_err, std::fabs(double(got[i]) - want[i]));
+  }
+  EXPECT_LE(max_err, 1e-5 * max_ref + 1e-5) << "max abs error " << max_err;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, TinyRandom,
                          ::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
                                            "qwen3-qknorm-tied", "mistral-swa8", "phi3-fused",
