@@ -1,0 +1,239 @@
+// make_tiny_model's library: every family writes a checkpoint the reader and the config parser
+// accept, with HF names and shapes; the same seed gives the same bytes; sharding changes only
+// the file layout.
+#include "tiny_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "models/config.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/tiny_model_test_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::vector<float> values(const TensorInfo& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  convert_to_f32(t.dtype, t.bytes.data(), out.data(), out.size());
+  return out;
+}
+
+bool same_bytes(const TensorInfo& a, const TensorInfo& b) {
+  return std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin(), b.bytes.end());
+}
+
+TinyModelSpec small(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.hidden = 32, s.intermediate = 48, s.layers = 2, s.heads = 4, s.kv_heads = 2, s.vocab = 64;
+  s.seed = 7;
+  return s;
+}
+
+TEST(TinyModel, EveryFamilyRoundTrips) {
+  for (const std::string family : {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"}) {
+    SCOPED_TRACE(family);
+    const TinyModelSpec spec = resolve_tiny_model_spec(small(family));
+    const std::string dir = temp_dir(family);
+    write_tiny_model(spec, dir);
+    SafetensorsReader r = SafetensorsReader::open_or_throw(dir);
+    ASSERT_TRUE(fs::exists(dir + "/model.safetensors"));
+
+    const std::vector<TensorSpec> expected = tiny_model_tensors(spec);
+    ASSERT_EQ(r.size(), expected.size());
+    for (const TensorSpec& t : expected) {
+      const TensorInfo& got = r.get_or_throw(t.name, t.shape);
+      EXPECT_EQ(got.dtype, DType::F32) << t.name;
+    }
+    const std::int64_t h = 32, hd = 8, inter = 48, v = 64;
+    const std::string l1 = "model.layers.1.";
+    const std::vector<std::int64_t> embed_shape = {v, h}, norm_shape = {h};
+    r.get_or_throw("model.embed_tokens.weight", embed_shape);
+    r.get_or_throw("model.norm.weight", norm_shape);
+    if (family == "phi3") {
+      r.get_or_throw(l1 + "self_attn.qkv_proj.weight", std::vector<std::int64_t>{(4 + 4) * hd, h});
+      r.get_or_throw(l1 + "mlp.gate_up_proj.weight", std::vector<std::int64_t>{2 * inter, h});
+      EXPECT_EQ(r.find(l1 + "self_attn.q_proj.weight"), nullptr);
+    } else {
+      r.get_or_throw(l1 + "self_attn.q_proj.weight", std::vector<std::int64_t>{4 * hd, h});
+      r.get_or_throw(l1 + "self_attn.k_proj.weight", std::vector<std::int64_t>{2 * hd, h});
+      r.get_or_throw(l1 + "mlp.down_proj.weight", std::vector<std::int64_t>{h, inter});
+    }
+    r.get_or_throw(l1 + "self_attn.o_proj.weight", std::vector<std::int64_t>{h, 4 * hd});
+    EXPECT_EQ(r.find(l1 + "self_attn.q_proj.bias") != nullptr, family == "qwen2");
+    EXPECT_EQ(r.find(l1 + "self_attn.q_norm.weight") != nullptr,
+              family == "qwen3" || family == "gemma3");
+    EXPECT_EQ(r.find(l1 + "pre_feedforward_layernorm.weight") != nullptr, family == "gemma3");
+    EXPECT_EQ(r.find("lm_head.weight") != nullptr, family != "gemma3");  // gemma3 ties
+
+    // Norms are 1 (Gemma stores w - 1, so 0); matrices are centred noise of std 1/sqrt(fan_in).
+    const float norm_value = family == "gemma3" ? 0.0f : 1.0f;
+    for (float x : values(r.get_or_throw(l1 + "input_layernorm.weight"))) ASSERT_EQ(x, norm_value);
+    const std::vector<float> w = values(r.get_or_throw(l1 + "mlp.down_proj.weight"));
+    double sum = 0, sum_sq = 0;
+    for (float x : w) sum += x, sum_sq += double(x) * x;
+    const double mean = sum / w.size(), stddev = std::sqrt(sum_sq / w.size() - mean * mean);
+    EXPECT_NEAR(stddev, 1.0 / std::sqrt(double(inter)), 0.015);
+    EXPECT_NEAR(mean, 0.0, 0.02);
+
+    // The config parses as the family it claims.
+    const ModelConfig c = load_model_config(dir);
+    EXPECT_EQ(c.hidden_size, h);
+    EXPECT_EQ(c.n_layers, 2);
+    EXPECT_EQ(c.n_heads, 4);
+    EXPECT_EQ(c.n_kv_heads, 2);
+    EXPECT_EQ(c.head_dim, hd);
+    EXPECT_EQ(c.vocab_size, v);
+    EXPECT_EQ(c.tie_word_embeddings, family == "gemma3");
+    EXPECT_EQ(c.attention_bias, family == "qwen2");
+    if (family == "mistral") {
+      EXPECT_EQ(c.sliding_window, 4096);
+    }
+    if (family == "gemma3") {
+      EXPECT_EQ(c.family, Family::Gemma3);
+      EXPECT_EQ(c.activation, Activation::GeluTanh);
+      EXPECT_EQ(c.rope_sliding.theta, 10000.0);
+      EXPECT_EQ(c.rope.theta, 1000000.0);
+    }
+    const auto config = nlohmann::json::parse(read_all(dir + "/config.json"));
+    EXPECT_EQ(config["architectures"].size(), 1u);
+  }
+}
+
+TEST(TinyModel, SameSeedSameBytesOtherSeedOther) {
+  const std::string a = temp_dir("seed_a"), b = temp_dir("seed_b"), c = temp_dir("seed_c");
+  TinyModelSpec spec = small("qwen2");
+  write_tiny_model(spec, a);
+  write_tiny_model(spec, b);
+  spec.seed = 8;
+  write_tiny_model(spec, c);
+  EXPECT_EQ(read_all(a + "/model.safetensors"), read_all(b + "/model.safetensors"));
+  EXPECT_EQ(read_all(a + "/config.json"), read_all(b + "/config.json"));
+  EXPECT_NE(read_all(a + "/model.safetensors"), read_all(c + "/model.safetensors"));
+}
+
+TEST(TinyModel, ShardingKeepsEveryTensor) {
+  TinyModelSpec spec = small("llama");
+  const std::string single = temp_dir("single"), sharded = temp_dir("sharded");
+  write_tiny_model(spec, single);
+  spec.max_shard_bytes = 20000;
+  write_tiny_model(spec, sharded);
+
+  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
+  const auto index = nlohmann::json::parse(read_all(sharded + "/model.safetensors.index.json"));
+  std::set<std::string> shard_files;
+  for (const auto& [name, file] : index["weight_map"].items()) shard_files.insert(file);
+  EXPECT_GE(shard_files.size(), 3u);
+  for (const std::string& f : shard_files) {
+    EXPECT_TRUE(fs::exists(sharded + "/" + f)) << f;
+    EXPECT_LE(fs::file_size(sharded + "/" + f), 20000u + 4096u) << f;  // data + header
+  }
+
+  SafetensorsReader a = SafetensorsReader::open_or_throw(single);
+  SafetensorsReader b = SafetensorsReader::open_or_throw(sharded);
+  ASSERT_EQ(a.names(), b.names());
+  std::uint64_t total = 0;
+  for (const std::string& name : a.names()) {
+    EXPECT_TRUE(same_bytes(a.get_or_throw(name), b.get_or_throw(name))) << name;
+    total += b.get_or_throw(name).bytes.size();
+  }
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+
+  // Writing the unsharded form over it removes the stale shards' index.
+  spec.max_shard_bytes = 1ull << 30;
+  write_tiny_model(spec, sharded);
+  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(sharded + "/model.safetensors"));
+}
+
+TEST(TinyModel, Bf16IsTheF32ModelRounded) {
+  TinyModelSpec spec = small("qwen3");
+  const std::string f32 = temp_dir("f32"), bf16 = temp_dir("bf16");
+  write_tiny_model(spec, f32);
+  spec.dtype = DType::BF16;
+  write_tiny_model(spec, bf16);
+  SafetensorsReader a = SafetensorsReader::open_or_throw(f32);
+  SafetensorsReader b = SafetensorsReader::open_or_throw(bf16);
+  const std::string name = "model.layers.0.self_attn.v_proj.weight";
+  ASSERT_EQ(b.get_or_throw(name).dtype, DType::BF16);
+  const std::vector<float> fa = values(a.get_or_throw(name)), fb = values(b.get_or_throw(name));
+  ASSERT_EQ(fa.size(), fb.size());
+  for (std::size_t i = 0; i < fa.size(); ++i) ASSERT_EQ(bf16_to_f32(f32_to_bf16(fa[i])), fb[i]);
+  EXPECT_EQ(load_model_config(bf16).dtype, DType::BF16);
+}
+
+TEST(TinyModel, PresetsHaveTheRealShapes) {
+  TinyModelSpec spec;
+  apply_tiny_model_preset("llama3-8b", spec);
+  spec = resolve_tiny_model_spec(spec);
+  std::uint64_t n_params = 0;
+  for (const TensorSpec& t : tiny_model_tensors(spec)) {
+    std::uint64_t n = 1;
+    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
+    n_params += n;
+  }
+  EXPECT_EQ(n_params, 8030261248u);  // Llama 3.1 8B
+  const ModelConfig c = parse_model_config(tiny_model_config_json(spec), "llama3-8b");
+  EXPECT_EQ(c.rope.type, RopeType::Llama3);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_position, 8192);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+
+  TinyModelSpec smol;
+  apply_tiny_model_preset("smollm2-135m", smol);
+  smol = resolve_tiny_model_spec(smol);
+  EXPECT_TRUE(*smol.tied);
+  EXPECT_EQ(smol.head_dim, 64);
+  std::uint64_t smol_params = 0;
+  for (const TensorSpec& t : tiny_model_tensors(smol)) {
+    std::uint64_t n = 1;
+    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
+    smol_params += n;
+  }
+  EXPECT_EQ(smol_params, 134515008u);  // SmolLM2-135M
+}
+
+TEST(TinyModel, BadSpecsAreRejected) {
+  auto expect_invalid = [](TinyModelSpec s, const std::string& needle) {
+    try {
+      resolve_tiny_model_spec(s);
+      ADD_FAILURE() << "expected an error about " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  TinyModelSpec s = small("llama");
+  s.family = "gpt2";
+  expect_invalid(s, "gpt2");
+  s = small("llama"), s.kv_heads = 3;
+  expect_invalid(s, "kv-heads");
+  s = small("llama"), s.layers = 0;
+  expect_invalid(s, "layers");
+  s = small("phi3"), s.head_dim = 16;
+  expect_invalid(s, "phi3");
+  s = small("llama"), s.dtype = DType::I32;
+  expect_invalid(s, "dtype");
+  TinyModelSpec p;
+  EXPECT_THROW(apply_tiny_model_preset("gpt-5", p), Error);
+}
+
+}  // namespace
+}  // namespace akv

@@ -1,0 +1,85 @@
+// make_tiny_model: writes a deterministic random HF checkpoint (config.json + safetensors) of a
+// supported family, from a few-KB test model up to an 8B-sized benchmark model.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "base/error.h"
+#include "tiny_model.h"
+
+int main(int argc, char** argv) {
+  akv::TinyModelSpec spec;
+  std::string out, preset, dtype = "f32";
+  std::int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = -1,
+               vocab = 0, sliding_window = 0;
+  bool tied = false, untied = false;
+  double rope_theta = 0;
+
+  CLI::App app{"Write a deterministic random model directory (config.json + safetensors)."};
+  app.add_option("--out", out, "output directory")->required();
+  app.add_option("--family", spec.family, "llama | mistral | qwen2 | qwen3 | gemma3 | phi3");
+  app.add_option("--preset", preset, "smollm2-135m | llama3-8b (flags given override it)");
+  app.add_option("--hidden", hidden, "hidden size");
+  app.add_option("--intermediate", intermediate, "MLP intermediate size");
+  app.add_option("--layers", layers, "number of layers");
+  app.add_option("--heads", heads, "attention heads");
+  app.add_option("--kv-heads", kv_heads, "key/value heads");
+  app.add_option("--head-dim", head_dim, "head dimension (default hidden / heads)");
+  app.add_option("--vocab", vocab, "vocabulary size");
+  app.add_option("--dtype", dtype, "f32 | bf16 | f16");
+  app.add_option("--seed", spec.seed, "random seed");
+  app.add_option("--rope-theta", rope_theta, "RoPE base (default per family)");
+  app.add_option("--sliding-window", sliding_window, "sliding window (mistral, gemma3)");
+  app.add_option("--max-shard-bytes", spec.max_shard_bytes, "split into shards above this size");
+  app.add_flag("--tied", tied, "tie lm_head to the embedding");
+  app.add_flag("--untied", untied, "write a separate lm_head");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const std::string family = spec.family;
+    if (!preset.empty()) {
+      akv::apply_tiny_model_preset(preset, spec);
+      if (app.count("--family")) spec.family = family;
+    }
+    if (hidden) spec.hidden = hidden;
+    if (intermediate) spec.intermediate = intermediate;
+    if (layers) spec.layers = layers;
+    if (heads) spec.heads = heads;
+    if (kv_heads) spec.kv_heads = kv_heads;
+    if (head_dim >= 0)
+      spec.head_dim = head_dim;
+    else if (!preset.empty() && (hidden || heads))
+      spec.head_dim = 0;
+    if (vocab) spec.vocab = vocab;
+    if (rope_theta > 0) spec.rope_theta = rope_theta;
+    if (sliding_window) spec.sliding_window = sliding_window;
+    if (tied && untied) throw akv::Error(akv::ErrorKind::InvalidArgument, "--tied and --untied");
+    if (tied) spec.tied = true;
+    if (untied) spec.tied = false;
+    if (dtype == "f32")
+      spec.dtype = akv::DType::F32;
+    else if (dtype == "bf16")
+      spec.dtype = akv::DType::BF16;
+    else if (dtype == "f16")
+      spec.dtype = akv::DType::F16;
+    else
+      throw akv::Error(akv::ErrorKind::InvalidArgument, "--dtype must be f32, bf16 or f16");
+
+    const auto start = std::chrono::steady_clock::now();
+    akv::write_tiny_model(spec, out);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::uint64_t n_params = 0;
+    for (const auto& t : akv::tiny_model_tensors(akv::resolve_tiny_model_spec(spec))) {
+      std::uint64_t n = 1;
+      for (auto d : t.shape) n *= static_cast<std::uint64_t>(d);
+      n_params += n;
+    }
+    std::printf("wrote %s: %s, %.3f B parameters, %s, in %.1f s\n", out.c_str(),
+                spec.family.c_str(), static_cast<double>(n_params) / 1e9, dtype.c_str(), s);
+  } catch (const akv::Error& e) {
+    std::fprintf(stderr, "make_tiny_model: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,348 @@
+// Random checkpoints per family: tensor list, config.json, and the streaming writer that fills
+// each tensor from a counter-based PRNG (splitmix64 of seed, name and element index).
+#include "tiny_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+
+namespace akv {
+
+namespace {
+
+using nlohmann::json;
+
+const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"};
+
+[[noreturn]] void bad_spec(const std::string& what) {
+  throw Error(ErrorKind::InvalidArgument, "make_tiny_model: " + what);
+}
+
+std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t fnv1a64(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// How one tensor is filled: uniform in [-half_width, half_width), or the constant when
+// half_width is 0.
+struct Fill {
+  float half_width = 0;
+  float constant = 0;
+};
+
+// Uniform with standard deviation 1/sqrt(fan_in): each matmul keeps activations O(1).
+Fill matrix_fill(std::int64_t fan_in) {
+  return {static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in))), 0};
+}
+
+struct Planned {
+  TensorSpec spec;
+  Fill fill;
+};
+
+std::vector<Planned> plan_tensors(const TinyModelSpec& s) {
+  const std::int64_t h = s.hidden, hd = s.head_dim, q = s.heads * hd, kv = s.kv_heads * hd;
+  const bool gemma = s.family == "gemma3";
+  const Fill norm{0, gemma ? 0.0f : 1.0f};  // Gemma stores RMSNorm weights as (w - 1)
+  const Fill bias{0.02f * std::sqrt(3.0f), 0};
+  std::vector<Planned> out;
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, Fill fill) {
+    out.push_back({{std::move(name), s.dtype, std::move(shape)}, fill});
+  };
+
+  add("model.embed_tokens.weight", {s.vocab, h}, matrix_fill(h));  // [vocab, hidden]
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {h}, norm);
+    if (s.family == "phi3") {
+      add(p + "self_attn.qkv_proj.weight", {q + 2 * kv, h}, matrix_fill(h));
+    } else {
+      add(p + "self_attn.q_proj.weight", {q, h}, matrix_fill(h));
+      add(p + "self_attn.k_proj.weight", {kv, h}, matrix_fill(h));
+      add(p + "self_attn.v_proj.weight", {kv, h}, matrix_fill(h));
+      if (s.family == "qwen2") {
+        add(p + "self_attn.q_proj.bias", {q}, bias);
+        add(p + "self_attn.k_proj.bias", {kv}, bias);
+        add(p + "self_attn.v_proj.bias", {kv}, bias);
+      }
+    }
+    add(p + "self_attn.o_proj.weight", {h, q}, matrix_fill(q));
+    if (s.family == "qwen3" || gemma) {
+      add(p + "self_attn.q_norm.weight", {hd}, norm);
+      add(p + "self_attn.k_norm.weight", {hd}, norm);
+    }
+    add(p + "post_attention_layernorm.weight", {h}, norm);
+    if (gemma) {
+      add(p + "pre_feedforward_layernorm.weight", {h}, norm);
+      add(p + "post_feedforward_layernorm.weight", {h}, norm);
+    }
+    if (s.family == "phi3") {
+      add(p + "mlp.gate_up_proj.weight", {2 * s.intermediate, h}, matrix_fill(h));
+    } else {
+      add(p + "mlp.gate_proj.weight", {s.intermediate, h}, matrix_fill(h));
+      add(p + "mlp.up_proj.weight", {s.intermediate, h}, matrix_fill(h));
+    }
+    add(p + "mlp.down_proj.weight", {h, s.intermediate}, matrix_fill(s.intermediate));
+  }
+  add("model.norm.weight", {h}, norm);
+  if (!*s.tied) add("lm_head.weight", {s.vocab, h}, matrix_fill(h));
+  return out;
+}
+
+std::int64_t numel(const TensorSpec& t) {
+  std::int64_t n = 1;
+  for (std::int64_t d : t.shape) n *= d;
+  return n;
+}
+
+// Fills elements [first, first + n) of tensor `t` into `out` (n * dtype_size bytes).
+void fill_range(const Planned& t, std::uint64_t seed, std::int64_t first, std::int64_t n,
+                std::uint8_t* out) {
+  const std::uint64_t key = splitmix64(seed ^ fnv1a64(t.spec.name));
+  for (std::int64_t i = 0; i < n; ++i) {
+    float v = t.fill.constant;
+    if (t.fill.half_width != 0) {
+      const std::uint64_t x = splitmix64(key + static_cast<std::uint64_t>(first + i));
+      const float u = static_cast<float>(x >> 40) * (1.0f / 8388608.0f) - 1.0f;  // [-1, 1)
+      v = u * t.fill.half_width;
+    }
+    switch (t.spec.dtype) {
+      case DType::F32:
+        std::memcpy(out + 4 * i, &v, 4);
+        break;
+      case DType::BF16: {
+        const std::uint16_t b = f32_to_bf16(v);
+        std::memcpy(out + 2 * i, &b, 2);
+        break;
+      }
+      case DType::F16: {
+        const std::uint16_t b = f32_to_f16(v);
+        std::memcpy(out + 2 * i, &b, 2);
+        break;
+      }
+      default:
+        bad_spec("dtype must be f32, bf16 or f16");
+    }
+  }
+}
+
+void write_shard(const std::string& path, const std::vector<const Planned*>& tensors,
+                 std::uint64_t seed, ThreadPool& pool) {
+  std::vector<TensorSpec> specs;
+  for (const Planned* t : tensors) specs.push_back(t->spec);
+  SafetensorsWriter writer(path, std::move(specs), {{"format", "pt"}});
+  constexpr std::int64_t kChunkElems = 8 << 20;
+  std::vector<std::uint8_t> buf;
+  for (const Planned* t : tensors) {
+    const std::int64_t n = numel(t->spec);
+    const std::size_t esize = dtype_size(t->spec.dtype);
+    for (std::int64_t first = 0; first < n; first += kChunkElems) {
+      const std::int64_t count = std::min(kChunkElems, n - first);
+      buf.resize(static_cast<std::size_t>(count) * esize);
+      pool.parallel_for(count, 4096, [&](std::int64_t b, std::int64_t e) {
+        fill_range(*t, seed, first + b, e - b, buf.data() + b * esize);
+      });
+      writer.append(buf);
+    }
+  }
+  writer.commit();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw Error(ErrorKind::Io, path + ": cannot write");
+}
+
+// Removes a checkpoint of the other layout, so the reader does not pick up a stale one.
+void remove_old_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool shard = name.starts_with("model-") && name.ends_with(".safetensors");
+    if (shard || name == "model.safetensors" || name == "model.safetensors.index.json")
+      fs::remove(e.path(), ec);
+  }
+}
+
+const char* torch_dtype(DType t) {
+  return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
+}
+
+}  // namespace
+
+void apply_tiny_model_preset(const std::string& preset, TinyModelSpec& s) {
+  if (preset == "smollm2-135m") {
+    s.family = "llama";
+    s.hidden = 576, s.intermediate = 1536, s.layers = 30, s.heads = 9, s.kv_heads = 3;
+    s.head_dim = 64, s.vocab = 49152, s.tied = true, s.rope_theta = 100000.0;
+    s.max_position_embeddings = 8192, s.bos_token_id = 0, s.eos_token_id = 0;
+  } else if (preset == "llama3-8b") {
+    s.family = "llama";
+    s.hidden = 4096, s.intermediate = 14336, s.layers = 32, s.heads = 32, s.kv_heads = 8;
+    s.head_dim = 128, s.vocab = 128256, s.tied = false, s.rope_theta = 500000.0;
+    s.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192};
+    s.max_position_embeddings = 131072, s.bos_token_id = 128000, s.eos_token_id = 128001;
+  } else {
+    bad_spec("unknown preset '" + preset + "' (smollm2-135m, llama3-8b)");
+  }
+}
+
+TinyModelSpec resolve_tiny_model_spec(const TinyModelSpec& in) {
+  TinyModelSpec s = in;
+  if (std::find(std::begin(kFamilies), std::end(kFamilies), s.family) == std::end(kFamilies))
+    bad_spec("unknown family '" + s.family + "' (llama, mistral, qwen2, qwen3, gemma3, phi3)");
+  for (auto [name, v] : {std::pair{"hidden", s.hidden},
+                         {"intermediate", s.intermediate},
+                         {"layers", s.layers},
+                         {"heads", s.heads},
+                         {"kv-heads", s.kv_heads},
+                         {"vocab", s.vocab},
+                         {"max-position-embeddings", s.max_position_embeddings}})
+    if (v <= 0) bad_spec(std::string(name) + " must be positive");
+  if (s.head_dim < 0) bad_spec("head-dim must not be negative");
+  if (s.heads % s.kv_heads != 0) bad_spec("heads must be a multiple of kv-heads");
+  if (s.head_dim == 0) {
+    if (s.hidden % s.heads != 0) bad_spec("hidden must be a multiple of heads (or give head-dim)");
+    s.head_dim = s.hidden / s.heads;
+  }
+  if (s.family == "phi3" && s.head_dim * s.heads != s.hidden)
+    bad_spec("phi3 needs head-dim * heads == hidden");
+  if (s.dtype != DType::F32 && s.dtype != DType::BF16 && s.dtype != DType::F16)
+    bad_spec("dtype must be f32, bf16 or f16");
+  if (std::max(s.bos_token_id, s.eos_token_id) >= s.vocab) bad_spec("bos/eos id past the vocab");
+  if (s.rope_scaling && s.family != "llama") bad_spec("rope scaling is only written for llama");
+  if (!s.tied) s.tied = s.family == "gemma3";
+  if (!s.rope_theta)
+    s.rope_theta = (s.family == "llama" || s.family == "phi3") ? 10000.0 : 1000000.0;
+  if (!s.sliding_window) s.sliding_window = s.family == "gemma3" ? 512 : 4096;
+  if (*s.sliding_window <= 0) bad_spec("sliding-window must be positive");
+  return s;
+}
+
+std::vector<TensorSpec> tiny_model_tensors(const TinyModelSpec& resolved) {
+  std::vector<TensorSpec> out;
+  for (Planned& p : plan_tensors(resolved)) out.push_back(std::move(p.spec));
+  return out;
+}
+
+std::string tiny_model_config_json(const TinyModelSpec& s) {
+  static const std::map<std::string, std::pair<const char*, const char*>> kArch = {
+      {"llama", {"LlamaForCausalLM", "llama"}},
+      {"mistral", {"MistralForCausalLM", "mistral"}},
+      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+      {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}},
+      {"phi3", {"Phi3ForCausalLM", "phi3"}},
+  };
+  const auto& [arch, model_type] = kArch.at(s.family);
+  json c = {
+      {"architectures", {arch}},
+      {"model_type", model_type},
+      {"hidden_size", s.hidden},
+      {"intermediate_size", s.intermediate},
+      {"num_hidden_layers", s.layers},
+      {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads},
+      {"vocab_size", s.vocab},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", *s.rope_theta},
+      {"rope_scaling", nullptr},
+      {"max_position_embeddings", s.max_position_embeddings},
+      {"tie_word_embeddings", *s.tied},
+      {"torch_dtype", torch_dtype(s.dtype)},
+      {"bos_token_id", s.bos_token_id},
+      {"eos_token_id", s.eos_token_id},
+      {"hidden_act", "silu"},
+      {"attention_dropout", 0.0},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"transformers_version", "4.51.0"},
+  };
+  if (s.family != "phi3") c["head_dim"] = s.head_dim;  // Phi3Config derives it
+  if (s.family == "llama") {
+    c["attention_bias"] = false, c["mlp_bias"] = false, c["pretraining_tp"] = 1;
+    if (s.rope_scaling)
+      c["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", s.rope_scaling->factor},
+          {"low_freq_factor", s.rope_scaling->low_freq_factor},
+          {"high_freq_factor", s.rope_scaling->high_freq_factor},
+          {"original_max_position_embeddings", s.rope_scaling->original_max_position_embeddings}};
+  } else if (s.family == "mistral") {
+    c["sliding_window"] = *s.sliding_window;
+  } else if (s.family == "qwen2" || s.family == "qwen3") {
+    c["rms_norm_eps"] = 1e-6, c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr, c["max_window_layers"] = s.layers;
+    if (s.family == "qwen3") c["attention_bias"] = false;
+  } else if (s.family == "gemma3") {
+    c.erase("hidden_act");
+    c["hidden_activation"] = "gelu_pytorch_tanh", c["rms_norm_eps"] = 1e-6;
+    c["sliding_window"] = *s.sliding_window, c["sliding_window_pattern"] = 6;
+    c["rope_local_base_freq"] = 10000.0, c["query_pre_attn_scalar"] = s.head_dim;
+    c["final_logit_softcapping"] = nullptr, c["attn_logit_softcapping"] = nullptr;
+    c["attention_bias"] = false, c["pad_token_id"] = 0;
+  } else if (s.family == "phi3") {
+    c["original_max_position_embeddings"] = s.max_position_embeddings;
+    c["sliding_window"] = nullptr, c["pad_token_id"] = 0;
+    c["embd_pdrop"] = 0.0, c["resid_pdrop"] = 0.0;
+  }
+  return c.dump(2) + "\n";
+}
+
+void write_tiny_model(const TinyModelSpec& spec, const std::string& dir) {
+  const TinyModelSpec s = resolve_tiny_model_spec(spec);
+  const std::vector<Planned> tensors = plan_tensors(s);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(ErrorKind::Io, dir + ": cannot create directory: " + ec.message());
+  remove_old_checkpoint(dir);
+  write_text(dir + "/config.json", tiny_model_config_json(s));
+
+  // Greedy split in file order, as transformers' save_pretrained does.
+  std::vector<std::vector<const Planned*>> shards(1);
+  std::uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const Planned& t : tensors) {
+    const std::uint64_t n = static_cast<std::uint64_t>(numel(t.spec)) * dtype_size(t.spec.dtype);
+    if (!shards.back().empty() && shard_bytes + n > s.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&t);
+    shard_bytes += n;
+    total_bytes += n;
+  }
+
+  ThreadPool pool;
+  if (shards.size() == 1) {
+    write_shard(dir + "/model.safetensors", shards[0], s.seed, pool);
+    return;
+  }
+  json weight_map = json::object();
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    write_shard(dir + "/" + name, shards[k], s.seed, pool);
+    for (const Planned* t : shards[k]) weight_map[t->spec.name] = name;
+  }
+  const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  write_text(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+}  // namespace akv

@@ -1,0 +1,65 @@
+// Deterministic random Hugging Face checkpoints (config.json + safetensors) of any supported
+// family and size, for tests and benchmarks. Not a model zoo: the weights are noise, scaled so
+// that activations stay O(1) through the layers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+
+// Llama 3 style rope_scaling (rope_type "llama3").
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 8192;
+};
+
+struct TinyModelSpec {
+  std::string family = "llama";  // llama | mistral | qwen2 | qwen3 | gemma3 | phi3
+  std::int64_t hidden = 64;
+  std::int64_t intermediate = 128;
+  std::int64_t layers = 2;
+  std::int64_t heads = 4;
+  std::int64_t kv_heads = 2;
+  std::int64_t head_dim = 0;  // 0: hidden / heads
+  std::int64_t vocab = 512;
+  DType dtype = DType::F32;  // F32, BF16 or F16
+  std::uint64_t seed = 0;
+  std::optional<bool> tied;          // unset: the family's usual choice (gemma3 tied, others not)
+  std::optional<double> rope_theta;  // unset: the family's usual base
+  std::optional<Llama3RopeScaling> rope_scaling;
+  std::int64_t max_position_embeddings = 4096;
+  std::optional<std::int64_t> sliding_window;  // mistral, gemma3; unset: 4096 / 512
+  std::int64_t bos_token_id = 1;
+  std::int64_t eos_token_id = 2;
+  std::uint64_t max_shard_bytes = 4ull << 30;  // larger checkpoints are split with an index
+};
+
+// Applies a named preset (smollm2-135m, llama3-8b) over `spec`. Throws Error{InvalidArgument}.
+void apply_tiny_model_preset(const std::string& preset, TinyModelSpec& spec);
+
+// Checks the spec (known family, positive sizes, heads divisible by kv_heads, float dtype) and
+// fills the family defaults. Throws Error{InvalidArgument} naming the field.
+TinyModelSpec resolve_tiny_model_spec(const TinyModelSpec& spec);
+
+// The tensors the checkpoint holds, in file order, with HF names and [out, in] shapes.
+std::vector<TensorSpec> tiny_model_tensors(const TinyModelSpec& resolved);
+
+// config.json text in the transformers 4.x form.
+std::string tiny_model_config_json(const TinyModelSpec& resolved);
+
+// Writes config.json and model.safetensors (or model-0000k-of-0000n.safetensors plus
+// model.safetensors.index.json when the data exceeds max_shard_bytes) into `dir`, creating it.
+// Streams each tensor in chunks: memory use is bounded whatever the model size. A tensor's
+// values depend only on (seed, name, element index), so sharding does not change them.
+// Throws Error{InvalidArgument or Io}.
+void write_tiny_model(const TinyModelSpec& spec, const std::string& dir);
+
+}  // namespace akv
