@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs agentkv's Debian dependencies (idempotent) and builds it into ./build.
+# Usage: scripts/setup.sh            (CPU build)
+#        AGENTKV_CUDA=ON scripts/setup.sh   (also the CUDA backend; toolkit in /usr/local/cuda)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache xz-utils
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libopenblas-dev libcli11-dev
+  libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA="${AGENTKV_CUDA:-OFF}"
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up agentkv and runs every test: the unit, model and server tests (ctest), then each
+# libFuzzer target under ASan and UBSan for a bounded time (AGENTKV_FUZZ_SECONDS, default 60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+jobs="$(nproc)"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+# Fuzzing: a clang build with sanitizers, separate from the main build.
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs"
+seconds="${AGENTKV_FUZZ_SECONDS:-60}"
+for fuzzer in build-fuzz/fuzz/*_fuzz; do
+  [[ -x "$fuzzer" ]] || continue
+  name="$(basename "$fuzzer")"
+  corpus="build-fuzz/corpus/$name"
+  mkdir -p "$corpus"
+  echo "fuzzing $name for ${seconds}s"
+  seeds=()
+  [[ -d "fuzz/seeds/$name" ]] && seeds=("fuzz/seeds/$name")
+  "$fuzzer" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/" "$corpus" "${seeds[@]}" 2>&1 | tail -n 5
+done
+echo "all tests passed"

@@ -1,0 +1,40 @@
+// One sequence on its own: a private paged KV cache with an identity block table, prefill and
+// decode returning the last position's logits. The simplest way to run a model (CLI generate,
+// tests); the engine replaces it with shared paged KV and batching.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+
+namespace akv {
+
+class SequenceRunner {
+ public:
+  static constexpr std::int64_t kBlockSize = 64;
+
+  // Reserves KV for `max_tokens` positions on the model's backend.
+  SequenceRunner(Model& model, Backend& backend, std::int64_t max_tokens, DType kv_dtype = DType::F32);
+
+  // Appends `tokens` (a prefill chunk or one decode token) and returns the logits of the last
+  // one [vocab_size]; the span stays valid until the next call. Throws Error{InvalidArgument}
+  // when the sequence would exceed max_tokens or a token id is outside the vocabulary.
+  std::span<const float> append(std::span<const std::int32_t> tokens);
+
+  std::int64_t n_tokens() const { return n_tokens_; }
+  std::int64_t max_tokens() const { return max_tokens_; }
+  void reset() { n_tokens_ = 0; }
+
+ private:
+  Model& model_;
+  std::int64_t max_tokens_;
+  std::int64_t n_tokens_ = 0;
+  KvStorage kv_;
+  std::vector<std::int32_t> block_table_;
+  std::vector<std::int32_t> positions_;
+  std::vector<float> logits_;
+};
+
+}  // namespace akv
