@@ -193,6 +193,32 @@ void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>&
   for (int i = 0; i >= 0; i = next[i]) out.push_back(ids[i]);
 }
 
+void BpeModel::encode_word_reference(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    if (auto id = find(word)) {
+      out.push_back(*id);
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  initial_symbols(word, ids);
+  while (ids.size() > 1) {
+    size_t best = 0;
+    const Merge* best_merge = nullptr;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const Merge* m = find_merge(ids[i], ids[i + 1]);
+      if (m != nullptr && (best_merge == nullptr || m->rank < best_merge->rank)) {
+        best = i;
+        best_merge = m;
+      }
+    }
+    if (best_merge == nullptr) break;
+    ids[best] = best_merge->new_id;
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() > kMaxCachedWordBytes) {
     encode_word_uncached(word, out);

@@ -31,8 +31,9 @@ class BpeModel {
   // Appends the ids of one word. Thread-safe (the cache is behind a mutex).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-  // Same without the cache: the plain reference path (tests and benchmarks compare against it).
-  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
+  // The plain reference path: no cache, an O(n^2) loop that merges the lowest-ranked adjacent
+  // pair until none is left. Same output as encode_word; tests and benchmarks compare the two.
+  void encode_word_reference(std::string_view word, std::vector<int32_t>& out) const;
 
   std::optional<int32_t> find(std::string_view token) const;
   // The token text of `id`, or nullptr if the vocab has no such id.
@@ -49,6 +50,7 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   const Merge* find_merge(int32_t a, int32_t b) const;
+  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
 
   StringIdMap vocab_;

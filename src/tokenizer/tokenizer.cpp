@@ -8,6 +8,14 @@
 namespace akv {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return encode_impl(text, add_special_tokens, false);
+}
+
+std::vector<int32_t> Tokenizer::encode_reference(std::string_view text, bool add_special_tokens) const {
+  return encode_impl(text, add_special_tokens, true);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference) const {
   const tok::TokenizerParts& p = *parts_;
   std::string sanitized;
   if (!tok::utf8_is_valid(text)) {
@@ -36,8 +44,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       words.clear();
       words.push_back({segment.substr(piece.begin, piece.end - piece.begin), raw.begin == 0 && piece.begin == 0});
       if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
-      for (const tok::PreToken& word : words)
-        if (!word.text.empty()) p.model->encode_word(word.text, ids);
+      for (const tok::PreToken& word : words) {
+        if (word.text.empty()) continue;
+        if (reference) p.model->encode_word_reference(word.text, ids);
+        else p.model->encode_word(word.text, ids);
+      }
     }
   }
   p.post_processor.apply(ids, add_special_tokens);

@@ -46,6 +46,10 @@ class Tokenizer {
   // is replaced by U+FFFD first. Thread-safe: any number of threads may encode at once.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
 
+  // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
+  // per word). For tests and benchmarks only: much slower on long words.
+  std::vector<int32_t> encode_reference(std::string_view text, bool add_special_tokens) const;
+
   // Text of `ids`, as HF Tokenizer.decode(ids, skip_special_tokens). Ids outside the vocab
   // are skipped. Incomplete UTF-8 at the end becomes U+FFFD (use IncrementalDetokenizer for
   // streaming). Thread-safe.
@@ -73,6 +77,7 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference) const;
   std::unique_ptr<tok::TokenizerParts> parts_;
   TokenizerConfig config_;
   int32_t bos_id_ = -1;

@@ -44,6 +44,7 @@ TEST_P(GoldensTest, IdsAndDecodeMatchHuggingFace) {
     EXPECT_EQ(show(ids), show(expected)) << set.golden << " " << id << " text=" << text;
     EXPECT_EQ(show(ids_special), show(expected_special)) << set.golden << " " << id;
     EXPECT_EQ(decoded, expected_decoded) << set.golden << " " << id;
+    EXPECT_EQ(show(tok.encode_reference(text, false)), show(expected)) << "reference path, " << id;
   }
   std::printf("[goldens] %-20s ids %d/%d, ids_with_special %d/%d, decoded %d/%d\n", set.golden, n_ids, n_cases,
               n_special, n_cases, n_decoded, n_cases);
