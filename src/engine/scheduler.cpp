@@ -1,0 +1,153 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace akv {
+
+Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), kv_(kv) {
+  AKV_CHECK(config_.max_batch_tokens > 0 && config_.max_prefill_chunk > 0 && config_.max_running > 0,
+            "scheduler limits must be positive");
+  running_.reserve(static_cast<std::size_t>(config_.max_running) + 1);
+  plan_.chunks.reserve(static_cast<std::size_t>(config_.max_running) + 1);
+  plan_.preempted.reserve(static_cast<std::size_t>(config_.max_running) + 1);
+  plan_.failed.reserve(static_cast<std::size_t>(config_.max_running) + 1);
+}
+
+void Scheduler::add(Sequence* seq) {
+  AKV_CHECK(seq->state == SeqState::Waiting && !seq->kv.is_open(), "add takes a fresh sequence");
+  waiting_.push_back(seq);
+}
+
+void Scheduler::finish(Sequence* seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
+  if (seq->kv.is_open()) kv_.release(seq->kv);
+  seq->state = SeqState::Finished;
+}
+
+const StepPlan& Scheduler::schedule() {
+  plan_.chunks.clear();
+  plan_.preempted.clear();
+  plan_.failed.clear();
+  plan_.n_tokens = plan_.n_decode_tokens = plan_.n_prefix_hit_tokens = 0;
+  budget_ = config_.max_batch_tokens;
+  schedule_decodes();
+  schedule_prefills();
+  admit_waiting();
+  for (const ScheduledChunk& c : plan_.chunks) {
+    plan_.n_tokens += c.n_tokens;
+    if (c.seq->remaining() == 1 && c.seq->n_generated() > 0) ++plan_.n_decode_tokens;
+  }
+  return plan_;
+}
+
+void Scheduler::schedule_decodes() {
+  for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+    if (running_[i]->remaining() != 1) continue;
+    if (allocate_or_preempt(i, 1)) add_chunk(running_[i], 1);
+  }
+}
+
+void Scheduler::schedule_prefills() {
+  for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+    Sequence* seq = running_[i];
+    if (seq->remaining() <= 1) continue;
+    const std::int32_t want = std::min({seq->remaining(), config_.max_prefill_chunk, budget_});
+    const std::int32_t n = fit_chunk(*seq, want);
+    if (n > 0) {
+      AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+      add_chunk(seq, n);
+    } else if (allocate_or_preempt(i, 1)) {  // no room at all: make some, then run one token
+      add_chunk(seq, 1);
+    }
+  }
+}
+
+void Scheduler::admit_waiting() {
+  if (!plan_.preempted.empty()) return;  // memory is short: let the running ones finish first
+  while (!waiting_.empty() && budget_ > 0 && n_running() < config_.max_running) {
+    Sequence* seq = waiting_.front();
+    if (!seq->kv.is_open()) {
+      seq->n_computed = kv_.match(seq->kv, seq->tokens, seq->ns);
+      plan_.n_prefix_hit_tokens += seq->n_computed;
+      if (seq->n_cached_prompt < 0) seq->n_cached_prompt = seq->n_computed;
+    }
+    const std::int32_t want = std::min({seq->remaining(), config_.max_prefill_chunk, budget_});
+    const std::int32_t n = fit_chunk(*seq, want);
+    if (n == 0) {
+      if (running_.empty()) {  // everything else is free or evictable: it can never fit
+        waiting_.pop_front();
+        fail(seq);
+        continue;
+      }
+      // Wait for running sequences to finish; give back the matched blocks meanwhile.
+      kv_.release(seq->kv);
+      seq->n_computed = 0;
+      return;
+    }
+    AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+    waiting_.pop_front();
+    seq->state = SeqState::Running;
+    insert_running(seq);
+    add_chunk(seq, n);
+  }
+}
+
+std::int32_t Scheduler::fit_chunk(const Sequence& seq, std::int32_t want) const {
+  const std::int32_t bs = kv_.block_size();
+  const std::int64_t capacity =
+      (static_cast<std::int64_t>(seq.kv.n_blocks()) + kv_.n_available()) * bs - seq.n_computed;
+  return static_cast<std::int32_t>(std::clamp<std::int64_t>(capacity, 0, want));
+}
+
+bool Scheduler::allocate_or_preempt(std::size_t i, std::int32_t n) {
+  Sequence* seq = running_[i];
+  while (!kv_.allocate(seq->kv, seq->n_computed + n)) {
+    if (running_.back() == seq) {
+      if (running_.size() == 1) fail(seq);
+      else preempt_newest();
+      return false;
+    }
+    preempt_newest();
+  }
+  return true;
+}
+
+void Scheduler::preempt_newest() {
+  Sequence* victim = running_.back();
+  running_.pop_back();
+  // Its chunk may already be in this step's plan (a decode planned before an older prefill).
+  for (auto it = plan_.chunks.begin(); it != plan_.chunks.end(); ++it) {
+    if (it->seq == victim) {
+      budget_ += it->n_tokens;
+      plan_.chunks.erase(it);
+      break;
+    }
+  }
+  kv_.release(victim->kv);
+  victim->n_computed = 0;
+  victim->state = SeqState::Waiting;
+  ++victim->n_preemptions;
+  waiting_.push_front(victim);
+  plan_.preempted.push_back(victim);
+}
+
+void Scheduler::fail(Sequence* seq) {
+  finish(seq);
+  plan_.failed.push_back(seq);
+}
+
+void Scheduler::add_chunk(Sequence* seq, std::int32_t n) {
+  plan_.chunks.push_back({seq, n});
+  budget_ -= n;
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  auto at = std::upper_bound(running_.begin(), running_.end(), seq,
+                             [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
+  running_.insert(at, seq);
+}
+
+}  // namespace akv
