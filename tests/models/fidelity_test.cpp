@@ -1,11 +1,15 @@
 // Every tiny random model of ../shared/testdata/models/tiny-random against its fp64 reference
-// logits and greedy ids, on the scalar reference backend.
+// logits, on the scalar reference backend and on the fast CPU backend (same tolerance: the fast
+// path's f32 accumulation stays well inside it), in one prefill and token by token.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "models/model.h"
 #include "tensor/safetensors.h"
@@ -32,6 +36,40 @@ std::vector<double> read_f64(const SafetensorsReader& r, const std::string& name
   return {p, p + t.numel()};
 }
 
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "fast") return std::make_unique<FastBackend>();
+  return std::make_unique<ReferenceBackend>();
+}
+
+// Tolerance: |got - want| <= 1e-5 * max|want| + 1e-5 (fp32 weights and activations).
+void expect_logits_close(std::span<const float> got, std::span<const double> want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_ref = 0, max_err = 0;
+  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
+  for (std::size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+  EXPECT_LE(max_err, 1e-5 * max_ref + 1e-5) << what << ": max abs error " << max_err << " (max |logit| " << max_ref << ")";
+  ::testing::Test::RecordProperty("max_abs_error", std::to_string(max_err));
+}
+
+// Runs ids through the model one token per forward pass (decode) and returns every step's logits.
+std::vector<float> decode_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  const std::int64_t block = 4;
+  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block));
+  std::vector<std::int32_t> table(n_blocks);
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);  // not identity
+  std::vector<float> logits(ids.size() * c.vocab_size);
+  const std::int32_t row0 = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    SequenceChunk chunk{.first_row = 0, .n_tokens = 1, .start_pos = static_cast<std::int32_t>(t), .block_table = table};
+    const std::int32_t pos = static_cast<std::int32_t>(t);
+    ForwardBatch batch{.tokens = {&ids[t], 1}, .positions = {&pos, 1}, .sequences = {&chunk, 1}, .logit_rows = {&row0, 1}};
+    model.forward(batch, kv, std::span<float>(logits).subspan(t * c.vocab_size, c.vocab_size));
+  }
+  return logits;
+}
+
 // Runs ids through the model in one prefill and returns logits for every position.
 std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
   const ModelConfig& c = model.config();
@@ -50,28 +88,37 @@ std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vec
   return logits;
 }
 
-class TinyRandom : public ::testing::TestWithParam<std::string> {};
+// (model directory, backend name)
+class TinyRandom : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(TinyRandom, LogitsMatchFp64Reference) {
-  const std::string dir = kTinyRandom + GetParam();
-  ReferenceBackend backend;
-  auto model = load_model(dir, backend);
+  const auto& [name, backend_name] = GetParam();
+  const std::string dir = kTinyRandom + name;
+  auto backend = make_backend(backend_name);
+  auto model = load_model(dir, *backend);
   const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
   const std::vector<std::int32_t> ids = read_ids(ref, "full_ids");
   const std::vector<double> want = read_f64(ref, "full_logits_f64");
-  const std::vector<float> got = prefill_logits(*model, backend, ids);
-  ASSERT_EQ(got.size(), want.size());
-  // Tolerance: |got - want| <= 1e-5 * max|want| + 1e-5 (fp32 weights and activations).
-  double max_ref = 0, max_err = 0;
-  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
-  for (std::size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::fabs(got[i] - want[i]));
-  EXPECT_LE(max_err, 1e-5 * max_ref + 1e-5) << GetParam() << ": max abs error " << max_err << " (max |logit| " << max_ref << ")";
-  RecordProperty("max_abs_error", std::to_string(max_err));
+  expect_logits_close(prefill_logits(*model, *backend, ids), want, name + " on " + backend_name);
 }
 
-TEST(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
+TEST_P(TinyRandom, DecodeStepsMatchFp64Reference) {
+  const auto& [name, backend_name] = GetParam();
+  const std::string dir = kTinyRandom + name;
+  auto backend = make_backend(backend_name);
+  auto model = load_model(dir, *backend);
+  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
+  const std::vector<std::int32_t> ids = read_ids(ref, "full_ids");
+  const std::vector<double> want = read_f64(ref, "full_logits_f64");
+  expect_logits_close(decode_logits(*model, *backend, ids), want, name + " decode on " + backend_name);
+}
+
+class TinyRandomBf16 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
   const std::string dir = kTinyRandom + "llama3-rope-scaled-bf16";
-  ReferenceBackend backend;
+  auto backend_ptr = make_backend(GetParam());
+  Backend& backend = *backend_ptr;
   auto model = load_model(dir, backend);
   const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
   const std::vector<std::int32_t> ids = read_ids(ref, "input_ids");
@@ -88,9 +135,17 @@ TEST(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TinyRandom,
-                         ::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
-                                           "qwen3-qknorm-tied", "mistral-swa8", "phi3-fused",
-                                           "gemma3-text-swa8"));
+                         ::testing::Combine(::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied",
+                                                              "qwen2-bias-tied", "qwen3-qknorm-tied",
+                                                              "mistral-swa8", "phi3-fused", "gemma3-text-swa8"),
+                                            ::testing::Values("reference", "fast")),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+INSTANTIATE_TEST_SUITE_P(Backends, TinyRandomBf16, ::testing::Values("reference", "fast"));
 
 }  // namespace
 }  // namespace akv

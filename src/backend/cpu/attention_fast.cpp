@@ -1,0 +1,173 @@
+#include "backend/cpu/attention_fast.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+namespace akv {
+namespace {
+
+constexpr std::int32_t kQueryTile = 32;  // queries per work item
+constexpr std::int64_t kKeyChunk = 128;  // keys per online-softmax step
+
+// One thread's working set for a task; rows = queries x heads of the kv group.
+struct TaskBuffers {
+  float* q;  // [rows, hd] queries pre-multiplied by the scale
+  float* o;  // [rows, hd] unnormalised output
+  float* s;  // [rows, kKeyChunk] scores, then probabilities
+  float* k;  // [kKeyChunk, hd] gathered keys
+  float* v;  // [kKeyChunk, hd] gathered values
+  float* m;  // [rows] running max
+  float* l;  // [rows] running sum
+};
+
+struct Job {
+  const Kernels& kernels;
+  TensorRef q;
+  const KvStorage& kv;
+  std::int64_t layer;
+  const ForwardBatch& batch;
+  const AttentionParams& p;
+  TensorRef out;
+  std::int64_t group;  // query heads per kv head
+};
+
+std::size_t scratch_floats(const AttentionParams& p, std::int64_t group) {
+  const std::int64_t rows = kQueryTile * group;
+  return static_cast<std::size_t>(2 * rows * p.head_dim + rows * kKeyChunk +
+                                  2 * kKeyChunk * p.head_dim + 2 * rows);
+}
+
+TaskBuffers carve(float* base, const AttentionParams& p, std::int64_t group) {
+  const std::int64_t rows = kQueryTile * group, hd = p.head_dim;
+  TaskBuffers b;
+  b.q = base;
+  b.o = b.q + rows * hd;
+  b.s = b.o + rows * hd;
+  b.k = b.s + rows * kKeyChunk;
+  b.v = b.k + kKeyChunk * hd;
+  b.m = b.v + kKeyChunk * hd;
+  b.l = b.m + rows;
+  return b;
+}
+
+// Copies keys and values [j0, j0 + nk) of the task's kv head into b.k, b.v as f32.
+void gather_kv(const Job& job, const SequenceChunk& s, std::int64_t kv_head, std::int64_t j0,
+               std::int64_t nk, TaskBuffers& b) {
+  const KvLayout& L = job.kv.layout;
+  const std::int64_t hd = job.p.head_dim;
+  const std::size_t off = static_cast<std::size_t>(kv_head * hd) * dtype_size(L.dtype);
+  const TensorRef& K = job.kv.k[job.layer];
+  const TensorRef& V = job.kv.v[job.layer];
+  for (std::int64_t j = 0; j < nk; ++j) {
+    const std::int64_t row = kv_row(L, s.block_table, j0 + j);
+    job.kernels.to_f32(K.row<char>(row) + off, L.dtype, hd, b.k + j * hd);
+    job.kernels.to_f32(V.row<char>(row) + off, L.dtype, hd, b.v + j * hd);
+  }
+}
+
+// Masks, softcaps and exponentiates score row `sr` (keys j0..j0+nk) for a query at qpos, and
+// rescales the running output row. Returns false when no key of the chunk is visible.
+bool softmax_step(const Job& job, std::int64_t qpos, std::int64_t j0, std::int64_t nk, float* sr,
+                  float& m, float& l, float* o_row) {
+  const AttentionParams& p = job.p;
+  const std::int64_t first = std::max<std::int64_t>(j0, p.window > 0 ? qpos - p.window + 1 : 0);
+  const std::int64_t last = std::min<std::int64_t>(qpos, j0 + nk - 1);
+  if (first > last) {
+    std::fill(sr, sr + nk, 0.0f);
+    return false;
+  }
+  for (std::int64_t j = 0; j < first - j0; ++j) sr[j] = -INFINITY;
+  for (std::int64_t j = last - j0 + 1; j < nk; ++j) sr[j] = -INFINITY;
+  float mx = -INFINITY;
+  const float cap = static_cast<float>(p.logit_softcap);
+  for (std::int64_t j = first - j0; j <= last - j0; ++j) {
+    if (cap > 0) sr[j] = cap * std::tanh(sr[j] / cap);
+    mx = std::max(mx, sr[j]);
+  }
+  const float m_new = std::max(m, mx);
+  const float alpha = m == -INFINITY ? 0.0f : std::exp(m - m_new);
+  const float sum = job.kernels.exp_sum(sr, nk, m_new);
+  l = l * alpha + sum;
+  m = m_new;
+  if (alpha != 1.0f)
+    for (std::int64_t d = 0; d < p.head_dim; ++d) o_row[d] *= alpha;
+  return true;
+}
+
+void run_task(const Job& job, const AttentionTask& task, TaskBuffers& b) {
+  const SequenceChunk& s = job.batch.sequences[task.seq];
+  const std::int64_t hd = job.p.head_dim, group = job.group;
+  const std::int64_t rows = task.q_count * group;
+  const float scale = static_cast<float>(job.p.scale);
+  for (std::int64_t qi = 0; qi < task.q_count; ++qi) {
+    const float* src = job.q.row<float>(s.first_row + task.q_begin + qi) + task.kv_head * group * hd;
+    for (std::int64_t d = 0; d < group * hd; ++d) b.q[qi * group * hd + d] = src[d] * scale;
+  }
+  std::fill(b.o, b.o + rows * hd, 0.0f);
+  std::fill(b.m, b.m + rows, -INFINITY);
+  std::fill(b.l, b.l + rows, 0.0f);
+
+  const std::int64_t pos0 = s.start_pos + task.q_begin, pos1 = pos0 + task.q_count - 1;
+  const std::int64_t lo = job.p.window > 0 ? std::max<std::int64_t>(0, pos0 - job.p.window + 1) : 0;
+  for (std::int64_t j0 = lo; j0 <= pos1; j0 += kKeyChunk) {
+    const std::int64_t nk = std::min(kKeyChunk, pos1 + 1 - j0);
+    gather_kv(job, s, task.kv_head, j0, nk, b);
+    // s[rows, nk] = q[rows, hd] @ k[nk, hd]^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(nk), int(hd), 1.0f, b.q,
+                int(hd), b.k, int(hd), 0.0f, b.s, int(kKeyChunk));
+    bool any = false;
+    for (std::int64_t i = 0; i < rows; ++i)
+      any |= softmax_step(job, pos0 + i / group, j0, nk, b.s + i * kKeyChunk, b.m[i], b.l[i], b.o + i * hd);
+    if (!any) continue;
+    // o[rows, hd] += p[rows, nk] @ v[nk, hd]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(hd), int(nk), 1.0f, b.s,
+                int(kKeyChunk), b.v, int(hd), 1.0f, b.o, int(hd));
+  }
+  for (std::int64_t qi = 0; qi < task.q_count; ++qi) {
+    float* dst = job.out.row<float>(s.first_row + task.q_begin + qi) + task.kv_head * group * hd;
+    for (std::int64_t g = 0; g < group; ++g) {
+      const std::int64_t i = qi * group + g;
+      const float inv = 1.0f / b.l[i];
+      for (std::int64_t d = 0; d < hd; ++d) dst[g * hd + d] = b.o[i * hd + d] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+void attention_fast(ThreadPool& pool, const Kernels& kernels, ThreadScratch& scratch,
+                    std::vector<AttentionTask>& tasks, TensorRef q, const KvStorage& kv,
+                    std::int64_t layer, const ForwardBatch& batch, const AttentionParams& p,
+                    TensorRef out) {
+  AKV_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "attention: heads per kv head");
+  AKV_CHECK(q.cols == p.n_heads * p.head_dim && out.cols == q.cols, "attention shape");
+  AKV_CHECK(kv.layout.head_dim == p.head_dim && kv.layout.n_kv_heads == p.n_kv_heads, "attention kv layout");
+  const std::int64_t group = p.n_heads / p.n_kv_heads;
+  tasks.clear();
+  for (std::size_t si = 0; si < batch.sequences.size(); ++si) {
+    const SequenceChunk& s = batch.sequences[si];
+    for (std::int32_t q0 = 0; q0 < s.n_tokens; q0 += kQueryTile) {
+      const std::int32_t n = std::min(kQueryTile, s.n_tokens - q0);
+      const std::int64_t last = s.start_pos + q0 + n - 1;
+      const std::int64_t keys = p.window > 0 ? std::min<std::int64_t>(last + 1, p.window + n) : last + 1;
+      for (std::int32_t h = 0; h < p.n_kv_heads; ++h)
+        tasks.push_back({static_cast<std::int32_t>(si), h, q0, n, std::int64_t{n} * keys});
+    }
+  }
+  std::sort(tasks.begin(), tasks.end(),
+            [](const AttentionTask& a, const AttentionTask& b) { return a.cost > b.cost; });
+
+  const Job job{kernels, q, kv, layer, batch, p, out, group};
+  const std::size_t floats = scratch_floats(p, group);
+  std::atomic<std::size_t> next{0};
+  run_per_thread(pool, [&](int t) {
+    TaskBuffers b = carve(scratch.get(t, floats), p, group);
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < tasks.size();)
+      run_task(job, tasks[i], b);
+  });
+}
+
+}  // namespace akv

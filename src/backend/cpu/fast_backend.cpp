@@ -1,0 +1,173 @@
+#include "backend/cpu/fast_backend.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/gemm_blas.h"
+#include "backend/cpu/host_buffer.h"
+
+namespace akv {
+namespace {
+
+// Below this many elements an element-wise op runs on the calling thread.
+constexpr std::int64_t kParallelElements = 1 << 15;
+
+bool fast_weight_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+}  // namespace
+
+FastBackend::FastBackend(int n_threads, Isa isa)
+    : isa_(isa), kernels_(kernels_for(isa)), pool_(n_threads), scratch_(pool_.n_threads()) {
+  openblas_set_num_threads(1);
+}
+
+template <typename Fn>
+void FastBackend::for_rows(std::int64_t n_rows, std::int64_t cols, const Fn& fn) {
+  if (n_rows * cols < kParallelElements || n_rows < 2) {
+    fn(std::int64_t{0}, n_rows);
+    return;
+  }
+  pool_.parallel_for(n_rows, 1, [&fn](std::int64_t b, std::int64_t e) { fn(b, e); });
+}
+
+void FastBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
+                        TensorRef out) {
+  if (!fast_weight_dtype(table.dtype) || out.dtype != DType::F32)
+    return ReferenceBackend::embed(table, ids, scale, out);
+  AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
+  const std::size_t row_bytes = static_cast<std::size_t>(table.cols) * dtype_size(table.dtype);
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    AKV_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id out of vocabulary (validated upstream)");
+    float* y = out.row<float>(i);
+    kernels_.to_f32(static_cast<const char*>(table.data) + ids[i] * row_bytes, table.dtype, out.cols, y);
+    if (scale != 1.0f)
+      for (std::int64_t c = 0; c < out.cols; ++c) y[c] *= scale;
+  }
+}
+
+void FastBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                           TensorRef out) {
+  if (x.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(w.dtype))
+    return ReferenceBackend::rms_norm(x, w, eps, weight_offset, out);
+  const std::int64_t group = w.cols;
+  AKV_CHECK(x.cols % group == 0 && out.cols == x.cols && out.rows == x.rows, "rms_norm shape");
+  norm_weight_.resize(static_cast<std::size_t>(group));
+  kernels_.to_f32(w.data, w.dtype, group, norm_weight_.data());
+  for (float& v : norm_weight_) v += weight_offset;
+  const float* wf = norm_weight_.data();
+  for_rows(x.rows, x.cols, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.row<float>(r);
+      float* yr = out.row<float>(r);
+      for (std::int64_t g0 = 0; g0 < x.cols; g0 += group) {
+        const float ss = kernels_.sum_squares(xr + g0, group);
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(group) + eps);
+        for (std::int64_t c = 0; c < group; ++c) yr[g0 + c] = xr[g0 + c] * inv * wf[c];
+      }
+    }
+  });
+}
+
+void FastBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  const bool has_bias = bias != nullptr && !bias->empty();
+  if (x.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(w.dtype) ||
+      (has_bias && !fast_weight_dtype(bias->dtype)))
+    return ReferenceBackend::matmul(x, w, bias, out);
+  AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
+  const GemvArgs a{.x = x.row<float>(0), .x_stride = x.stride, .n_rows = x.rows,
+                   .w = w.data, .w_dtype = w.dtype, .k = w.cols,
+                   .bias = has_bias ? bias->data : nullptr,
+                   .bias_dtype = has_bias ? bias->dtype : DType::F32,
+                   .out = out.row<float>(0), .out_stride = out.stride};
+  if (x.rows == 0 || w.rows == 0) return;
+  if (x.rows >= kGemmMinRows) return matmul_blas(pool_, kernels_, scratch_, a, w.rows);
+  const Kernels& k = kernels_;
+  pool_.parallel_for(w.rows, 16, [&a, &k](std::int64_t b, std::int64_t e) { k.gemv(a, b, e); });
+}
+
+void FastBackend::add(TensorRef acc, TensorRef x) {
+  if (acc.dtype != DType::F32 || x.dtype != DType::F32) return ReferenceBackend::add(acc, x);
+  AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  for_rows(acc.rows, acc.cols, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* a = acc.row<float>(r);
+      const float* b = x.row<float>(r);
+      for (std::int64_t c = 0; c < acc.cols; ++c) a[c] += b[c];
+    }
+  });
+}
+
+void FastBackend::update_rope_table(const RopeParams& rope, std::span<const std::int32_t> positions) {
+  RopeTable& t = rope_table_;
+  const bool same = t.scaling == rope.attention_scaling &&
+                    std::equal(t.inv_freq.begin(), t.inv_freq.end(), rope.inv_freq.begin(),
+                               rope.inv_freq.end()) &&
+                    std::equal(t.positions.begin(), t.positions.end(), positions.begin(), positions.end());
+  if (same) return;
+  t.inv_freq.assign(rope.inv_freq.begin(), rope.inv_freq.end());
+  t.scaling = rope.attention_scaling;
+  t.positions.assign(positions.begin(), positions.end());
+  const std::size_t half = t.inv_freq.size();
+  t.cos.resize(positions.size() * half);
+  t.sin.resize(positions.size() * half);
+  for (std::size_t r = 0; r < positions.size(); ++r) {
+    for (std::size_t i = 0; i < half; ++i) {
+      const double angle = double(positions[r]) * t.inv_freq[i];
+      t.cos[r * half + i] = static_cast<float>(std::cos(angle) * t.scaling);
+      t.sin[r * half + i] = static_cast<float>(std::sin(angle) * t.scaling);
+    }
+  }
+}
+
+void FastBackend::rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+                       std::span<const std::int32_t> positions) {
+  if (x.dtype != DType::F32) return ReferenceBackend::rope(x, head_dim, rope, positions);
+  AKV_CHECK(x.cols % head_dim == 0 && rope.rotary_dim <= head_dim, "rope shape");
+  AKV_CHECK(static_cast<std::int64_t>(positions.size()) == x.rows, "rope positions");
+  const std::int64_t half = rope.rotary_dim / 2;
+  AKV_CHECK(static_cast<std::int64_t>(rope.inv_freq.size()) >= half, "rope frequencies");
+  update_rope_table({rope.inv_freq.first(static_cast<std::size_t>(half)), rope.rotary_dim,
+                     rope.attention_scaling},
+                    positions);
+  const float* cos_t = rope_table_.cos.data();
+  const float* sin_t = rope_table_.sin.data();
+  for_rows(x.rows, x.cols, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* xr = x.row<float>(r);
+      const float* c = cos_t + r * half;
+      const float* s = sin_t + r * half;
+      for (std::int64_t h0 = 0; h0 < x.cols; h0 += head_dim) {
+        float* a = xr + h0;
+        float* b = xr + h0 + half;
+        for (std::int64_t i = 0; i < half; ++i) {
+          const float x1 = a[i], x2 = b[i];
+          a[i] = x1 * c[i] - x2 * s[i];
+          b[i] = x2 * c[i] + x1 * s[i];
+        }
+      }
+    }
+  });
+}
+
+void FastBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer,
+                            const ForwardBatch& batch, const AttentionParams& p, TensorRef out) {
+  if (q.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(kv.layout.dtype))
+    return ReferenceBackend::attention(q, kv, layer, batch, p, out);
+  attention_fast(pool_, kernels_, scratch_, attention_tasks_, q, kv, layer, batch, p, out);
+}
+
+void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {
+  if (gate.dtype != DType::F32 || up.dtype != DType::F32 || out.dtype != DType::F32)
+    return ReferenceBackend::glu(gate, up, act, out);
+  AKV_CHECK(gate.rows == up.rows && gate.cols == up.cols && out.cols == gate.cols &&
+                out.rows == gate.rows, "glu shape");
+  const GluKind kind = act == GluActivation::Silu ? GluKind::Silu : GluKind::GeluTanh;
+  for_rows(gate.rows, gate.cols, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      kernels_.glu(gate.row<float>(r), up.row<float>(r), out.row<float>(r), gate.cols, kind);
+  });
+}
+
+}  // namespace akv

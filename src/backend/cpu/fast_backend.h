@@ -1,0 +1,69 @@
+// The fast CPU backend: the reference backend's memory model (host memory, zero-copy weights)
+// with the hot ops replaced by threaded SIMD kernels (decode matmul, element-wise ops) and
+// OpenBLAS sgemm (prefill matmul, attention tiles). Activations are f32; weights F32, BF16 or
+// F16. Anything else (other dtypes, rare ops) falls back to the reference implementation.
+// Results differ from the reference only by f32 rounding (see tests/backend for the bounds).
+#pragma once
+
+#include <vector>
+
+#include "backend/cpu/attention_fast.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
+#include "backend/cpu/reference_backend.h"
+
+namespace akv {
+
+class FastBackend : public ReferenceBackend {
+ public:
+  // Matmuls with at least this many input rows go to sgemm; fewer stream each weight row once
+  // through the GEMV kernel (decode and small batches).
+  static constexpr std::int64_t kGemmMinRows = 8;
+
+  // n_threads <= 0: one per hardware thread. `isa` must be supported by the CPU (tests pick
+  // each one in turn). Puts OpenBLAS in single-threaded mode for the whole process: the
+  // backend's own pool supplies the parallelism, and two pools spinning on the same cores
+  // would slow each other down.
+  explicit FastBackend(int n_threads = 0, Isa isa = best_isa());
+
+  std::string_view name() const override { return "cpu-fast"; }
+  int n_threads() const { return pool_.n_threads(); }
+  Isa isa() const { return isa_; }
+
+  void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
+             TensorRef out) override;
+  void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                TensorRef out) override;
+  void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) override;
+  void add(TensorRef acc, TensorRef x) override;
+  void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+            std::span<const std::int32_t> positions) override;
+  void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
+                 const AttentionParams& p, TensorRef out) override;
+  void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+
+ private:
+  // Runs fn(row_begin, row_end) over n rows, on the pool when the op is big enough to pay
+  // for waking it (elements = rows x cols).
+  template <typename Fn>
+  void for_rows(std::int64_t n_rows, std::int64_t cols, const Fn& fn);
+  // cos/sin of every (row, frequency) of a rope call; kept while q and k of a layer (and
+  // the layers after it) ask for the same positions and frequencies.
+  void update_rope_table(const RopeParams& rope, std::span<const std::int32_t> positions);
+
+  Isa isa_;
+  const Kernels& kernels_;
+  ThreadPool pool_;
+  ThreadScratch scratch_;
+  std::vector<AttentionTask> attention_tasks_;
+  std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
+
+  struct RopeTable {
+    std::vector<double> inv_freq;
+    double scaling = 0.0;
+    std::vector<std::int32_t> positions;
+    std::vector<float> cos, sin;  // [n_rows, rotary_dim / 2]
+  } rope_table_;
+};
+
+}  // namespace akv
