@@ -1,0 +1,131 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/check.h"
+
+namespace akv {
+
+void log_softmax(std::span<const float> logits, std::span<float> out) {
+  AKV_CHECK(out.size() == logits.size() && !logits.empty(), "log_softmax sizes");
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max);
+  const double log_sum = std::log(sum) + max;
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - log_sum);
+}
+
+Sampler::Sampler(const SamplingParams& params, std::int32_t vocab_size, std::uint64_t seed,
+                 std::span<const std::int32_t> prompt)
+    : params_(params),
+      rng_(params.seed.value_or(seed)),
+      generated_count_(vocab_size, 0),
+      seen_(vocab_size, false),
+      work_(vocab_size),
+      logprobs_(vocab_size),
+      order_(vocab_size) {
+  for (std::int32_t t : prompt)
+    if (t >= 0 && t < vocab_size) seen_[t] = true;
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, std::vector<TokenLogprob>& top) {
+  const auto vocab = static_cast<std::int32_t>(work_.size());
+  AKV_CHECK(static_cast<std::int32_t>(logits.size()) == vocab, "logits size is not the vocabulary size");
+  log_softmax(logits, logprobs_);
+  top.clear();
+  if (n_top > 0) {
+    const std::int32_t n = std::min(n_top, vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), [&](std::int32_t a, std::int32_t b) {
+      return logprobs_[a] > logprobs_[b] || (logprobs_[a] == logprobs_[b] && a < b);
+    });
+    for (std::int32_t i = 0; i < n; ++i) top.push_back({order_[i], logprobs_[order_[i]]});
+  }
+
+  std::copy(logits.begin(), logits.end(), work_.begin());
+  apply_penalties(work_);
+  std::int32_t token = 0;
+  if (params_.temperature <= 0.0f || params_.top_k == 1) {
+    for (std::int32_t i = 1; i < vocab; ++i)
+      if (work_[i] > work_[token]) token = i;
+  } else {
+    token = draw(work_);
+  }
+  ++generated_count_[token];
+  seen_[token] = true;
+  return {token, logprobs_[token]};
+}
+
+void Sampler::apply_penalties(std::vector<float>& x) const {
+  const float rep = params_.repetition_penalty;
+  const float pres = params_.presence_penalty, freq = params_.frequency_penalty;
+  if (rep != 1.0f) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (seen_[i]) x[i] = x[i] > 0 ? x[i] / rep : x[i] * rep;
+  }
+  if (pres != 0.0f || freq != 0.0f) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (const std::int32_t c = generated_count_[i]; c > 0) x[i] -= freq * static_cast<float>(c) + pres;
+  }
+}
+
+std::int32_t Sampler::draw(std::vector<float>& x) {
+  const auto vocab = static_cast<std::int32_t>(x.size());
+  const float inv_t = 1.0f / params_.temperature;
+  for (float& v : x) v *= inv_t;
+  auto better = [&](std::int32_t a, std::int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+
+  // Candidates in order_[0, n); sorted best first once any filter needs ranks.
+  std::iota(order_.begin(), order_.end(), 0);
+  std::int32_t n = vocab;
+  bool sorted = false;
+  if (params_.top_k > 0 && params_.top_k < vocab) {
+    n = params_.top_k;
+    std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), better);
+    sorted = true;
+  }
+  if (!sorted && (params_.top_p < 1.0f || params_.min_p > 0.0f)) {
+    std::sort(order_.begin(), order_.end(), better);
+    sorted = true;
+  }
+  float max = x[order_[0]];
+  if (!sorted)
+    for (std::int32_t i = 0; i < n; ++i) max = std::max(max, x[order_[i]]);
+  // Unnormalised probabilities; the best candidate has weight 1 when sorted.
+  double total = 0.0;
+  for (std::int32_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(x[order_[i]]) - max);
+  if (params_.top_p < 1.0f) {
+    double cum = 0.0;
+    std::int32_t keep = 0;
+    while (keep < n) {
+      cum += std::exp(static_cast<double>(x[order_[keep]]) - max);
+      ++keep;
+      if (cum >= params_.top_p * total) break;
+    }
+    n = keep;
+    total = cum;
+  }
+  if (params_.min_p > 0.0f) {
+    double kept = 0.0;
+    std::int32_t keep = 0;
+    for (; keep < n; ++keep) {
+      const double w = std::exp(static_cast<double>(x[order_[keep]]) - max);
+      if (keep > 0 && w < params_.min_p) break;  // p / p_max < min_p
+      kept += w;
+    }
+    n = keep;
+    total = kept;
+  }
+  double u = uniform01() * total;
+  for (std::int32_t i = 0; i < n; ++i) {
+    u -= std::exp(static_cast<double>(x[order_[i]]) - max);
+    if (u < 0) return order_[i];
+  }
+  return order_[n - 1];  // rounding left a sliver of mass
+}
+
+double Sampler::uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+}  // namespace akv

@@ -1,0 +1,48 @@
+// Picks the next token of one request from its logits: penalties, temperature, top-k, top-p,
+// min-p, then a draw from the request's own RNG (so a seed gives the same tokens whatever else
+// is in the batch). Also reports the token's logprob and the top-N alternatives under the raw
+// model distribution. One Sampler per request; scratch is allocated once, at construction.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace akv {
+
+struct SampleResult {
+  std::int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+class Sampler {
+ public:
+  // `seed` is used when params.seed is unset (the engine passes a fresh random one).
+  Sampler(const SamplingParams& params, std::int32_t vocab_size, std::uint64_t seed,
+          std::span<const std::int32_t> prompt);
+
+  // Samples from logits [vocab_size]; fills `top` with n_top best (id, logprob), best first.
+  // Records the chosen token for the penalties of later steps.
+  SampleResult sample(std::span<const float> logits, std::int32_t n_top, std::vector<TokenLogprob>& top);
+
+ private:
+  void apply_penalties(std::vector<float>& x) const;
+  std::int32_t draw(std::vector<float>& x);
+  double uniform01();
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::int32_t> generated_count_;  // [vocab] times generated
+  std::vector<bool> seen_;                     // [vocab] in prompt or generated
+  std::vector<float> work_;                    // [vocab] adjusted logits
+  std::vector<float> logprobs_;                // [vocab] raw log-softmax
+  std::vector<std::int32_t> order_;            // [vocab] candidate ids
+};
+
+// log_softmax of `logits` into `out` (same size), accumulated in double.
+void log_softmax(std::span<const float> logits, std::span<float> out);
+
+}  // namespace akv
