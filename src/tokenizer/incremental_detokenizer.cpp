@@ -15,6 +15,16 @@ bool ends_with_replacement(const std::string& s) {
          s.compare(s.size() - kReplacementChar.size(), kReplacementChar.size(), kReplacementChar) == 0;
 }
 
+// The text of new_text after prefix_text. When the newest ids changed how earlier bytes
+// decode (a byte-fallback group that had been given up on as U+FFFD and now completes), the
+// texts diverge: cut at the next character boundary so the result stays valid UTF-8.
+std::string text_after(const std::string& new_text, const std::string& prefix_text) {
+  if (new_text.size() <= prefix_text.size()) return "";
+  size_t cut = prefix_text.size();
+  while (cut < new_text.size() && (static_cast<unsigned char>(new_text[cut]) & 0xC0) == 0x80) ++cut;
+  return new_text.substr(cut);
+}
+
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
@@ -28,7 +38,7 @@ std::string IncrementalDetokenizer::feed(int32_t id) {
   std::string new_text = tokenizer_->decode(all, skip_special_tokens_);
   bool incomplete = ends_with_replacement(new_text) && window_.size() - read_offset_ < kMaxPendingIds;
   if (incomplete || new_text.size() <= prefix_text.size()) return "";
-  std::string delta = new_text.substr(prefix_text.size());
+  std::string delta = text_after(new_text, prefix_text);
   // Keep the last emitted ids as left context for the decoders (e.g. Strip of a leading space).
   window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
   read_offset_ = window_.size();
@@ -41,8 +51,7 @@ std::string IncrementalDetokenizer::flush() {
   std::string new_text = tokenizer_->decode(all, skip_special_tokens_);
   window_.clear();
   read_offset_ = 0;
-  if (new_text.size() <= prefix_text.size()) return "";
-  return new_text.substr(prefix_text.size());
+  return text_after(new_text, prefix_text);
 }
 
 }  // namespace akv
