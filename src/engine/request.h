@@ -46,8 +46,10 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
-enum class EventKind { Token, Error, Finished };
+enum class EventKind { Started, Token, Error, Finished };
 
+// Started: once, when the request is first admitted; usage has prompt_tokens and cached_tokens
+// (the prefix found in the cache), so a client can be told before the first token.
 // Token: one generated token. Error: a message, always followed by Finished{Error}.
 // Finished: the last event of every request, exactly once.
 struct EngineEvent {

@@ -1,0 +1,245 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "base/check.h"
+#include "base/error.h"
+
+namespace akv {
+
+struct Engine::Active : Sequence {
+  Active(RequestId rid, GenerateRequest r, EventCallback cb, std::int32_t vocab, std::uint64_t seed)
+      : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling, vocab, seed, request.prompt) {
+    id = arrival = rid;
+    ns = request.ns;
+    tokens = request.prompt;
+    tokens.reserve(tokens.size() + static_cast<std::size_t>(request.max_tokens) + 1);
+    n_prompt = n_tokens();
+  }
+  GenerateRequest request;
+  EventCallback on_event;
+  Sampler sampler;
+};
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::int32_t context_limit(const ModelConfig& c, const EngineConfig& e) {
+  const std::int64_t kv_positions = std::int64_t{e.n_blocks} * e.block_size;
+  const std::int64_t model = c.max_position_embeddings > 0 ? c.max_position_embeddings : kv_positions;
+  return static_cast<std::int32_t>(std::min(kv_positions, model));
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig config)
+    : model_(std::move(model)),
+      backend_(backend),
+      config_(config),
+      max_context_(context_limit(model_->config(), config_)),
+      kv_storage_(backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size))),
+      kv_(config_.n_blocks, config_.block_size, KvManager::backend_copier(backend_, kv_storage_)),
+      scheduler_(config_.scheduler, kv_),
+      runner_(*model_, kv_storage_),
+      stats_(config_.stats_ring),
+      seed_base_(std::random_device{}()) {
+  event_.top_logprobs.reserve(64);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Engine::validate(const GenerateRequest& r) const {
+  auto bad = [](const std::string& what) { throw Error(ErrorKind::InvalidArgument, what); };
+  const std::int64_t vocab = model_->config().vocab_size;
+  if (r.prompt.empty()) bad("the prompt has no tokens");
+  for (std::int32_t t : r.prompt)
+    if (t < 0 || t >= vocab)
+      bad("token id " + std::to_string(t) + " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+  if (static_cast<std::int64_t>(r.prompt.size()) >= max_context_)
+    bad("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+        std::to_string(max_context_) + " including at least one generated token");
+  if (r.max_tokens < 1) bad("max_tokens must be at least 1");
+  if (r.n_logprobs < 0 || r.n_logprobs > 20) bad("logprobs must be in [0, 20]");
+  const SamplingParams& s = r.sampling;
+  if (!(s.temperature >= 0.0f)) bad("temperature must be >= 0");
+  if (s.top_k < 0) bad("top_k must be >= 0");
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
+  if (!(s.repetition_penalty > 0.0f)) bad("repetition_penalty must be > 0");
+}
+
+RequestId Engine::submit(GenerateRequest request, EventCallback on_event) {
+  validate(request);
+  const auto vocab = static_cast<std::int32_t>(model_->config().vocab_size);
+  std::unique_lock lock(mu_);
+  const RequestId id = next_id_++;
+  const std::uint64_t seed = splitmix64(seed_base_ ^ id);
+  lock.unlock();
+  auto active = std::make_unique<Active>(id, std::move(request), std::move(on_event), vocab, seed);
+  lock.lock();
+  inbox_.push_back(std::move(active));
+  lock.unlock();
+  wake_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mu_);
+    cancel_inbox_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+EngineMetrics Engine::metrics() const { return {stats_.totals(), stats_.snapshot()}; }
+
+void Engine::loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] {
+      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() ||
+             scheduler_.n_running() + scheduler_.n_waiting() > 0;
+    });
+    if (stop_) break;
+    admitted_.swap(inbox_);
+    cancelled_.swap(cancel_inbox_);
+    lock.unlock();
+    for (std::unique_ptr<Active>& a : admitted_) {
+      scheduler_.add(a.get());
+      const RequestId id = a->id;
+      active_.emplace(id, std::move(a));
+    }
+    admitted_.clear();
+    for (RequestId id : cancelled_)
+      if (auto it = active_.find(id); it != active_.end()) finish(*it->second, FinishReason::Cancelled);
+    cancelled_.clear();
+    if (scheduler_.n_running() + scheduler_.n_waiting() > 0) step();
+    lock.lock();
+  }
+  // Shutting down: nothing is left half-open.
+  for (std::unique_ptr<Active>& a : inbox_) active_.emplace(a->id, std::move(a));
+  inbox_.clear();
+  lock.unlock();
+  while (!active_.empty()) finish(*active_.begin()->second, FinishReason::Cancelled);
+}
+
+void Engine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepPlan& plan = scheduler_.schedule();
+  StepStats st;
+  st.step = stats_.steps.load(std::memory_order_relaxed);
+  st.batch_size = static_cast<std::int32_t>(plan.chunks.size());
+  st.decode_tokens = plan.n_decode_tokens;
+  st.prefill_tokens = plan.n_tokens - plan.n_decode_tokens;
+  st.prefix_hit_tokens = plan.n_prefix_hit_tokens;
+  st.preempted = static_cast<std::int32_t>(plan.preempted.size());
+
+  // The plan's vectors stay valid until the next schedule(); finishing a request only removes
+  // it from the scheduler's queues. Copy what we finish out first, since finish() destroys it.
+  finishing_.clear();
+  for (Sequence* s : plan.failed) finishing_.push_back(static_cast<Active*>(s));
+  for (Active* a : finishing_) finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
+
+  if (!plan.chunks.empty()) {
+    bool ran = false;
+    try {
+      runner_.run(plan);
+      ran = true;
+    } catch (const std::exception& e) {
+      finishing_.clear();
+      for (const ScheduledChunk& c : plan.chunks) finishing_.push_back(static_cast<Active*>(c.seq));
+      for (Active* a : finishing_) finish(*a, FinishReason::Error, e.what());
+    }
+    if (ran) {
+      for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+        Active& a = static_cast<Active&>(*plan.chunks[i].seq);
+        a.n_computed += plan.chunks[i].n_tokens;
+        kv_.commit(a.kv, a.tokens, a.n_computed);
+        if (a.remaining() == 0) advance(a, runner_.logits_for(i));
+      }
+    }
+  }
+
+  st.running = scheduler_.n_running();
+  st.waiting = scheduler_.n_waiting();
+  st.kv = kv_.usage();
+  st.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);
+  stats_.steps.fetch_add(1, std::memory_order_relaxed);
+  stats_.record(st);
+}
+
+void Engine::advance(Active& a, std::span<const float> logits) {
+  SampleResult r;
+  try {
+    r = a.sampler.sample(logits, a.request.n_logprobs, event_.top_logprobs);
+  } catch (const std::exception& e) {
+    finish(a, FinishReason::Error, e.what());
+    return;
+  }
+  a.tokens.push_back(r.token);
+  event_.kind = EventKind::Token;
+  event_.request = a.id;
+  event_.token = r.token;
+  event_.logprob = r.logprob;
+  if (!emit(a, event_)) {
+    finish(a, FinishReason::Cancelled);
+    return;
+  }
+  const auto& stops = a.request.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), r.token) != stops.end())
+    finish(a, FinishReason::Stop);
+  else if (a.n_generated() >= a.request.max_tokens || a.n_tokens() >= max_context_)
+    finish(a, FinishReason::Length);
+}
+
+bool Engine::emit(Active& a, const EngineEvent& e) {
+  try {
+    if (a.on_event) a.on_event(e);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
+  const Usage usage{.prompt_tokens = a.n_prompt,
+                    .cached_tokens = std::max(0, a.n_cached_prompt),
+                    .generated_tokens = a.n_generated()};
+  EngineEvent e;
+  e.request = a.id;
+  e.usage = usage;
+  if (!error.empty()) {
+    e.kind = EventKind::Error;
+    e.error = std::string(error);
+    emit(a, e);
+  }
+  e.kind = EventKind::Finished;
+  e.finish_reason = reason;
+  emit(a, e);
+  stats_.requests_finished.fetch_add(1, std::memory_order_relaxed);
+  stats_.prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.prompt_tokens), std::memory_order_relaxed);
+  stats_.cached_prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.cached_tokens), std::memory_order_relaxed);
+  stats_.generated_tokens.fetch_add(static_cast<std::uint64_t>(usage.generated_tokens), std::memory_order_relaxed);
+  scheduler_.finish(&a);
+  active_.erase(a.id);  // destroys `a`
+}
+
+}  // namespace akv

@@ -1,0 +1,95 @@
+// The engine: one thread that owns the model and the KV cache and runs the step loop
+// (architecture.md §2): admit submissions and cancellations -> schedule -> run the batch ->
+// sample -> emit events. Any thread may submit, cancel and read metrics. The loop never throws:
+// a failing step ends the requests in it with an error; the others keep going.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/step_stats.h"
+#include "kv/kv_manager.h"
+#include "models/model.h"
+
+namespace akv {
+
+struct EngineConfig {
+  std::int32_t block_size = 16;   // token positions per KV block
+  std::int32_t n_blocks = 1024;   // KV blocks (device memory = n_blocks * block bytes)
+  SchedulerConfig scheduler;
+  std::size_t stats_ring = 1024;  // steps kept for metrics
+};
+
+class Engine {
+ public:
+  // Allocates the KV cache on `backend` and starts the engine thread. The backend must outlive
+  // the engine; the engine owns the model.
+  Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig config);
+  // Stops the thread; requests still open get Finished{Cancelled}.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; events go to on_event on the engine thread. Thread-safe.
+  // Throws Error{InvalidArgument} for an empty prompt, a token outside the vocabulary, a prompt
+  // that leaves no room for one token in the context, max_tokens < 1 or bad sampling values.
+  RequestId submit(GenerateRequest request, EventCallback on_event);
+  // Ends a request with Finished{Cancelled} at the next step and frees its KV. Thread-safe;
+  // a no-op for unknown or finished ids.
+  void cancel(RequestId id);
+
+  EngineMetrics metrics() const;
+  const ModelConfig& model_config() const { return model_->config(); }
+  // Most tokens (prompt + generated) one sequence may hold.
+  std::int32_t max_context() const { return max_context_; }
+
+ private:
+  struct Active;  // a request inside the engine (a Sequence plus its sampler and callback)
+
+  void validate(const GenerateRequest& r) const;
+  void loop();
+  bool take_inbox(std::unique_lock<std::mutex>& lock);
+  void step();
+  void advance(Active& a, std::span<const float> logits);
+  bool emit(Active& a, const EngineEvent& e);
+  void finish(Active& a, FinishReason reason, std::string_view error = {});
+
+  std::unique_ptr<Model> model_;
+  Backend& backend_;
+  EngineConfig config_;
+  std::int32_t max_context_;
+  KvStorage kv_storage_;
+  KvManager kv_;
+  Scheduler scheduler_;
+  StepRunner runner_;
+  StepStatsRing stats_;
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Active>> active_;
+  std::vector<std::unique_ptr<Active>> admitted_;
+  std::vector<RequestId> cancelled_;
+  std::vector<Active*> finishing_;
+  EngineEvent event_;
+
+  // Shared with submitters, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Active>> inbox_;
+  std::vector<RequestId> cancel_inbox_;
+  bool stop_ = false;
+  RequestId next_id_ = 1;
+  std::uint64_t seed_base_;
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace akv

@@ -1,0 +1,45 @@
+#include "engine/runner.h"
+
+#include "base/check.h"
+
+namespace akv {
+
+StepRunner::StepRunner(Model& model, KvStorage& kv)
+    : model_(model), kv_(kv), vocab_(model.config().vocab_size) {}
+
+void StepRunner::run(const StepPlan& plan) {
+  tokens_.clear();
+  positions_.clear();
+  logit_rows_.clear();
+  chunk_logit_index_.clear();
+  chunks_.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    const Sequence& s = *c.seq;
+    AKV_CHECK(c.n_tokens >= 1 && c.n_tokens <= s.remaining(), "chunk outside the sequence's tokens");
+    const auto first_row = static_cast<std::int32_t>(tokens_.size());
+    for (std::int32_t t = 0; t < c.n_tokens; ++t) {
+      tokens_.push_back(s.tokens[s.n_computed + t]);
+      positions_.push_back(s.n_computed + t);
+    }
+    chunks_.push_back({.first_row = first_row,
+                       .n_tokens = c.n_tokens,
+                       .start_pos = s.n_computed,
+                       .block_table = s.kv.block_table()});
+    const bool wants_logits = c.n_tokens == s.remaining();
+    chunk_logit_index_.push_back(wants_logits ? static_cast<std::int32_t>(logit_rows_.size()) : -1);
+    if (wants_logits) logit_rows_.push_back(first_row + c.n_tokens - 1);
+  }
+  const std::size_t n_logits = logit_rows_.size() * static_cast<std::size_t>(vocab_);
+  if (logits_.size() < n_logits) logits_.resize(n_logits);
+  const ForwardBatch batch{
+      .tokens = tokens_, .positions = positions_, .sequences = chunks_, .logit_rows = logit_rows_};
+  model_.forward(batch, kv_, std::span<float>(logits_).first(n_logits));
+}
+
+std::span<const float> StepRunner::logits_for(std::size_t chunk) const {
+  const std::int32_t i = chunk_logit_index_.at(chunk);
+  if (i < 0) return {};
+  return std::span<const float>(logits_).subspan(static_cast<std::size_t>(i) * vocab_, vocab_);
+}
+
+}  // namespace akv
