@@ -1,0 +1,262 @@
+// Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16 with
+// f32 accumulators) for BF16 KV and head_dim 64 or 128. One block = 64 query rows of one
+// sequence chunk and one head, 4 warps of 16 rows; key/value tiles of 64 positions are gathered
+// through the block table with cp.async into padded shared memory, two stages deep. Causal and
+// sliding-window masks and the logit softcap are applied to the f32 scores; P stays in registers.
+#include <cmath>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace akv::cuda {
+namespace {
+
+constexpr int kRows = kPrefillTileRows;  // query rows per block (4 warps x 16)
+constexpr int kKeys = 64;                // keys per tile
+constexpr int kThreads = 128;
+constexpr int kPad = 8;                  // bf16 elements of row padding: conflict-free fragments
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ void mma_bf16(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kN>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kN) : "memory");
+}
+
+template <int D>
+constexpr int smem_bytes() {
+  return (kRows + 4 * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
+                             std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
+  constexpr int LD = D + kPad;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [kRows][LD]
+  bf16* Ks = Qs + kRows * LD;                 // [2][kKeys][LD]
+  bf16* Vs = Ks + 2 * kKeys * LD;             // [2][kKeys][LD]
+
+  const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.x);  // longest tiles first
+  const int h = blockIdx.y;
+  const std::int32_t* info = b.seq_info + 4 * b.tiles[2 * tile];
+  const int q0 = b.tiles[2 * tile + 1];
+  const int first_row = info[0] + q0;
+  const int rows = min(kRows, info[1] - q0);
+  const int pos0 = info[2] + q0;
+  const int last = pos0 + rows - 1;
+  const int lo = a.window > 0 ? max(0, pos0 - a.window + 1) : 0;
+  const std::int32_t* table = b.tables + info[3];
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const bf16* kc = static_cast<const bf16*>(kv.k);
+  const bf16* vc = static_cast<const bf16*>(kv.v);
+
+  auto load_kv = [&](int buf, int kb) {
+    for (int i = tid; i < kKeys * (D / 8); i += kThreads) {
+      const int r = i / (D / 8), c8 = (i % (D / 8)) * 8;
+      const int p = kb + r;
+      bf16* kd = Ks + (buf * kKeys + r) * LD + c8;
+      bf16* vd = Vs + (buf * kKeys + r) * LD + c8;
+      if (p <= last) {
+        const std::int64_t row = std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
+        const std::int64_t off = row * kv.row_width + std::int64_t{kvh} * D + c8;
+        cp_async16(kd, kc + off);
+        cp_async16(vd, vc + off);
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  };
+
+  const int n_kt = (last - lo + kKeys) / kKeys;
+  load_kv(0, lo);
+
+  for (int i = tid; i < kRows * (D / 4); i += kThreads) {
+    const int r = i / (D / 4), c4 = (i % (D / 4)) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows) v = *reinterpret_cast<const float4*>(q + (first_row + r) * qs + std::int64_t{h} * D + c4);
+    *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4) = pack_bf16(v.x, v.y);
+    *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4 + 2) = pack_bf16(v.z, v.w);
+  }
+  __syncthreads();
+  std::uint32_t qf[D / 16][4];
+  {
+    const bf16* qw = Qs + warp * 16 * LD;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      qf[ks][0] = *reinterpret_cast<const std::uint32_t*>(qw + g * LD + ks * 16 + 2 * c);
+      qf[ks][1] = *reinterpret_cast<const std::uint32_t*>(qw + (g + 8) * LD + ks * 16 + 2 * c);
+      qf[ks][2] = *reinterpret_cast<const std::uint32_t*>(qw + g * LD + ks * 16 + 8 + 2 * c);
+      qf[ks][3] = *reinterpret_cast<const std::uint32_t*>(qw + (g + 8) * LD + ks * 16 + 8 + 2 * c);
+    }
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const int qpos[2] = {pos0 + warp * 16 + g, pos0 + warp * 16 + g + 8};
+
+  for (int it = 0; it < n_kt; ++it) {
+    const int kb = lo + it * kKeys;
+    if (it + 1 < n_kt) {
+      load_kv((it + 1) & 1, kb + kKeys);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* Kt = Ks + (it & 1) * kKeys * LD;
+    const bf16* Vt = Vs + (it & 1) * kKeys * LD;
+
+    float sc[kKeys / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+      const bf16* kr = Kt + (nt * 8 + g) * LD + 2 * c;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(kr + ks * 16);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(kr + ks * 16 + 8);
+        mma_bf16(sc[nt], qf[ks], b0, b1);
+      }
+    }
+
+    float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int key = kb + nt * 8 + 2 * c + (e & 1);
+        float s = sc[nt][e] * a.scale;
+        if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+        const bool ok = key <= qpos[r] && (a.window <= 0 || key > qpos[r] - a.window);
+        s = ok ? s : -INFINITY;
+        sc[nt][e] = s;
+        mx[r] = fmaxf(mx[r], s);
+      }
+    }
+    float base[2], corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+      corr[r] = __expf(m_run[r] - base[r]);
+      m_run[r] = mx[r];
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = __expf(sc[nt][e] - base[e >> 1]);
+        sc[nt][e] = p;
+        rs[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * corr[r] + rs[r];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr[0];
+      o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1];
+      o[dt][3] *= corr[1];
+    }
+
+#pragma unroll
+    for (int j = 0; j < kKeys / 16; ++j) {
+      const std::uint32_t pa[4] = {pack_bf16(sc[2 * j][0], sc[2 * j][1]), pack_bf16(sc[2 * j][2], sc[2 * j][3]),
+                                   pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                                   pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+      const bf16* vrow = Vt + (j * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        std::uint32_t r0, r1, r2, r3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                     : "r"(smem_addr(vrow + dt * 8)));
+        mma_bf16(o[dt], pa, r0, r1);
+        mma_bf16(o[dt + 1], pa, r2, r3);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= rows) continue;
+    const float inv = 1.0f / l;
+    float* orow = out + (first_row + row) * os + std::int64_t{h} * D + 2 * c;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      orow[dt * 8] = o[dt][2 * r] * inv;
+      orow[dt * 8 + 1] = o[dt][2 * r + 1] * inv;
+    }
+  }
+}
+
+template <int D>
+void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
+              Stream s) {
+  static bool attribute_set = false;  // the engine thread is the only caller
+  if (!attribute_set) {
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        smem_bytes<D>()));
+    attribute_set = true;
+  }
+  prefill_attention_kernel<D><<<dim3(b.n_tiles, a.n_heads), kThreads, smem_bytes<D>(), s>>>(
+      static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride, kv, b, a);
+}
+
+}  // namespace
+
+bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim) {
+  return kv_dtype == DType::BF16 && (head_dim == 64 || head_dim == 128);
+}
+
+void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
+                              TensorRef out, Stream s) {
+  AKV_CHECK(prefill_attention_supported(kv.dtype, a.head_dim), "prefill attention: BF16 KV, head_dim 64/128");
+  AKV_CHECK(reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0 && kv.row_width % 8 == 0,
+            "prefill attention: q rows and KV rows must be 16-byte aligned");
+  if (b.n_tiles == 0) return;
+  if (a.head_dim == 64)
+    launch_d<64>(q, kv, b, a, out, s);
+  else
+    launch_d<128>(q, kv, b, a, out, s);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace akv::cuda

@@ -1,0 +1,403 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+
+namespace {
+
+constexpr std::size_t kStagingBytes = 64u << 20;  // per pinned weight-upload buffer
+constexpr int kStagingBuffers = 2;
+constexpr int kUploadSlots = 16;
+constexpr std::int64_t kProgressBytes = std::int64_t{1} << 30;
+constexpr std::int32_t kMinPrefillChunk = 16;  // chunks this long use the tensor-core attention
+
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  CudaBuffer(DType dtype, std::int64_t rows, std::int64_t cols, cudaStream_t stream)
+      : dtype_(dtype), rows_(rows), cols_(cols) {
+    AKV_CHECK(rows >= 0 && cols >= 0, "negative buffer shape");
+    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(rows * cols) * dtype_size(dtype), 256);
+    AKV_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    AKV_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes, stream));
+  }
+  ~CudaBuffer() override { cudaFree(data_); }  // cudaFree waits for work still using it
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+
+  TensorRef tensor() const override { return {data_, dtype_, rows_, cols_, cols_}; }
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_;
+  std::int64_t rows_, cols_;
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// The query head group the CUDA-core attention gives one block (see attention.cu).
+int heads_per_block(std::int64_t group) {
+  return group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+}
+
+}  // namespace
+
+bool CudaBackend::device_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  AKV_CUDA_CHECK(cudaSetDevice(device));
+  AKV_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  AKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  AKV_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  AKV_CUDA_CHECK(cudaEventCreateWithFlags(&weights_copied_, cudaEventDisableTiming));
+  AKV_CUBLAS_CHECK(cublasCreate(&blas_));
+  AKV_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  AKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32 for F32 weights
+  slots_.resize(kUploadSlots);
+  for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  cudaStreamSynchronize(copy_stream_);
+  cublasDestroy(blas_);
+  for (void* p : weights_) cudaFree(p);
+  for (void* p : staging_) cudaFreeHost(p);
+  for (cudaEvent_t e : staging_free_) cudaEventDestroy(e);
+  for (UploadSlot& s : slots_) {
+    cudaFreeHost(s.host);
+    cudaFree(s.device);
+    cudaEventDestroy(s.copied);
+  }
+  for (Scratch& s : scratch_) cudaFree(s.ptr);
+  cudaEventDestroy(weights_copied_);
+  cudaStreamDestroy(copy_stream_);
+  cudaStreamDestroy(stream_);
+}
+
+cudaStream_t CudaBackend::stream() {
+  if (weights_pending_) {  // ops wait for the weight copies queued so far
+    AKV_CUDA_CHECK(cudaStreamWaitEvent(stream_, weights_copied_, 0));
+    weights_pending_ = false;
+  }
+  return stream_;
+}
+
+void CudaBackend::synchronize() { AKV_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+// --- memory ------------------------------------------------------------------------------------
+
+WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
+  AKV_CHECK(t.shape.size() == 1 || t.shape.size() == 2, "weights are vectors or matrices");
+  const std::int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
+  const std::int64_t cols = t.shape.back();
+  WeightRef w = alloc_weight(t.dtype, rows, cols);
+  if (staging_.empty()) {
+    for (int i = 0; i < kStagingBuffers; ++i) {
+      void* p = nullptr;
+      cudaEvent_t e = nullptr;
+      AKV_CUDA_CHECK(cudaMallocHost(&p, kStagingBytes));
+      AKV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      staging_.push_back(p);
+      staging_free_.push_back(e);
+    }
+  }
+  // Chunks alternate between the pinned buffers: the host copy into one overlaps the DMA of the other.
+  const std::size_t bytes = t.bytes.size();
+  auto* dst = static_cast<std::uint8_t*>(const_cast<void*>(w.data));
+  for (std::size_t off = 0; off < bytes; off += kStagingBytes) {
+    const std::size_t n = std::min(kStagingBytes, bytes - off);
+    const std::size_t i = staging_next_++ % staging_.size();
+    AKV_CUDA_CHECK(cudaEventSynchronize(staging_free_[i]));
+    std::memcpy(staging_[i], t.bytes.data() + off, n);
+    AKV_CUDA_CHECK(cudaMemcpyAsync(dst + off, staging_[i], n, cudaMemcpyHostToDevice, copy_stream_));
+    AKV_CUDA_CHECK(cudaEventRecord(staging_free_[i], copy_stream_));
+  }
+  AKV_CUDA_CHECK(cudaEventRecord(weights_copied_, copy_stream_));
+  weights_pending_ = true;
+  if (weight_bytes_ - progress_bytes_ >= kProgressBytes) {
+    std::fprintf(stderr, "agentkv: %.1f GiB of weights copied to the GPU\n",
+                 static_cast<double>(weight_bytes_) / static_cast<double>(kProgressBytes));
+    progress_bytes_ = weight_bytes_;
+  }
+  return w;
+}
+
+WeightRef CudaBackend::alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols) {
+  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * dtype_size(dtype);
+  void* d = nullptr;
+  AKV_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes, 256)));
+  weights_.push_back(d);
+  weight_bytes_ += static_cast<std::int64_t>(bytes);
+  return {d, dtype, rows, cols};
+}
+
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc(DType dtype, std::int64_t rows, std::int64_t cols) {
+  return std::make_unique<CudaBuffer>(dtype, rows, cols, stream());
+}
+
+KvStorage CudaBackend::alloc_kv(const KvLayout& layout) {
+  AKV_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 || layout.dtype == DType::F16,
+            "CUDA KV dtype: F32, BF16 or F16");
+  KvStorage kv;
+  kv.layout = layout;
+  const std::int64_t rows = layout.n_blocks * layout.block_size;
+  for (std::int64_t l = 0; l < layout.n_layers; ++l) {
+    for (auto* side : {&kv.k, &kv.v}) {
+      kv.buffers.push_back(alloc(layout.dtype, rows, layout.row_width()));
+      side->push_back(kv.buffers.back()->tensor());
+    }
+  }
+  return kv;
+}
+
+void CudaBackend::download(TensorRef x, std::span<float> host) {
+  AKV_CHECK(x.dtype == DType::F32, "download: F32 tensors only");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "download size mismatch");
+  if (x.rows > 0 && x.cols > 0)
+    AKV_CUDA_CHECK(cudaMemcpy2DAsync(host.data(), x.cols * sizeof(float), x.data, x.stride * sizeof(float),
+                                     x.cols * sizeof(float), x.rows, cudaMemcpyDeviceToHost, stream()));
+  synchronize();
+}
+
+void CudaBackend::upload(std::span<const float> host, TensorRef x) {
+  AKV_CHECK(x.dtype == DType::F32, "upload: F32 tensors only");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "upload size mismatch");
+  if (x.rows == 0 || x.cols == 0) return;
+  AKV_CUDA_CHECK(cudaMemcpy2DAsync(x.data, x.stride * sizeof(float), host.data(), x.cols * sizeof(float),
+                                   x.cols * sizeof(float), x.rows, cudaMemcpyHostToDevice, stream()));
+  synchronize();  // the caller may free `host` on return
+}
+
+void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(src >= 0 && dst >= 0 && src < L.n_blocks && dst < L.n_blocks, "block id out of range");
+  const std::size_t bytes = static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]})
+      AKV_CUDA_CHECK(cudaMemcpyAsync(side->row<char>(std::int64_t{dst} * L.block_size),
+                                     side->row<char>(std::int64_t{src} * L.block_size), bytes,
+                                     cudaMemcpyDeviceToDevice, stream()));
+  }
+}
+
+const void* CudaBackend::upload_small(const void* data, std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  ++use_counter_;
+  UploadSlot* victim = &slots_[0];
+  for (UploadSlot& s : slots_) {
+    if (s.size == bytes && std::memcmp(s.host, data, bytes) == 0) {
+      s.last_use = use_counter_;
+      return s.device;
+    }
+    if (s.last_use < victim->last_use) victim = &s;
+  }
+  UploadSlot& s = *victim;
+  AKV_CUDA_CHECK(cudaEventSynchronize(s.copied));  // its pinned bytes may still be in flight
+  if (s.capacity < bytes) {
+    AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued kernels may still read the old device copy
+    cudaFreeHost(s.host);
+    cudaFree(s.device);
+    s.capacity = std::max<std::size_t>(4096, std::bit_ceil(bytes));
+    AKV_CUDA_CHECK(cudaMallocHost(&s.host, s.capacity));
+    AKV_CUDA_CHECK(cudaMalloc(&s.device, s.capacity));
+  }
+  std::memcpy(s.host, data, bytes);
+  AKV_CUDA_CHECK(cudaMemcpyAsync(s.device, s.host, bytes, cudaMemcpyHostToDevice, stream()));
+  AKV_CUDA_CHECK(cudaEventRecord(s.copied, stream_));
+  s.size = bytes;
+  s.last_use = use_counter_;
+  return s.device;
+}
+
+cuda::DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch) {
+  const auto n_seqs = static_cast<std::int32_t>(batch.sequences.size());
+  const auto n_tokens = static_cast<std::int32_t>(batch.positions.size());
+  std::int32_t n_tiles = 0, n_table = 0, max_chunk = 0, covered = 0;
+  for (const SequenceChunk& s : batch.sequences) {
+    AKV_CHECK(s.first_row >= 0 && s.n_tokens >= 0 && s.first_row + s.n_tokens <= n_tokens, "chunk rows");
+    n_tiles += (s.n_tokens + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows;
+    n_table += static_cast<std::int32_t>(s.block_table.size());
+    max_chunk = std::max(max_chunk, s.n_tokens);
+    covered += s.n_tokens;
+  }
+  AKV_CHECK(covered == n_tokens, "the chunks must cover every token row once");
+  std::vector<std::int32_t>& h = batch_host_;
+  h.assign(static_cast<std::size_t>(4 * n_seqs + n_tokens + 2 * n_tiles + n_table), 0);
+  std::int32_t* info = h.data();
+  std::int32_t* token_seq = info + 4 * n_seqs;
+  std::int32_t* tiles = token_seq + n_tokens;
+  std::int32_t* tables = tiles + 2 * n_tiles;
+  std::int32_t table_off = 0, tile = 0;
+  for (std::int32_t i = 0; i < n_seqs; ++i) {
+    const SequenceChunk& s = batch.sequences[i];
+    info[4 * i + 0] = s.first_row;
+    info[4 * i + 1] = s.n_tokens;
+    info[4 * i + 2] = s.start_pos;
+    info[4 * i + 3] = table_off;
+    for (std::int32_t t = 0; t < s.n_tokens; ++t) token_seq[s.first_row + t] = i;
+    for (std::int32_t q0 = 0; q0 < s.n_tokens; q0 += cuda::kPrefillTileRows, ++tile) {
+      tiles[2 * tile] = i;
+      tiles[2 * tile + 1] = q0;
+    }
+    std::copy(s.block_table.begin(), s.block_table.end(), tables + table_off);
+    table_off += static_cast<std::int32_t>(s.block_table.size());
+  }
+  const auto* d = static_cast<const std::int32_t*>(upload_small(h.data(), h.size() * sizeof(std::int32_t)));
+  cuda::DeviceBatch b;
+  b.seq_info = d;
+  b.token_seq = d + 4 * n_seqs;
+  b.tiles = b.token_seq + n_tokens;
+  b.tables = b.tiles + 2 * n_tiles;
+  b.n_seqs = n_seqs;
+  b.n_tokens = n_tokens;
+  b.n_tiles = n_tiles;
+  b.max_chunk = max_chunk;
+  return b;
+}
+
+void* CudaBackend::scratch(std::size_t bytes, int which) {
+  Scratch& s = scratch_[which];
+  if (s.capacity < bytes) {
+    AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaFree(s.ptr);
+    s.capacity = bytes + bytes / 4;
+    AKV_CUDA_CHECK(cudaMalloc(&s.ptr, s.capacity));
+  }
+  return s.ptr;
+}
+
+// --- ops ---------------------------------------------------------------------------------------
+
+void CudaBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) {
+  AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
+  const auto* d_ids = static_cast<const std::int32_t*>(upload_small(ids.data(), ids.size_bytes()));
+  cuda::launch_embed(table, d_ids, scale, out, stream());
+}
+
+void CudaBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) {
+  cuda::launch_rms_norm(x, w, eps, weight_offset, out, stream());
+}
+
+void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
+  AKV_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "matmul: f32 activations");
+  if (x.rows == 0) return;
+  if (x.rows <= cuda::kGemvMaxRows) {
+    cuda::launch_gemv(x, w, out, stream());
+  } else {
+    const int m = static_cast<int>(w.rows), n = static_cast<int>(x.rows), k = static_cast<int>(w.cols);
+    const float one = 1.0f, zero = 0.0f;
+    if (w.dtype == DType::F32) {
+      AKV_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w.data),
+                                   k, static_cast<const float*>(x.data), static_cast<int>(x.stride), &zero,
+                                   static_cast<float*>(out.data), static_cast<int>(out.stride)));
+    } else {
+      void* xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
+      cuda::launch_to_half(x, w.dtype, xh, stream());
+      AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, cuda_type(w.dtype), k,
+                                    xh, cuda_type(w.dtype), k, &zero, out.data, CUDA_R_32F,
+                                    static_cast<int>(out.stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  if (bias != nullptr && !bias->empty()) cuda::launch_add_bias(out, *bias, stream());
+}
+
+void CudaBackend::add(TensorRef acc, TensorRef x) {
+  AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  cuda::launch_add(acc, x, stream());
+}
+
+void CudaBackend::rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+                       std::span<const std::int32_t> positions) {
+  AKV_CHECK(static_cast<std::int64_t>(positions.size()) == x.rows, "rope positions");
+  AKV_CHECK(static_cast<std::int64_t>(rope.inv_freq.size()) >= rope.rotary_dim / 2, "rope table");
+  const auto* d_pos = static_cast<const std::int32_t*>(upload_small(positions.data(), positions.size_bytes()));
+  const auto* d_freq = static_cast<const double*>(upload_small(rope.inv_freq.data(), rope.inv_freq.size_bytes()));
+  cuda::launch_rope(x, head_dim, d_freq, rope.rotary_dim, rope.attention_scaling, d_pos, stream());
+}
+
+namespace {
+void check_tables(const KvLayout& L, const ForwardBatch& batch) {
+  for (const SequenceChunk& s : batch.sequences)
+    AKV_CHECK(std::int64_t{s.start_pos} + s.n_tokens <= static_cast<std::int64_t>(s.block_table.size()) * L.block_size,
+              "positions beyond block table");
+}
+}  // namespace
+
+void CudaBackend::store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v, const ForwardBatch& batch) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(k.cols == L.row_width() && v.cols == L.row_width(), "store_kv width");
+  check_tables(L, batch);
+  const cuda::DeviceBatch b = upload_batch(batch);
+  cuda::launch_store_kv(kv.k[layer].data, kv.v[layer].data, L.dtype, L.row_width(),
+                        static_cast<std::int32_t>(L.block_size), k, v, b, stream());
+}
+
+void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
+                            const AttentionParams& p, TensorRef out) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(p.n_kv_heads == L.n_kv_heads && p.head_dim == L.head_dim && p.n_heads % p.n_kv_heads == 0,
+            "attention heads");
+  AKV_CHECK(q.cols == p.n_heads * p.head_dim && out.cols == q.cols && out.rows == q.rows, "attention shape");
+  check_tables(L, batch);
+  cuda::DeviceBatch b = upload_batch(batch);
+  for (const SequenceChunk& s : batch.sequences) {  // the last token of a chunk sees the most keys
+    if (s.n_tokens == 0) continue;
+    const std::int64_t pos = std::int64_t{s.start_pos} + s.n_tokens - 1;
+    const std::int64_t keys = p.window > 0 ? std::min<std::int64_t>(p.window, pos + 1) : pos + 1;
+    b.max_keys = std::max(b.max_keys, static_cast<std::int32_t>(keys));
+  }
+  const cuda::KvView view{kv.k[layer].data, kv.v[layer].data, L.dtype, L.row_width(),
+                          static_cast<std::int32_t>(L.block_size)};
+  const cuda::AttentionArgs a{static_cast<std::int32_t>(p.n_heads), static_cast<std::int32_t>(p.n_kv_heads),
+                              static_cast<std::int32_t>(p.head_dim), static_cast<float>(p.scale),
+                              static_cast<std::int32_t>(p.window), static_cast<float>(p.logit_softcap)};
+  const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
+  if (b.max_chunk >= kMinPrefillChunk && q_aligned && cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
+    cuda::launch_attention_prefill(q, view, b, a, out, stream());
+    return;
+  }
+  // Enough blocks to fill the GPU twice, each split keeping at least 128 keys.
+  const std::int64_t blocks = std::int64_t{b.n_tokens} * (p.n_heads / heads_per_block(p.n_heads / p.n_kv_heads));
+  const std::int64_t want = (2 * sm_count_ + blocks - 1) / std::max<std::int64_t>(blocks, 1);
+  const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, b.max_keys / 128)));
+  float* partial = nullptr;
+  if (n_splits > 1)
+    partial = static_cast<float*>(scratch(static_cast<std::size_t>(b.n_tokens * p.n_heads * n_splits * (p.head_dim + 2)) *
+                                              sizeof(float), 1));
+  cuda::launch_attention_split(q, view, b, a, n_splits, partial, out, stream());
+}
+
+void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {
+  AKV_CHECK(gate.rows == up.rows && gate.cols == up.cols && out.cols == gate.cols && out.rows == gate.rows,
+            "glu shape");
+  cuda::launch_glu(gate, up, act == GluActivation::GeluTanh, out, stream());
+}
+
+void CudaBackend::softcap(TensorRef x, float cap) { cuda::launch_softcap(x, cap, stream()); }
+
+void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) {
+  AKV_CHECK(out.rows == static_cast<std::int64_t>(rows.size()) && out.cols == x.cols, "gather shape");
+  for (std::int32_t r : rows) AKV_CHECK(r >= 0 && r < x.rows, "gather row out of range");
+  const auto* d_rows = static_cast<const std::int32_t*>(upload_small(rows.data(), rows.size_bytes()));
+  cuda::launch_gather_rows(x, d_rows, out, stream());
+}
+
+}  // namespace akv

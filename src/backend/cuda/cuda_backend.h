@@ -1,0 +1,104 @@
+// The CUDA backend: weights, activations and paged KV in device memory; ops enqueued on one
+// stream (asynchronous to the caller; download() waits). Activations are f32; weights keep their
+// checkpoint dtype (F32/BF16/F16); KV is F32, BF16 or F16 per KvLayout::dtype. Matmuls of at most
+// kGemvMaxRows rows use our GEMV kernel, larger ones cuBLAS (F32 weights: SGEMM; BF16/F16
+// weights: activations rounded to the weight dtype, f32 accumulate and output). Attention uses
+// tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
+// split-K (flash-decoding). Engine thread only, like every Backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+
+struct CUstream_st;
+struct CUevent_st;
+struct cublasContext;
+
+namespace akv {
+
+namespace cuda {
+struct DeviceBatch;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses CUDA device `device`; aborts (AKV_CUDA_CHECK) when it cannot be initialised.
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // True when at least one CUDA device is usable (tests skip otherwise).
+  static bool device_available();
+
+  std::string_view name() const override { return "cuda"; }
+
+  WeightRef upload_weight(const TensorInfo& t) override;
+  std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
+  KvStorage alloc_kv(const KvLayout& layout) override;
+  void download(TensorRef x, std::span<float> host) override;
+  void upload(std::span<const float> host, TensorRef x) override;
+  void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) override;
+
+  void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) override;
+  void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) override;
+  void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) override;
+  void add(TensorRef acc, TensorRef x) override;
+  void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
+            std::span<const std::int32_t> positions) override;
+  void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v, const ForwardBatch& batch) override;
+  void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
+                 const AttentionParams& p, TensorRef out) override;
+  void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  void softcap(TensorRef x, float cap) override;
+  void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
+
+  // A device copy of raw bytes as a weight (benchmarks fill it on the device themselves).
+  WeightRef alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols);
+  // Waits for all queued work.
+  void synchronize();
+  CUstream_st* stream();
+  // Bytes of weights held on the device.
+  std::int64_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  // Small host arrays (ids, positions, batch descriptors, RoPE tables) uploaded through pinned
+  // slots and reused while their bytes repeat (every layer of a forward sees the same batch).
+  struct UploadSlot {
+    void* host = nullptr;    // pinned
+    void* device = nullptr;
+    std::size_t capacity = 0, size = 0;
+    CUevent_st* copied = nullptr;
+    std::uint64_t last_use = 0;
+  };
+  const void* upload_small(const void* data, std::size_t bytes);
+  cuda::DeviceBatch upload_batch(const ForwardBatch& batch);
+  void* scratch(std::size_t bytes, int which);
+
+  int device_ = 0;
+  int sm_count_ = 0;
+  CUstream_st* stream_ = nullptr;
+  CUstream_st* copy_stream_ = nullptr;      // weight uploads
+  CUevent_st* weights_copied_ = nullptr;
+  bool weights_pending_ = false;
+  cublasContext* blas_ = nullptr;
+  std::vector<void*> weights_;              // device allocations owned by this backend
+  std::int64_t weight_bytes_ = 0, progress_bytes_ = 0;
+  std::vector<void*> staging_;              // pinned, for weight uploads
+  std::vector<CUevent_st*> staging_free_;   // recorded when the copy out of a staging buffer ends
+  std::size_t staging_next_ = 0;
+  std::vector<UploadSlot> slots_;
+  std::uint64_t use_counter_ = 0;
+  std::vector<std::int32_t> batch_host_;    // descriptor being built (kept to avoid allocation)
+  struct Scratch {
+    void* ptr = nullptr;
+    std::size_t capacity = 0;
+  };
+  Scratch scratch_[2];                      // 0: half-precision matmul input, 1: attention partials
+};
+
+}  // namespace akv

@@ -1,0 +1,55 @@
+// Device helpers shared by the kernels: element conversions, warp reductions, dtype dispatch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "tensor/dtype.h"
+
+namespace akv::cuda {
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Calls f(T{}) with T the CUDA type of a float dtype (F32, BF16, F16).
+template <typename F>
+void dispatch_float(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
+    case DType::F16: f(__half{}); return;
+    default: AKV_CHECK(false, "CUDA backend: not a float dtype");
+  }
+}
+
+inline unsigned blocks_for(std::int64_t n, int per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+}  // namespace akv::cuda

@@ -1,0 +1,165 @@
+// Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU, softcap,
+// row gather, f32 -> half conversion (cuBLAS inputs) and the KV append.
+#include <cmath>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace akv::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grids below are (column blocks, rows): rows may exceed 65535, columns never do.
+dim3 grid_2d(std::int64_t rows, std::int64_t cols) {
+  AKV_CHECK(rows < (1ll << 31) && cols < 65535ll * kThreads, "tensor too large for a 2-D grid");
+  return dim3(static_cast<unsigned>(rows), blocks_for(cols, kThreads));
+}
+
+template <typename T>
+__global__ void embed_kernel(const T* table, std::int64_t cols, const std::int32_t* ids, float scale,
+                             float* out, std::int64_t out_stride) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) out[r * out_stride + c] = to_f32(table[ids[r] * cols + c]) * scale;
+}
+
+__global__ void add_kernel(float* acc, std::int64_t acc_stride, const float* x, std::int64_t x_stride,
+                           std::int64_t cols) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) acc[r * acc_stride + c] += x[r * x_stride + c];
+}
+
+template <typename T>
+__global__ void add_bias_kernel(float* out, std::int64_t stride, const T* bias, std::int64_t cols) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) out[r * stride + c] += to_f32(bias[c]);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+template <bool kGelu>
+__global__ void glu_kernel(const float* gate, std::int64_t gs, const float* up, std::int64_t us, float* out,
+                           std::int64_t os, std::int64_t cols) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c >= cols) return;
+  const float g = gate[r * gs + c];
+  out[r * os + c] = (kGelu ? gelu_tanh(g) : silu(g)) * up[r * us + c];
+}
+
+__global__ void softcap_kernel(float* x, std::int64_t stride, std::int64_t cols, float cap) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) x[r * stride + c] = cap * tanhf(x[r * stride + c] / cap);
+}
+
+__global__ void gather_kernel(const float* x, std::int64_t xs, const std::int32_t* rows, float* out,
+                              std::int64_t os, std::int64_t cols) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) out[r * os + c] = x[rows[r] * xs + c];
+}
+
+template <typename T>
+__global__ void to_half_kernel(const float* x, std::int64_t xs, T* dst, std::int64_t cols) {
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) dst[r * cols + c] = from_f32<T>(x[r * xs + c]);
+}
+
+template <typename T>
+__global__ void store_kv_kernel(T* kc, T* vc, std::int64_t row_width, std::int32_t block_size,
+                                const float* k, std::int64_t ks, const float* v, std::int64_t vs,
+                                DeviceBatch b) {
+  const std::int32_t t = blockIdx.x;
+  const std::int32_t* info = b.seq_info + 4 * b.token_seq[t];
+  const std::int32_t pos = info[2] + (t - info[0]);
+  const std::int64_t row =
+      std::int64_t{b.tables[info[3] + pos / block_size]} * block_size + pos % block_size;
+  for (std::int64_t c = threadIdx.x; c < row_width; c += blockDim.x) {
+    kc[row * row_width + c] = from_f32<T>(k[t * ks + c]);
+    vc[row * row_width + c] = from_f32<T>(v[t * vs + c]);
+  }
+}
+
+}  // namespace
+
+void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, TensorRef out, Stream s) {
+  if (out.rows == 0) return;
+  dispatch_float(table.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    embed_kernel<T><<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+        static_cast<const T*>(table.data), table.cols, ids, scale, static_cast<float*>(out.data), out.stride);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add(TensorRef acc, TensorRef x, Stream s) {
+  if (acc.rows == 0) return;
+  add_kernel<<<grid_2d(acc.rows, acc.cols), kThreads, 0, s>>>(
+      static_cast<float*>(acc.data), acc.stride, static_cast<const float*>(x.data), x.stride, acc.cols);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_bias(TensorRef out, const WeightRef& bias, Stream s) {
+  if (out.rows == 0) return;
+  dispatch_float(bias.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    add_bias_kernel<T><<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+        static_cast<float*>(out.data), out.stride, static_cast<const T*>(bias.data), out.cols);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_glu(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s) {
+  if (out.rows == 0) return;
+  const dim3 g = grid_2d(out.rows, out.cols);
+  const auto* gp = static_cast<const float*>(gate.data);
+  const auto* upp = static_cast<const float*>(up.data);
+  auto* op = static_cast<float*>(out.data);
+  if (gelu)
+    glu_kernel<true><<<g, kThreads, 0, s>>>(gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  else
+    glu_kernel<false><<<g, kThreads, 0, s>>>(gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_softcap(TensorRef x, float cap, Stream s) {
+  if (x.rows == 0) return;
+  softcap_kernel<<<grid_2d(x.rows, x.cols), kThreads, 0, s>>>(static_cast<float*>(x.data), x.stride, x.cols, cap);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, Stream s) {
+  if (out.rows == 0) return;
+  gather_kernel<<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+      static_cast<const float*>(x.data), x.stride, rows, static_cast<float*>(out.data), out.stride, out.cols);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_to_half(TensorRef x, DType dtype, void* dst, Stream s) {
+  if (x.rows == 0) return;
+  const dim3 g = grid_2d(x.rows, x.cols);
+  const auto* xp = static_cast<const float*>(x.data);
+  if (dtype == DType::BF16)
+    to_half_kernel<__nv_bfloat16><<<g, kThreads, 0, s>>>(xp, x.stride, static_cast<__nv_bfloat16*>(dst), x.cols);
+  else if (dtype == DType::F16)
+    to_half_kernel<__half><<<g, kThreads, 0, s>>>(xp, x.stride, static_cast<__half*>(dst), x.cols);
+  else
+    AKV_CHECK(false, "to_half: BF16 or F16 only");
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row_width,
+                     std::int32_t block_size, TensorRef k, TensorRef v, const DeviceBatch& b, Stream s) {
+  if (b.n_tokens == 0) return;
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    store_kv_kernel<T><<<b.n_tokens, 128, 0, s>>>(
+        static_cast<T*>(k_cache), static_cast<T*>(v_cache), row_width, block_size,
+        static_cast<const float*>(k.data), k.stride, static_cast<const float*>(v.data), v.stride, b);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace akv::cuda

@@ -1,0 +1,84 @@
+// Launchers of the CUDA backend's kernels: plain host functions, one per op, defined in the
+// .cu files named for what they hold (elementwise, norm_rope, gemv, attention,
+// attention_prefill). Every launcher only enqueues work on `stream` and checks the launch.
+// Tensors are f32 activations unless a dtype says otherwise; weights and KV keep their dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/tensor_ref.h"
+
+struct CUstream_st;
+
+namespace akv::cuda {
+
+using Stream = CUstream_st*;
+
+// A ForwardBatch as the kernels see it: one int32 array in device memory.
+//   seq_info  [n_seqs][4]  first_row, n_tokens, start_pos, offset of its block table in `tables`
+//   token_seq [n_tokens]   index of the sequence each token row belongs to
+//   tiles     [n_tiles][2] sequence, first token of a prefill attention tile (kPrefillTileRows)
+//   tables    block tables, back to back
+struct DeviceBatch {
+  const std::int32_t* seq_info = nullptr;
+  const std::int32_t* token_seq = nullptr;
+  const std::int32_t* tiles = nullptr;
+  const std::int32_t* tables = nullptr;
+  std::int32_t n_seqs = 0;
+  std::int32_t n_tokens = 0;
+  std::int32_t n_tiles = 0;
+  std::int32_t max_chunk = 0;     // most tokens of one sequence in this batch
+  std::int32_t max_keys = 0;      // most keys one query attends to (window applied by caller)
+};
+
+inline constexpr int kPrefillTileRows = 64;  // query rows per tensor-core attention block
+inline constexpr int kGemvMaxRows = 8;       // matmuls with at most this many rows use the GEMV
+
+// KV of one layer as the attention kernels read it.
+struct KvView {
+  const void* k = nullptr;  // [n_blocks * block_size, row_width]
+  const void* v = nullptr;
+  DType dtype = DType::F32;
+  std::int64_t row_width = 0;
+  std::int32_t block_size = 0;
+};
+
+struct AttentionArgs {
+  std::int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;
+  std::int32_t window = 0;    // 0: none
+  float softcap = 0.0f;       // 0: none
+};
+
+// elementwise.cu
+void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, TensorRef out, Stream s);
+void launch_add(TensorRef acc, TensorRef x, Stream s);
+void launch_add_bias(TensorRef out, const WeightRef& bias, Stream s);
+void launch_glu(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out, Stream s);
+void launch_softcap(TensorRef x, float cap, Stream s);
+void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, Stream s);
+// dst [x.rows, x.cols] contiguous, of dtype BF16 or F16, from the f32 tensor x.
+void launch_to_half(TensorRef x, DType dtype, void* dst, Stream s);
+void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row_width,
+                     std::int32_t block_size, TensorRef k, TensorRef v, const DeviceBatch& b, Stream s);
+
+// norm_rope.cu
+void launch_rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out, Stream s);
+void launch_rope(TensorRef x, std::int64_t head_dim, const double* inv_freq, std::int64_t rotary_dim,
+                 double attention_scaling, const std::int32_t* positions, Stream s);
+
+// gemv.cu: out[n, m] = x[n, k] @ w[m, k]^T for n <= kGemvMaxRows (no bias).
+void launch_gemv(TensorRef x, const WeightRef& w, TensorRef out, Stream s);
+
+// attention.cu: CUDA-core attention, split over the keys (flash-decoding) when n_splits > 1.
+// `partial` holds n_tokens * n_heads * n_splits * (head_dim + 2) floats when n_splits > 1.
+void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
+                            int n_splits, float* partial, TensorRef out, Stream s);
+
+// attention_prefill.cu: tensor-core (mma.sync bf16) flash attention over kPrefillTileRows query
+// tiles; only for BF16 KV and head_dim 64 or 128.
+bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim);
+void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
+                              TensorRef out, Stream s);
+
+}  // namespace akv::cuda

@@ -1,0 +1,232 @@
+// Every CUDA op against the scalar reference on fresh random inputs, per-dtype tolerances
+// (relative norm error: f32 1e-5, f16 2e-3, bf16 1e-2). GPU outputs are poisoned with NaN first,
+// so an element a kernel forgets to write fails the comparison.
+#include <algorithm>
+#include <numeric>
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "parity_util.h"
+
+namespace akv::test {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::F32, DType::BF16, DType::F16};
+
+TEST(CudaOps, Embed) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (DType t : kFloatTypes) {
+    auto table = WeightPair::random(t, 100, 96, 1.0f);
+    std::vector<std::int32_t> ids(13);
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng()() % 100);
+    Pair out = Pair::make(13, 96, 8);
+    out.poison_gpu();
+    backends().ref.embed(table->cpu, ids, 1.5f, out.cpu);
+    backends().gpu.embed(table->gpu, ids, 1.5f, out.gpu);
+    EXPECT_LE(out.error(), 1e-6) << dtype_name(t);
+  }
+}
+
+TEST(CudaOps, RmsNormRowsAndHeadsInPlace) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (DType t : kFloatTypes) {
+    for (std::int64_t cols : {64, 1024, 4096}) {
+      auto w = WeightPair::random(t, 1, cols, 1.0f, true);
+      Pair x = Pair::random(7, cols, 16), out = Pair::make(7, cols);
+      out.poison_gpu();
+      backends().ref.rms_norm(x.cpu, w->cpu, 1e-5f, 0.0f, out.cpu);
+      backends().gpu.rms_norm(x.gpu, w->gpu, 1e-5f, 0.0f, out.gpu);
+      EXPECT_LE(out.error(), 1e-5) << dtype_name(t) << " cols " << cols;
+    }
+    // Per-head norm (group = head_dim) in place on a strided slice, Gemma offset.
+    auto w = WeightPair::random(t, 1, 64, 0.5f, true);
+    Pair x = Pair::random(5, 8 * 64, 3 * 64);
+    backends().ref.rms_norm(x.cpu, w->cpu, 1e-6f, 1.0f, x.cpu);
+    backends().gpu.rms_norm(x.gpu, w->gpu, 1e-6f, 1.0f, x.gpu);
+    EXPECT_LE(x.error(), 1e-5) << dtype_name(t) << " per head";
+  }
+}
+
+TEST(CudaOps, MatmulGemvAndGemm) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (DType t : kFloatTypes) {
+    for (std::int64_t n : {1, 2, 3, 5, 8, 9, 40}) {
+      for (std::int64_t k : {64, 200, 512, 1000}) {
+        const std::int64_t m = 72 + (k % 7);
+        auto w = WeightPair::random(t, m, k, 1.0f / std::sqrt(float(k)));
+        auto bias = WeightPair::random(t, 1, m, 0.1f, true);
+        const bool with_bias = (n + k) % 2 == 1;
+        Pair x = Pair::random(n, k, (n % 2) * 8), out = Pair::make(n, m, 4);
+        out.poison_gpu();
+        backends().ref.matmul(x.cpu, w->cpu, with_bias ? &bias->cpu : nullptr, out.cpu);
+        backends().gpu.matmul(x.gpu, w->gpu, with_bias ? &bias->gpu : nullptr, out.gpu);
+        // The GEMV keeps f32 activations; cuBLAS rounds them to the weight dtype.
+        const double tol = n <= 8 ? 1e-5 : tolerance(t);
+        EXPECT_LE(out.error(), tol) << dtype_name(t) << " n " << n << " k " << k;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, AddGluSoftcapGather) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  Pair acc = Pair::random(9, 300, 4), x = Pair::random(9, 300, 6);
+  b.ref.add(acc.cpu, x.cpu);
+  b.gpu.add(acc.gpu, x.gpu);
+  EXPECT_LE(acc.error(), 1e-6);
+
+  for (GluActivation act : {GluActivation::Silu, GluActivation::GeluTanh}) {
+    Pair gu = Pair::random(6, 2 * 200, 0, 3.0f), out = Pair::make(6, 200);
+    out.poison_gpu();
+    b.ref.glu(gu.cpu.cols_slice(0, 200), gu.cpu.cols_slice(200, 200), act, out.cpu);
+    b.gpu.glu(gu.gpu.cols_slice(0, 200), gu.gpu.cols_slice(200, 200), act, out.gpu);
+    EXPECT_LE(out.error(), 1e-5);
+  }
+
+  Pair s = Pair::random(4, 500, 0, 40.0f);
+  b.ref.softcap(s.cpu, 30.0f);
+  b.gpu.softcap(s.gpu, 30.0f);
+  EXPECT_LE(s.error(), 1e-6);
+
+  Pair src = Pair::random(20, 64, 8), dst = Pair::make(5, 64);
+  dst.poison_gpu();
+  const std::vector<std::int32_t> rows = {19, 0, 7, 7, 3};
+  b.ref.gather_rows(src.cpu, rows, dst.cpu);
+  b.gpu.gather_rows(src.gpu, rows, dst.gpu);
+  EXPECT_LE(dst.error(), 0.0);
+}
+
+TEST(CudaOps, RopeFullAndPartial) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (std::int64_t rotary : {64, 32}) {
+    std::vector<double> inv_freq(rotary / 2);
+    for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(500000.0, -2.0 * double(i) / double(rotary));
+    const RopeParams rope{inv_freq, rotary, 1.3};
+    std::vector<std::int32_t> pos(11);
+    for (auto& p : pos) p = static_cast<std::int32_t>(rng()() % 40000);
+    Pair x = Pair::random(11, 6 * 64, 2 * 64);
+    backends().ref.rope(x.cpu, 64, rope, pos);
+    backends().gpu.rope(x.gpu, 64, rope, pos);
+    EXPECT_LE(x.error(), 1e-6) << "rotary " << rotary;
+  }
+}
+
+// Sequences of a batch: where their chunk starts and how many tokens it holds.
+struct SeqSpec {
+  std::int32_t start_pos, n_tokens;
+};
+
+// Stores random K/V for every position of `seqs` (block tables drawn from a shuffled pool),
+// then runs attention for each chunk on both backends and returns the relative error.
+double attention_error(DType kv_dtype, std::int64_t n_heads, std::int64_t n_kv, std::int64_t head_dim,
+                       std::int64_t window, double softcap, const std::vector<SeqSpec>& seqs) {
+  Backends& b = backends();
+  const std::int64_t block = 16;
+  std::vector<std::vector<std::int32_t>> tables;
+  std::int64_t n_blocks = 0;
+  for (const SeqSpec& s : seqs) n_blocks += (s.start_pos + s.n_tokens + block - 1) / block;
+  std::vector<std::int32_t> pool(static_cast<std::size_t>(n_blocks + 3));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng());
+  std::size_t next = 0;
+  for (const SeqSpec& s : seqs) {
+    tables.emplace_back();
+    for (std::int64_t i = 0; i < (s.start_pos + s.n_tokens + block - 1) / block; ++i) tables.back().push_back(pool[next++]);
+  }
+  const KvLayout layout{.n_layers = 2, .n_blocks = n_blocks + 3, .block_size = block, .n_kv_heads = n_kv,
+                        .head_dim = head_dim, .dtype = kv_dtype};
+  KvStorage kv_cpu = b.ref.alloc_kv(layout), kv_gpu = b.gpu.alloc_kv(layout);
+
+  // Whole history of every sequence, stored in one batch.
+  std::vector<SequenceChunk> all, chunks;
+  std::int32_t rows = 0, chunk_rows = 0;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const std::int32_t len = seqs[i].start_pos + seqs[i].n_tokens;
+    all.push_back({.first_row = rows, .n_tokens = len, .start_pos = 0, .block_table = tables[i]});
+    chunks.push_back({.first_row = chunk_rows, .n_tokens = seqs[i].n_tokens, .start_pos = seqs[i].start_pos,
+                      .block_table = tables[i]});
+    rows += len;
+    chunk_rows += seqs[i].n_tokens;
+  }
+  const std::vector<std::int32_t> all_pos = positions_for(all), pos = positions_for(chunks);
+  const std::vector<std::int32_t> all_tokens(all_pos.size()), tokens(pos.size());
+  const ForwardBatch all_batch{.tokens = all_tokens, .positions = all_pos, .sequences = all, .logit_rows = {}};
+  const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = chunks, .logit_rows = {}};
+  const std::int64_t kv_dim = n_kv * head_dim;
+  Pair kv_rows = Pair::random(rows, 2 * kv_dim, 8);
+  b.ref.store_kv(kv_cpu, 1, kv_rows.cpu.cols_slice(0, kv_dim), kv_rows.cpu.cols_slice(kv_dim, kv_dim), all_batch);
+  b.gpu.store_kv(kv_gpu, 1, kv_rows.gpu.cols_slice(0, kv_dim), kv_rows.gpu.cols_slice(kv_dim, kv_dim), all_batch);
+
+  const AttentionParams p{.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = head_dim,
+                          .scale = 1.0 / std::sqrt(double(head_dim)), .window = window, .logit_softcap = softcap};
+  Pair qkv = Pair::random(chunk_rows, n_heads * head_dim + 2 * kv_dim, 0, 2.0f);
+  Pair out = Pair::make(chunk_rows, n_heads * head_dim);
+  out.poison_gpu();
+  b.ref.attention(qkv.cpu.cols_slice(0, n_heads * head_dim), kv_cpu, 1, batch, p, out.cpu);
+  b.gpu.attention(qkv.gpu.cols_slice(0, n_heads * head_dim), kv_gpu, 1, batch, p, out.gpu);
+  return out.error();
+}
+
+TEST(CudaOps, AttentionPrefillDecodeMixed) {
+  AKV_SKIP_WITHOUT_CUDA();
+  // A long prefill chunk, a continued chunk, two decode tokens (one with a long context).
+  const std::vector<SeqSpec> mixed = {{0, 70}, {30, 20}, {100, 1}, {700, 1}};
+  const std::vector<SeqSpec> decode = {{900, 1}, {33, 1}, {2000, 1}};
+  struct Heads {
+    std::int64_t h, kv, d;
+  };
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    for (Heads hd : {Heads{8, 2, 64}, Heads{4, 4, 128}, Heads{16, 2, 128}, Heads{8, 4, 8}, Heads{4, 2, 16}}) {
+      for (std::int64_t window : {0, 7, 300}) {
+        for (double cap : {0.0, 20.0}) {
+          // bf16 KV prefill of head_dim 64/128 runs on the tensor cores (P and q in bf16).
+          const bool tc = kvt == DType::BF16 && (hd.d == 64 || hd.d == 128);
+          const double tol = tc ? 1e-2 : 1e-5;
+          EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, window, cap, mixed), tol)
+              << dtype_name(kvt) << " heads " << hd.h << "/" << hd.kv << " d " << hd.d << " window " << window
+              << " cap " << cap << " mixed";
+          EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, window, cap, decode), 1e-5)
+              << dtype_name(kvt) << " heads " << hd.h << "/" << hd.kv << " d " << hd.d << " window " << window
+              << " cap " << cap << " decode";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOps, StoreAndCopyKvBlock) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    const KvLayout layout{.n_layers = 3, .n_blocks = 6, .block_size = 4, .n_kv_heads = 2, .head_dim = 8, .dtype = kvt};
+    KvStorage kc = b.ref.alloc_kv(layout), kg = b.gpu.alloc_kv(layout);
+    const std::vector<std::int32_t> table = {5, 2, 0};
+    const SequenceChunk chunk{.first_row = 0, .n_tokens = 11, .start_pos = 0, .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1}), tokens(11);
+    const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
+    for (std::int64_t l = 0; l < 3; ++l) {
+      Pair k = Pair::random(11, 16), v = Pair::random(11, 16);
+      b.ref.store_kv(kc, l, k.cpu, v.cpu, batch);
+      b.gpu.store_kv(kg, l, k.gpu, v.gpu, batch);
+    }
+    b.ref.copy_kv_block(kc, 2, 4);
+    b.gpu.copy_kv_block(kg, 2, 4);
+    // Compare the whole cache through f32 views of its bytes converted on the host.
+    for (std::int64_t l = 0; l < 3; ++l) {
+      for (bool is_k : {true, false}) {
+        const TensorRef c = is_k ? kc.k[l] : kc.v[l], g = is_k ? kg.k[l] : kg.v[l];
+        const std::size_t bytes = static_cast<std::size_t>(c.rows * c.cols) * dtype_size(kvt);
+        std::vector<std::uint8_t> gb(bytes);
+        b.gpu.synchronize();
+        ASSERT_EQ(cudaMemcpy(gb.data(), g.data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(std::memcmp(gb.data(), c.data, bytes), 0) << dtype_name(kvt) << " layer " << l;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace akv::test
