@@ -41,6 +41,8 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // Test: `is not`
+  ExprPtr star_args;     // Call/Filter/Test: f(*star_args)
+  ExprPtr star_kwargs;   // Call/Filter/Test: f(**star_kwargs)
 };
 
 enum class StmtKind {

@@ -159,7 +159,15 @@ Value Interpreter::run_filter(const std::string& name, const Value& v, CallArgs&
 void Interpreter::eval_args(const Expr& e, size_t first, const std::shared_ptr<Scope>& scope,
                             CallArgs& out) {
   for (size_t i = first; i < e.args.size(); ++i) out.positional.push_back(eval(*e.args[i], scope));
+  if (e.star_args) {
+    for (Value& v : iterate(eval(*e.star_args, scope))) out.positional.push_back(std::move(v));
+  }
   for (const auto& [k, v] : e.kwargs) out.keyword.emplace_back(k, eval(*v, scope));
+  if (e.star_kwargs) {
+    const Value d = eval(*e.star_kwargs, scope);
+    if (!d.is_dict()) fail(std::string("TypeError: argument after ** must be a mapping, not ") + d.type_name());
+    for (const auto& [k, v] : d.get_dict().items) out.keyword.emplace_back(k.str(), v);
+  }
 }
 
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {

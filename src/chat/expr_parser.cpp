@@ -372,7 +372,11 @@ void ExprParser::parse_call_args(Expr& call) {
       if (accept_op(")")) break;
     }
     first = false;
-    if (peek().kind == TokenKind::Name && peek(1).kind == TokenKind::Op && peek(1).text == "=") {
+    if (peek_op("*") || peek_op("**")) {
+      ExprPtr& slot = next().text == "*" ? call.star_args : call.star_kwargs;
+      if (slot) fail(peek(), "repeated * or ** argument");
+      slot = parse_expression(true);
+    } else if (peek().kind == TokenKind::Name && peek(1).kind == TokenKind::Op && peek(1).text == "=") {
       std::string key = next().text;
       next();
       call.kwargs.emplace_back(std::move(key), parse_expression(true));

@@ -64,6 +64,8 @@ void sort_values(Interpreter& in, std::vector<Value>& items, std::vector<Value> 
   in.step(static_cast<int64_t>(items.size()));
   std::string error;
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    // Jinja sorts by [key] lists: equal keys (None == None) never reach `<`.
+    if (keys[x] == keys[y]) return false;
     const std::optional<int> c = reverse ? compare_values(keys[y], keys[x]) : compare_values(keys[x], keys[y]);
     if (!c) {
       error = std::string("TypeError: '<' not supported between instances of '") + keys[x].type_name() + "' and '" + keys[y].type_name() + "'";
@@ -104,11 +106,11 @@ Value f_length(Interpreter& in, const Value& v, CallArgs&) {
 }
 
 Value f_items(Interpreter& in, const Value& v, CallArgs&) {
-  if (v.is_undefined()) return Value::list();
+  if (v.is_undefined()) return generator({});
   if (!v.is_dict()) in.fail("TypeError: Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& [k, e] : v.get_dict().items) out.push_back(Value::tuple({k, e}));
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {

@@ -271,12 +271,14 @@ void Lexer::lex_number() {
   };
   digits();
   bool is_float = false;
-  if (pos_ + 1 < src_.size() && src_[pos_] == '.' && is_digit(src_[pos_ + 1])) {
+  // As Jinja's (?<!\.) lookbehind: after a '.', `0.1` is two items (matrix.0.1), not a float.
+  const bool after_dot = start > 0 && src_[start - 1] == '.';
+  if (!after_dot && pos_ + 1 < src_.size() && src_[pos_] == '.' && is_digit(src_[pos_ + 1])) {
     is_float = true;
     ++pos_;
     digits();
   }
-  if (pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E')) {
+  if (!after_dot && pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E')) {
     size_t k = pos_ + 1;
     if (k < src_.size() && (src_[k] == '+' || src_[k] == '-')) ++k;
     if (k < src_.size() && is_digit(src_[k])) {

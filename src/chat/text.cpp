@@ -175,8 +175,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     }
     if (j >= s.size()) break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-      // the remainder, with trailing whitespace stripped
-      parts.push_back(py_strip(s.substr(j), std::nullopt, false, true));
+      parts.emplace_back(s.substr(j));  // the remainder keeps its trailing whitespace
       return parts;
     }
     size_t k = j;

@@ -277,7 +277,7 @@ void Value::append_str(std::string& out) const {
 
 void Value::append_repr(std::string& out) const {
   switch (kind()) {
-    case Kind::Undefined: return;
+    case Kind::Undefined: out += "Undefined"; return;
     case Kind::None: out += "None"; return;
     case Kind::Bool: out += get_bool() ? "True" : "False"; return;
     case Kind::Int: out += std::to_string(get_int()); return;
