@@ -35,47 +35,33 @@ AKV_AVX2 inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// R weight rows starting at m0 against every input row: out[r, m0 + j].
-template <DType D, int R>
-AKV_AVX2 void gemv_tile(const GemvArgs& a, std::int64_t m0) {
+// One weight row m against every input row: out[r, m]. Four accumulators hide the FMA latency;
+// the row is one linear stream (several rows at once run slower: more streams to prefetch).
+template <DType D>
+AKV_AVX2 void gemv_row(const GemvArgs& a, std::int64_t m) {
   const std::int64_t K = a.k;
-  const std::size_t row_bytes = static_cast<std::size_t>(K) * dtype_size(D);
-  const void* w[R];
-  for (int j = 0; j < R; ++j) w[j] = static_cast<const char*>(a.w) + (m0 + j) * row_bytes;
+  const void* w = static_cast<const char*>(a.w) + m * K * static_cast<std::int64_t>(dtype_size(D));
+  const float b = a.bias != nullptr ? load_f32(a.bias, a.bias_dtype, m) : 0.0f;
   for (std::int64_t r = 0; r < a.n_rows; ++r) {
     const float* x = a.x + r * a.x_stride;
-    __m256 acc0[R], acc1[R];
-#pragma GCC unroll 8
-    for (int j = 0; j < R; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     std::int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-      const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-#pragma GCC unroll 8
-      for (int j = 0; j < R; ++j) {
-        acc0[j] = _mm256_fmadd_ps(load8<D>(w[j], k), x0, acc0[j]);
-        acc1[j] = _mm256_fmadd_ps(load8<D>(w[j], k + 8), x1, acc1[j]);
-      }
+    for (; k + 32 <= K; k += 32) {
+      acc0 = _mm256_fmadd_ps(load8<D>(w, k), _mm256_loadu_ps(x + k), acc0);
+      acc1 = _mm256_fmadd_ps(load8<D>(w, k + 8), _mm256_loadu_ps(x + k + 8), acc1);
+      acc2 = _mm256_fmadd_ps(load8<D>(w, k + 16), _mm256_loadu_ps(x + k + 16), acc2);
+      acc3 = _mm256_fmadd_ps(load8<D>(w, k + 24), _mm256_loadu_ps(x + k + 24), acc3);
     }
-    if (k + 8 <= K) {
-      const __m256 x0 = _mm256_loadu_ps(x + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < R; ++j) acc0[j] = _mm256_fmadd_ps(load8<D>(w[j], k), x0, acc0[j]);
-      k += 8;
-    }
-    for (int j = 0; j < R; ++j) {
-      float s = hsum(_mm256_add_ps(acc0[j], acc1[j]));
-      for (std::int64_t t = k; t < K; ++t) s += x[t] * load_f32(w[j], D, t);
-      if (a.bias != nullptr) s += load_f32(a.bias, a.bias_dtype, m0 + j);
-      a.out[r * a.out_stride + m0 + j] = s;
-    }
+    for (; k + 8 <= K; k += 8) acc0 = _mm256_fmadd_ps(load8<D>(w, k), _mm256_loadu_ps(x + k), acc0);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; k < K; ++k) s += x[k] * load_f32(w, D, k);
+    a.out[r * a.out_stride + m] = s + b;
   }
 }
 
 template <DType D>
 AKV_AVX2 void gemv_rows(const GemvArgs& a, std::int64_t m_begin, std::int64_t m_end) {
-  std::int64_t m = m_begin;
-  for (; m + 4 <= m_end; m += 4) gemv_tile<D, 4>(a, m);
-  for (; m < m_end; ++m) gemv_tile<D, 1>(a, m);
+  for (std::int64_t m = m_begin; m < m_end; ++m) gemv_row<D>(a, m);
 }
 
 AKV_AVX2 void gemv_avx2(const GemvArgs& a, std::int64_t m_begin, std::int64_t m_end) {

@@ -27,51 +27,34 @@ AKV_AVX512 inline __m512 load16(const void* w, std::int64_t i, __mmask16 mask = 
   }
 }
 
-template <DType D, int R>
-AKV_AVX512 void gemv_tile(const GemvArgs& a, std::int64_t m0) {
+// One weight row m against every input row: out[r, m]. Four accumulators hide the FMA latency;
+// the row is one linear stream (several rows at once run slower: more streams to prefetch).
+template <DType D>
+AKV_AVX512 void gemv_row(const GemvArgs& a, std::int64_t m) {
   const std::int64_t K = a.k;
-  const std::size_t row_bytes = static_cast<std::size_t>(K) * dtype_size(D);
-  const void* w[R];
-  for (int j = 0; j < R; ++j) w[j] = static_cast<const char*>(a.w) + (m0 + j) * row_bytes;
+  const void* w = static_cast<const char*>(a.w) + m * K * static_cast<std::int64_t>(dtype_size(D));
   const __mmask16 tail = static_cast<__mmask16>((1u << (K % 16)) - 1);
+  const float b = a.bias != nullptr ? load_f32(a.bias, a.bias_dtype, m) : 0.0f;
   for (std::int64_t r = 0; r < a.n_rows; ++r) {
     const float* x = a.x + r * a.x_stride;
-    __m512 acc0[R], acc1[R];
-#pragma GCC unroll 8
-    for (int j = 0; j < R; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     std::int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-#pragma GCC unroll 8
-      for (int j = 0; j < R; ++j) {
-        acc0[j] = _mm512_fmadd_ps(load16<D>(w[j], k), x0, acc0[j]);
-        acc1[j] = _mm512_fmadd_ps(load16<D>(w[j], k + 16), x1, acc1[j]);
-      }
+    for (; k + 64 <= K; k += 64) {
+      acc0 = _mm512_fmadd_ps(load16<D>(w, k), _mm512_loadu_ps(x + k), acc0);
+      acc1 = _mm512_fmadd_ps(load16<D>(w, k + 16), _mm512_loadu_ps(x + k + 16), acc1);
+      acc2 = _mm512_fmadd_ps(load16<D>(w, k + 32), _mm512_loadu_ps(x + k + 32), acc2);
+      acc3 = _mm512_fmadd_ps(load16<D>(w, k + 48), _mm512_loadu_ps(x + k + 48), acc3);
     }
-    if (k + 16 <= K) {
-      const __m512 x0 = _mm512_loadu_ps(x + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < R; ++j) acc0[j] = _mm512_fmadd_ps(load16<D>(w[j], k), x0, acc0[j]);
-      k += 16;
-    }
-    if (k < K) {
-      const __m512 x0 = _mm512_maskz_loadu_ps(tail, x + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < R; ++j) acc1[j] = _mm512_fmadd_ps(load16<D>(w[j], k, tail), x0, acc1[j]);
-    }
-    for (int j = 0; j < R; ++j) {
-      float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      if (a.bias != nullptr) s += load_f32(a.bias, a.bias_dtype, m0 + j);
-      a.out[r * a.out_stride + m0 + j] = s;
-    }
+    for (; k + 16 <= K; k += 16) acc0 = _mm512_fmadd_ps(load16<D>(w, k), _mm512_loadu_ps(x + k), acc0);
+    if (k < K) acc1 = _mm512_fmadd_ps(load16<D>(w, k, tail), _mm512_maskz_loadu_ps(tail, x + k), acc1);
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
+    a.out[r * a.out_stride + m] = _mm512_reduce_add_ps(sum) + b;
   }
 }
 
 template <DType D>
 AKV_AVX512 void gemv_rows(const GemvArgs& a, std::int64_t m_begin, std::int64_t m_end) {
-  std::int64_t m = m_begin;
-  for (; m + 4 <= m_end; m += 4) gemv_tile<D, 4>(a, m);
-  for (; m < m_end; ++m) gemv_tile<D, 1>(a, m);
+  for (std::int64_t m = m_begin; m < m_end; ++m) gemv_row<D>(a, m);
 }
 
 AKV_AVX512 void gemv_avx512(const GemvArgs& a, std::int64_t m_begin, std::int64_t m_end) {
