@@ -13,6 +13,8 @@
 namespace akv::test {
 namespace {
 
+const auto* const kPrintErrors = ::testing::AddGlobalTestEnvironment(new PrintWorstErrors);
+
 constexpr DType kFloatTypes[] = {DType::F32, DType::BF16, DType::F16};
 
 TEST(CudaOps, Embed) {

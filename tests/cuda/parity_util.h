@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -39,6 +40,24 @@ inline double rel_error(const std::vector<float>& got, const std::vector<double>
 inline double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
   return rel_error(got, std::vector<double>(want.begin(), want.end()));
 }
+
+// Keeps the largest error each test saw; printed when the binary ends (the parity numbers).
+inline std::map<std::string, double>& worst_errors() {
+  static std::map<std::string, double> m;
+  return m;
+}
+inline double note_error(double err) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = t != nullptr ? std::string(t->test_suite_name()) + "." + t->name() : "?";
+  double& w = worst_errors()[name];
+  w = std::max(w, err);
+  return err;
+}
+struct PrintWorstErrors : ::testing::Environment {
+  void TearDown() override {
+    for (const auto& [name, err] : worst_errors()) std::printf("worst relative error %-60s %.3g\n", name.c_str(), err);
+  }
+};
 
 // One backend pair shared by the tests of a binary (the CUDA context is created once).
 struct Backends {
@@ -104,7 +123,7 @@ struct Pair {
     backends().gpu.download(gpu, v);
     return v;
   }
-  double error() { return rel_error(get_gpu(), get_cpu()); }
+  double error() { return note_error(rel_error(get_gpu(), get_cpu())); }
 };
 
 // A weight of `dtype` with random values, on both backends (host bytes kept alive here).

@@ -58,29 +58,40 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
-  for (int j = begin + warp; j < end; j += kWarps) {
-    const std::int64_t row = std::int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size;
-    const std::int64_t off = row * kv.row_width + std::int64_t{kvh} * D + d0;
-    float kf[kE], vf[kE];
+  // kKeys keys per warp and step, their loads issued before any use (latency, not bandwidth, is
+  // what bounds a decode step's short walks).
+  constexpr int kKeys = 4;
+  for (int j0 = begin + warp * kKeys; j0 < end; j0 += kWarps * kKeys) {
+    float kf[kKeys][kE], vf[kKeys][kE];
 #pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      kf[e] = d0 + e < D ? to_f32(kc[off + e]) : 0.0f;
-      vf[e] = d0 + e < D ? to_f32(vc[off + e]) : 0.0f;
+    for (int u = 0; u < kKeys; ++u) {
+      const int j = min(j0 + u, end - 1);
+      const std::int64_t row = std::int64_t{table[j / kv.block_size]} * kv.block_size + j % kv.block_size;
+      const std::int64_t off = row * kv.row_width + std::int64_t{kvh} * D + d0;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) {
+        kf[u][e] = d0 + e < D ? to_f32(kc[off + e]) : 0.0f;
+        vf[u][e] = d0 + e < D ? to_f32(vc[off + e]) : 0.0f;
+      }
     }
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      float dot = 0.0f;
+    for (int u = 0; u < kKeys; ++u) {
+      if (j0 + u >= end) break;
 #pragma unroll
-      for (int e = 0; e < kE; ++e) dot += q[g][e] * kf[e];
-      float s = warp_sum(dot);
-      if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-      const float m_new = fmaxf(m[g], s);
-      const float corr = __expf(m[g] - m_new);  // exp(-inf) = 0 on the first key
-      const float p = __expf(s - m_new);
-      l[g] = l[g] * corr + p;
+      for (int g = 0; g < kG; ++g) {
+        float dot = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kE; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
-      m[g] = m_new;
+        for (int e = 0; e < kE; ++e) dot += q[g][e] * kf[u][e];
+        float s = warp_sum(dot);
+        if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+        const float m_new = fmaxf(m[g], s);
+        const float corr = __expf(m[g] - m_new);  // exp(-inf) = 0 on the first key
+        const float p = __expf(s - m_new);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int e = 0; e < kE; ++e) acc[g][e] = acc[g][e] * corr + p * vf[u][e];
+        m[g] = m_new;
+      }
     }
   }
 

@@ -374,10 +374,10 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
     cuda::launch_attention_prefill(q, view, b, a, out, stream());
     return;
   }
-  // Enough blocks to fill the GPU twice, each split keeping at least 128 keys.
+  // Enough blocks to fill the GPU four times, each split keeping at least 32 keys.
   const std::int64_t blocks = std::int64_t{b.n_tokens} * (p.n_heads / heads_per_block(p.n_heads / p.n_kv_heads));
-  const std::int64_t want = (2 * sm_count_ + blocks - 1) / std::max<std::int64_t>(blocks, 1);
-  const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, b.max_keys / 128)));
+  const std::int64_t want = (4 * sm_count_ + blocks - 1) / std::max<std::int64_t>(blocks, 1);
+  const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, b.max_keys / 32)));
   float* partial = nullptr;
   if (n_splits > 1)
     partial = static_cast<float*>(scratch(static_cast<std::size_t>(b.n_tokens * p.n_heads * n_splits * (p.head_dim + 2)) *

@@ -1,0 +1,419 @@
+// CUDA backend benchmark (docs/perf/cuda.md): measures the device copy bandwidth and the cuBLAS
+// bf16 GEMM rate, then runs an 8B Llama-3.1-shaped model with random bf16 weights generated on
+// the GPU through the backend's ops (the model blocks of src/models): batch-1 decode against the
+// bandwidth bound, and a 4K-token prefill. Usage: cuda_bench [--layers N] [--prefill N] [--steps N]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "models/blocks.h"
+
+namespace akv::bench {
+void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
+}
+
+namespace akv {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `f` with device events: median over `reps` after `warmup` runs, in seconds.
+template <typename F>
+double time_events(F&& f, int warmup, int reps) {
+  cudaEvent_t a, b;
+  AKV_CUDA_CHECK(cudaEventCreate(&a));
+  AKV_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    AKV_CUDA_CHECK(cudaEventRecord(a));
+    f();
+    AKV_CUDA_CHECK(cudaEventRecord(b));
+    AKV_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// Bytes read + written per second by a large device-to-device copy.
+double copy_bandwidth() {
+  const std::size_t bytes = std::size_t{2} << 30;
+  void *src, *dst;
+  AKV_CUDA_CHECK(cudaMalloc(&src, bytes));
+  AKV_CUDA_CHECK(cudaMalloc(&dst, bytes));
+  bench::fill_bf16(src, static_cast<std::int64_t>(bytes / 2), 1, 0.0f, 1.0f);
+  const double t = time_events([&] { AKV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * static_cast<double>(bytes) / t;
+}
+
+// FLOP/s of an 8192^3 bf16 GEMM (f32 accumulate) through cuBLAS, on random data.
+double gemm_rate() {
+  const int n = 8192;
+  const std::size_t elems = std::size_t{n} * n;
+  void *a, *b, *c;
+  AKV_CUDA_CHECK(cudaMalloc(&a, elems * 2));
+  AKV_CUDA_CHECK(cudaMalloc(&b, elems * 2));
+  AKV_CUDA_CHECK(cudaMalloc(&c, elems * 2));
+  bench::fill_bf16(a, static_cast<std::int64_t>(elems), 2, 0.0f, 1.0f);
+  bench::fill_bf16(b, static_cast<std::int64_t>(elems), 3, 0.0f, 1.0f);
+  cublasHandle_t h;
+  AKV_CUBLAS_CHECK(cublasCreate(&h));
+  const float one = 1.0f, zero = 0.0f;
+  const double t = time_events(
+      [&] {
+        AKV_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                                      &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      },
+      3, 10);
+  cublasDestroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return 2.0 * n * double(n) * n / t;
+}
+
+ModelConfig llama31_8b(std::int64_t n_layers) {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.n_layers = n_layers;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5;
+  c.attention_scale = 1.0 / std::sqrt(128.0);
+  c.dtype = DType::BF16;
+  return c;
+}
+
+// A Backend that forwards to the CUDA backend and brackets every op with device events: the GPU
+// time of each op kind per decode step (gaps between kernels included in the step total only).
+class OpTimer final : public Backend {
+ public:
+  explicit OpTimer(CudaBackend& b) : b_(b) {
+    marks_.resize(4096);
+    for (Mark& m : marks_) {
+      AKV_CUDA_CHECK(cudaEventCreate(&m.begin));
+      AKV_CUDA_CHECK(cudaEventCreate(&m.end));
+    }
+  }
+  std::string_view name() const override { return "cuda-timed"; }
+  WeightRef upload_weight(const TensorInfo& t) override { return b_.upload_weight(t); }
+  std::unique_ptr<DeviceBuffer> alloc(DType d, std::int64_t r, std::int64_t c) override { return b_.alloc(d, r, c); }
+  KvStorage alloc_kv(const KvLayout& l) override { return b_.alloc_kv(l); }
+  void download(TensorRef x, std::span<float> h) override {
+    Scope s(*this, "download");
+    b_.download(x, h);
+  }
+  void upload(std::span<const float> h, TensorRef x) override { b_.upload(h, x); }
+  void copy_kv_block(KvStorage& kv, std::int32_t a, std::int32_t d) override { b_.copy_kv_block(kv, a, d); }
+  void embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) override {
+    Scope s(*this, "embed");
+    b_.embed(t, ids, sc, o);
+  }
+  void rms_norm(TensorRef x, const WeightRef& w, float e, float off, TensorRef o) override {
+    Scope s(*this, "rms_norm");
+    b_.rms_norm(x, w, e, off, o);
+  }
+  void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef o) override {
+    Scope s(*this, w.rows >= 14336 ? "matmul m>=14336" : w.rows >= 4096 ? "matmul m=4096" : "matmul m<4096");
+    b_.matmul(x, w, bias, o);
+  }
+  void add(TensorRef a, TensorRef x) override {
+    Scope s(*this, "add");
+    b_.add(a, x);
+  }
+  void rope(TensorRef x, std::int64_t hd, const RopeParams& r, std::span<const std::int32_t> p) override {
+    Scope s(*this, "rope");
+    b_.rope(x, hd, r, p);
+  }
+  void store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef v, const ForwardBatch& b) override {
+    Scope s(*this, "store_kv");
+    b_.store_kv(kv, l, k, v, b);
+  }
+  void attention(TensorRef q, const KvStorage& kv, std::int64_t l, const ForwardBatch& b, const AttentionParams& p,
+                 TensorRef o) override {
+    Scope s(*this, "attention");
+    b_.attention(q, kv, l, b, p, o);
+  }
+  void glu(TensorRef g, TensorRef u, GluActivation a, TensorRef o) override {
+    Scope s(*this, "glu");
+    b_.glu(g, u, a, o);
+  }
+  void softcap(TensorRef x, float c) override { b_.softcap(x, c); }
+  void gather_rows(TensorRef x, std::span<const std::int32_t> r, TensorRef o) override {
+    Scope s(*this, "gather_rows");
+    b_.gather_rows(x, r, o);
+  }
+
+  // Adds the step's event times (the step ended with a download, so all events completed).
+  void end_step() {
+    for (std::size_t i = 0; i < used_; ++i) {
+      float ms = 0;
+      AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i].begin, marks_[i].end));
+      total_ms_[marks_[i].op] += ms;
+      calls_[marks_[i].op] += 1;
+    }
+    used_ = 0;
+    ++steps_;
+  }
+  void reset() {
+    total_ms_.clear();
+    calls_.clear();
+    steps_ = 0;
+  }
+  void print() const {
+    std::printf("\n| decode op (per step) | calls | GPU time |\n| --- | --- | --- |\n");
+    double sum = 0;
+    for (const auto& [op, ms] : total_ms_) {
+      std::printf("| %s | %.0f | %.1f us |\n", op.c_str(), double(calls_.at(op)) / steps_, ms * 1e3 / steps_);
+      sum += ms;
+    }
+    std::printf("| sum of ops | | %.1f us |\n", sum * 1e3 / steps_);
+  }
+
+ private:
+  struct Mark {
+    const char* op = nullptr;
+    cudaEvent_t begin = nullptr, end = nullptr;
+  };
+  struct Scope {
+    Scope(OpTimer& t, const char* op) : t_(t), m_(t.marks_.at(t.used_++)) {
+      m_.op = op;
+      AKV_CUDA_CHECK(cudaEventRecord(m_.begin, t_.b_.stream()));
+    }
+    ~Scope() { AKV_CUDA_CHECK(cudaEventRecord(m_.end, t_.b_.stream())); }
+    OpTimer& t_;
+    Mark& m_;
+  };
+  CudaBackend& b_;
+  std::vector<Mark> marks_;
+  std::size_t used_ = 0;
+  std::int64_t steps_ = 0;
+  std::map<std::string, double> total_ms_;
+  std::map<std::string, std::int64_t> calls_;
+};
+
+struct Layer {
+  WeightRef attn_norm, mlp_norm;
+  AttentionWeights attn;
+  MlpWeights mlp;
+};
+
+// The Llama forward pass of src/models/llama.cpp over random device weights.
+class RandomLlama {
+ public:
+  RandomLlama(CudaBackend& b, const ModelConfig& c) : b_(b), ops_(&b), c_(c), ws_(b) {
+    std::uint64_t seed = 100;
+    auto mat = [&](std::int64_t rows, std::int64_t cols) {
+      WeightRef w = b_.alloc_weight(DType::BF16, rows, cols);
+      bench::fill_bf16(const_cast<void*>(w.data), rows * cols, ++seed, 0.0f, 1.0f / std::sqrt(float(cols)));
+      return w;
+    };
+    auto norm = [&](std::int64_t n) {
+      WeightRef w = b_.alloc_weight(DType::BF16, 1, n);
+      bench::fill_bf16(const_cast<void*>(w.data), n, ++seed, 1.0f, 0.1f);
+      return w;
+    };
+    const std::int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+    embed_ = mat(c.vocab_size, c.hidden_size);
+    for (std::int64_t l = 0; l < c.n_layers; ++l) {
+      Layer L;
+      L.attn_norm = norm(c.hidden_size);
+      L.mlp_norm = norm(c.hidden_size);
+      L.attn.q = mat(q, c.hidden_size);
+      L.attn.k = mat(kv, c.hidden_size);
+      L.attn.v = mat(kv, c.hidden_size);
+      L.attn.o = mat(c.hidden_size, q);
+      L.mlp.gate = mat(c.intermediate_size, c.hidden_size);
+      L.mlp.up = mat(c.intermediate_size, c.hidden_size);
+      L.mlp.down = mat(c.hidden_size, c.intermediate_size);
+      layers_.push_back(L);
+      decode_bytes_ += 2 * (2 * c.hidden_size + 2 * q * c.hidden_size + 2 * kv * c.hidden_size +
+                            3 * c.intermediate_size * c.hidden_size);
+    }
+    final_norm_ = norm(c.hidden_size);
+    lm_head_ = mat(c.vocab_size, c.hidden_size);
+    decode_bytes_ += 2 * (c.hidden_size + c.vocab_size * c.hidden_size);
+    for (std::int64_t i = 0; i < c.head_dim / 2; ++i)
+      inv_freq_.push_back(std::pow(500000.0, -2.0 * double(i) / double(c.head_dim)));
+    AKV_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // Where the forward pass sends its ops (the CUDA backend, or a timing wrapper of it).
+  void set_ops(Backend& ops) { ops_ = &ops; }
+
+  // Weight bytes one decode step reads (all but the embedding table).
+  std::int64_t decode_bytes() const { return decode_bytes_; }
+
+  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) {
+    const auto n = static_cast<std::int64_t>(batch.tokens.size());
+    ws_.reserve(c_, n);
+    ops_->embed(embed_, batch.tokens, 1.0f, ws_.x);
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    for (std::int64_t l = 0; l < c_.n_layers; ++l) {
+      LayerContext ctx{.backend = *ops_, .batch = batch, .kv = kv, .ws = ws_, .layer = l,
+                       .rope = {inv_freq_, c_.head_dim, 1.0},
+                       .attention = {.n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads, .head_dim = c_.head_dim,
+                                     .scale = c_.attention_scale, .window = 0, .logit_softcap = 0.0}};
+      const Layer& w = layers_[l];
+      ops_->rms_norm(ws_.x, w.attn_norm, eps, 0.0f, ws_.xn);
+      run_attention(w.attn, ctx, ws_.xn);
+      ops_->add(ws_.x, ws_.y);
+      ops_->rms_norm(ws_.x, w.mlp_norm, eps, 0.0f, ws_.xn);
+      run_mlp(w.mlp, ctx, ws_.xn, GluActivation::Silu);
+      ops_->add(ws_.x, ws_.y);
+    }
+    const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
+    if (!hidden_) {
+      hidden_ = b_.alloc(DType::F32, 1, c_.hidden_size);
+      out_ = b_.alloc(DType::F32, 1, c_.vocab_size);
+    }
+    AKV_CHECK(n_logits == 1, "bench: one logit row");
+    ops_->gather_rows(ws_.x, batch.logit_rows, hidden_->tensor());
+    ops_->rms_norm(hidden_->tensor(), final_norm_, eps, 0.0f, hidden_->tensor());
+    ops_->matmul(hidden_->tensor(), lm_head_, nullptr, out_->tensor());
+    ops_->download(out_->tensor(), logits);
+  }
+
+ private:
+  CudaBackend& b_;
+  Backend* ops_;
+  ModelConfig c_;
+  Workspace ws_;
+  WeightRef embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::vector<double> inv_freq_;
+  std::int64_t decode_bytes_ = 0;
+  std::unique_ptr<DeviceBuffer> hidden_, out_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(int argc, char** argv) {
+  std::int64_t n_layers = 32, prefill = 4096, steps = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const std::int64_t v = std::atoll(argv[i + 1]);
+    if (a == "--layers") n_layers = v;
+    else if (a == "--prefill") prefill = v;
+    else if (a == "--steps") steps = v;
+  }
+  cudaDeviceProp prop{};
+  AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::printf("device: %s, %d SMs, %.1f GiB; CUDA driver API %d, runtime %d\n", prop.name, prop.multiProcessorCount,
+              double(prop.totalGlobalMem) / double(1 << 30), driver, runtime);
+
+  const double bw = copy_bandwidth();
+  const double flops = gemm_rate();
+  std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);
+  std::printf("cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s\n", flops * 1e-12);
+
+  CudaBackend be;
+  const ModelConfig c = llama31_8b(n_layers);
+  auto t0 = std::chrono::steady_clock::now();
+  RandomLlama model(be, c);
+  std::printf("model: Llama-3.1-8B shape, %lld layers, bf16 weights %.2f GB (generated on the GPU in %.1f s)\n",
+              static_cast<long long>(n_layers), double(be.weight_bytes()) * 1e-9, seconds_since(t0));
+
+  const std::int64_t block = 16, max_len = prefill + steps + 64;
+  const std::int64_t n_blocks = (max_len + block - 1) / block;
+  KvStorage kv = be.alloc_kv(KvLayout{.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block,
+                                      .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .dtype = DType::BF16});
+  std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>((i * 7919) % n_blocks);
+  std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+
+  // One chunk of `ids` at `start`; returns seconds (the forward ends with a logits download).
+  auto step = [&](std::int64_t start, std::int64_t n) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((start + i) * 2654435761u % c.vocab_size);
+    const SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(n),
+                              .start_pos = static_cast<std::int32_t>(start), .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
+    const std::int32_t last = static_cast<std::int32_t>(n - 1);
+    const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {&last, 1}};
+    const auto t = std::chrono::steady_clock::now();
+    model.forward(batch, kv, logits);
+    return seconds_since(t);
+  };
+
+  // Prefill of `prefill` tokens from position 0 (one warm-up, median of 3).
+  step(0, prefill);
+  std::vector<double> pt;
+  for (int i = 0; i < 3; ++i) pt.push_back(step(0, prefill));
+  const double prefill_s = median(pt);
+
+  // Batch-1 decode after a 128-token prompt, and after the long prefill.
+  auto decode = [&](std::int64_t ctx) {
+    step(0, ctx);
+    for (int i = 0; i < 8; ++i) step(ctx + i, 1);
+    std::vector<double> t;
+    for (std::int64_t i = 0; i < steps; ++i) t.push_back(step(ctx + 8 + i, 1));
+    double sum = 0;
+    for (double x : t) sum += x;
+    return std::pair<double, double>{median(t), sum / double(t.size())};
+  };
+  const auto [short_med, short_mean] = decode(128);
+  const auto [long_med, long_mean] = decode(prefill);
+  const double bound = bw / double(model.decode_bytes());
+
+  // Per-op GPU time of decode steps (events around every op; context ~200).
+  OpTimer timer(be);
+  model.set_ops(timer);
+  for (int i = 0; i < 24; ++i) {
+    step(200 + i, 1);
+    timer.end_step();
+    if (i == 3) timer.reset();  // the first steps are warm-up
+  }
+  model.set_ops(be);
+
+  std::printf("\n| measurement | value |\n| --- | --- |\n");
+  std::printf("| device copy bandwidth (read + write) | %.0f GB/s |\n", bw * 1e-9);
+  std::printf("| cuBLAS bf16 GEMM 8192^3 | %.0f TFLOP/s |\n", flops * 1e-12);
+  std::printf("| weight bytes read per decode token | %.2f GB |\n", double(model.decode_bytes()) * 1e-9);
+  std::printf("| decode bound (bandwidth / weight bytes) | %.1f tok/s |\n", bound);
+  std::printf("| batch-1 decode, context 136 | %.1f tok/s (median step %.3f ms, mean %.3f ms) = %.1f%% of bound |\n",
+              1.0 / short_med, short_med * 1e3, short_mean * 1e3, 100.0 / short_med / bound);
+  std::printf("| batch-1 decode, context %lld | %.1f tok/s (median step %.3f ms) |\n",
+              static_cast<long long>(prefill + 8), 1.0 / long_med, long_med * 1e3);
+  std::printf("| prefill %lld tokens (tensor-core flash attention, cuBLAS bf16 GEMMs) | %.0f tok/s (%.1f ms) |\n",
+              static_cast<long long>(prefill), double(prefill) / prefill_s, prefill_s * 1e3);
+  const double prefill_flops = 2.0 * double(model.decode_bytes()) / 2.0 * double(prefill);
+  std::printf("| prefill matmul rate (2 * params * tokens / time) | %.0f TFLOP/s |\n", prefill_flops / prefill_s * 1e-12);
+  timer.print();
+  return 0;
+}
+
+}  // namespace
+}  // namespace akv
+
+int main(int argc, char** argv) { return akv::run(argc, argv); }
