@@ -22,6 +22,7 @@ struct Engine::Active : Sequence {
   GenerateRequest request;
   EventCallback on_event;
   Sampler sampler;
+  bool started_sent = false;  // the Started event went out
 };
 
 namespace {
@@ -153,6 +154,7 @@ void Engine::step() {
 
   // The plan's vectors stay valid until the next schedule(); finishing a request only removes
   // it from the scheduler's queues. Copy what we finish out first, since finish() destroys it.
+  announce_started(plan);
   finishing_.clear();
   for (Sequence* s : plan.failed) finishing_.push_back(static_cast<Active*>(s));
   for (Active* a : finishing_) finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
@@ -184,6 +186,23 @@ void Engine::step() {
   stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);
   stats_.steps.fetch_add(1, std::memory_order_relaxed);
   stats_.record(st);
+}
+
+void Engine::announce_started(const StepPlan& plan) {
+  finishing_.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    Active& a = static_cast<Active&>(*c.seq);
+    if (a.started_sent) continue;
+    a.started_sent = true;
+    EngineEvent e;
+    e.kind = EventKind::Started;
+    e.request = a.id;
+    e.usage = {.prompt_tokens = a.n_prompt, .cached_tokens = std::max(0, a.n_cached_prompt), .generated_tokens = 0};
+    if (!emit(a, e)) finishing_.push_back(&a);
+  }
+  // A callback that threw cancels its request; the plan still lists it, so it runs this step
+  // and is finished (Cancelled) when its cancellation is taken from the inbox.
+  for (Active* a : finishing_) cancel(a->id);
 }
 
 void Engine::advance(Active& a, std::span<const float> logits) {

@@ -59,6 +59,8 @@ class Engine {
   void loop();
   bool take_inbox(std::unique_lock<std::mutex>& lock);
   void step();
+  // Sends Started to requests whose first chunk is in `plan`.
+  void announce_started(const StepPlan& plan);
   void advance(Active& a, std::span<const float> logits);
   bool emit(Active& a, const EngineEvent& e);
   void finish(Active& a, FinishReason reason, std::string_view error = {});

@@ -32,6 +32,8 @@ class Collector {
     Ids tokens;
     std::vector<std::vector<TokenLogprob>> top;
     bool finished = false;
+    bool started = false;
+    Usage started_usage;  // from the Started event
     FinishReason reason = FinishReason::Stop;
     Usage usage;
     std::string error;
@@ -40,7 +42,13 @@ class Collector {
     return [this](const EngineEvent& e) {
       std::lock_guard lock(mu_);
       Result& r = results_[e.request];
-      if (e.kind == EventKind::Token) {
+      if (e.kind == EventKind::Started) {
+        EXPECT_FALSE(r.started) << "two Started events";
+        EXPECT_TRUE(r.tokens.empty()) << "Started after a token";
+        r.started = true;
+        r.started_usage = e.usage;
+      } else if (e.kind == EventKind::Token) {
+        EXPECT_TRUE(r.started) << "a token before Started";
         r.tokens.push_back(e.token);
         r.top.push_back(e.top_logprobs);
       } else if (e.kind == EventKind::Error) {
@@ -57,6 +65,11 @@ class Collector {
   Result wait(RequestId id) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return results_[id].finished; });
+    const Result& r = results_[id];
+    if (!r.tokens.empty()) {
+      EXPECT_EQ(r.started_usage.prompt_tokens, r.usage.prompt_tokens);
+      EXPECT_EQ(r.started_usage.cached_tokens, r.usage.cached_tokens);
+    }
     return results_[id];
   }
   std::size_t n_tokens(RequestId id) {
