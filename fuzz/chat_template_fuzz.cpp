@@ -40,8 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.limits.max_output_bytes = 1 << 20;
   options.limits.max_call_depth = 32;
   try {
-    const auto t = akv::ChatTemplate::parse_or_throw(
-        std::string(reinterpret_cast<const char*>(data), size));
+    const auto t =
+        akv::ChatTemplate::parse_or_throw(std::string(reinterpret_cast<const char*>(data), size));
     t.render(context(), options);
   } catch (const akv::Error&) {
   }

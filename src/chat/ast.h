@@ -57,7 +57,7 @@ enum class StmtKind {
   FilterBlock,  // filter filter: body
   Break,
   Continue,
-  Scope,        // generation / with: body in a new scope; with: targets = defaults
+  Scope,  // generation / with: body in a new scope; with: targets = defaults
 };
 
 struct Stmt;

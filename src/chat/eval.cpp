@@ -26,13 +26,17 @@ int64_t python_mod(int64_t a, int64_t b) {
   return r;
 }
 
-int64_t as_int(const Value& v) { return v.is_bool() ? int64_t{v.get_bool()} : v.get_int(); }
+int64_t as_int(const Value& v) {
+  return v.is_bool() ? int64_t{v.get_bool()} : v.get_int();
+}
 
 // Python's `'fmt' % args` for %s %r %d %i %f %%.
 std::string percent_format(Interpreter& in, const std::string& fmt, const Value& args) {
   std::vector<Value> values;
-  if (args.is_list() && args.get_list().is_tuple) values = args.get_list().items;
-  else values.push_back(args);
+  if (args.is_list() && args.get_list().is_tuple)
+    values = args.get_list().items;
+  else
+    values.push_back(args);
   std::string out;
   size_t next = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -48,9 +52,12 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
     }
     if (next >= values.size()) in.fail("TypeError: not enough arguments for format string");
     const Value& v = values[next++];
-    if (c == 's') out += v.str();
-    else if (c == 'r') out += v.repr();
-    else if ((c == 'd' || c == 'i') && v.is_number()) out += std::to_string(static_cast<int64_t>(v.to_double()));
+    if (c == 's')
+      out += v.str();
+    else if (c == 'r')
+      out += v.repr();
+    else if ((c == 'd' || c == 'i') && v.is_number())
+      out += std::to_string(static_cast<int64_t>(v.to_double()));
     else if (c == 'f' && v.is_number()) {
       char buf[64];
       std::snprintf(buf, sizeof(buf), "%f", v.to_double());
@@ -59,7 +66,8 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
       in.fail(std::string("ValueError: unsupported format character '") + c + "'");
     }
   }
-  if (next < values.size()) in.fail("TypeError: not all arguments converted during string formatting");
+  if (next < values.size())
+    in.fail("TypeError: not all arguments converted during string formatting");
   return out;
 }
 
@@ -93,7 +101,8 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) fail(undefined_message(obj));
   if (obj.is_dict()) {
     if (const Value* v = obj.get_dict().find(key)) return *v;
-    if (key.is_string() && !obj.get_dict().is_namespace) return find_method(*this, obj, key.get_string());
+    if (key.is_string() && !obj.get_dict().is_namespace)
+      return find_method(*this, obj, key.get_string());
     return Value::undefined(key.is_string() ? key.get_string() : key.repr());
   }
   if (obj.is_list() && obj.get_list().is_generator) {
@@ -120,8 +129,10 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
 
 std::vector<Value> Interpreter::iterate(const Value& v) {
   switch (v.kind()) {
-    case Kind::Undefined: return {};
-    case Kind::List: return v.get_list().items;
+    case Kind::Undefined:
+      return {};
+    case Kind::List:
+      return v.get_list().items;
     case Kind::Dict: {
       std::vector<Value> keys;
       for (const auto& [k, e] : v.get_dict().items) keys.push_back(k);
@@ -137,13 +148,15 @@ std::vector<Value> Interpreter::iterate(const Value& v) {
       }
       return chars;
     }
-    default: fail(std::string("TypeError: '") + v.type_name() + "' object is not iterable");
+    default:
+      fail(std::string("TypeError: '") + v.type_name() + "' object is not iterable");
   }
 }
 
 Value Interpreter::call(const Value& fn, CallArgs& args) {
   if (fn.is_undefined()) fail(undefined_message(fn));
-  if (!fn.is_function()) fail(std::string("TypeError: '") + fn.type_name() + "' object is not callable");
+  if (!fn.is_function())
+    fail(std::string("TypeError: '") + fn.type_name() + "' object is not callable");
   step();
   return fn.get_function().fn(*this, args);
 }
@@ -165,7 +178,8 @@ void Interpreter::eval_args(const Expr& e, size_t first, const std::shared_ptr<S
   for (const auto& [k, v] : e.kwargs) out.keyword.emplace_back(k, eval(*v, scope));
   if (e.star_kwargs) {
     const Value d = eval(*e.star_kwargs, scope);
-    if (!d.is_dict()) fail(std::string("TypeError: argument after ** must be a mapping, not ") + d.type_name());
+    if (!d.is_dict())
+      fail(std::string("TypeError: argument after ** must be a mapping, not ") + d.type_name());
     for (const auto& [k, v] : d.get_dict().items) out.keyword.emplace_back(k.str(), v);
   }
 }
@@ -173,15 +187,19 @@ void Interpreter::eval_args(const Expr& e, size_t first, const std::shared_ptr<S
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
   step();
   switch (e.kind) {
-    case ExprKind::Literal: return e.literal;
-    case ExprKind::Name: return lookup(e.name, *scope);
-    case ExprKind::BlockValue: return lookup("\x01block", *scope);
+    case ExprKind::Literal:
+      return e.literal;
+    case ExprKind::Name:
+      return lookup(e.name, *scope);
+    case ExprKind::BlockValue:
+      return lookup("\x01block", *scope);
     case ExprKind::List:
     case ExprKind::Tuple: {
       std::vector<Value> items;
       items.reserve(e.args.size());
       for (const ExprPtr& a : e.args) items.push_back(eval(*a, scope));
-      return e.kind == ExprKind::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+      return e.kind == ExprKind::List ? Value::list(std::move(items))
+                                      : Value::tuple(std::move(items));
     }
     case ExprKind::Dict: {
       Value d = Value::dict();
@@ -202,7 +220,8 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       at(e.line, e.column);
       return get_item(obj, key);
     }
-    case ExprKind::Slice: return eval_slice(e, scope);
+    case ExprKind::Slice:
+      return eval_slice(e, scope);
     case ExprKind::Call: {
       Value fn = eval(*e.args[0], scope);
       CallArgs args;
@@ -229,13 +248,15 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       at(e.line, e.column);
       if (e.name == "not") return Value(!v.truthy());
       if (v.is_undefined()) fail(undefined_message(v));
-      if (!v.is_number()) fail("TypeError: bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+      if (!v.is_number())
+        fail("TypeError: bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       if (e.name == "+") return v.is_bool() ? Value(as_int(v)) : v;
       if (v.is_float()) return Value(-v.get_float());
       if (as_int(v) == INT64_MIN) fail("OverflowError: integer overflow");
       return Value(-as_int(v));
     }
-    case ExprKind::Binary: return eval_binary(e, scope);
+    case ExprKind::Binary:
+      return eval_binary(e, scope);
     case ExprKind::Cond: {
       if (eval(*e.args[1], scope).truthy()) return eval(*e.args[0], scope);
       if (e.args[2]) return eval(*e.args[2], scope);
@@ -249,7 +270,8 @@ Value Interpreter::eval_slice(const Expr& e, const std::shared_ptr<Scope>& scope
   Value obj = eval(*e.args[0], scope);
   Value parts[3];
   for (int i = 0; i < 3; ++i) {
-    parts[i] = e.args[static_cast<size_t>(i) + 1] ? eval(*e.args[static_cast<size_t>(i) + 1], scope) : Value::none();
+    parts[i] = e.args[static_cast<size_t>(i) + 1] ? eval(*e.args[static_cast<size_t>(i) + 1], scope)
+                                                  : Value::none();
   }
   at(e.line, e.column);
   if (obj.is_undefined()) fail(undefined_message(obj));
@@ -262,7 +284,8 @@ Value Interpreter::eval_slice(const Expr& e, const std::shared_ptr<Scope>& scope
   if (obj.is_list() && obj.get_list().is_generator) {
     fail("TypeError: 'generator' object is not subscriptable");
   }
-  if (!is_str && !obj.is_list()) fail(std::string("TypeError: '") + obj.type_name() + "' object is not subscriptable");
+  if (!is_str && !obj.is_list())
+    fail(std::string("TypeError: '") + obj.type_name() + "' object is not subscriptable");
   std::vector<size_t> off;
   int64_t n;
   if (is_str) {
@@ -290,15 +313,19 @@ Value Interpreter::eval_slice(const Expr& e, const std::shared_ptr<Scope>& scope
   }
   if (is_str && step_by == 1) {
     if (stop <= start) return Value("");
-    return Value(obj.get_string().substr(off[static_cast<size_t>(start)], off[static_cast<size_t>(stop)] - off[static_cast<size_t>(start)]));
+    return Value(
+        obj.get_string().substr(off[static_cast<size_t>(start)],
+                                off[static_cast<size_t>(stop)] - off[static_cast<size_t>(start)]));
   }
   std::string s;
   std::vector<Value> items;
   for (int64_t i = start; step_by > 0 ? i < stop : i > stop; i += step_by) {
     step();
     const auto k = static_cast<size_t>(i);
-    if (is_str) s.append(obj.get_string(), off[k], off[k + 1] - off[k]);
-    else items.push_back(obj.get_list().items[k]);
+    if (is_str)
+      s.append(obj.get_string(), off[k], off[k + 1] - off[k]);
+    else
+      items.push_back(obj.get_list().items[k]);
   }
   if (is_str) return Value(std::move(s));
   return obj.get_list().is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
@@ -316,7 +343,9 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scop
   if (op == "in" || op == "not in") {
     bool found = false;
     if (b.is_string()) {
-      if (!a.is_string()) fail(std::string("TypeError: 'in <string>' requires string as left operand, not ") + a.type_name());
+      if (!a.is_string())
+        fail(std::string("TypeError: 'in <string>' requires string as left operand, not ") +
+             a.type_name());
       found = b.get_string().find(a.get_string()) != std::string::npos;
     } else if (b.is_list()) {
       for (const Value& x : b.get_list().items) found = found || x == a;
@@ -337,26 +366,34 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scop
   if (b.is_undefined()) fail(undefined_message(b));
   if (op == "<" || op == ">" || op == "<=" || op == ">=") {
     const std::optional<int> c = compare_values(a, b);
-    if (!c) fail("TypeError: '" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+    if (!c)
+      fail("TypeError: '" + op + "' not supported between instances of '" + a.type_name() +
+           "' and '" + b.type_name() + "'");
     if (*c == 2) return Value(false);  // NaN
     if (op == "<") return Value(*c < 0);
     if (op == ">") return Value(*c > 0);
     if (op == "<=") return Value(*c <= 0);
     return Value(*c >= 0);
   }
-  const std::string type_error = "TypeError: unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'";
+  const std::string type_error = "TypeError: unsupported operand type(s) for " + op + ": '" +
+                                 a.type_name() + "' and '" + b.type_name() + "'";
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float() && op != "/") {
       const int64_t x = as_int(a), y = as_int(b);
       int64_t r = 0;
       bool overflow = false;
-      if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
-      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
-      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+      if (op == "+")
+        overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "-")
+        overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "*")
+        overflow = __builtin_mul_overflow(x, y, &r);
       else if (op == "//" || op == "%") {
         if (y == 0) fail("ZeroDivisionError: integer division or modulo by zero");
-        if (x == INT64_MIN && y == -1) overflow = true;
-        else r = op == "//" ? python_floordiv(x, y) : python_mod(x, y);
+        if (x == INT64_MIN && y == -1)
+          overflow = true;
+        else
+          r = op == "//" ? python_floordiv(x, y) : python_mod(x, y);
       } else if (op == "**") {
         if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
         r = 1;
@@ -405,11 +442,16 @@ Value Interpreter::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scop
       step(static_cast<int64_t>(items.size()));
       return a.get_list().is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
-    if (a.is_string()) fail(std::string("TypeError: can only concatenate str (not \"") + b.type_name() + "\") to str");
-    if (a.is_list()) fail(std::string("TypeError: can only concatenate list (not \"") + b.type_name() + "\") to list");
+    if (a.is_string())
+      fail(std::string("TypeError: can only concatenate str (not \"") + b.type_name() +
+           "\") to str");
+    if (a.is_list())
+      fail(std::string("TypeError: can only concatenate list (not \"") + b.type_name() +
+           "\") to list");
   }
   if (op == "*") {
-    const Value* seq = a.is_string() || a.is_list() ? &a : (b.is_string() || b.is_list() ? &b : nullptr);
+    const Value* seq =
+        a.is_string() || a.is_list() ? &a : (b.is_string() || b.is_list() ? &b : nullptr);
     const Value* count = seq == &a ? &b : &a;
     if (seq && (count->is_int() || count->is_bool())) {
       const int64_t n = std::max<int64_t>(0, as_int(*count));

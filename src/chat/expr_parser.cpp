@@ -52,20 +52,29 @@ void ExprParser::fail(const Token& at, const std::string& message) const {
 namespace {
 std::string describe(const Token& t) {
   switch (t.kind) {
-    case TokenKind::Text: return "template text";
-    case TokenKind::VarBegin: return "'{{'";
-    case TokenKind::VarEnd: return "'}}'";
-    case TokenKind::BlockBegin: return "'{%'";
-    case TokenKind::BlockEnd: return "'%}'";
-    case TokenKind::Eof: return "end of template";
-    case TokenKind::String: return "string literal";
-    default: return "'" + t.text + "'";
+    case TokenKind::Text:
+      return "template text";
+    case TokenKind::VarBegin:
+      return "'{{'";
+    case TokenKind::VarEnd:
+      return "'}}'";
+    case TokenKind::BlockBegin:
+      return "'{%'";
+    case TokenKind::BlockEnd:
+      return "'%}'";
+    case TokenKind::Eof:
+      return "end of template";
+    case TokenKind::String:
+      return "string literal";
+    default:
+      return "'" + t.text + "'";
   }
 }
 }  // namespace
 
 const Token& ExprParser::expect(TokenKind kind, std::string_view what) {
-  if (peek().kind != kind) fail(peek(), "expected " + std::string(what) + ", got " + describe(peek()));
+  if (peek().kind != kind)
+    fail(peek(), "expected " + std::string(what) + ", got " + describe(peek()));
   return next();
 }
 
@@ -155,9 +164,8 @@ ExprPtr ExprParser::parse_compare() {
   while (true) {
     const Token& t = peek();
     std::string op;
-    if (t.kind == TokenKind::Op &&
-        (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == ">" || t.text == "<=" ||
-         t.text == ">=")) {
+    if (t.kind == TokenKind::Op && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                    t.text == ">" || t.text == "<=" || t.text == ">=")) {
       op = t.text;
       next();
     } else if (peek_name("in")) {
@@ -233,9 +241,12 @@ ExprPtr ExprParser::parse_primary() {
     case TokenKind::Name: {
       next();
       auto e = node(ExprKind::Literal, t);
-      if (t.text == "true" || t.text == "True") e->literal = Value(true);
-      else if (t.text == "false" || t.text == "False") e->literal = Value(false);
-      else if (t.text == "none" || t.text == "None") e->literal = Value::none();
+      if (t.text == "true" || t.text == "True")
+        e->literal = Value(true);
+      else if (t.text == "false" || t.text == "False")
+        e->literal = Value(false);
+      else if (t.text == "none" || t.text == "None")
+        e->literal = Value::none();
       else {
         e->kind = ExprKind::Name;
         e->name = t.text;
@@ -261,7 +272,8 @@ ExprPtr ExprParser::parse_primary() {
       e->literal = Value(t.float_value);
       return e;
     }
-    default: break;
+    default:
+      break;
   }
   if (accept_op("(")) {
     if (accept_op(")")) return node(ExprKind::Tuple, t);
@@ -376,7 +388,8 @@ void ExprParser::parse_call_args(Expr& call) {
       ExprPtr& slot = next().text == "*" ? call.star_args : call.star_kwargs;
       if (slot) fail(peek(), "repeated * or ** argument");
       slot = parse_expression(true);
-    } else if (peek().kind == TokenKind::Name && peek(1).kind == TokenKind::Op && peek(1).text == "=") {
+    } else if (peek().kind == TokenKind::Name && peek(1).kind == TokenKind::Op &&
+               peek(1).text == "=") {
       std::string key = next().text;
       next();
       call.kwargs.emplace_back(std::move(key), parse_expression(true));

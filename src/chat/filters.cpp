@@ -6,21 +6,16 @@
 #include <unordered_map>
 
 #include "base/error.h"
-#include "chat/interpreter.h"
+#include "chat/filter_util.h"
 #include "chat/text.h"
 
 namespace akv::jinja {
-namespace {
-
-using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
 
 Value generator(std::vector<Value> items) {
   Value v = Value::list(std::move(items));
   v.get_list().is_generator = true;
   return v;
 }
-
-const Value* arg(const CallArgs& a, size_t i, std::string_view name) { return a.get(i, name); }
 
 bool arg_bool(const CallArgs& a, size_t i, std::string_view name, bool dflt) {
   const Value* v = a.get(i, name);
@@ -33,7 +28,8 @@ int64_t arg_int(Interpreter& in, const CallArgs& a, size_t i, std::string_view n
   if (v->is_int()) return v->get_int();
   if (v->is_bool()) return v->get_bool();
   if (v->is_float()) return static_cast<int64_t>(v->get_float());
-  in.fail(std::string("TypeError: expected an integer for '") + std::string(name) + "', got " + v->type_name());
+  in.fail(std::string("TypeError: expected an integer for '") + std::string(name) + "', got " +
+          v->type_name());
 }
 
 std::string arg_str(const CallArgs& a, size_t i, std::string_view name, std::string dflt) {
@@ -47,44 +43,24 @@ Value get_path(Interpreter& in, const Value& item, const Value& attribute) {
   Value cur = item;
   for (const std::string& part : py_split(attribute.get_string(), std::string("."), -1)) {
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = in.get_item(cur, digits ? Value(static_cast<int64_t>(std::atoll(part.c_str()))) : Value(part));
+    cur = in.get_item(cur,
+                      digits ? Value(static_cast<int64_t>(std::atoll(part.c_str()))) : Value(part));
   }
   return cur;
 }
 
-// Sort key: strings lower-cased unless case_sensitive.
-Value sort_key(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value(py_lower(v.get_string()));
-  return v;
-}
+namespace {
 
-void sort_values(Interpreter& in, std::vector<Value>& items, std::vector<Value> keys, bool reverse) {
-  std::vector<size_t> order(items.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  in.step(static_cast<int64_t>(items.size()));
-  std::string error;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    // Jinja sorts by [key] lists: equal keys (None == None) never reach `<`.
-    if (keys[x] == keys[y]) return false;
-    const std::optional<int> c = reverse ? compare_values(keys[y], keys[x]) : compare_values(keys[x], keys[y]);
-    if (!c) {
-      error = std::string("TypeError: '<' not supported between instances of '") + keys[x].type_name() + "' and '" + keys[y].type_name() + "'";
-      return false;
-    }
-    return *c < 0;
-  });
-  if (!error.empty()) in.fail(error);
-  std::vector<Value> sorted;
-  sorted.reserve(items.size());
-  for (size_t i : order) sorted.push_back(std::move(items[i]));
-  items = std::move(sorted);
+const Value* arg(const CallArgs& a, size_t i, std::string_view name) {
+  return a.get(i, name);
 }
 
 Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   JsonDumpOptions opt;
   opt.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
   opt.indent = static_cast<int>(std::clamp<int64_t>(arg_int(in, a, 1, "indent", -1), -1, 64));
-  if (const Value* sep = arg(a, 2, "separators"); sep && sep->is_list() && sep->get_list().items.size() == 2) {
+  if (const Value* sep = arg(a, 2, "separators");
+      sep && sep->is_list() && sep->get_list().items.size() == 2) {
     opt.separators = std::make_pair(sep->get_list().items[0].str(), sep->get_list().items[1].str());
   }
   opt.sort_keys = arg_bool(a, 3, "sort_keys", false);
@@ -95,36 +71,18 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_length(Interpreter& in, const Value& v, CallArgs&) {
   switch (v.kind()) {
-    case Kind::Undefined: return Value(0);
-    case Kind::String: return Value(static_cast<int64_t>(utf8_length(v.get_string())));
+    case Kind::Undefined:
+      return Value(0);
+    case Kind::String:
+      return Value(static_cast<int64_t>(utf8_length(v.get_string())));
     case Kind::List:
       if (v.get_list().is_generator) in.fail("TypeError: object of type 'generator' has no len()");
       return Value(static_cast<int64_t>(v.get_list().items.size()));
-    case Kind::Dict: return Value(static_cast<int64_t>(v.get_dict().items.size()));
-    default: in.fail(std::string("TypeError: object of type '") + v.type_name() + "' has no len()");
+    case Kind::Dict:
+      return Value(static_cast<int64_t>(v.get_dict().items.size()));
+    default:
+      in.fail(std::string("TypeError: object of type '") + v.type_name() + "' has no len()");
   }
-}
-
-Value f_items(Interpreter& in, const Value& v, CallArgs&) {
-  if (v.is_undefined()) return generator({});
-  if (!v.is_dict()) in.fail("TypeError: Can only get item pairs from a mapping.");
-  std::vector<Value> out;
-  for (const auto& [k, e] : v.get_dict().items) out.push_back(Value::tuple({k, e}));
-  return generator(std::move(out));
-}
-
-Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
-  const std::string sep = arg_str(a, 0, "d", "");
-  const Value* attribute = arg(a, 1, "attribute");
-  std::string out;
-  bool first = true;
-  for (const Value& item : in.iterate(v)) {
-    if (!first) out += sep;
-    first = false;
-    (attribute ? get_path(in, item, *attribute) : item).append_str(out);
-    in.check_size(out);
-  }
-  return Value(std::move(out));
 }
 
 Value f_default(Interpreter&, const Value& v, CallArgs& a) {
@@ -136,13 +94,27 @@ Value f_default(Interpreter&, const Value& v, CallArgs& a) {
   return v;
 }
 
-Value f_upper(Interpreter&, const Value& v, CallArgs&) { return Value(py_upper(v.str())); }
-Value f_lower(Interpreter&, const Value& v, CallArgs&) { return Value(py_lower(v.str())); }
-Value f_title(Interpreter&, const Value& v, CallArgs&) { return Value(jinja_title(v.str())); }
-Value f_capitalize(Interpreter&, const Value& v, CallArgs&) { return Value(py_capitalize(v.str())); }
-Value f_safe(Interpreter&, const Value& v, CallArgs&) { return v; }
-Value f_string(Interpreter&, const Value& v, CallArgs&) { return Value(v.str()); }
-Value f_pprint(Interpreter&, const Value& v, CallArgs&) { return Value(v.repr()); }
+Value f_upper(Interpreter&, const Value& v, CallArgs&) {
+  return Value(py_upper(v.str()));
+}
+Value f_lower(Interpreter&, const Value& v, CallArgs&) {
+  return Value(py_lower(v.str()));
+}
+Value f_title(Interpreter&, const Value& v, CallArgs&) {
+  return Value(jinja_title(v.str()));
+}
+Value f_capitalize(Interpreter&, const Value& v, CallArgs&) {
+  return Value(py_capitalize(v.str()));
+}
+Value f_safe(Interpreter&, const Value& v, CallArgs&) {
+  return v;
+}
+Value f_string(Interpreter&, const Value& v, CallArgs&) {
+  return Value(v.str());
+}
+Value f_pprint(Interpreter&, const Value& v, CallArgs&) {
+  return Value(v.repr());
+}
 
 Value f_trim(Interpreter&, const Value& v, CallArgs& a) {
   const Value* chars = arg(a, 0, "chars");
@@ -156,30 +128,6 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
   std::string s = py_replace(v.str(), arg_str(a, 0, "old", ""), arg_str(a, 1, "new", ""), count);
   in.check_size(s);
   return Value(std::move(s));
-}
-
-Value f_first(Interpreter& in, const Value& v, CallArgs&) {
-  std::vector<Value> items = in.iterate(v);
-  return items.empty() ? Value::undefined("first") : items.front();
-}
-
-Value f_last(Interpreter& in, const Value& v, CallArgs&) {
-  std::vector<Value> items = in.iterate(v);
-  return items.empty() ? Value::undefined("last") : items.back();
-}
-
-Value f_list(Interpreter& in, const Value& v, CallArgs&) { return Value::list(in.iterate(v)); }
-
-Value f_reverse(Interpreter& in, const Value& v, CallArgs&) {
-  if (v.is_string()) {
-    std::vector<Value> chars = in.iterate(v);
-    std::string out;
-    for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->get_string();
-    return Value(std::move(out));
-  }
-  std::vector<Value> items = in.iterate(v);
-  std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
 }
 
 Value f_int(Interpreter& in, const Value& v, CallArgs& a) {
@@ -196,7 +144,8 @@ Value f_int(Interpreter& in, const Value& v, CallArgs& a) {
     char* end = nullptr;
     errno = 0;
     const long long i = std::strtoll(s.c_str(), &end, 10);
-    if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value(static_cast<int64_t>(i));
+    if (!s.empty() && end == s.c_str() + s.size() && errno == 0)
+      return Value(static_cast<int64_t>(i));
     const double d = std::strtod(s.c_str(), &end);
     if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
       return Value(static_cast<int64_t>(d));
@@ -231,121 +180,29 @@ Value f_abs(Interpreter& in, const Value& v, CallArgs&) {
 Value f_round(Interpreter& in, const Value& v, CallArgs& a) {
   const int64_t precision = std::clamp<int64_t>(arg_int(in, a, 0, "precision", 0), -300, 300);
   const std::string method = arg_str(a, 1, "method", "common");
-  if (!v.is_number()) in.fail(std::string("TypeError: type ") + v.type_name() + " doesn't define __round__ method");
+  if (!v.is_number())
+    in.fail(std::string("TypeError: type ") + v.type_name() + " doesn't define __round__ method");
   const double x = v.to_double();
   const double scale = std::pow(10.0, static_cast<double>(precision));
   double r;
-  if (method == "ceil") r = std::ceil(x * scale) / scale;
-  else if (method == "floor") r = std::floor(x * scale) / scale;
-  else if (method == "common") r = std::nearbyint(x * scale) / scale;  // Python rounds half to even
-  else in.fail("FilterArgumentError: method must be common, ceil or floor");
+  if (method == "ceil")
+    r = std::ceil(x * scale) / scale;
+  else if (method == "floor")
+    r = std::floor(x * scale) / scale;
+  else if (method == "common")
+    r = std::nearbyint(x * scale) / scale;  // Python rounds half to even
+  else
+    in.fail("FilterArgumentError: method must be common, ceil or floor");
   return Value(r);
 }
 
 // map / select / reject / selectattr / rejectattr share Jinja's argument conventions.
-Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
-  std::vector<Value> out;
-  if (const Value* attribute = arg(a, 99, "attribute")) {
-    const Value* dflt = arg(a, 99, "default");
-    for (const Value& item : in.iterate(v)) {
-      Value x = get_path(in, item, *attribute);
-      out.push_back(x.is_undefined() && dflt ? *dflt : x);
-    }
-    return generator(std::move(out));
-  }
-  if (a.positional.empty()) in.fail("FilterArgumentError: map requires a filter argument");
-  const std::string name = a.positional[0].str();
-  CallArgs rest;
-  rest.positional.assign(a.positional.begin() + 1, a.positional.end());
-  rest.keyword = a.keyword;
-  for (const Value& item : in.iterate(v)) out.push_back(in.run_filter(name, item, rest));
-  return generator(std::move(out));
-}
-
-Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_attr, bool keep) {
-  size_t next = 0;
-  const Value* attribute = nullptr;
-  if (by_attr) {
-    if (a.positional.empty()) in.fail("TypeError: missing attribute argument");
-    attribute = &a.positional[next++];
-  }
-  std::string test;
-  if (next < a.positional.size()) test = a.positional[next++].str();
-  CallArgs rest;
-  rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(std::min(next, a.positional.size())), a.positional.end());
-  rest.keyword = a.keyword;
-  std::vector<Value> out;
-  for (const Value& item : in.iterate(v)) {
-    const Value x = attribute ? get_path(in, item, *attribute) : item;
-    const bool pass = test.empty() ? x.truthy() : in.run_test(test, x, rest);
-    if (pass == keep) out.push_back(item);
-  }
-  return generator(std::move(out));
-}
-
-Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
-Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, false); }
-Value f_selectattr(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, true); }
-Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, false); }
-
-Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
-  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
-  const Value* attribute = arg(a, 1, "attribute");
-  std::vector<Value> out, seen;
-  for (const Value& item : in.iterate(v)) {
-    in.step(static_cast<int64_t>(seen.size()));
-    const Value key = sort_key(attribute ? get_path(in, item, *attribute) : item, case_sensitive);
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-    seen.push_back(key);
-    out.push_back(item);
-  }
-  return Value::list(std::move(out));
-}
-
-Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
-  const bool reverse = arg_bool(a, 0, "reverse", false);
-  const bool case_sensitive = arg_bool(a, 1, "case_sensitive", false);
-  const Value* attribute = arg(a, 2, "attribute");
-  std::vector<Value> items = in.iterate(v);
-  std::vector<Value> keys;
-  for (const Value& item : items) keys.push_back(sort_key(attribute ? get_path(in, item, *attribute) : item, case_sensitive));
-  sort_values(in, items, std::move(keys), reverse);
-  return Value::list(std::move(items));
-}
-
-Value f_dictsort(Interpreter& in, const Value& v, CallArgs& a) {
-  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
-  const std::string by = arg_str(a, 1, "by", "key");
-  const bool reverse = arg_bool(a, 2, "reverse", false);
-  if (!v.is_dict()) in.fail("TypeError: dictsort expects a mapping");
-  std::vector<Value> items, keys;
-  for (const auto& [k, e] : v.get_dict().items) {
-    items.push_back(Value::tuple({k, e}));
-    keys.push_back(sort_key(by == "value" ? e : k, case_sensitive));
-  }
-  sort_values(in, items, std::move(keys), reverse);
-  return Value::list(std::move(items));
-}
-
-Value f_batch(Interpreter& in, const Value& v, CallArgs& a) {
-  const int64_t n = arg_int(in, a, 0, "linecount", 1);
-  if (n <= 0) in.fail("ValueError: batch size must be positive");
-  const Value* fill = arg(a, 1, "fill_with");
-  std::vector<Value> out, cur;
-  for (const Value& item : in.iterate(v)) {
-    cur.push_back(item);
-    if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::exchange(cur, {})));
-  }
-  if (!cur.empty()) {
-    while (fill && !fill->is_none() && static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
-    out.push_back(Value::list(std::move(cur)));
-  }
-  return Value::list(std::move(out));
-}
-
 Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
   const Value* w = arg(a, 0, "width");
-  std::string pad = w && w->is_string() ? w->get_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(arg_int(in, a, 0, "width", 4), 0, 1024)), ' ');
+  std::string pad = w && w->is_string() ? w->get_string()
+                                        : std::string(static_cast<size_t>(std::clamp<int64_t>(
+                                                          arg_int(in, a, 0, "width", 4), 0, 1024)),
+                                                      ' ');
   const bool first = arg_bool(a, 1, "first", false);
   const bool blank = arg_bool(a, 2, "blank", false);
   std::string s = v.str() + "\n";
@@ -373,12 +230,23 @@ Value f_escape(Interpreter&, const Value& v, CallArgs&) {
   std::string out;
   for (char c : v.str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -390,7 +258,8 @@ Value f_wordcount(Interpreter&, const Value& v, CallArgs&) {
   bool in_word = false;
   for (size_t i = 0; i < s.size();) {
     const uint32_t cp = utf8_next(s, i);
-    const bool word = cp == '_' || (cp < 0x80 ? std::isalnum(static_cast<int>(cp)) != 0 : !is_python_space(cp));
+    const bool word =
+        cp == '_' || (cp < 0x80 ? std::isalnum(static_cast<int>(cp)) != 0 : !is_python_space(cp));
     if (word && !in_word) ++n;
     in_word = word;
   }
@@ -404,44 +273,13 @@ Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
   if (width <= len) return Value(s);
   const int64_t pad = width - len;
   const int64_t left = pad / 2 + (pad & width & 1);
-  return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(pad - left), ' '));
+  return Value(std::string(static_cast<size_t>(left), ' ') + s +
+               std::string(static_cast<size_t>(pad - left), ' '));
 }
 
-Value f_sum(Interpreter& in, const Value& v, CallArgs& a) {
-  const Value* attribute = arg(a, 0, "attribute");
-  const Value* start = arg(a, 1, "start");
-  Value total = start ? *start : Value(0);
-  for (const Value& item : in.iterate(v)) {
-    const Value x = attribute ? get_path(in, item, *attribute) : item;
-    if (!total.is_number() || !x.is_number()) in.fail("TypeError: unsupported operand type(s) for +");
-    if (total.is_float() || x.is_float()) total = Value(total.to_double() + x.to_double());
-    else {
-      int64_t r;
-      if (__builtin_add_overflow(static_cast<int64_t>(total.to_double()), static_cast<int64_t>(x.to_double()), &r)) in.fail("OverflowError: integer overflow");
-      total = Value(r);
-    }
-  }
-  return total;
+Value f_attr(Interpreter& in, const Value& v, CallArgs& a) {
+  return in.get_attr(v, arg_str(a, 0, "name", ""));
 }
-
-Value min_max(Interpreter& in, const Value& v, CallArgs& a, bool want_max) {
-  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
-  const Value* attribute = arg(a, 1, "attribute");
-  std::vector<Value> items = in.iterate(v);
-  if (items.empty()) return Value::undefined(want_max ? "max" : "min");
-  size_t best = 0;
-  auto key = [&](size_t i) { return sort_key(attribute ? get_path(in, items[i], *attribute) : items[i], case_sensitive); };
-  for (size_t i = 1; i < items.size(); ++i) {
-    const std::optional<int> c = compare_values(key(i), key(best));
-    if (!c) in.fail("TypeError: values are not comparable");
-    if (want_max ? *c == 1 : *c == -1) best = i;
-  }
-  return items[best];
-}
-Value f_min(Interpreter& in, const Value& v, CallArgs& a) { return min_max(in, v, a, false); }
-Value f_max(Interpreter& in, const Value& v, CallArgs& a) { return min_max(in, v, a, true); }
-
-Value f_attr(Interpreter& in, const Value& v, CallArgs& a) { return in.get_attr(v, arg_str(a, 0, "name", "")); }
 
 Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
   // "fmt"|format(args) is Python's `fmt % args`.
@@ -454,31 +292,49 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
       continue;
     }
     const char c = fmt[++i];
-    if (c == '%') out += '%';
-    else if (next < a.positional.size()) out += c == 'r' ? a.positional[next++].repr() : a.positional[next++].str();
-    else in.fail("TypeError: not enough arguments for format string");
+    if (c == '%')
+      out += '%';
+    else if (next < a.positional.size())
+      out += c == 'r' ? a.positional[next++].repr() : a.positional[next++].str();
+    else
+      in.fail("TypeError: not enough arguments for format string");
   }
   return Value(std::move(out));
 }
 
 const std::unordered_map<std::string, FilterFn>& filter_table() {
-  static const std::unordered_map<std::string, FilterFn> table = {
-      {"tojson", f_tojson},     {"length", f_length},       {"count", f_length},
-      {"items", f_items},       {"join", f_join},           {"default", f_default},
-      {"d", f_default},         {"upper", f_upper},         {"lower", f_lower},
-      {"title", f_title},       {"capitalize", f_capitalize}, {"safe", f_safe},
-      {"string", f_string},     {"pprint", f_pprint},       {"trim", f_trim},
-      {"replace", f_replace},   {"first", f_first},         {"last", f_last},
-      {"list", f_list},         {"reverse", f_reverse},     {"int", f_int},
-      {"float", f_float},       {"abs", f_abs},             {"round", f_round},
-      {"map", f_map},           {"select", f_select},       {"reject", f_reject},
-      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"unique", f_unique},
-      {"sort", f_sort},         {"dictsort", f_dictsort},   {"batch", f_batch},
-      {"indent", f_indent},     {"e", f_escape},            {"escape", f_escape},
-      {"forceescape", f_escape}, {"wordcount", f_wordcount}, {"center", f_center},
-      {"sum", f_sum},           {"min", f_min},             {"max", f_max},
-      {"attr", f_attr},         {"format", f_format},
-  };
+  static const std::unordered_map<std::string, FilterFn> table = [] {
+    std::unordered_map<std::string, FilterFn> t = {
+        {"tojson", f_tojson},
+        {"length", f_length},
+        {"count", f_length},
+        {"default", f_default},
+        {"d", f_default},
+        {"upper", f_upper},
+        {"lower", f_lower},
+        {"title", f_title},
+        {"capitalize", f_capitalize},
+        {"safe", f_safe},
+        {"string", f_string},
+        {"pprint", f_pprint},
+        {"trim", f_trim},
+        {"replace", f_replace},
+        {"int", f_int},
+        {"float", f_float},
+        {"abs", f_abs},
+        {"round", f_round},
+        {"indent", f_indent},
+        {"e", f_escape},
+        {"escape", f_escape},
+        {"forceescape", f_escape},
+        {"wordcount", f_wordcount},
+        {"center", f_center},
+        {"attr", f_attr},
+        {"format", f_format},
+    };
+    add_sequence_filters(t);
+    return t;
+  }();
   return table;
 }
 

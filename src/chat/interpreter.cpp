@@ -133,8 +133,10 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Sc
       append_output(out, eval(*s.filter, inner));
       return Flow::Normal;
     }
-    case StmtKind::Break: return Flow::Break;
-    case StmtKind::Continue: return Flow::Continue;
+    case StmtKind::Break:
+      return Flow::Break;
+    case StmtKind::Continue:
+      return Flow::Continue;
     case StmtKind::Scope: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
@@ -158,8 +160,8 @@ void Interpreter::assign(const Stmt& s, Scope& scope, const Value& v) {
          ")");
   }
   if (items.size() < s.targets.size()) {
-    fail("ValueError: not enough values to unpack (expected " +
-         std::to_string(s.targets.size()) + ", got " + std::to_string(items.size()) + ")");
+    fail("ValueError: not enough values to unpack (expected " + std::to_string(s.targets.size()) +
+         ", got " + std::to_string(items.size()) + ")");
   }
   for (size_t i = 0; i < items.size(); ++i) scope.set(s.targets[i], items[i]);
 }
@@ -256,10 +258,12 @@ Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Scope>& scope
     }
     Value kwargs = Value::dict();
     for (auto& [k, v] : args.keyword) {
-      const bool is_param = std::find(macro->targets.begin(), macro->targets.end(), k) !=
-                            macro->targets.end();
-      if (k == "caller") local->set("caller", v);
-      else if (!is_param) kwargs.get_dict().set(Value(k), v);
+      const bool is_param =
+          std::find(macro->targets.begin(), macro->targets.end(), k) != macro->targets.end();
+      if (k == "caller")
+        local->set("caller", v);
+      else if (!is_param)
+        kwargs.get_dict().set(Value(k), v);
     }
     for (size_t i = 0; i < macro->targets.size(); ++i) {
       const std::string& p = macro->targets[i];
@@ -275,9 +279,9 @@ Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Scope>& scope
     local->set("kwargs", std::move(kwargs));
     if (++in.call_depth_ > in.limits_.max_call_depth) {
       --in.call_depth_;
-      throw Error(ErrorKind::ResourceExhausted,
-                  "macro '" + name + "' nested deeper than " +
-                      std::to_string(in.limits_.max_call_depth) + " calls");
+      throw Error(ErrorKind::ResourceExhausted, "macro '" + name + "' nested deeper than " +
+                                                    std::to_string(in.limits_.max_call_depth) +
+                                                    " calls");
     }
     std::string out;
     try {

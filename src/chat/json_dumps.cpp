@@ -20,14 +20,29 @@ void dump_string(std::string& out, std::string_view s, bool ensure_ascii) {
     const size_t start = i;
     const uint32_t cp = utf8_next(s, i);
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20 || (ensure_ascii && cp >= 0x7f)) {
       if (cp >= 0x10000) {
@@ -46,11 +61,16 @@ void dump_string(std::string& out, std::string_view s, bool ensure_ascii) {
 
 std::string key_string(const Value& k) {
   switch (k.kind()) {
-    case Kind::String: return k.get_string();
-    case Kind::None: return "null";
-    case Kind::Bool: return k.get_bool() ? "true" : "false";
-    case Kind::Int: return std::to_string(k.get_int());
-    case Kind::Float: return python_float_repr(k.get_float());
+    case Kind::String:
+      return k.get_string();
+    case Kind::None:
+      return "null";
+    case Kind::Bool:
+      return k.get_bool() ? "true" : "false";
+    case Kind::Int:
+      return std::to_string(k.get_int());
+    case Kind::Float:
+      return python_float_repr(k.get_float());
     default:
       throw Error(ErrorKind::InvalidArgument,
                   std::string("TypeError: keys must be str, int, float, bool or None, not ") +
@@ -74,17 +94,28 @@ struct Dumper {
       throw Error(ErrorKind::InvalidArgument, "ValueError: tojson nesting too deep");
     }
     switch (v.kind()) {
-      case Kind::None: out += "null"; return;
-      case Kind::Bool: out += v.get_bool() ? "true" : "false"; return;
-      case Kind::Int: out += std::to_string(v.get_int()); return;
+      case Kind::None:
+        out += "null";
+        return;
+      case Kind::Bool:
+        out += v.get_bool() ? "true" : "false";
+        return;
+      case Kind::Int:
+        out += std::to_string(v.get_int());
+        return;
       case Kind::Float: {
         const double d = v.get_float();
-        if (std::isnan(d)) out += "NaN";
-        else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-        else out += python_float_repr(d);
+        if (std::isnan(d))
+          out += "NaN";
+        else if (std::isinf(d))
+          out += d > 0 ? "Infinity" : "-Infinity";
+        else
+          out += python_float_repr(d);
         return;
       }
-      case Kind::String: dump_string(out, v.get_string(), opt.ensure_ascii); return;
+      case Kind::String:
+        dump_string(out, v.get_string(), opt.ensure_ascii);
+        return;
       case Kind::List: {
         if (v.get_list().is_generator) {
           throw Error(ErrorKind::InvalidArgument,

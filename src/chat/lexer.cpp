@@ -30,8 +30,12 @@ std::string normalize_newlines(std::string_view source) {
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 bool is_hex(char c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -181,8 +185,10 @@ bool Lexer::try_raw(size_t tag, bool& line_starting) {
     return false;
   }
   pos_ = i;
-  if (strip_after) skip_trailing_space();
-  else skip_one_newline();
+  if (strip_after)
+    skip_trailing_space();
+  else
+    skip_one_newline();
   // Find {%[-+]? endraw [-]?%}
   for (size_t k = src_.find("{%", pos_); k != std::string::npos; k = src_.find("{%", k + 1)) {
     size_t j = k + 2;
@@ -255,7 +261,8 @@ bool Lexer::lex_tag(size_t tag, bool is_block) {
       if (c == '(' || c == '[' || c == '{') {
         balance.push_back(c == '(' ? ')' : (c == '[' ? ']' : '}'));
       } else if (c == ')' || c == ']' || c == '}') {
-        if (balance.empty() || balance.back() != c) fail(pos_, std::string("unexpected '") + c + "'");
+        if (balance.empty() || balance.back() != c)
+          fail(pos_, std::string("unexpected '") + c + "'");
         balance.pop_back();
       }
       tokens_.push_back(make(TokenKind::Op, op, pos_));
@@ -338,17 +345,38 @@ void Lexer::lex_string(char quote) {
       return true;
     };
     switch (e) {
-      case 'n': value += '\n'; break;
-      case 't': value += '\t'; break;
-      case 'r': value += '\r'; break;
-      case 'a': value += '\a'; break;
-      case 'b': value += '\b'; break;
-      case 'f': value += '\f'; break;
-      case 'v': value += '\v'; break;
-      case '\\': value += '\\'; break;
-      case '\'': value += '\''; break;
-      case '"': value += '"'; break;
-      case '\n': break;  // line continuation
+      case 'n':
+        value += '\n';
+        break;
+      case 't':
+        value += '\t';
+        break;
+      case 'r':
+        value += '\r';
+        break;
+      case 'a':
+        value += '\a';
+        break;
+      case 'b':
+        value += '\b';
+        break;
+      case 'f':
+        value += '\f';
+        break;
+      case 'v':
+        value += '\v';
+        break;
+      case '\\':
+        value += '\\';
+        break;
+      case '\'':
+        value += '\'';
+        break;
+      case '"':
+        value += '"';
+        break;
+      case '\n':
+        break;  // line continuation
       case 'x':
         if (!hex(2)) fail(pos_, "truncated \\xXX escape");
         break;
@@ -377,6 +405,8 @@ void Lexer::lex_string(char quote) {
 
 }  // namespace
 
-std::vector<Token> tokenize_or_throw(std::string_view source) { return Lexer(source).run(); }
+std::vector<Token> tokenize_or_throw(std::string_view source) {
+  return Lexer(source).run();
+}
 
 }  // namespace akv::jinja

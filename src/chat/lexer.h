@@ -17,10 +17,10 @@ enum class TokenKind {
   BlockBegin,  // {%
   BlockEnd,    // %}
   Name,
-  String,      // text holds the decoded value
+  String,  // text holds the decoded value
   Int,
   Float,
-  Op,          // text holds the operator: + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } , . : |
+  Op,  // text holds the operator: + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } , . : |
   Eof,
 };
 

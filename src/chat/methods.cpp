@@ -13,17 +13,20 @@ namespace {
 
 using MethodFn = Value (*)(Interpreter&, const Value& self, CallArgs&);
 
-std::optional<std::string> opt_str(Interpreter& in, const CallArgs& a, size_t i, std::string_view name) {
+std::optional<std::string> opt_str(Interpreter& in, const CallArgs& a, size_t i,
+                                   std::string_view name) {
   const Value* v = a.get(i, name);
   if (!v || v->is_none()) return std::nullopt;
-  if (!v->is_string()) in.fail(std::string("TypeError: must be str or None, not ") + v->type_name());
+  if (!v->is_string())
+    in.fail(std::string("TypeError: must be str or None, not ") + v->type_name());
   return v->get_string();
 }
 
 int64_t opt_int(Interpreter& in, const CallArgs& a, size_t i, std::string_view name, int64_t dflt) {
   const Value* v = a.get(i, name);
   if (!v || v->is_none()) return dflt;
-  if (!v->is_int() && !v->is_bool()) in.fail(std::string("TypeError: an integer is required, got ") + v->type_name());
+  if (!v->is_int() && !v->is_bool())
+    in.fail(std::string("TypeError: an integer is required, got ") + v->type_name());
   return v->is_bool() ? v->get_bool() : v->get_int();
 }
 
@@ -44,10 +47,14 @@ bool affix_match(Interpreter& in, const Value& self, const CallArgs& a, bool pre
   const Value& arg = required(in, a, 0, prefix ? "prefix" : "suffix");
   const std::string& s = self.get_string();
   auto one = [&](const Value& x) {
-    if (!x.is_string()) in.fail(std::string("TypeError: startswith/endswith argument must be str or a tuple of str, not ") + x.type_name());
+    if (!x.is_string())
+      in.fail(std::string(
+                  "TypeError: startswith/endswith argument must be str or a tuple of str, not ") +
+              x.type_name());
     const std::string& t = x.get_string();
     if (t.size() > s.size()) return false;
-    return prefix ? s.compare(0, t.size(), t) == 0 : s.compare(s.size() - t.size(), t.size(), t) == 0;
+    return prefix ? s.compare(0, t.size(), t) == 0
+                  : s.compare(s.size() - t.size(), t.size(), t) == 0;
   };
   if (arg.is_list()) {
     for (const Value& x : arg.get_list().items) {
@@ -58,8 +65,12 @@ bool affix_match(Interpreter& in, const Value& self, const CallArgs& a, bool pre
   return one(arg);
 }
 
-Value s_startswith(Interpreter& in, const Value& self, CallArgs& a) { return Value(affix_match(in, self, a, true)); }
-Value s_endswith(Interpreter& in, const Value& self, CallArgs& a) { return Value(affix_match(in, self, a, false)); }
+Value s_startswith(Interpreter& in, const Value& self, CallArgs& a) {
+  return Value(affix_match(in, self, a, true));
+}
+Value s_endswith(Interpreter& in, const Value& self, CallArgs& a) {
+  return Value(affix_match(in, self, a, false));
+}
 Value s_split(Interpreter& in, const Value& self, CallArgs& a) {
   const auto sep = opt_str(in, a, 0, "sep");
   if (sep && sep->empty()) in.fail("ValueError: empty separator");
@@ -70,18 +81,33 @@ Value s_rsplit(Interpreter& in, const Value& self, CallArgs& a) {
   if (sep && sep->empty()) in.fail("ValueError: empty separator");
   return string_list(py_rsplit(self.get_string(), sep, opt_int(in, a, 1, "maxsplit", -1)));
 }
-Value s_strip(Interpreter& in, const Value& self, CallArgs& a) { return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), true, true)); }
-Value s_lstrip(Interpreter& in, const Value& self, CallArgs& a) { return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), true, false)); }
-Value s_rstrip(Interpreter& in, const Value& self, CallArgs& a) { return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), false, true)); }
-Value s_upper(Interpreter&, const Value& self, CallArgs&) { return Value(py_upper(self.get_string())); }
-Value s_lower(Interpreter&, const Value& self, CallArgs&) { return Value(py_lower(self.get_string())); }
-Value s_title(Interpreter&, const Value& self, CallArgs&) { return Value(py_title(self.get_string())); }
-Value s_capitalize(Interpreter&, const Value& self, CallArgs&) { return Value(py_capitalize(self.get_string())); }
+Value s_strip(Interpreter& in, const Value& self, CallArgs& a) {
+  return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), true, true));
+}
+Value s_lstrip(Interpreter& in, const Value& self, CallArgs& a) {
+  return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), true, false));
+}
+Value s_rstrip(Interpreter& in, const Value& self, CallArgs& a) {
+  return Value(py_strip(self.get_string(), opt_str(in, a, 0, "chars"), false, true));
+}
+Value s_upper(Interpreter&, const Value& self, CallArgs&) {
+  return Value(py_upper(self.get_string()));
+}
+Value s_lower(Interpreter&, const Value& self, CallArgs&) {
+  return Value(py_lower(self.get_string()));
+}
+Value s_title(Interpreter&, const Value& self, CallArgs&) {
+  return Value(py_title(self.get_string()));
+}
+Value s_capitalize(Interpreter&, const Value& self, CallArgs&) {
+  return Value(py_capitalize(self.get_string()));
+}
 Value s_replace(Interpreter& in, const Value& self, CallArgs& a) {
   const Value& old = required(in, a, 0, "old");
   const Value& repl = required(in, a, 1, "new");
   if (!old.is_string() || !repl.is_string()) in.fail("TypeError: replace() arguments must be str");
-  std::string s = py_replace(self.get_string(), old.get_string(), repl.get_string(), opt_int(in, a, 2, "count", -1));
+  std::string s = py_replace(self.get_string(), old.get_string(), repl.get_string(),
+                             opt_int(in, a, 2, "count", -1));
   in.check_size(s);
   return Value(std::move(s));
 }
@@ -99,7 +125,9 @@ Value s_join(Interpreter& in, const Value& self, CallArgs& a) {
   std::string out;
   bool first = true;
   for (const Value& x : in.iterate(required(in, a, 0, "iterable"))) {
-    if (!x.is_string()) in.fail(std::string("TypeError: sequence item: expected str instance, ") + x.type_name() + " found");
+    if (!x.is_string())
+      in.fail(std::string("TypeError: sequence item: expected str instance, ") + x.type_name() +
+              " found");
     if (!first) out += self.get_string();
     first = false;
     out += x.get_string();
@@ -131,9 +159,15 @@ Value s_is(Interpreter&, const Value& self, CallArgs&) {
   }
   return Value(true);
 }
-bool is_digit_cp(uint32_t c) { return c >= '0' && c <= '9'; }
-bool is_alpha_cp(uint32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
-bool is_alnum_cp(uint32_t c) { return is_digit_cp(c) || is_alpha_cp(c); }
+bool is_digit_cp(uint32_t c) {
+  return c >= '0' && c <= '9';
+}
+bool is_alpha_cp(uint32_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
+}
+bool is_alnum_cp(uint32_t c) {
+  return is_digit_cp(c) || is_alpha_cp(c);
+}
 
 // str.format: {} {0} {name}, {{ and }}; format specs are ignored.
 Value s_format(Interpreter& in, const Value& self, CallArgs& a) {
@@ -142,7 +176,7 @@ Value s_format(Interpreter& in, const Value& self, CallArgs& a) {
   size_t auto_index = 0;
   for (size_t i = 0; i < f.size(); ++i) {
     const char c = f[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < f.size() && f[i + 1] == '}') ++i;
       out += '}';
       continue;
@@ -161,9 +195,12 @@ Value s_format(Interpreter& in, const Value& self, CallArgs& a) {
     std::string field = f.substr(i + 1, close - i - 1);
     field = field.substr(0, field.find_first_of(":!"));
     const Value* v = nullptr;
-    if (field.empty()) v = a.get(auto_index++, "\x01");
-    else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = a.get(static_cast<size_t>(std::atoi(field.c_str())), "\x01");
-    else v = a.get(SIZE_MAX, field);
+    if (field.empty())
+      v = a.get(auto_index++, "\x01");
+    else if (std::all_of(field.begin(), field.end(), ::isdigit))
+      v = a.get(static_cast<size_t>(std::atoi(field.c_str())), "\x01");
+    else
+      v = a.get(SIZE_MAX, field);
     if (!v) in.fail("IndexError: Replacement index out of range for positional args tuple");
     v->append_str(out);
     i = close;
@@ -243,13 +280,27 @@ Value l_count(Interpreter& in, const Value& self, CallArgs& a) {
 
 const std::unordered_map<std::string, MethodFn>& string_methods() {
   static const std::unordered_map<std::string, MethodFn> t = {
-      {"startswith", s_startswith}, {"endswith", s_endswith}, {"split", s_split},
-      {"rsplit", s_rsplit},         {"strip", s_strip},       {"lstrip", s_lstrip},
-      {"rstrip", s_rstrip},         {"upper", s_upper},       {"lower", s_lower},
-      {"title", s_title},           {"capitalize", s_capitalize}, {"replace", s_replace},
-      {"find", s_find},             {"count", s_count},       {"join", s_join},
-      {"splitlines", s_splitlines}, {"format", s_format},     {"isdigit", s_is<is_digit_cp>},
-      {"isalpha", s_is<is_alpha_cp>}, {"isalnum", s_is<is_alnum_cp>}, {"isspace", s_is<is_python_space>},
+      {"startswith", s_startswith},
+      {"endswith", s_endswith},
+      {"split", s_split},
+      {"rsplit", s_rsplit},
+      {"strip", s_strip},
+      {"lstrip", s_lstrip},
+      {"rstrip", s_rstrip},
+      {"upper", s_upper},
+      {"lower", s_lower},
+      {"title", s_title},
+      {"capitalize", s_capitalize},
+      {"replace", s_replace},
+      {"find", s_find},
+      {"count", s_count},
+      {"join", s_join},
+      {"splitlines", s_splitlines},
+      {"format", s_format},
+      {"isdigit", s_is<is_digit_cp>},
+      {"isalpha", s_is<is_alpha_cp>},
+      {"isalnum", s_is<is_alnum_cp>},
+      {"isspace", s_is<is_python_space>},
   };
   return t;
 }
@@ -259,8 +310,11 @@ const std::unordered_map<std::string, MethodFn>& dict_methods() {
   return t;
 }
 const std::unordered_map<std::string, MethodFn>& list_methods() {
-  static const std::unordered_map<std::string, MethodFn> t = {
-      {"append", l_append}, {"insert", l_insert}, {"pop", l_pop}, {"index", l_index}, {"count", l_count}};
+  static const std::unordered_map<std::string, MethodFn> t = {{"append", l_append},
+                                                              {"insert", l_insert},
+                                                              {"pop", l_pop},
+                                                              {"index", l_index},
+                                                              {"count", l_count}};
   return t;
 }
 
@@ -294,7 +348,8 @@ Value g_dict(Interpreter&, CallArgs& a, Value d) {
 }
 
 Value g_raise_exception(Interpreter&, CallArgs& a) {
-  throw Error(ErrorKind::InvalidArgument, a.positional.empty() ? std::string() : a.positional[0].str());
+  throw Error(ErrorKind::InvalidArgument,
+              a.positional.empty() ? std::string() : a.positional[0].str());
 }
 
 Value g_strftime_now(Interpreter& in, CallArgs& a) {
@@ -311,9 +366,12 @@ Value g_strftime_now(Interpreter& in, CallArgs& a) {
 
 Value find_method(Interpreter&, const Value& obj, const std::string& name) {
   const std::unordered_map<std::string, MethodFn>* table = nullptr;
-  if (obj.is_string()) table = &string_methods();
-  else if (obj.is_dict()) table = &dict_methods();
-  else if (obj.is_list()) table = &list_methods();
+  if (obj.is_string())
+    table = &string_methods();
+  else if (obj.is_dict())
+    table = &dict_methods();
+  else if (obj.is_list())
+    table = &list_methods();
   if (!table) return Value::undefined(name);
   auto it = table->find(name);
   if (it == table->end()) return Value::undefined(name);
@@ -322,10 +380,12 @@ Value find_method(Interpreter&, const Value& obj, const std::string& name) {
   // Python's str/list/dict methods take positional arguments only (split/rsplit excepted).
   const bool keywords_ok = name == "split" || name == "rsplit";
   const std::string qualified = std::string(obj.type_name()) + "." + name;
-  Value bound = Value::function(name, [obj, fn, keywords_ok, qualified](Interpreter& in, CallArgs& a) {
-    if (!keywords_ok && !a.keyword.empty()) in.fail("TypeError: " + qualified + "() takes no keyword arguments");
-    return fn(in, obj, a);
-  });
+  Value bound =
+      Value::function(name, [obj, fn, keywords_ok, qualified](Interpreter& in, CallArgs& a) {
+        if (!keywords_ok && !a.keyword.empty())
+          in.fail("TypeError: " + qualified + "() takes no keyword arguments");
+        return fn(in, obj, a);
+      });
   bound.mark_holds_values();
   return bound;
 }
@@ -333,8 +393,12 @@ Value find_method(Interpreter&, const Value& obj, const std::string& name) {
 std::vector<std::pair<std::string, Value>> make_globals() {
   return {
       {"range", Value::function("range", g_range)},
-      {"namespace", Value::function("namespace", [](Interpreter& in, CallArgs& a) { return g_dict(in, a, Value::namespace_()); })},
-      {"dict", Value::function("dict", [](Interpreter& in, CallArgs& a) { return g_dict(in, a, Value::dict()); })},
+      {"namespace", Value::function("namespace",
+                                    [](Interpreter& in, CallArgs& a) {
+                                      return g_dict(in, a, Value::namespace_());
+                                    })},
+      {"dict", Value::function("dict", [](Interpreter& in,
+                                          CallArgs& a) { return g_dict(in, a, Value::dict()); })},
       {"raise_exception", Value::function("raise_exception", g_raise_exception)},
       {"strftime_now", Value::function("strftime_now", g_strftime_now)},
   };

@@ -57,7 +57,8 @@ class StmtParser : public ExprParser {
         case TokenKind::Eof:
           if (end_names.size() != 0) {
             std::string expected;
-            for (auto n : end_names) expected += (expected.empty() ? "'" : " or '") + std::string(n) + "'";
+            for (auto n : end_names)
+              expected += (expected.empty() ? "'" : " or '") + std::string(n) + "'";
             fail(t, "unexpected end of template, expected " + expected);
           }
           return body;

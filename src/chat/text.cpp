@@ -252,8 +252,12 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
-std::string py_upper(std::string_view s) { return map_code_points(s, to_upper); }
-std::string py_lower(std::string_view s) { return map_code_points(s, to_lower); }
+std::string py_upper(std::string_view s) {
+  return map_code_points(s, to_upper);
+}
+std::string py_lower(std::string_view s) {
+  return map_code_points(s, to_lower);
+}
 
 std::string py_title(std::string_view s) {
   bool prev_cased = false;
@@ -277,8 +281,8 @@ std::string jinja_title(std::string_view s) {
   // Words start after a run of - whitespace ( { [ <; each word: first char upper, rest lower.
   bool word_start = true;
   return map_code_points(s, [&](uint32_t cp) {
-    const bool sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' ||
-                     is_python_space(cp);
+    const bool sep =
+        cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || is_python_space(cp);
     uint32_t r = cp;
     if (!sep) r = word_start ? to_upper(cp) : to_lower(cp);
     word_start = sep;

@@ -28,8 +28,8 @@ const Value* DictData::find(std::string_view key) const {
 namespace {
 int checked_depth(int child_depth) {
   if (child_depth + 1 > kMaxValueDepth) {
-    throw Error(ErrorKind::ResourceExhausted, "values nested deeper than " +
-                                                  std::to_string(kMaxValueDepth) + " levels");
+    throw Error(ErrorKind::ResourceExhausted,
+                "values nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
   }
   return child_depth + 1;
 }
@@ -96,7 +96,9 @@ Value Value::tuple(std::vector<Value> items) {
   return v;
 }
 
-Value Value::dict() { return from(std::make_shared<DictData>()); }
+Value Value::dict() {
+  return from(std::make_shared<DictData>());
+}
 
 Value Value::namespace_() {
   Value v = dict();
@@ -150,41 +152,61 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 
 double Value::to_double() const {
   switch (kind()) {
-    case Kind::Bool: return get_bool() ? 1.0 : 0.0;
-    case Kind::Int: return static_cast<double>(get_int());
-    case Kind::Float: return get_float();
-    default: return 0.0;
+    case Kind::Bool:
+      return get_bool() ? 1.0 : 0.0;
+    case Kind::Int:
+      return static_cast<double>(get_int());
+    case Kind::Float:
+      return get_float();
+    default:
+      return 0.0;
   }
 }
 
 bool Value::truthy() const {
   switch (kind()) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return get_bool();
-    case Kind::Int: return get_int() != 0;
-    case Kind::Float: return get_float() != 0.0;
-    case Kind::String: return !get_string().empty();
-    case Kind::List: return get_list().is_generator || !get_list().items.empty();
-    case Kind::Dict: return get_dict().is_namespace || !get_dict().items.empty();
-    case Kind::Function: return true;
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return get_bool();
+    case Kind::Int:
+      return get_int() != 0;
+    case Kind::Float:
+      return get_float() != 0.0;
+    case Kind::String:
+      return !get_string().empty();
+    case Kind::List:
+      return get_list().is_generator || !get_list().items.empty();
+    case Kind::Dict:
+      return get_dict().is_namespace || !get_dict().items.empty();
+    case Kind::Function:
+      return true;
   }
   return false;
 }
 
 const char* Value::type_name() const {
   switch (kind()) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
     case Kind::List:
       if (get_list().is_generator) return "generator";
       return get_list().is_tuple ? "tuple" : "list";
-    case Kind::Dict: return get_dict().is_namespace ? "Namespace" : "dict";
-    case Kind::Function: return "function";
+    case Kind::Dict:
+      return get_dict().is_namespace ? "Namespace" : "dict";
+    case Kind::Function:
+      return "function";
   }
   return "object";
 }
@@ -269,20 +291,36 @@ void append_python_string_repr(std::string& out, std::string_view s) {
 
 void Value::append_str(std::string& out) const {
   switch (kind()) {
-    case Kind::Undefined: return;
-    case Kind::String: out += get_string(); return;
-    default: append_repr(out);
+    case Kind::Undefined:
+      return;
+    case Kind::String:
+      out += get_string();
+      return;
+    default:
+      append_repr(out);
   }
 }
 
 void Value::append_repr(std::string& out) const {
   switch (kind()) {
-    case Kind::Undefined: out += "Undefined"; return;
-    case Kind::None: out += "None"; return;
-    case Kind::Bool: out += get_bool() ? "True" : "False"; return;
-    case Kind::Int: out += std::to_string(get_int()); return;
-    case Kind::Float: out += python_float_repr(get_float()); return;
-    case Kind::String: append_python_string_repr(out, get_string()); return;
+    case Kind::Undefined:
+      out += "Undefined";
+      return;
+    case Kind::None:
+      out += "None";
+      return;
+    case Kind::Bool:
+      out += get_bool() ? "True" : "False";
+      return;
+    case Kind::Int:
+      out += std::to_string(get_int());
+      return;
+    case Kind::Float:
+      out += python_float_repr(get_float());
+      return;
+    case Kind::String:
+      append_python_string_repr(out, get_string());
+      return;
     case Kind::List: {
       const ListData& l = get_list();
       if (l.is_generator) {
@@ -333,10 +371,14 @@ std::string Value::repr() const {
 bool Value::same_object(const Value& other) const {
   if (kind() != other.kind()) return false;
   switch (kind()) {
-    case Kind::List: return &get_list() == &other.get_list();
-    case Kind::Dict: return &get_dict() == &other.get_dict();
-    case Kind::Function: return &get_function() == &other.get_function();
-    default: return *this == other;
+    case Kind::List:
+      return &get_list() == &other.get_list();
+    case Kind::Dict:
+      return &get_dict() == &other.get_dict();
+    case Kind::Function:
+      return &get_function() == &other.get_function();
+    default:
+      return *this == other;
   }
 }
 
@@ -352,8 +394,10 @@ bool Value::operator==(const Value& other) const {
   if (kind() != other.kind()) return false;
   switch (kind()) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::String: return get_string() == other.get_string();
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return get_string() == other.get_string();
     case Kind::List: {
       const auto& a = get_list().items;
       const auto& b = other.get_list().items;
@@ -373,8 +417,10 @@ bool Value::operator==(const Value& other) const {
       }
       return true;
     }
-    case Kind::Function: return same_object(other);
-    default: return false;
+    case Kind::Function:
+      return same_object(other);
+    default:
+      return false;
   }
 }
 

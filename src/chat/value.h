@@ -1,6 +1,7 @@
 // The value type of the Jinja interpreter: a small variant that behaves like the Python objects
 // Jinja2 sees (None, bool, int, float, str, list/tuple, dict, callables, Undefined).
-// Lists and dicts are shared by reference, as in Python. Not thread-safe; one render owns its values.
+// Lists and dicts are shared by reference, as in Python. Not thread-safe; one render owns its
+// values.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;      // prints as (a, b) instead of [a, b]
   bool is_generator = false;  // from select/map/...: no len(), no [i], always truthy
-  int depth = 1;          // 1 + the deepest element's depth
+  int depth = 1;              // 1 + the deepest element's depth
 
   // Appends, keeping `depth`; throws Error(ResourceExhausted) past kMaxValueDepth.
   void push(Value v);
@@ -141,9 +142,8 @@ class Value {
  private:
   // Strings are shared and immutable: copying a Value never copies text.
   using Storage = std::variant<UndefinedData, NoneData, bool, int64_t, double,
-                               std::shared_ptr<const std::string>,
-                               std::shared_ptr<ListData>, std::shared_ptr<DictData>,
-                               std::shared_ptr<Function>>;
+                               std::shared_ptr<const std::string>, std::shared_ptr<ListData>,
+                               std::shared_ptr<DictData>, std::shared_ptr<Function>>;
   template <typename T>
   static Value from(T t) {
     Value v;

@@ -32,12 +32,13 @@ TEST(ChatTemplateGolden, TransformersRenderingsAndErrors) {
   std::vector<std::string> failures;
   for (const auto& c : golden.at("cases")) {
     ++n_total;
-    const std::string name = c.at("template").get<std::string>() + " / " +
-                             c.at("conversation").get<std::string>();
+    const std::string name =
+        c.at("template").get<std::string>() + " / " + c.at("conversation").get<std::string>();
     std::string outcome;
     try {
       const std::string rel = c.at("template").get<std::string>();
-      if (!templates.count(rel)) templates.emplace(rel, ChatTemplate::parse_or_throw(template_source(rel)));
+      if (!templates.count(rel))
+        templates.emplace(rel, ChatTemplate::parse_or_throw(template_source(rel)));
       nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
       ctx["messages"] = c.at("messages");
       ctx["tools"] = c.at("tools");

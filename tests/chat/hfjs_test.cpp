@@ -38,7 +38,7 @@ TEST(ChatTemplateHfjs, E2eCasesMatchTransformers) {
     for (const auto& [name, c] : cases.at(group).items()) {
       ++n_total;
       const auto& ref = c.contains("transformers_5_17_output") ? c.at("transformers_5_17_output")
-                                                                : c.at("python_jinja2_output");
+                                                               : c.at("python_jinja2_output");
       const std::string expected = ref.get<std::string>();
       const std::string got = render_or_error(c.at("chat_template"), c.at("data"), options);
       if (matches(expected, got)) {
@@ -67,8 +67,10 @@ TEST(ChatTemplateHfjs, FeatureCasesMatchPythonJinja2) {
     if (matches(expected, got)) {
       ++n_pass;
     } else {
-      ADD_FAILURE() << name << ": template\n" << c.at("template").get<std::string>()
-                    << "\n--- expected\n" << expected << "\n--- got\n" << got;
+      ADD_FAILURE() << name << ": template\n"
+                    << c.at("template").get<std::string>() << "\n--- expected\n"
+                    << expected << "\n--- got\n"
+                    << got;
     }
   }
   std::printf("jinja_feature_cases.json: %d/%d pass\n", n_pass, n_total);

@@ -17,7 +17,9 @@ TEST(Jinja, PythonPrinting) {
             "True|None|1.0|3|3.5|2");
   EXPECT_EQ(render("{{ ['a', \"b'c\", 1, 2.5, none] }}"), "['a', \"b'c\", 1, 2.5, None]");
   EXPECT_EQ(render("{{ {'a': 1, 'b': [true]} }}"), "{'a': 1, 'b': [True]}");
-  EXPECT_EQ(render("{{ (1,) }}{{ 1e20 }}{{ 0.00001 }}"), "(1,)1e+20" "1e-05");
+  EXPECT_EQ(render("{{ (1,) }}{{ 1e20 }}{{ 0.00001 }}"),
+            "(1,)1e+20"
+            "1e-05");
   EXPECT_EQ(render("{{ undefined_name }}|{{ 'x' ~ 1 }}"), "|x1");
 }
 
@@ -36,7 +38,8 @@ TEST(Jinja, TojsonMatchesPythonJsonDumps) {
   EXPECT_EQ(render("{{ x|tojson }}", ctx), R"({"b": 1, "a": ["é", 1.5, null, true]})");
   EXPECT_EQ(render("{{ x|tojson(indent=2) }}", ctx),
             "{\n  \"b\": 1,\n  \"a\": [\n    \"é\",\n    1.5,\n    null,\n    true\n  ]\n}");
-  EXPECT_EQ(render("{{ x|tojson(sort_keys=true) }}", ctx), R"({"a": ["é", 1.5, null, true], "b": 1})");
+  EXPECT_EQ(render("{{ x|tojson(sort_keys=true) }}", ctx),
+            R"({"a": ["é", 1.5, null, true], "b": 1})");
 }
 
 TEST(Jinja, ScopingNamespaceAndMacros) {
@@ -44,8 +47,9 @@ TEST(Jinja, ScopingNamespaceAndMacros) {
   EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [1] %}{% set ns.x = 2 %}{% endfor %}"
                    "{{ ns.x }}"),
             "2");
-  EXPECT_EQ(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m('A') }}{{ m(1, b=2) }}"),
-            "AB12");
+  EXPECT_EQ(
+      render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m('A') }}{{ m(1, b=2) }}"),
+      "AB12");
   EXPECT_EQ(render("{% macro m() %}[{{ caller() }}]{% endmacro %}{% call m() %}in{% endcall %}"),
             "[in]");
 }
