@@ -1,0 +1,89 @@
+#include "chat/assistant_text_store.h"
+
+#include <xxhash.h>
+
+#include "chat/prompt_normalizer.h"
+
+namespace akv {
+
+namespace {
+
+std::string_view trim_ws(std::string_view s) {
+  const auto is_ws = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  while (!s.empty() && is_ws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_ws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+AssistantTextStore::AssistantTextStore(std::size_t capacity_bytes, std::size_t max_entries)
+    : capacity_bytes_(capacity_bytes), max_entries_(max_entries) {}
+
+std::string AssistantTextStore::canonical_content(const ChatMessage& turn) {
+  std::string out = "text\x1f";
+  out += trim_ws(join_text_blocks(turn.blocks));
+  for (const auto& b : turn.blocks) {
+    if (b.type != BlockType::ToolUse) continue;
+    out +=
+        "\x1e"
+        "call\x1f";
+    out += b.tool_name;
+    out += '\x1f';
+    // nlohmann::json (not ordered_json) keeps object keys sorted: a canonical form.
+    const nlohmann::json input =
+        b.input.is_null() ? nlohmann::json::object() : nlohmann::json(b.input);
+    out += input.dump();
+  }
+  return out;
+}
+
+AssistantTextStore::Key AssistantTextStore::key_of(const ChatMessage& turn) {
+  const std::string text = canonical_content(turn);
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return Key{h.low64, h.high64};
+}
+
+void AssistantTextStore::remember(const ChatMessage& turn, std::string raw_text) {
+  if (raw_text.empty() || raw_text.size() > capacity_bytes_) return;
+  const Key key = key_of(turn);
+  std::lock_guard lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) {
+    n_bytes_ -= it->second->raw_text.size();
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
+  n_bytes_ += raw_text.size();
+  lru_.push_front(Entry{key, std::move(raw_text)});
+  index_[key] = lru_.begin();
+  evict_locked();
+}
+
+std::optional<std::string> AssistantTextStore::find(const ChatMessage& turn) {
+  const Key key = key_of(turn);
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->raw_text;
+}
+
+std::size_t AssistantTextStore::n_entries() const {
+  std::lock_guard lock(mu_);
+  return lru_.size();
+}
+
+std::size_t AssistantTextStore::n_bytes() const {
+  std::lock_guard lock(mu_);
+  return n_bytes_;
+}
+
+void AssistantTextStore::evict_locked() {
+  while (!lru_.empty() && (n_bytes_ > capacity_bytes_ || lru_.size() > max_entries_)) {
+    n_bytes_ -= lru_.back().raw_text.size();
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+}
+
+}  // namespace akv

@@ -1,0 +1,91 @@
+// PromptBuilder: ChatRequest -> Hugging Face template context -> rendered text -> token ids,
+// the same way for generation and count_tokens (identical tokens). One per loaded model; it owns
+// the parsed chat template and the raw assistant text store. Not the API parsing (server/) and
+// not the output side (tool_call_parser.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/assistant_text_store.h"
+#include "chat/chat_request.h"
+#include "chat/chat_template.h"
+#include "chat/tool_call_format.h"
+
+namespace akv {
+
+class Tokenizer;
+
+// The template used when a model ships none and no --chat-template is given (stories260K):
+//   {bos}[System: <system>\n][Tools: <tool JSON per line>\n]User: <text>\nAssistant: <text>\n...
+//   Tool: <result>\n ... Assistant:
+// (a past assistant text gets one space after "Assistant:" unless it starts with one, so a
+// generated " Once upon" re-renders exactly as it was generated).
+// Tool calls render as the Hermes <tool_call> form, so the parser and grammar of that family apply.
+extern const char* const kFallbackChatTemplate;
+
+struct PromptBuilderOptions {
+  std::optional<std::string>
+      template_override;  // --chat-template FILE contents; wins over the model's
+  std::size_t raw_text_capacity_bytes = std::size_t{64} << 20;
+  ChatRenderOptions render;  // strftime_now clock (tests pin it), limits
+};
+
+struct BuiltPrompt {
+  std::string text;  // the rendered prompt
+  std::vector<std::int32_t> tokens;
+  bool continues_final_message =
+      false;  // the last turn was an assistant prefill: generation continues it
+  bool starts_in_thinking =
+      false;  // the prompt ends inside an open <think> (QwQ, R1, Qwen3 prefill)
+};
+
+class PromptBuilder {
+ public:
+  // Uses options.template_override, else the tokenizer's chat template, else
+  // kFallbackChatTemplate. Throws Error(BadFormat) when the template does not parse. The
+  // tokenizer must outlive the builder.
+  PromptBuilder(const Tokenizer& tokenizer, PromptBuilderOptions options = {});
+
+  // The template variables for `request` (normalised first with normalize_prompt):
+  //   messages: [{role, content: string}] in transformers form; assistant tool calls as
+  //     tool_calls: [{id, type: "function", function: {name, arguments: object}}]; tool results
+  //     as {role: "tool", tool_call_id, name, content}; request.system first as a system message;
+  //     an assistant turn found in the raw-text store as {role: "assistant", content: raw text}.
+  //   tools: [{type: "function", function: {name, description, parameters}}] (absent when none),
+  //   add_generation_prompt, bos_token, eos_token, enable_thinking, then request.template_kwargs.
+  nlohmann::ordered_json build_context(const ChatRequest& request) const;
+
+  // Renders and tokenizes (Tokenizer::encode(text, add_special_tokens=false), as transformers'
+  // apply_chat_template: the template writes BOS itself). A final assistant turn with text is
+  // continued, as transformers' continue_final_message. Throws the template's Error
+  // (InvalidArgument for raise_exception and runtime errors, ResourceExhausted for limits).
+  // Thread-safe; cost: linear in the conversation (render + encode).
+  BuiltPrompt build(const ChatRequest& request) const;
+
+  // Call after generating an assistant turn: `turn` as returned to the client (text, tool_use,
+  // thinking blocks), `raw_text` exactly as the model generated it (decoded with special tokens
+  // kept, stop token excluded). Thread-safe.
+  void remember_assistant_output(const ChatMessage& turn, std::string raw_text) const;
+
+  ToolCallFormat tool_call_format() const { return tool_call_format_; }
+  bool template_uses_think_tags() const { return uses_think_; }
+  bool uses_fallback_template() const { return uses_fallback_; }
+  const ChatTemplate& chat_template() const { return template_; }
+  AssistantTextStore& raw_text_store() const { return store_; }
+
+ private:
+  const Tokenizer* tokenizer_;
+  PromptBuilderOptions options_;
+  ChatTemplate template_;
+  bool uses_fallback_ = false;
+  bool uses_think_ = false;
+  ToolCallFormat tool_call_format_ = ToolCallFormat::None;
+  mutable AssistantTextStore store_;
+};
+
+}  // namespace akv

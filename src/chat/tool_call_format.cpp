@@ -1,0 +1,33 @@
+#include "chat/tool_call_format.h"
+
+namespace akv {
+
+std::string_view to_string(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::None:
+      return "none";
+    case ToolCallFormat::Hermes:
+      return "hermes";
+    case ToolCallFormat::Llama3Json:
+      return "llama3_json";
+    case ToolCallFormat::Mistral:
+      return "mistral";
+  }
+  return "none";
+}
+
+ToolCallFormat detect_tool_call_format(std::string_view source) {
+  if (source.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::Hermes;
+  if (source.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::Mistral;
+  if (source.find("<|python_tag|>") != std::string_view::npos) return ToolCallFormat::Llama3Json;
+  if (source.find("<|start_header_id|>") != std::string_view::npos &&
+      source.find("\"parameters\": ") != std::string_view::npos)
+    return ToolCallFormat::Llama3Json;
+  return ToolCallFormat::None;
+}
+
+bool template_uses_think_tags(std::string_view source) {
+  return source.find("<think>") != std::string_view::npos;
+}
+
+}  // namespace akv
