@@ -1,13 +1,24 @@
 #include "app/backend_factory.h"
 
+#include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
 
+#ifdef AGENTKV_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace akv {
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int /*n_threads*/) {
-  if (name == "reference" || name == "cpu") return std::make_unique<ReferenceBackend>();
-  throw Error(ErrorKind::InvalidArgument, "--backend: unknown backend '" + name + "' (reference, cpu)");
+std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
+  if (name == "reference") return std::make_unique<ReferenceBackend>();
+  if (name == "cpu") return std::make_unique<FastBackend>(n_threads);
+#ifdef AGENTKV_HAVE_CUDA
+  if (name == "cuda") return make_cuda_backend();
+#endif
+  if (name == "cuda")
+    throw Error(ErrorKind::InvalidArgument, "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
+  throw Error(ErrorKind::InvalidArgument, "--backend: unknown backend '" + name + "' (reference, cpu, cuda)");
 }
 
 }  // namespace akv

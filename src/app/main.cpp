@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "app/generate_command.h"
+#include "app/serve_command.h"
 #include "base/error.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,24 @@ int main(int argc, char** argv) {
   generate->add_option("--threads", gen.threads, "CPU threads (0: all cores)")->capture_default_str();
   generate->add_flag("--print-ids", gen.print_ids, "Stream token ids instead of text");
 
+  akv::ServeOptions srv;
+  CLI::App* serve = app.add_subcommand("serve", "Serve the Anthropic Messages and OpenAI APIs over HTTP");
+  serve->add_option("--model", srv.model_dir, "Hugging Face model directory")->required();
+  serve->add_option("--host", srv.server.host, "Address to bind")->capture_default_str();
+  serve->add_option("--port", srv.server.port, "Port (0: any free port)")->capture_default_str();
+  serve->add_option("--api-key", srv.server.api_keys, "Accepted API key (repeatable); none: no auth");
+  serve->add_option("--served-model-name", srv.server.served_model_name, "Model id in /v1/models")->capture_default_str();
+  serve->add_flag("--strict-model", srv.server.strict_model, "404 for model ids other than the served name");
+  serve->add_option("--chat-template", srv.chat_template_file, "Jinja chat template file (overrides the model's)");
+  serve->add_option("--max-queue", srv.server.max_queue, "Requests in flight before 529/429")->capture_default_str();
+  serve->add_option("--backend", srv.backend, "reference | cpu | cuda")->capture_default_str();
+  serve->add_option("--threads", srv.threads, "CPU threads (0: all cores)")->capture_default_str();
+  serve->add_option("--kv-cache-mb", srv.kv_cache_mb, "KV cache memory on the compute device")->capture_default_str();
+  serve->add_option("--block-size", srv.block_size, "Token positions per KV block")->capture_default_str();
+  serve->add_option("--max-batch-tokens", srv.max_batch_tokens, "Token budget per engine step")->capture_default_str();
+  serve->add_option("--prefill-chunk", srv.prefill_chunk, "Most prompt tokens per sequence per step")->capture_default_str();
+  serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (generate->parsed()) {
@@ -33,6 +52,7 @@ int main(int argc, char** argv) {
       }
       return akv::run_generate(gen);
     }
+    if (serve->parsed()) return akv::run_serve(srv);
   } catch (const akv::Error& e) {
     std::fprintf(stderr, "agentkv: error: %s\n", e.what());
     return 1;

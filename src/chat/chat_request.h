@@ -24,32 +24,32 @@ enum class BlockType {
 
 struct ContentBlock {
   BlockType type = BlockType::Text;
-  std::string text;             // Text, Thinking, ToolResult (flattened), Image placeholder
-  std::string tool_use_id;      // ToolUse id, or the id a ToolResult answers
-  std::string tool_name;        // ToolUse
-  nlohmann::ordered_json input; // ToolUse arguments (an object)
+  std::string text{};             // Text, Thinking, ToolResult (flattened), Image placeholder
+  std::string tool_use_id{};      // ToolUse id, or the id a ToolResult answers
+  std::string tool_name{};        // ToolUse
+  nlohmann::ordered_json input{}; // ToolUse arguments (an object)
   bool is_error = false;        // ToolResult
   bool cache_breakpoint = false;  // the block carried cache_control
 };
 
 struct ChatMessage {
   ChatRole role = ChatRole::User;
-  std::vector<ContentBlock> blocks;
+  std::vector<ContentBlock> blocks{};
   // True when the client sent content as a plain string (rendered the same as one text block).
   bool content_was_string = false;
 };
 
 struct ToolSpec {
-  std::string name;
-  std::string description;
-  nlohmann::ordered_json input_schema;  // JSON Schema object (unknown keywords are ignored)
+  std::string name{};
+  std::string description{};
+  nlohmann::ordered_json input_schema{};  // JSON Schema object (unknown keywords are ignored)
 };
 
 enum class ToolChoiceType { Auto, Any, Tool, None };
 
 struct ToolChoice {
   ToolChoiceType type = ToolChoiceType::Auto;
-  std::string name;  // ToolChoiceType::Tool
+  std::string name{};  // ToolChoiceType::Tool
   bool disable_parallel = false;
 };
 
@@ -65,13 +65,13 @@ struct SamplingOptions {
 };
 
 struct ChatRequest {
-  std::string model;                  // as the client sent it (echoed back)
-  std::vector<ContentBlock> system;   // system text blocks, in order
-  std::vector<ChatMessage> messages;  // user / assistant / system / tool, as sent
-  std::vector<ToolSpec> tools;        // tools the model may call (defer_loading ones removed)
+  std::string model{};                  // as the client sent it (echoed back)
+  std::vector<ContentBlock> system{};   // system text blocks, in order
+  std::vector<ChatMessage> messages{};  // user / assistant / system / tool, as sent
+  std::vector<ToolSpec> tools{};        // tools the model may call (defer_loading ones removed)
   ToolChoice tool_choice;
   std::int64_t max_tokens = 0;
-  std::vector<std::string> stop_sequences;
+  std::vector<std::string> stop_sequences{};
   SamplingOptions sampling;
   bool stream = false;
   bool thinking_enabled = false;      // the client asked for reasoning

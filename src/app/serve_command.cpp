@@ -1,0 +1,95 @@
+#include "app/serve_command.h"
+
+#include <csignal>
+#include <ctime>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "app/backend_factory.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "models/model.h"
+#include "server/http_server.h"
+
+namespace akv {
+
+namespace {
+
+HttpServer* g_server = nullptr;
+
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+// End-of-turn ids: the config's and generation_config's eos ids, the tokenizer's eos, and the
+// chat templates' end-of-turn specials when the vocabulary has them.
+std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConfig& c, const Tokenizer& tok) {
+  std::vector<std::int32_t> ids = c.eos_token_ids;
+  auto add = [&ids](std::int32_t id) {
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  add(tok.eos_id());
+  try {
+    const auto gen = nlohmann::json::parse(read_file_or_throw(model_dir + "/generation_config.json"));
+    if (gen.contains("eos_token_id")) {
+      const auto& e = gen["eos_token_id"];
+      if (e.is_number_integer()) add(e.get<std::int32_t>());
+      if (e.is_array())
+        for (const auto& v : e)
+          if (v.is_number_integer()) add(v.get<std::int32_t>());
+    }
+  } catch (const std::exception&) {
+    // generation_config.json is optional
+  }
+  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"})
+    if (auto id = tok.find_token(t); id && tok.is_special(*id)) add(*id);
+  return ids;
+}
+
+}  // namespace
+
+int run_serve(const ServeOptions& o) {
+  ServerOptions server_options = o.server;
+  if (server_options.api_keys.empty() && server_options.host != "127.0.0.1" && server_options.host != "localhost" &&
+      server_options.host != "::1")
+    log_warn("serving on {} without --api-key: anyone who can reach it can use it", server_options.host);
+
+  std::unique_ptr<Backend> backend = make_backend(o.backend, o.threads);
+  std::unique_ptr<Model> model = load_model(o.model_dir, *backend);
+  const ModelConfig config = model->config();
+  const Tokenizer tokenizer = Tokenizer::load_or_throw(o.model_dir);
+  PromptBuilderOptions prompt_options;
+  if (!o.chat_template_file.empty()) prompt_options.template_override = read_file_or_throw(o.chat_template_file);
+  const PromptBuilder prompts(tokenizer, prompt_options);
+
+  EngineConfig engine_config;
+  engine_config.block_size = o.block_size;
+  const std::int64_t block_bytes = kv_layout_for(config, 1, o.block_size).bytes();
+  engine_config.n_blocks = static_cast<std::int32_t>(std::max<std::int64_t>(8, (o.kv_cache_mb << 20) / block_bytes));
+  engine_config.scheduler.max_batch_tokens = o.max_batch_tokens;
+  engine_config.scheduler.max_prefill_chunk = o.prefill_chunk;
+  Engine engine(std::move(model), *backend, engine_config);
+
+  if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));
+  ServingContext ctx{.engine = engine,
+                     .tokenizer = tokenizer,
+                     .prompts = prompts,
+                     .options = server_options,
+                     .stop_token_ids = stop_ids(o.model_dir, config, tokenizer)};
+  HttpServer server(ctx);
+  server.bind();
+  g_server = &server;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  log_info("serving {} ({}, context {} tokens, {} KV blocks of {}) as '{}' on http://{}:{}", o.model_dir,
+           config.architecture, engine.max_context(), engine_config.n_blocks, engine_config.block_size,
+           server_options.served_model_name, server_options.host, server.port());
+  server.run();
+  g_server = nullptr;
+  log_info("stopped");
+  return 0;
+}
+
+}  // namespace akv

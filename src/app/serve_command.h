@@ -1,0 +1,26 @@
+// `agentkv serve`: load the model, start the engine and the HTTP server, serve until SIGINT or
+// SIGTERM, then drain and exit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/serving.h"
+
+namespace akv {
+
+struct ServeOptions {
+  std::string model_dir;
+  std::string chat_template_file;  // overrides or supplies the model's template
+  std::string backend = "cpu";
+  int threads = 0;
+  std::int64_t kv_cache_mb = 1024;  // KV memory on the compute device
+  std::int32_t block_size = 16;
+  std::int32_t max_batch_tokens = 512;
+  std::int32_t prefill_chunk = 256;
+  ServerOptions server;
+};
+
+int run_serve(const ServeOptions& options);
+
+}  // namespace akv

@@ -1,0 +1,35 @@
+// Errors as the two API dialects report them: an HTTP status plus the dialect's error type.
+// Everything thrown while handling a request ends here: akv::Error from the edge maps to a
+// 4xx, anything else to a 500 (a bug; logged).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace akv {
+
+enum class Dialect { Anthropic, OpenAI };
+
+struct ApiError {
+  int status = 500;
+  std::string anthropic_type;  // invalid_request_error, authentication_error, ...
+  std::string openai_type;     // invalid_request_error, authentication_error, ...
+  std::string message;
+  std::string openai_code;     // e.g. model_not_found; empty for null
+};
+
+// The HTTP status and types for an akv::Error raised while handling a request.
+ApiError api_error_from(const Error& e);
+ApiError api_error(int status, std::string message);
+
+// The error body in a dialect: Anthropic {"type":"error","error":{type,message},"request_id"},
+// OpenAI {"error":{message,type,param,code}}.
+nlohmann::json error_body(const ApiError& e, Dialect dialect, const std::string& request_id);
+
+// A random id with a prefix, e.g. "msg_01..." (24 base62 characters after the prefix).
+std::string random_id(const std::string& prefix);
+
+}  // namespace akv

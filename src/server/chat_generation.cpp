@@ -1,0 +1,84 @@
+#include "server/chat_generation.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace akv {
+
+namespace {
+
+SamplingParams sampling_params(const SamplingOptions& s) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(s.temperature);
+  p.top_k = s.top_k;
+  p.top_p = static_cast<float>(s.top_p);
+  p.min_p = static_cast<float>(s.min_p);
+  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  p.presence_penalty = static_cast<float>(s.presence_penalty);
+  p.frequency_penalty = static_cast<float>(s.frequency_penalty);
+  p.seed = s.seed;
+  return p;
+}
+
+const char* reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::EndTurn: return "end_turn";
+    case StopReason::MaxTokens: return "max_tokens";
+    case StopReason::StopSequence: return "stop_sequence";
+    case StopReason::ToolUse: return "tool_use";
+    case StopReason::Cancelled: return "cancelled";
+    case StopReason::Error: return "error";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
+  return static_cast<std::int64_t>(ctx.prompts.build(chat).tokens.size());
+}
+
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool anthropic_zero_is_prewarm) {
+  PreparedChat p;
+  BuiltPrompt prompt = ctx.prompts.build(chat);
+  p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
+  const std::int64_t context = ctx.engine.max_context();
+  const std::int64_t room = context - p.prompt_tokens;
+  std::int64_t max_tokens = chat.max_tokens;
+  if (max_tokens == 0 && anthropic_zero_is_prewarm) {
+    p.prewarm_only = true;
+    max_tokens = 1;
+  } else if (max_tokens == 0) {
+    max_tokens = room;
+  }
+  if (room < 1)
+    throw Error(ErrorKind::InvalidArgument,
+                "input length and `max_tokens` exceed context limit: " + std::to_string(p.prompt_tokens) + " + " +
+                    std::to_string(std::max<std::int64_t>(chat.max_tokens, 1)) + " > " + std::to_string(context) +
+                    ", decrease input length or `max_tokens` and try again");
+  max_tokens = std::min(max_tokens, room);  // clamp to the remaining context (api-notes §1.2)
+
+  GenerateRequest& r = p.job.request;
+  r.prompt = std::move(prompt.tokens);
+  r.sampling = sampling_params(chat.sampling);
+  r.stop_token_ids = ctx.stop_token_ids;
+  r.max_tokens = static_cast<std::int32_t>(max_tokens);
+  r.n_logprobs = chat.top_logprobs;
+  p.job.stop_sequences = chat.stop_sequences;
+  p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
+  return p;
+}
+
+void log_request(const std::string& route, const std::string& agent, const ReplyFinish& f) {
+  const double prefill_tps = f.timing.ttft_ms > 0 ? 1000.0 * static_cast<double>(f.usage.uncached_tokens()) / f.timing.ttft_ms : 0.0;
+  const double decode_tps =
+      f.timing.decode_ms > 0 ? 1000.0 * static_cast<double>(std::max<std::int64_t>(f.usage.output_tokens - 1, 0)) / f.timing.decode_ms : 0.0;
+  log_info("{} agent={} prompt_tokens={} cached_tokens={} prefill_tok_s={:.1f} ttft_ms={:.1f} output_tokens={} "
+           "decode_tok_s={:.1f} finish={}",
+           route, agent.empty() ? "-" : agent, f.usage.prompt_tokens, f.usage.cached_tokens, prefill_tps,
+           f.timing.ttft_ms, f.usage.output_tokens, decode_tps, reason_name(f.reason));
+}
+
+}  // namespace akv

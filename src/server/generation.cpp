@@ -1,0 +1,164 @@
+#include "server/generation.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "server/event_queue.h"
+#include "server/stop_matcher.h"
+
+namespace akv {
+
+namespace {
+
+class PlainOutputParser final : public OutputParser {
+ public:
+  bool feed(std::string_view text, OutputSink& sink) override { return sink.text(text); }
+  bool finish(OutputSink&) override { return true; }
+  bool saw_tool_call() const override { return false; }
+};
+
+// Pipeline state for one request on the HTTP thread.
+class Driver {
+ public:
+  Driver(const Tokenizer& tokenizer, GenerationJob& job, OutputSink& sink)
+      : detok_(tokenizer, /*skip_special_tokens=*/true), stops_(job.stop_sequences), job_(job), sink_(sink) {
+    if (!job_.parser) job_.parser = make_plain_output_parser();
+  }
+
+  // Returns false when output must stop (client gone, or a stop sequence matched).
+  bool on_token(std::int32_t token) {
+    ++n_tokens_;
+    if (std::find(job_.request.stop_token_ids.begin(), job_.request.stop_token_ids.end(), token) !=
+        job_.request.stop_token_ids.end())
+      return true;  // an end-of-turn token: not text
+    std::string text = detok_.feed(token);
+    raw_ += text;
+    return emit(text);
+  }
+
+  // End of the token stream: flush held-back text and the parser.
+  void drain() {
+    if (stopped_) return;
+    std::string rest = detok_.flush();
+    raw_ += rest;
+    if (!emit(rest)) return;
+    const std::string held = stops_.flush();
+    if (!held.empty() && !job_.parser->feed(held, sink_)) client_gone_ = true;
+    if (!client_gone_ && !job_.parser->finish(sink_)) client_gone_ = true;
+  }
+
+  bool client_gone() const { return client_gone_; }
+  bool stop_matched() const { return stop_match_.has_value(); }
+  const std::string& stop_sequence() const { return *stop_match_; }
+  bool saw_tool_call() const { return job_.parser->saw_tool_call(); }
+  const std::string& raw_text() const { return raw_; }
+  std::int32_t n_tokens() const { return n_tokens_; }
+
+ private:
+  bool emit(const std::string& text) {
+    if (stopped_) return false;
+    if (text.empty()) return true;
+    StopMatcher::Result r = stops_.feed(text);
+    if (!r.text.empty() && !job_.parser->feed(r.text, sink_)) {
+      client_gone_ = true;
+      stopped_ = true;
+      return false;
+    }
+    if (r.matched) {
+      stop_match_ = r.matched;
+      stopped_ = true;
+      if (!job_.parser->finish(sink_)) client_gone_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  IncrementalDetokenizer detok_;
+  StopMatcher stops_;
+  GenerationJob& job_;
+  OutputSink& sink_;
+  std::string raw_;
+  std::optional<std::string> stop_match_;
+  std::int32_t n_tokens_ = 0;
+  bool stopped_ = false;
+  bool client_gone_ = false;
+};
+
+ReplyUsage reply_usage(const Usage& u) {
+  return {.prompt_tokens = u.prompt_tokens, .cached_tokens = u.cached_tokens, .output_tokens = u.generated_tokens};
+}
+
+}  // namespace
+
+std::unique_ptr<OutputParser> make_plain_output_parser() { return std::make_unique<PlainOutputParser>(); }
+
+ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink) {
+  using Clock = std::chrono::steady_clock;
+  const auto t_submit = Clock::now();
+  std::optional<Clock::time_point> t_first, t_last;
+  auto queue = std::make_shared<EventQueue>();
+  Driver driver(tokenizer, job, sink);
+  ReplyUsage usage{.prompt_tokens = static_cast<std::int64_t>(job.request.prompt.size())};
+  const RequestId id = engine.submit(job.request, [queue](const EngineEvent& e) { queue->push(e); });
+
+  bool started = false;
+  bool cancelled = false;
+  auto cancel_once = [&] {
+    if (!cancelled) engine.cancel(id);
+    cancelled = true;
+  };
+  ReplyFinish finish;
+  for (;;) {
+    std::optional<EngineEvent> e = queue->pop_for(job.ping_interval);
+    if (!e) {
+      if (!cancelled && !sink.ping()) cancel_once();
+      continue;
+    }
+    if (e->kind == EventKind::Started) {
+      usage.cached_tokens = e->usage.cached_tokens;
+      if (!started && !sink.start(usage)) cancel_once();
+      started = true;
+      continue;
+    }
+    if (e->kind == EventKind::Token) {
+      t_last = Clock::now();
+      if (!t_first) t_first = t_last;
+      if (!started) {
+        started = true;
+        if (!sink.start(usage)) cancel_once();
+      }
+      if (!cancelled && !driver.on_token(e->token)) cancel_once();
+      continue;
+    }
+    if (e->kind == EventKind::Error) {
+      finish.error_message = e->error;
+      continue;
+    }
+    // Finished: the last event.
+    usage = reply_usage(e->usage);
+    break;
+  }
+  usage.output_tokens = driver.n_tokens();
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  if (t_first) finish.timing = {.ttft_ms = ms(*t_first - t_submit), .decode_ms = ms(*t_last - *t_first)};
+  if (driver.client_gone()) {
+    finish.reason = StopReason::Cancelled;
+    finish.usage = usage;
+    return finish;
+  }
+  if (!started) sink.start(usage);
+  driver.drain();
+  if (job.on_complete && finish.error_message.empty()) job.on_complete(driver.raw_text());
+  finish.usage = usage;
+  if (!finish.error_message.empty()) finish.reason = StopReason::Error;
+  else if (driver.stop_matched()) {
+    finish.reason = StopReason::StopSequence;
+    finish.stop_sequence = driver.stop_sequence();
+  } else if (driver.saw_tool_call()) finish.reason = StopReason::ToolUse;
+  else if (usage.output_tokens >= job.request.max_tokens) finish.reason = StopReason::MaxTokens;
+  else finish.reason = StopReason::EndTurn;
+  if (finish.reason != StopReason::Error && finish.reason != StopReason::Cancelled) sink.finish(finish);
+  return finish;
+}
+
+}  // namespace akv

@@ -1,0 +1,121 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include "base/log.h"
+#include "server/api_error.h"
+#include "server/routes.h"
+
+namespace akv {
+
+namespace {
+
+// Anthropic paths answer errors in Anthropic's envelope; everything else in OpenAI's.
+Dialect dialect_of(const httplib::Request& req) {
+  const std::string& p = req.path;
+  const bool anthropic = p.rfind("/v1/messages", 0) == 0 || req.has_header("anthropic-version") ||
+                         (p.rfind("/v1/models", 0) == 0 && req.has_header("x-api-key"));
+  return anthropic ? Dialect::Anthropic : Dialect::OpenAI;
+}
+
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  const std::string request_id = random_id("req_");
+  res.status = e.status;
+  res.set_header("request-id", request_id);
+  if (e.status == 529 || e.status == 429 || e.status >= 500) res.set_header("x-should-retry", "true");
+  if (e.status == 529 || e.status == 429) res.set_header("retry-after", "1");
+  res.set_content(error_body(e, dialect_of(req), request_id).dump(), "application/json");
+}
+
+bool authorized(const ServingContext& ctx, const httplib::Request& req) {
+  if (ctx.options.api_keys.empty()) return true;
+  std::string key = req.get_header_value("x-api-key");
+  const std::string auth = req.get_header_value("Authorization");
+  if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+  for (const std::string& k : ctx.options.api_keys)
+    if (!key.empty() && key == k) return true;
+  return false;
+}
+
+using Handler = void (*)(ServingContext&, const httplib::Request&, httplib::Response&);
+
+// The one place request-handling exceptions are caught (style: the HTTP handler wrapper).
+httplib::Server::Handler wrap(ServingContext& ctx, Handler handler) {
+  return [&ctx, handler](const httplib::Request& req, httplib::Response& res) {
+    try {
+      handler(ctx, req, res);
+    } catch (const Error& e) {
+      send_error(req, res, api_error_from(e));
+    } catch (const std::exception& e) {
+      log_error("{} {}: internal error: {}", req.method, req.path, e.what());
+      send_error(req, res, api_error(500, std::string("internal error: ") + e.what()));
+    }
+  };
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServingContext& ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(4, ctx.options.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  http_->set_payload_max_length(ctx.options.max_body_bytes);
+  http_->set_keep_alive_max_count(100000);
+  http_->set_keep_alive_timeout(600);
+  http_->set_read_timeout(600);
+  http_->set_write_timeout(600);
+  http_->set_tcp_nodelay(true);
+  register_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::register_routes() {
+  ServingContext& ctx = ctx_;
+  http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/health" || req.path == "/metrics" || authorized(ctx, req))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(req, res, api_error(401, "invalid x-api-key or Authorization bearer token"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler already wrote its error reply
+    if (res.status == 413) {
+      send_error(req, res, api_error(413, "request body exceeds the size limit"));
+    } else if (res.status == 404) {
+      send_error(req, res, api_error(404, "no route for " + req.method + " " + req.path));
+    } else if (res.status == 405) {
+      send_error(req, res, api_error(404, "method " + req.method + " not allowed on " + req.path));
+    } else if (res.status >= 400) {
+      send_error(req, res, api_error(res.status, "request failed"));
+    }
+  });
+  http_->Post("/v1/messages", wrap(ctx, handle_anthropic_messages));
+  http_->Post("/v1/messages/count_tokens", wrap(ctx, handle_anthropic_count_tokens));
+  http_->Post("/v1/chat/completions", wrap(ctx, handle_openai_chat));
+  http_->Post("/v1/completions", wrap(ctx, handle_openai_completions));
+  http_->Get("/v1/models", wrap(ctx, [](ServingContext& c, const httplib::Request& q, httplib::Response& r) {
+    if (dialect_of(q) == Dialect::Anthropic) handle_anthropic_models(c, q, r);
+    else handle_openai_models(c, q, r);
+  }));
+  http_->Get(R"(/v1/models/(.+))", wrap(ctx, handle_anthropic_model));
+  http_->Get("/health", wrap(ctx, handle_health));
+  http_->Get("/metrics", wrap(ctx, handle_metrics));
+}
+
+void HttpServer::bind() {
+  if (ctx_.options.port == 0) {
+    port_ = http_->bind_to_any_port(ctx_.options.host);
+    if (port_ <= 0) throw Error(ErrorKind::Io, "cannot bind " + ctx_.options.host + " on any port");
+  } else {
+    if (!http_->bind_to_port(ctx_.options.host, ctx_.options.port))
+      throw Error(ErrorKind::Io, "cannot bind " + ctx_.options.host + ":" + std::to_string(ctx_.options.port) +
+                                     " (in use, or not an address of this machine)");
+    port_ = ctx_.options.port;
+  }
+}
+
+void HttpServer::run() { http_->listen_after_bind(); }
+
+void HttpServer::stop() { http_->stop(); }
+
+}  // namespace akv

@@ -1,0 +1,100 @@
+#include "server/json_fields.h"
+
+#include "base/error.h"
+
+namespace akv::fields {
+
+void fail(const std::string& path, const std::string& problem) {
+  throw Error(ErrorKind::InvalidArgument, path + ": " + problem);
+}
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+std::string join(const std::string& path, std::size_t index) { return path + "." + std::to_string(index); }
+
+bool has(const json& obj, const char* key) { return obj.is_object() && obj.contains(key) && !obj[key].is_null(); }
+
+const json& require(const json& obj, const char* key, const std::string& path) {
+  if (!has(obj, key)) fail(join(path, key), "Field required");
+  return obj[key];
+}
+
+std::string require_string(const json& obj, const char* key, const std::string& path) {
+  const json& v = require(obj, key, path);
+  if (!v.is_string()) fail(join(path, key), "Input should be a valid string");
+  return v.get<std::string>();
+}
+
+const json& require_array(const json& obj, const char* key, const std::string& path) {
+  const json& v = require(obj, key, path);
+  if (!v.is_array()) fail(join(path, key), "Input should be a valid list");
+  return v;
+}
+
+std::int64_t require_int(const json& obj, const char* key, const std::string& path, std::int64_t min,
+                         std::int64_t max) {
+  const json& v = require(obj, key, path);
+  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(v.get<double>()))))
+    fail(join(path, key), "Input should be a valid integer");
+  const std::int64_t n = v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
+  if (n < min || n > max)
+    fail(join(path, key), "Input should be between " + std::to_string(min) + " and " + std::to_string(max));
+  return n;
+}
+
+std::optional<std::string> opt_string(const json& obj, const char* key, const std::string& path) {
+  if (!has(obj, key)) return std::nullopt;
+  if (!obj[key].is_string()) fail(join(path, key), "Input should be a valid string");
+  return obj[key].get<std::string>();
+}
+
+std::optional<bool> opt_bool(const json& obj, const char* key, const std::string& path) {
+  if (!has(obj, key)) return std::nullopt;
+  if (!obj[key].is_boolean()) fail(join(path, key), "Input should be a valid boolean");
+  return obj[key].get<bool>();
+}
+
+std::optional<double> opt_number(const json& obj, const char* key, const std::string& path, double min, double max) {
+  if (!has(obj, key)) return std::nullopt;
+  if (!obj[key].is_number()) fail(join(path, key), "Input should be a valid number");
+  const double d = obj[key].get<double>();
+  if (!(d >= min && d <= max))
+    fail(join(path, key), "Input should be between " + json(min).dump() + " and " + json(max).dump());
+  return d;
+}
+
+std::optional<std::int64_t> opt_int(const json& obj, const char* key, const std::string& path, std::int64_t min,
+                                    std::int64_t max) {
+  if (!has(obj, key)) return std::nullopt;
+  return require_int(obj, key, path, min, max);
+}
+
+std::vector<std::string> opt_string_list(const json& obj, const char* key, const std::string& path) {
+  std::vector<std::string> out;
+  if (!has(obj, key)) return out;
+  const json& v = obj[key];
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+    return out;
+  }
+  if (!v.is_array()) fail(join(path, key), "Input should be a string or a list of strings");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) fail(join(join(path, key), i), "Input should be a valid string");
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorKind::InvalidArgument, std::string("request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw Error(ErrorKind::InvalidArgument, "request body must be a JSON object");
+  return j;
+}
+
+}  // namespace akv::fields

@@ -1,0 +1,185 @@
+#include "server/openai_request.h"
+
+#include "server/json_fields.h"
+
+namespace akv {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using namespace fields;
+
+// content: a string, null, or a list of parts [{type:"text", text}, {type:"image_url", ...}].
+std::vector<ContentBlock> parse_content(const json& m, const std::string& path, bool& was_string) {
+  std::vector<ContentBlock> blocks;
+  was_string = false;
+  if (!has(m, "content")) return blocks;
+  const json& c = m["content"];
+  if (c.is_string()) {
+    was_string = true;
+    blocks.push_back({.type = BlockType::Text, .text = c.get<std::string>()});
+    return blocks;
+  }
+  if (!c.is_array()) fail(join(path, "content"), "Input should be a string or a list of content parts");
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const std::string p = join(join(path, "content"), i);
+    if (!c[i].is_object()) fail(p, "Input should be a valid content part");
+    const std::string type = require_string(c[i], "type", p);
+    if (type == "text") blocks.push_back({.type = BlockType::Text, .text = require_string(c[i], "text", p)});
+    else if (type == "image_url" || type == "input_audio" || type == "file")
+      blocks.push_back({.type = BlockType::Image, .text = "[image]"});
+  }
+  return blocks;
+}
+
+void parse_tool_calls(const json& m, const std::string& path, ChatMessage& msg) {
+  if (!has(m, "tool_calls")) return;
+  const json& calls = m["tool_calls"];
+  if (!calls.is_array()) fail(join(path, "tool_calls"), "Input should be a valid list");
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const std::string p = join(join(path, "tool_calls"), i);
+    const json& fn = require(calls[i], "function", p);
+    ContentBlock call{.type = BlockType::ToolUse};
+    call.tool_use_id = opt_string(calls[i], "id", p).value_or("call_" + std::to_string(i));
+    call.tool_name = require_string(fn, "name", join(p, "function"));
+    const std::string args = opt_string(fn, "arguments", join(p, "function")).value_or("{}");
+    call.input = json::parse(args, nullptr, /*allow_exceptions=*/false);
+    if (call.input.is_discarded() || !call.input.is_object())
+      fail(join(join(p, "function"), "arguments"), "must be a JSON object encoded as a string");
+    msg.blocks.push_back(std::move(call));
+  }
+}
+
+ChatMessage parse_message(const json& m, const std::string& path) {
+  if (!m.is_object()) fail(path, "Input should be a valid message object");
+  const std::string role = require_string(m, "role", path);
+  ChatMessage msg;
+  bool was_string = false;
+  if (role == "system" || role == "developer") msg.role = ChatRole::System;
+  else if (role == "user") msg.role = ChatRole::User;
+  else if (role == "assistant") msg.role = ChatRole::Assistant;
+  else if (role == "tool") msg.role = ChatRole::Tool;
+  else fail(join(path, "role"), "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'");
+  std::vector<ContentBlock> content = parse_content(m, path, was_string);
+  if (msg.role == ChatRole::Tool) {
+    ContentBlock result{.type = BlockType::ToolResult};
+    result.tool_use_id = require_string(m, "tool_call_id", path);
+    for (const ContentBlock& b : content) result.text += b.text;
+    msg.blocks.push_back(std::move(result));
+    return msg;
+  }
+  if (msg.role != ChatRole::Assistant && !has(m, "content")) fail(join(path, "content"), "Field required");
+  msg.content_was_string = was_string;
+  msg.blocks = std::move(content);
+  if (msg.role == ChatRole::Assistant) parse_tool_calls(m, path, msg);
+  return msg;
+}
+
+void parse_tools(const json& body, ChatRequest& r) {
+  if (!has(body, "tools")) return;
+  const json& tools = body["tools"];
+  if (!tools.is_array()) fail("tools", "Input should be a valid list");
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = join("tools", i);
+    if (opt_string(tools[i], "type", p).value_or("function") != "function") continue;
+    const json& fn = require(tools[i], "function", p);
+    ToolSpec spec;
+    spec.name = require_string(fn, "name", join(p, "function"));
+    spec.description = opt_string(fn, "description", join(p, "function")).value_or("");
+    spec.input_schema = has(fn, "parameters") ? fn["parameters"] : json{{"type", "object"}, {"properties", json::object()}};
+    r.tools.push_back(std::move(spec));
+  }
+}
+
+void parse_tool_choice(const json& body, ChatRequest& r) {
+  if (!has(body, "tool_choice")) return;
+  const json& c = body["tool_choice"];
+  if (c.is_string()) {
+    const std::string s = c.get<std::string>();
+    if (s == "auto") r.tool_choice.type = ToolChoiceType::Auto;
+    else if (s == "none") r.tool_choice.type = ToolChoiceType::None;
+    else if (s == "required") r.tool_choice.type = ToolChoiceType::Any;
+    else fail("tool_choice", "Input should be 'none', 'auto', 'required' or a named function");
+  } else if (c.is_object()) {
+    r.tool_choice.type = ToolChoiceType::Tool;
+    r.tool_choice.name = require_string(require(c, "function", "tool_choice"), "name", "tool_choice.function");
+    bool found = false;
+    for (const ToolSpec& t : r.tools) found |= t.name == r.tool_choice.name;
+    if (!found) fail("tool_choice.function.name", "no tool named '" + r.tool_choice.name + "' in tools");
+  } else {
+    fail("tool_choice", "Input should be a string or an object");
+  }
+  if (r.tool_choice.type != ToolChoiceType::Auto && r.tool_choice.type != ToolChoiceType::None && r.tools.empty())
+    fail("tool_choice", "a tool must be called but tools is empty");
+  if (has(body, "parallel_tool_calls") && body["parallel_tool_calls"].is_boolean())
+    r.tool_choice.disable_parallel = !body["parallel_tool_calls"].get<bool>();
+}
+
+void parse_sampling(const json& body, ChatRequest& r) {
+  r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(1.0);
+  r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(1.0);
+  r.sampling.top_k = static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(0));
+  r.sampling.min_p = opt_number(body, "min_p", "", 0.0, 1.0).value_or(0.0);
+  r.sampling.presence_penalty = opt_number(body, "presence_penalty", "", -2.0, 2.0).value_or(0.0);
+  r.sampling.frequency_penalty = opt_number(body, "frequency_penalty", "", -2.0, 2.0).value_or(0.0);
+  r.sampling.repetition_penalty = opt_number(body, "repetition_penalty", "", 0.01, 10.0).value_or(1.0);
+  if (auto seed = opt_int(body, "seed", "", INT64_MIN, INT64_MAX)) r.sampling.seed = static_cast<std::uint64_t>(*seed);
+  r.stop_sequences = opt_string_list(body, "stop", "");
+  if (r.stop_sequences.size() > 16) fail("stop", "at most 16 stop sequences");
+  r.stream = opt_bool(body, "stream", "").value_or(false);
+  if (auto n = opt_int(body, "n", "", 1, 128); n && *n != 1) fail("n", "only n=1 is supported");
+}
+
+bool include_usage(const json& body) {
+  return has(body, "stream_options") && body["stream_options"].is_object() &&
+         body["stream_options"].value("include_usage", false);
+}
+
+}  // namespace
+
+OpenAiChatRequest parse_openai_chat(const json& body) {
+  OpenAiChatRequest out;
+  ChatRequest& r = out.chat;
+  r.model = require_string(body, "model", "");
+  const json& messages = require_array(body, "messages", "");
+  if (messages.empty()) fail("messages", "at least one message is required");
+  for (std::size_t i = 0; i < messages.size(); ++i) r.messages.push_back(parse_message(messages[i], join("messages", i)));
+  parse_tools(body, r);
+  parse_tool_choice(body, r);
+  parse_sampling(body, r);
+  const auto max_completion = opt_int(body, "max_completion_tokens", "", 1, 1'000'000'000);
+  const auto max_tokens = opt_int(body, "max_tokens", "", 1, 1'000'000'000);
+  r.max_tokens = max_completion.value_or(max_tokens.value_or(0));  // 0: up to the context
+  out.logprobs = opt_bool(body, "logprobs", "").value_or(false);
+  if (out.logprobs) r.top_logprobs = static_cast<std::int32_t>(opt_int(body, "top_logprobs", "", 0, 20).value_or(0));
+  out.include_usage = include_usage(body);
+  if (has(body, "reasoning_effort")) r.thinking_enabled = body["reasoning_effort"] != "none";
+  return out;
+}
+
+OpenAiCompletionRequest parse_openai_completion(const json& body) {
+  OpenAiCompletionRequest out;
+  out.model = require_string(body, "model", "");
+  const json& prompt = require(body, "prompt", "");
+  if (prompt.is_string()) {
+    out.prompt_text = prompt.get<std::string>();
+  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+    out.prompt_text = prompt[0].get<std::string>();
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
+    out.prompt_is_ids = true;
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      if (!prompt[i].is_number_integer()) fail(join("prompt", i), "Input should be a valid integer");
+      out.prompt_ids.push_back(prompt[i].get<std::int32_t>());
+    }
+  } else {
+    fail("prompt", "Input should be a string, a one-element list of strings, or a list of token ids");
+  }
+  parse_sampling(body, out.options);
+  out.options.model = out.model;
+  out.options.max_tokens = opt_int(body, "max_tokens", "", 0, 1'000'000'000).value_or(16);
+  out.echo = opt_bool(body, "echo", "").value_or(false);
+  out.include_usage = include_usage(body);
+  return out;
+}
+
+}  // namespace akv

@@ -1,0 +1,37 @@
+// OpenAI request JSON -> ChatRequest: POST /v1/chat/completions (api-notes §2) and the legacy
+// POST /v1/completions (a raw prompt). Unknown fields are accepted and ignored; a missing or
+// mistyped field throws Error{InvalidArgument} naming its path (400).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_request.h"
+
+namespace akv {
+
+struct OpenAiChatRequest {
+  ChatRequest chat;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+};
+
+OpenAiChatRequest parse_openai_chat(const nlohmann::ordered_json& body);
+
+// /v1/completions: the prompt is text or token ids (no chat template).
+struct OpenAiCompletionRequest {
+  std::string model;
+  std::string prompt_text;
+  std::vector<std::int32_t> prompt_ids;  // used when the client sent ids
+  bool prompt_is_ids = false;
+  bool echo = false;
+  bool include_usage = false;
+  ChatRequest options;  // max_tokens, stop, sampling, stream (messages unused)
+};
+
+OpenAiCompletionRequest parse_openai_completion(const nlohmann::ordered_json& body);
+
+}  // namespace akv

@@ -1,0 +1,81 @@
+// GET /v1/models (one body both SDKs accept), /v1/models/{id}, /health, /metrics.
+#include <httplib.h>
+
+#include <ctime>
+
+#include "base/error.h"
+#include "server/metrics.h"
+#include "server/routes.h"
+#include "server/serving.h"
+
+namespace akv {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string rfc3339(std::int64_t unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Fields of both dialects' model objects (each SDK ignores the other's).
+json model_info(const ServingContext& ctx) {
+  const std::string& id = ctx.options.served_model_name;
+  return {{"type", "model"},
+          {"id", id},
+          {"display_name", id},
+          {"created_at", rfc3339(ctx.options.created_unix)},
+          {"object", "model"},
+          {"created", ctx.options.created_unix},
+          {"owned_by", "agentkv"},
+          {"max_input_tokens", ctx.engine.max_context()},
+          {"max_tokens", ctx.engine.max_context()}};
+}
+
+}  // namespace
+
+void handle_anthropic_models(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+  const json m = model_info(ctx);
+  res.set_content(json{{"object", "list"},
+                       {"data", json::array({m})},
+                       {"has_more", false},
+                       {"first_id", m["id"]},
+                       {"last_id", m["id"]}}
+                      .dump(),
+                  "application/json");
+}
+
+void handle_openai_models(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  handle_anthropic_models(ctx, req, res);
+}
+
+void handle_anthropic_model(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (ctx.options.strict_model && id != ctx.options.served_model_name)
+    throw Error(ErrorKind::NotFound, "model '" + id + "' not found (serving '" + ctx.options.served_model_name + "')");
+  json m = model_info(ctx);
+  m["id"] = id;  // any id is accepted and echoed (api-notes §3.5)
+  res.set_content(m.dump(), "application/json");
+}
+
+void handle_health(ServingContext&, const httplib::Request&, httplib::Response& res) {
+  res.set_content(R"({"status":"ok"})", "application/json");
+}
+
+void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+  const EngineMetrics m = ctx.engine.metrics();
+  std::string out;
+  auto gauge = [&out](const char* name, const char* help, double v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + std::to_string(v) + "\n";
+  };
+  gauge("agentkv_requests_in_flight", "HTTP requests holding an admission slot", ctx.in_flight.load());
+  append_engine_metrics(m, out);
+  res.set_content(out, "text/plain; version=0.0.4");
+}
+
+}  // namespace akv

@@ -1,0 +1,56 @@
+// What the HTTP handlers share: the engine, the tokenizer and prompt builder of the served
+// model, the options, and the admission counter. Built by app/, read-only after start-up
+// except for the counters.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chat/prompt_builder.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace akv {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> api_keys;    // empty: no auth (then bind to loopback unless told)
+  std::string served_model_name = "agentkv";
+  bool strict_model = false;            // 404 for a model id other than served_model_name
+  int max_queue = 64;                   // requests in flight before 529/429
+  std::size_t max_body_bytes = 32u << 20;
+  int http_threads = 32;
+  int ping_interval_ms = 5000;          // SSE keep-alive while waiting for tokens
+  std::int64_t created_unix = 0;        // model "created" time for /v1/models
+};
+
+struct ServingContext {
+  Engine& engine;
+  const Tokenizer& tokenizer;
+  const PromptBuilder& prompts;
+  ServerOptions options;
+  std::vector<std::int32_t> stop_token_ids;  // end-of-turn ids of the model and its template
+  std::atomic<int> in_flight{0};
+};
+
+// Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is
+// full (the handler answers 529 / 429).
+class AdmissionSlot {
+ public:
+  explicit AdmissionSlot(ServingContext& ctx) : ctx_(ctx) {
+    ok_ = ctx_.in_flight.fetch_add(1) < ctx_.options.max_queue;
+  }
+  ~AdmissionSlot() { ctx_.in_flight.fetch_sub(1); }
+  AdmissionSlot(const AdmissionSlot&) = delete;
+  AdmissionSlot& operator=(const AdmissionSlot&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  ServingContext& ctx_;
+  bool ok_;
+};
+
+}  // namespace akv

@@ -1,0 +1,91 @@
+#include "server/anthropic_request.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "base/error.h"
+
+namespace akv {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string error_of(const json& body) {
+  try {
+    parse_anthropic_messages(body);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AnthropicRequest, ParsesTheRealClaudeCodeRequest) {
+  std::ifstream in(std::string(AGENTKV_TESTDATA) + "/../docs/claude-code-request-sample.json");
+  ASSERT_TRUE(in) << "claude-code-request-sample.json";
+  const json body = json::parse(in);
+  const ChatRequest r = parse_anthropic_messages(body);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.max_tokens, body["max_tokens"].get<std::int64_t>());
+  EXPECT_EQ(r.system.size(), body["system"].size());
+  EXPECT_EQ(r.messages.size(), body["messages"].size());
+  // The deferred-loading placeholder tool is never shown to the model.
+  for (const ToolSpec& t : r.tools) EXPECT_NE(t.name, "DeferredToolPlaceholder");
+  std::size_t deferred = 0;
+  for (const auto& t : body["tools"]) deferred += t.value("defer_loading", false) ? 1 : 0;
+  EXPECT_EQ(r.tools.size() + deferred, body["tools"].size());
+  EXPECT_TRUE(r.system.back().cache_breakpoint);
+}
+
+TEST(AnthropicRequest, StringAndOneBlockContentAreTheSame) {
+  const ChatRequest a = parse_anthropic_messages(
+      json::parse(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})"));
+  const ChatRequest b = parse_anthropic_messages(json::parse(
+      R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})"));
+  ASSERT_EQ(a.messages[0].blocks.size(), 1u);
+  ASSERT_EQ(b.messages[0].blocks.size(), 1u);
+  EXPECT_EQ(a.messages[0].blocks[0].text, b.messages[0].blocks[0].text);
+}
+
+TEST(AnthropicRequest, AcceptsAndIgnoresUnknownFieldsBlocksAndThinking) {
+  const ChatRequest r = parse_anthropic_messages(json::parse(R"({
+    "model":"claude-opus-5-5","max_tokens":0,"future_field":{"x":1},
+    "thinking":{"type":"adaptive","display":"omitted"},"output_config":{"effort":"high"},
+    "context_management":{"edits":[]},"metadata":{"user_id":"{\"session_id\":\"abc\"}"},
+    "messages":[
+      {"role":"user","content":[{"type":"text","text":"q"},{"type":"search_result","x":1}]},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"not-checked"},
+                                     {"type":"redacted_thinking","data":"zzz"},
+                                     {"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"a.txt"}],"is_error":false,"cache_control":{"type":"ephemeral"}}]},
+      {"role":"system","content":"reminder"}]})"));
+  EXPECT_EQ(r.max_tokens, 0);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].blocks.size(), 1u);
+  ASSERT_EQ(r.messages[1].blocks.size(), 2u);
+  EXPECT_EQ(r.messages[1].blocks[1].input["command"], "ls");
+  EXPECT_EQ(r.messages[2].blocks[0].text, "a.txt");
+  EXPECT_TRUE(r.messages[2].blocks[0].cache_breakpoint);
+  EXPECT_EQ(r.messages[3].role, ChatRole::System);
+}
+
+TEST(AnthropicRequest, MissingOrMistypedFieldsNameTheirPath) {
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","messages":[]})")).find("max_tokens: Field required"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"max_tokens":1,"messages":[]})")).find("model: Field required"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":-1,"messages":[]})")).find("max_tokens"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"robot","content":"x"}]})"))
+                .find("messages.0.role"),
+            std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text"}]}]})"))
+                .find("messages.0.content.0.text: Field required"),
+            std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[],"tool_choice":{"type":"tool","name":"X"}})"))
+                .find("tool_choice"),
+            std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[],"temperature":"hot"})")).find("temperature"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace akv

@@ -1,0 +1,58 @@
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+
+namespace akv {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+TEST(OpenAiRequest, ToolCallsAndToolResults) {
+  const OpenAiChatRequest r = parse_openai_chat(json::parse(R"({
+    "model":"m","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":9,
+    "tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object"}}}],
+    "tool_choice":"required",
+    "messages":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]},
+                {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"b\":1,\"a\":2}"}}]},
+                {"role":"tool","tool_call_id":"call_1","content":"42"}]})"));
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.chat.stream);
+  EXPECT_EQ(r.chat.max_tokens, 9);
+  EXPECT_EQ(r.chat.tool_choice.type, ToolChoiceType::Any);
+  ASSERT_EQ(r.chat.messages.size(), 4u);
+  EXPECT_EQ(r.chat.messages[0].role, ChatRole::System);
+  const ContentBlock& call = r.chat.messages[2].blocks.at(0);
+  EXPECT_EQ(call.type, BlockType::ToolUse);
+  EXPECT_EQ(call.input.dump(), R"({"b":1,"a":2})");  // key order kept
+  EXPECT_EQ(r.chat.messages[3].blocks.at(0).tool_use_id, "call_1");
+}
+
+TEST(OpenAiRequest, BadArgumentsAndRolesAreNamed) {
+  auto error_of = [](const char* body) -> std::string {
+    try {
+      parse_openai_chat(json::parse(body));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of(R"({"model":"m"})").find("messages: Field required"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})").find("messages.0.role"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"not json"}}]}]})")
+                .find("arguments"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":3})").find("n:"), std::string::npos);
+}
+
+TEST(OpenAiRequest, CompletionPromptForms) {
+  EXPECT_EQ(parse_openai_completion(json::parse(R"({"model":"m","prompt":"Once"})")).prompt_text, "Once");
+  const auto ids = parse_openai_completion(json::parse(R"({"model":"m","prompt":[1,2,3],"max_tokens":4})"));
+  EXPECT_TRUE(ids.prompt_is_ids);
+  EXPECT_EQ(ids.prompt_ids, (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_EQ(ids.options.max_tokens, 4);
+}
+
+}  // namespace
+}  // namespace akv
