@@ -2,6 +2,7 @@
 // tojson (json.dumps with ensure_ascii=False and no HTML escaping).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -189,8 +190,13 @@ Value f_round(Interpreter& in, const Value& v, CallArgs& a) {
     r = std::ceil(x * scale) / scale;
   else if (method == "floor")
     r = std::floor(x * scale) / scale;
-  else if (method == "common")
-    r = std::nearbyint(x * scale) / scale;  // Python rounds half to even
+  else if (method == "common" && precision >= 0 && std::isfinite(x)) {
+    // Python's round() rounds the exact binary value half-to-even, as printf does.
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::min<int64_t>(precision, 100)), x);
+    r = std::strtod(buf, nullptr);
+  } else if (method == "common")
+    r = std::nearbyint(x * scale) / scale;
   else
     in.fail("FilterArgumentError: method must be common, ceil or floor");
   return Value(r);

@@ -275,7 +275,7 @@ Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Scope>& scope
         local->set(p, Value::undefined(p));
       }
     }
-    local->set("varargs", Value::list(std::move(varargs)));
+    local->set("varargs", Value::tuple(std::move(varargs)));
     local->set("kwargs", std::move(kwargs));
     if (++in.call_depth_ > in.limits_.max_call_depth) {
       --in.call_depth_;

@@ -60,7 +60,7 @@ class Lexer {
       std::string text = src_.substr(pos_, tag - pos_);
       const char type = src_[tag + 1];
       char mod = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
-      if (mod != '-' && !(mod == '+' && type != '{')) mod = '\0';
+      if (mod != '-' && mod != '+') mod = '\0';
       if (mod == '-') {
         text = py_strip(text, std::nullopt, false, true);
       } else if (mod != '+' && type != '{') {

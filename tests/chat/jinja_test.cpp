@@ -54,6 +54,38 @@ TEST(Jinja, ScopingNamespaceAndMacros) {
             "[in]");
 }
 
+TEST(Jinja, LoopsFiltersAndMethods) {
+  EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(
+      render("{% for x in [1, 2, 3, 4] if x is even %}{{ loop.index }}:{{ x }}/{{ loop.length }}"
+             "{% endfor %}"),
+      "1:2/2"
+      "2:4/2");
+  EXPECT_EQ(render("{% for a, b in [(1, 'x'), (2, 'y')] %}{{ loop.previtem }}{{ a }}{{ b }}"
+                   "{{ loop.nextitem }};{% endfor %}"),
+            "1x(2, 'y');(1, 'x')2y;");
+  EXPECT_EQ(render("{% for x in range(10) %}{% if x == 3 %}{% break %}{% endif %}"
+                   "{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+            "02");
+  EXPECT_EQ(render("{{ 'abcdef'[1:5:2] }}{{ [1, 2, 3][::-1] }}{{ 'héllo'|length }}"),
+            "bd[3, 2, 1]5");
+  EXPECT_EQ(render("{{ {'b': 1, 'A': 2}|dictsort }}"), "[('A', 2), ('b', 1)]");
+  EXPECT_EQ(render("{{ [1, 2, 3]|batch(2)|list }}{{ [3, 1, 2]|sort(reverse=true) }}"),
+            "[[1, 2], [3]][3, 2, 1]");
+  EXPECT_EQ(render("{{ ' a b '.split() }}{{ 'a,b,c'.rsplit(',', 1) }}{{ '  x '.strip() }}|"
+                   "{{ 'xxhixx'.strip('x') }}{{ 'Hi'.startswith(('a', 'H')) }}"),
+            "['a', 'b']['a,b', 'c']x|hiTrue");
+  EXPECT_EQ(render("{{ [{'r': 'u'}, {'r': 'a'}]|selectattr('r', 'equalto', 'a')|list }}"
+                   "{{ [{'r': 'u'}]|map(attribute='r')|join(',') }}"),
+            "[{'r': 'a'}]u");
+  EXPECT_EQ(render("{{ {'a': 1}.get('b', 'dflt') }}{{ x is defined }}{{ none is none }}"
+                   "{{ 3 is divisibleby 3 }}{{ 'a' if false }}"),
+            "dfltFalseTrueTrue");
+  EXPECT_EQ(render("{% set x %}block {{ 1 }}{% endset %}{{ x|upper }}"), "BLOCK 1");
+  EXPECT_EQ(render("{% generation %}gen{% endgeneration %}{% filter upper %}f{% endfilter %}"),
+            "genF");
+}
+
 TEST(Jinja, SyntaxErrorsCarryLineAndColumn) {
   try {
     ChatTemplate::parse_or_throw("ok\n{% if x %}\n{{ 1 + }}");
