@@ -18,6 +18,7 @@ struct Engine::Active : Sequence {
     tokens = request.prompt;
     tokens.reserve(tokens.size() + static_cast<std::size_t>(request.max_tokens) + 1);
     n_prompt = n_tokens();
+    sampler.set_constraint(request.constraint.get());
   }
   GenerateRequest request;
   EventCallback on_event;

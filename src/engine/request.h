@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace akv {
+
+class TokenConstraint;
 
 using RequestId = std::uint64_t;
 
@@ -31,6 +34,9 @@ struct GenerateRequest {
   std::vector<std::int32_t> stop_token_ids;  // generation stops after emitting one of these
   std::int32_t max_tokens = 256;             // generated tokens at most (also capped by context)
   std::int32_t n_logprobs = 0;               // top-N alternatives per token (0: none)
+  // Optional: limits which tokens may be sampled (a grammar for a forced tool call). Used on
+  // the engine thread only, from admission to finish.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

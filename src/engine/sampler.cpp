@@ -46,6 +46,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, 
 
   std::copy(logits.begin(), logits.end(), work_.begin());
   apply_penalties(work_);
+  if (constraint_ != nullptr) constraint_->mask(work_);
   std::int32_t token = 0;
   if (params_.temperature <= 0.0f || params_.top_k == 1) {
     for (std::int32_t i = 1; i < vocab; ++i)
@@ -53,6 +54,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, 
   } else {
     token = draw(work_);
   }
+  if (constraint_ != nullptr) constraint_->accept(token);
   ++generated_count_[token];
   seen_[token] = true;
   return {token, logprobs_[token]};

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "base/token_constraint.h"
 #include "engine/request.h"
 
 namespace akv {
@@ -28,12 +29,17 @@ class Sampler {
   // Records the chosen token for the penalties of later steps.
   SampleResult sample(std::span<const float> logits, std::int32_t n_top, std::vector<TokenLogprob>& top);
 
+  // Restricts every later sample to the tokens `constraint` allows (applied after penalties,
+  // before temperature and the filters). Not owned; must outlive the sampler. nullptr: none.
+  void set_constraint(TokenConstraint* constraint) { constraint_ = constraint; }
+
  private:
   void apply_penalties(std::vector<float>& x) const;
   std::int32_t draw(std::vector<float>& x);
   double uniform01();
 
   SamplingParams params_;
+  TokenConstraint* constraint_ = nullptr;
   std::mt19937_64 rng_;
   std::vector<std::int32_t> generated_count_;  // [vocab] times generated
   std::vector<bool> seen_;                     // [vocab] in prompt or generated

@@ -121,5 +121,30 @@ TEST(Sampler, LogprobsAreTheRawDistributionBestFirst) {
   EXPECT_NEAR(sum, 1.0, 1e-6);
 }
 
+// Allows only even ids, and records what it was told was sampled.
+class EvenOnly final : public TokenConstraint {
+ public:
+  void mask(std::span<float> logits) override {
+    for (std::size_t i = 1; i < logits.size(); i += 2) logits[i] = -INFINITY;
+  }
+  void accept(std::int32_t token) override { accepted.push_back(token); }
+  bool done() const override { return false; }
+  std::vector<std::int32_t> accepted;
+};
+
+TEST(Sampler, ConstraintMasksBeforeSamplingAndSeesEveryToken) {
+  for (float temperature : {0.0f, 1.0f}) {
+    EvenOnly constraint;
+    Sampler s({.temperature = temperature, .seed = 11}, 8, 1, {});
+    s.set_constraint(&constraint);
+    const std::vector<float> logits = {0.1f, 5.0f, 0.2f, 4.0f, 0.3f, 3.0f, 0.4f, 2.0f};  // odd ids favoured
+    std::vector<TokenLogprob> top;
+    std::vector<std::int32_t> got;
+    for (int i = 0; i < 50; ++i) got.push_back(s.sample(logits, 0, top).token);
+    for (std::int32_t t : got) EXPECT_EQ(t % 2, 0) << "temperature " << temperature;
+    EXPECT_EQ(constraint.accepted, got);
+  }
+}
+
 }  // namespace
 }  // namespace akv
