@@ -1,0 +1,78 @@
+// ToolCallParser: splits the model's streamed output text into reply text, reasoning
+// (<think>...</think>) and tool calls, for one model family (tool_call_format.h). Fed the
+// detokenized text as it is generated; decode with special tokens kept, because some markers
+// (<|python_tag|>, [TOOL_CALLS]) are special tokens. One parser per response; not thread-safe.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/tool_call_format.h"
+
+namespace akv {
+
+struct OutputEvent {
+  enum class Kind { TextDelta, ThinkingDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd };
+  Kind kind = Kind::TextDelta;
+  std::string text{};  // TextDelta, ThinkingDelta; ToolCallArgsDelta: a fragment of the input JSON
+  std::string name{};  // ToolCallStart
+  std::string id{};    // ToolCallStart
+};
+
+struct ToolCallParserOptions {
+  ToolCallFormat format = ToolCallFormat::None;
+  bool parse_thinking = false;  // recognise <think>...</think> (the template uses them)
+  bool starts_in_thinking =
+      false;  // the prompt ended inside <think> (BuiltPrompt::starts_in_thinking)
+  // Id for each call; the default gives "call_" + 24 random alphanumerics.
+  std::function<std::string()> make_call_id;
+};
+
+// Contract of the event stream:
+//  - a marker, or any prefix of one, is never emitted as text: possible marker prefixes (and
+//    trailing whitespace) are held back until the next feed() or finish() decides;
+//  - one ToolCallStart per call, then ToolCallArgsDelta fragments whose concatenation is the
+//    call's input as a JSON object (today one fragment, sent when the call is complete), then
+//    ToolCallEnd;
+//  - whitespace at the start of the reply, around reasoning and between calls is dropped, as is
+//    trailing whitespace before a call or at the end;
+//  - a call whose body is not valid JSON of the family's shape comes out as text, unchanged.
+// Splitting the same output at different byte boundaries gives the same events once adjacent
+// deltas of one kind are joined.
+class ToolCallParser {
+ public:
+  explicit ToolCallParser(ToolCallParserOptions options);
+
+  std::vector<OutputEvent> feed(std::string_view delta);
+  // End of generation: flushes what was held back (an unterminated call is parsed if its body
+  // is complete JSON, else emitted as text). The parser is spent afterwards.
+  std::vector<OutputEvent> finish();
+
+  int n_tool_calls() const { return n_calls_; }
+
+ private:
+  enum class Mode { Text, Thinking, CallBody };
+  void step(std::vector<OutputEvent>& out, bool final);
+  bool step_text(std::vector<OutputEvent>& out, bool final);
+  bool step_thinking(std::vector<OutputEvent>& out, bool final);
+  bool step_call(std::vector<OutputEvent>& out, bool final);
+  void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text,
+                 bool final);
+  void end_call(std::vector<OutputEvent>& out, std::string_view body, std::string_view raw);
+  bool emit_calls(std::vector<OutputEvent>& out, std::string_view body);
+
+  ToolCallParserOptions options_;
+  std::vector<std::string> openers_;  // text-mode markers that start a call
+  Mode mode_ = Mode::Text;
+  std::string buf_;         // input not yet decided
+  std::string pending_ws_;  // whitespace held until non-whitespace follows
+  bool skip_ws_ = true;     // drop leading whitespace (reply start, after </think>, after a call)
+  std::string ws_before_call_;  // pending_ws_ when the call opened (restored if it is no call)
+  std::string call_opener_;     // the marker that opened the current call ("" for bare JSON)
+  int n_calls_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace akv
