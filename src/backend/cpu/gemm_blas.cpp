@@ -7,9 +7,10 @@
 namespace akv {
 namespace {
 
-// Widened weight panels of about this many bytes: big enough for sgemm to run at full rate,
-// small enough to stay in L2 while it does.
-constexpr std::int64_t kPanelBytes = 512 * 1024;
+// Widened weight panels of about this many bytes per thread. Each panel is one sgemm call that
+// repacks x, so small panels cost x-packing; 2 MiB measured ~10% faster than 512 KiB on bf16
+// prefill and no slower than 8 MiB.
+constexpr std::int64_t kPanelBytes = 2 << 20;
 
 void sgemm_slice(const GemvArgs& a, const float* w, std::int64_t m0, std::int64_t n_cols) {
   // out[:, m0 : m0 + n_cols] = x @ w^T, w: [n_cols, k] contiguous
