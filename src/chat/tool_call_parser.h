@@ -27,7 +27,7 @@ struct ToolCallParserOptions {
   bool starts_in_thinking =
       false;  // the prompt ended inside <think> (BuiltPrompt::starts_in_thinking)
   // Id for each call; the default gives "call_" + 24 random alphanumerics.
-  std::function<std::string()> make_call_id;
+  std::function<std::string()> make_call_id{};
 };
 
 // Contract of the event stream:

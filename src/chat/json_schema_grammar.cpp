@@ -1,0 +1,591 @@
+#include "chat/json_schema_grammar.h"
+
+#include <bit>
+
+#include "base/error.h"
+
+namespace akv {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr int kMaxLiterals = 64;     // enum values / properties per object (a 64-bit mask)
+constexpr int kMaxSchemaDepth = 24;  // $ref recursion and nesting while compiling
+constexpr std::uint32_t kMaxDigits = 20;
+
+enum FrameKind : std::uint8_t { kRoot, kValue, kObject, kArray, kStr, kNum, kLit };
+enum ObjectPhase : std::uint8_t {
+  kObjOpen,
+  kObjColon,
+  kObjValueStart,
+  kObjAfterValue,
+  kObjAfterComma
+};
+enum ArrayPhase : std::uint8_t { kArrOpen, kArrAfterValue, kArrAfterComma };
+enum NumPhase : std::uint8_t {
+  kNumStart,
+  kNumMinus,
+  kNumZero,
+  kNumInt,
+  kNumDot,
+  kNumFrac,
+  kNumE,
+  kNumESign,
+  kNumExp
+};
+
+bool is_digit(std::uint8_t c) {
+  return c >= '0' && c <= '9';
+}
+bool is_hex(std::uint8_t c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+std::uint64_t low_bits(std::size_t n) {
+  return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const ojson& root, std::vector<GrammarNode>& nodes) : root_(root), nodes_(nodes) {}
+
+  std::int32_t compile(const ojson& s, int depth) {
+    if (depth > kMaxSchemaDepth || !s.is_object()) return add({});
+    if (auto it = s.find("$ref"); it != s.end() && it->is_string()) {
+      if (const ojson* target = resolve(it->get<std::string>())) return compile(*target, depth + 1);
+      return add({});
+    }
+    if (auto it = s.find("const"); it != s.end()) return literal({it->dump()});
+    if (auto it = s.find("enum"); it != s.end() && it->is_array() && !it->empty()) {
+      std::vector<std::string> lits;
+      for (const auto& v : *it)
+        if (lits.size() < kMaxLiterals) lits.push_back(v.dump());
+      return literal(std::move(lits));
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      auto it = s.find(key);
+      if (it == s.end() || !it->is_array() || it->empty()) continue;
+      GrammarNode n{.kind = GrammarNodeKind::AnyOf};
+      for (const auto& alt : *it) n.alternatives.push_back(compile(merged(s, alt, key), depth + 1));
+      return add(std::move(n));
+    }
+    if (auto it = s.find("type"); it != s.end() && it->is_array()) {
+      GrammarNode n{.kind = GrammarNodeKind::AnyOf};
+      for (const auto& t : *it) {
+        ojson one = s;
+        one["type"] = t;
+        n.alternatives.push_back(compile(one, depth + 1));
+      }
+      return n.alternatives.empty() ? add({}) : add(std::move(n));
+    }
+    const std::string type =
+        s.contains("type") && s["type"].is_string() ? s["type"].get<std::string>() : "";
+    if (type == "object" || (type.empty() && s.contains("properties"))) return object(s, depth);
+    if (type == "array") {
+      GrammarNode n{.kind = GrammarNodeKind::Array};
+      if (auto it = s.find("items"); it != s.end() && it->is_object())
+        n.items = compile(*it, depth + 1);
+      return add(std::move(n));
+    }
+    if (type == "string") return add({.kind = GrammarNodeKind::String});
+    if (type == "number") return add({.kind = GrammarNodeKind::Number});
+    if (type == "integer") return add({.kind = GrammarNodeKind::Integer});
+    if (type == "boolean") return literal({"true", "false"});
+    if (type == "null") return literal({"null"});
+    return add({});  // no type, or one we do not know: any JSON value
+  }
+
+ private:
+  std::int32_t add(GrammarNode n) {
+    nodes_.push_back(std::move(n));
+    return static_cast<std::int32_t>(nodes_.size() - 1);
+  }
+  std::int32_t literal(std::vector<std::string> lits) {
+    return add({.kind = GrammarNodeKind::Literal, .literals = std::move(lits)});
+  }
+
+  std::int32_t object(const ojson& s, int depth) {
+    GrammarNode n{.kind = GrammarNodeKind::Object};
+    std::vector<std::string> required;
+    if (auto it = s.find("required"); it != s.end() && it->is_array())
+      for (const auto& r : *it)
+        if (r.is_string()) required.push_back(r.get<std::string>());
+    std::vector<std::pair<std::string, const ojson*>> props;
+    if (auto it = s.find("properties"); it != s.end() && it->is_object())
+      for (const auto& [name, sub] : it->items())
+        if (props.size() < kMaxLiterals) props.emplace_back(name, &sub);
+    for (const auto& [name, sub] : props) {
+      n.key_literals.push_back(ojson(name).dump());
+      n.required.push_back(std::find(required.begin(), required.end(), name) != required.end());
+      n.property_nodes.push_back(compile(*sub, depth + 1));
+    }
+    const auto additional = s.find("additionalProperties");
+    const bool closed =
+        additional != s.end() && additional->is_boolean() && !additional->get<bool>();
+    n.free_keys = props.empty() && !closed;
+    return add(std::move(n));
+  }
+
+  // anyOf alternatives inherit the sibling keywords (type, properties...) of the parent schema.
+  static ojson merged(const ojson& parent, const ojson& alt, const char* drop) {
+    if (!alt.is_object()) return alt;
+    ojson out = parent;
+    out.erase(drop);
+    for (const auto& [k, v] : alt.items()) out[k] = v;
+    return out;
+  }
+
+  const ojson* resolve(const std::string& ref) const {
+    if (ref == "#") return &root_;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (!ref.starts_with(p)) continue;
+      const std::string section = p.substr(2, p.size() - 3);
+      const std::string name = ref.substr(p.size());
+      if (root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
+        return &root_[section][name];
+    }
+    return nullptr;
+  }
+
+  const ojson& root_;
+  std::vector<GrammarNode>& nodes_;
+};
+
+}  // namespace
+
+ToolCallSyntax tool_call_syntax(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::Llama3Json:
+      return {"{\"name\": ", ", \"parameters\": ", "}"};
+    case ToolCallFormat::Mistral:
+      return {"[TOOL_CALLS][{\"name\": ", ", \"arguments\": ", "}]"};
+    case ToolCallFormat::Hermes:
+    case ToolCallFormat::None:
+      break;
+  }
+  return {"<tool_call>\n{\"name\": ", ", \"arguments\": ", "}\n</tool_call>"};
+}
+
+ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFormat format)
+    : syntax_(tool_call_syntax(format)) {
+  if (tools.empty())
+    throw Error(ErrorKind::InvalidArgument, "a forced tool call needs at least one tool");
+  for (const auto& tool : tools) {
+    if (name_literals_.size() >= kMaxLiterals) break;
+    SchemaCompiler compiler(tool.input_schema, nodes_);
+    std::int32_t root = compiler.compile(tool.input_schema, 0);
+    if (nodes_[root].kind != GrammarNodeKind::Object) {  // arguments are always an object
+      nodes_.push_back({.kind = GrammarNodeKind::Object, .free_keys = true});
+      root = static_cast<std::int32_t>(nodes_.size() - 1);
+    }
+    tool_roots_.push_back(root);
+    name_literals_.push_back(nlohmann::ordered_json(tool.name).dump());
+  }
+  syntax_literals_ = {std::vector<std::string>{syntax_.prefix},
+                      std::vector<std::string>{syntax_.middle},
+                      std::vector<std::string>{syntax_.suffix}};
+  any_literals_ = {"true", "false", "null"};
+}
+
+GrammarState ToolCallGrammar::initial_state() const {
+  GrammarState s;
+  s.depth = 1;
+  s.frames[0] = GrammarFrame{.kind = kRoot};
+  return s;
+}
+
+bool ToolCallGrammar::complete(const GrammarState& s) const {
+  return !s.dead && s.depth == 1 && s.frames[0].kind == kRoot && s.frames[0].phase == 5;
+}
+
+bool ToolCallGrammar::in_free_string(const GrammarState& s) const {
+  if (s.dead || s.depth == 0) return false;
+  const GrammarFrame& top = s.frames[s.depth - 1];
+  return top.kind == kStr && top.phase == 0 && top.aux == 0;
+}
+
+bool ToolCallGrammar::advance(GrammarState& state, std::string_view bytes) const {
+  GrammarState t = state;
+  for (char c : bytes)
+    if (!advance_or_spoil(t, static_cast<std::uint8_t>(c))) return false;
+  state = t;
+  return true;
+}
+
+bool ToolCallGrammar::advance(GrammarState& state, std::uint8_t byte) const {
+  GrammarState t = state;
+  if (!advance_or_spoil(t, byte)) return false;
+  state = t;
+  return true;
+}
+
+bool ToolCallGrammar::advance_or_spoil(GrammarState& s, std::uint8_t c) const {
+  if (s.dead) return false;
+  for (int guard = 0; guard < 4 * kGrammarMaxDepth; ++guard) {
+    if (s.depth == 0) return false;
+    switch (step_frame(s, c)) {
+      case Step::Consumed:
+        return true;
+      case Step::Reject:
+        return false;
+      case Step::Reprocess:
+        break;
+    }
+  }
+  return false;
+}
+
+bool ToolCallGrammar::push(GrammarState& s, const GrammarFrame& f) const {
+  if (s.depth >= kGrammarMaxDepth) return false;
+  s.frames[s.depth++] = f;
+  return true;
+}
+
+void ToolCallGrammar::pop(GrammarState& s, bool report, std::uint16_t chosen) const {
+  --s.depth;
+  if (report && s.depth > 0) {
+    s.frames[s.depth - 1].aux = chosen;
+    s.frames[s.depth - 1].pos = chosen + 1u;
+  }
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_frame(GrammarState& s, std::uint8_t c) const {
+  GrammarFrame& f = s.frames[s.depth - 1];
+  switch (f.kind) {
+    case kRoot:
+      return step_root(s, f, c);
+    case kValue:
+      return step_value(s, f, c);
+    case kObject:
+      return step_object(s, f, c);
+    case kArray:
+      return step_array(s, f, c);
+    case kLit:
+      return step_literal(s, f, c);
+    case kStr:
+      return step_string(s, f, c);
+    case kNum: {
+      const bool integer = f.aux != 0;
+      const bool digit = is_digit(c);
+      if (digit && f.pos >= kMaxDigits) return Step::Reject;
+      if (digit) ++f.pos;
+      switch (f.phase) {
+        case kNumStart:
+          if (c == '-') return f.phase = kNumMinus, Step::Consumed;
+          [[fallthrough]];
+        case kNumMinus:
+          if (c == '0') return f.phase = kNumZero, Step::Consumed;
+          if (digit) return f.phase = kNumInt, Step::Consumed;
+          return Step::Reject;
+        case kNumInt:
+          if (digit) return Step::Consumed;
+          [[fallthrough]];
+        case kNumZero:
+          if (!integer && c == '.') return f.phase = kNumDot, Step::Consumed;
+          if (!integer && (c == 'e' || c == 'E')) return f.phase = kNumE, Step::Consumed;
+          break;
+        case kNumDot:
+          if (digit) return f.phase = kNumFrac, Step::Consumed;
+          return Step::Reject;
+        case kNumFrac:
+          if (digit) return Step::Consumed;
+          if (c == 'e' || c == 'E') return f.phase = kNumE, Step::Consumed;
+          break;
+        case kNumE:
+          if (c == '+' || c == '-') return f.phase = kNumESign, Step::Consumed;
+          [[fallthrough]];
+        case kNumESign:
+          if (digit) return f.phase = kNumExp, Step::Consumed;
+          return Step::Reject;
+        case kNumExp:
+          if (digit) return Step::Consumed;
+          break;
+      }
+      if (digit) return Step::Reject;  // e.g. a digit after a leading 0
+      pop(s, false, 0);                // the number ended; the byte belongs to the parent
+      return Step::Reprocess;
+    }
+  }
+  return Step::Reject;
+}
+
+// Inside a string: escapes, and UTF-8 as RFC 3629 allows it (what JSON parsers accept), so a
+// byte-fallback token cannot leave a broken character. aux: continuation bytes still due;
+// pos: (lowest << 8 | highest) allowed value of the next one. \u escapes avoid the surrogate
+// range (a lone surrogate does not parse) by not starting with d/D.
+ToolCallGrammar::Step ToolCallGrammar::step_string(GrammarState& s, GrammarFrame& f,
+                                                   std::uint8_t c) const {
+  if (f.aux > 0) {
+    if (c < (f.pos >> 8) || c > (f.pos & 0xFF)) return Step::Reject;
+    --f.aux;
+    f.pos = 0x80BF;
+    return Step::Consumed;
+  }
+  if (f.phase == 0) {
+    if (c == '"') return pop(s, false, 0), Step::Consumed;
+    if (c == '\\') return f.phase = 1, Step::Consumed;
+    if (c < 0x20) return Step::Reject;
+    if (c < 0x80) return Step::Consumed;
+    if (c >= 0xC2 && c <= 0xDF)
+      f.aux = 1, f.pos = 0x80BF;
+    else if (c == 0xE0)
+      f.aux = 2, f.pos = 0xA0BF;
+    else if (c == 0xED)
+      f.aux = 2, f.pos = 0x809F;
+    else if (c >= 0xE1 && c <= 0xEF)
+      f.aux = 2, f.pos = 0x80BF;
+    else if (c == 0xF0)
+      f.aux = 3, f.pos = 0x90BF;
+    else if (c >= 0xF1 && c <= 0xF3)
+      f.aux = 3, f.pos = 0x80BF;
+    else if (c == 0xF4)
+      f.aux = 3, f.pos = 0x808F;
+    else
+      return Step::Reject;
+    return Step::Consumed;
+  }
+  if (f.phase == 1) {
+    if (c == 'u') return f.phase = 2, Step::Consumed;
+    if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+        c == 't')
+      return f.phase = 0, Step::Consumed;
+    return Step::Reject;
+  }
+  if (!is_hex(c) || (f.phase == 2 && (c == 'd' || c == 'D'))) return Step::Reject;
+  f.phase = f.phase == 5 ? 0 : f.phase + 1;
+  return Step::Consumed;
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_root(GrammarState& s, GrammarFrame& f,
+                                                 std::uint8_t) const {
+  GrammarFrame lit{.kind = kLit, .phase = 0};
+  switch (f.phase) {
+    case 0:
+      lit.literals = &syntax_literals_[0];
+      break;
+    case 1:
+      lit.literals = &name_literals_;
+      lit.report = 1;
+      break;
+    case 2:
+      lit.literals = &syntax_literals_[1];
+      break;
+    case 3: {
+      f.phase = 4;
+      return push(s, GrammarFrame{.node = tool_roots_[f.aux], .kind = kValue, .n_ws = 1})
+                 ? Step::Reprocess
+                 : Step::Reject;
+    }
+    case 4:
+      lit.literals = &syntax_literals_[2];
+      break;
+    default:
+      return Step::Reject;
+  }
+  lit.mask = low_bits(lit.literals->size());
+  ++f.phase;
+  return push(s, lit) ? Step::Reprocess : Step::Reject;
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_literal(GrammarState& s, GrammarFrame& f,
+                                                    std::uint8_t c) const {
+  const auto& lits = *f.literals;
+  std::uint64_t next = 0, done = 0;
+  for (std::uint64_t m = f.mask; m != 0; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    const std::string& lit = lits[i];
+    if (lit.size() > f.pos && static_cast<std::uint8_t>(lit[f.pos]) == c)
+      next |= std::uint64_t{1} << i;
+    if (lit.size() == f.pos) done |= std::uint64_t{1} << i;
+  }
+  if (next != 0) {
+    f.mask = next;
+    ++f.pos;
+    bool all_complete = true;
+    for (std::uint64_t m = next; m != 0; m &= m - 1)
+      all_complete &= lits[std::countr_zero(m)].size() == f.pos;
+    if (all_complete) pop(s, f.report != 0, static_cast<std::uint16_t>(std::countr_zero(next)));
+    return Step::Consumed;
+  }
+  if (done != 0) {
+    pop(s, f.report != 0, static_cast<std::uint16_t>(std::countr_zero(done)));
+    return Step::Reprocess;
+  }
+  return Step::Reject;
+}
+
+bool ToolCallGrammar::can_start(std::int32_t node, std::uint8_t c, int budget) const {
+  if (budget <= 0) return false;
+  const GrammarNode* n = node >= 0 ? &nodes_[node] : nullptr;
+  const GrammarNodeKind kind = n ? n->kind : GrammarNodeKind::Any;
+  switch (kind) {
+    case GrammarNodeKind::Any:
+      return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' || c == 'f' ||
+             c == 'n';
+    case GrammarNodeKind::Object:
+      return c == '{';
+    case GrammarNodeKind::Array:
+      return c == '[';
+    case GrammarNodeKind::String:
+      return c == '"';
+    case GrammarNodeKind::Number:
+    case GrammarNodeKind::Integer:
+      return c == '-' || is_digit(c);
+    case GrammarNodeKind::Literal:
+      for (const auto& lit : n->literals)
+        if (!lit.empty() && static_cast<std::uint8_t>(lit[0]) == c) return true;
+      return false;
+    case GrammarNodeKind::AnyOf:
+      for (auto alt : n->alternatives)
+        if (can_start(alt, c, budget - 1)) return true;
+      return false;
+  }
+  return false;
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_value(GrammarState& s, GrammarFrame& f,
+                                                  std::uint8_t c) const {
+  if (c == ' ' && f.n_ws == 0) return f.n_ws = 1, Step::Consumed;
+  std::int32_t node = f.node;
+  for (int hops = 0; node >= 0 && nodes_[node].kind == GrammarNodeKind::AnyOf; ++hops) {
+    if (hops > kMaxSchemaDepth) return Step::Reject;
+    std::int32_t chosen = -2;
+    for (auto alt : nodes_[node].alternatives)
+      if (can_start(alt, c, kMaxSchemaDepth)) {
+        chosen = alt;
+        break;
+      }
+    if (chosen == -2) return Step::Reject;
+    node = chosen;
+  }
+  const GrammarNodeKind kind = node >= 0 ? nodes_[node].kind : GrammarNodeKind::Any;
+  const bool room = s.depth < kGrammarMaxDepth - 2;  // nested containers need a frame more
+  GrammarFrame next{.node = node};
+  switch (kind) {
+    case GrammarNodeKind::Any:
+      if (c == '{' && room) return f = GrammarFrame{.node = -1, .kind = kObject}, Step::Consumed;
+      if (c == '[' && room) return f = GrammarFrame{.node = -1, .kind = kArray}, Step::Consumed;
+      if (c == '"') return f = GrammarFrame{.kind = kStr}, Step::Consumed;
+      if (c == '-' || is_digit(c)) return f = GrammarFrame{.kind = kNum}, Step::Reprocess;
+      if (c == 't' || c == 'f' || c == 'n')
+        return f = GrammarFrame{.literals = &any_literals_, .mask = low_bits(3), .kind = kLit},
+               Step::Reprocess;
+      return Step::Reject;
+    case GrammarNodeKind::Object:
+      if (c != '{' || !room) return Step::Reject;
+      next.kind = kObject;
+      f = next;
+      return Step::Consumed;
+    case GrammarNodeKind::Array:
+      if (c != '[' || !room) return Step::Reject;
+      next.kind = kArray;
+      f = next;
+      return Step::Consumed;
+    case GrammarNodeKind::String:
+      if (c != '"') return Step::Reject;
+      f = GrammarFrame{.kind = kStr};
+      return Step::Consumed;
+    case GrammarNodeKind::Number:
+    case GrammarNodeKind::Integer:
+      f = GrammarFrame{.aux = static_cast<std::uint16_t>(kind == GrammarNodeKind::Integer),
+                       .kind = kNum};
+      return Step::Reprocess;
+    case GrammarNodeKind::Literal:
+      f = GrammarFrame{.literals = &nodes_[node].literals,
+                       .mask = low_bits(nodes_[node].literals.size()),
+                       .kind = kLit};
+      return Step::Reprocess;
+    case GrammarNodeKind::AnyOf:
+      break;
+  }
+  return Step::Reject;
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_object(GrammarState& s, GrammarFrame& f,
+                                                   std::uint8_t c) const {
+  const GrammarNode* n = f.node >= 0 ? &nodes_[f.node] : nullptr;
+  const bool free = n == nullptr || n->free_keys;
+  const std::size_t n_props = n ? n->key_literals.size() : 0;
+  auto required_left = [&] {
+    if (free) return false;
+    for (std::size_t i = f.pos; i < n_props; ++i)
+      if (n->required[i]) return true;
+    return false;
+  };
+  const bool may_space = c == ' ' && f.n_ws == 0;
+  switch (f.phase) {
+    case kObjOpen:
+    case kObjAfterComma:
+      if (may_space) return f.n_ws = 1, Step::Consumed;
+      if (c == '}' && f.phase == kObjOpen && !required_left())
+        return pop(s, false, 0), Step::Consumed;
+      if (c != '"') return Step::Reject;
+      f.phase = kObjColon;
+      f.n_ws = 0;
+      if (free) return push(s, GrammarFrame{.kind = kStr}) ? Step::Consumed : Step::Reject;
+      {
+        if (f.pos >= n_props) return Step::Reject;
+        std::size_t last = f.pos;
+        while (last < n_props && !n->required[last]) ++last;
+        if (last == n_props) last = n_props - 1;
+        const std::uint64_t mask = low_bits(last + 1) & ~low_bits(f.pos);
+        GrammarFrame key{.literals = &n->key_literals, .mask = mask, .kind = kLit, .report = 1};
+        return push(s, key) ? Step::Reprocess : Step::Reject;
+      }
+    case kObjColon:
+      if (c != ':') return Step::Reject;
+      f.phase = kObjValueStart;
+      return Step::Consumed;
+    case kObjValueStart: {
+      f.phase = kObjAfterValue;
+      f.n_ws = 0;
+      const std::int32_t value_node = free ? -1 : n->property_nodes[f.aux];
+      return push(s, GrammarFrame{.node = value_node, .kind = kValue}) ? Step::Reprocess
+                                                                       : Step::Reject;
+    }
+    case kObjAfterValue:
+      if (may_space) return f.n_ws = 1, Step::Consumed;
+      if (c == ',' && (free || f.pos < n_props)) {
+        f.phase = kObjAfterComma;
+        f.n_ws = 0;
+        return Step::Consumed;
+      }
+      if (c == '}' && !required_left()) return pop(s, false, 0), Step::Consumed;
+      return Step::Reject;
+  }
+  return Step::Reject;
+}
+
+ToolCallGrammar::Step ToolCallGrammar::step_array(GrammarState& s, GrammarFrame& f,
+                                                  std::uint8_t c) const {
+  const std::int32_t items = f.node >= 0 ? nodes_[f.node].items : -1;
+  const bool may_space = c == ' ' && f.n_ws == 0;
+  switch (f.phase) {
+    case kArrOpen:
+      if (may_space) return f.n_ws = 1, Step::Consumed;
+      if (c == ']') return pop(s, false, 0), Step::Consumed;
+      [[fallthrough]];
+    case kArrAfterComma: {
+      if (may_space) return f.n_ws = 1, Step::Consumed;
+      const std::uint8_t ws = f.n_ws;
+      f.phase = kArrAfterValue;
+      f.n_ws = 0;
+      return push(s, GrammarFrame{.node = items, .kind = kValue, .n_ws = ws}) ? Step::Reprocess
+                                                                              : Step::Reject;
+    }
+    case kArrAfterValue:
+      if (may_space) return f.n_ws = 1, Step::Consumed;
+      if (c == ',') {
+        f.phase = kArrAfterComma;
+        f.n_ws = 0;
+        return Step::Consumed;
+      }
+      if (c == ']') return pop(s, false, 0), Step::Consumed;
+      return Step::Reject;
+  }
+  return Step::Reject;
+}
+
+}  // namespace akv

@@ -1,0 +1,122 @@
+// A character-level recognizer of one forced tool call: the family's call syntax around a JSON
+// value valid for the tool's input_schema. Compiled once per request from a JSON Schema subset:
+// type (object, string, number, integer, boolean, null, array, or a list of them), properties,
+// required, additionalProperties, items, enum, const, anyOf/oneOf (the first alternative that can
+// start with the next character wins), local $ref (#/$defs/..., #/definitions/...). Every other
+// keyword ($schema, pattern, format, minLength, maxItems, exclusiveMinimum, ...) is ignored,
+// never an error: the grammar accepts a subset of the valid instances, never an invalid one.
+// Objects take their properties in schema order (optional ones may be skipped, required ones
+// not); extra keys are only generated for objects that list no properties. At most one space
+// wherever JSON allows whitespace, so a small model cannot loop on blanks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_request.h"
+#include "chat/tool_call_format.h"
+
+namespace akv {
+
+enum class GrammarNodeKind : std::uint8_t {
+  Any,
+  Object,
+  Array,
+  String,
+  Number,
+  Integer,
+  Literal,
+  AnyOf
+};
+
+struct GrammarNode {
+  GrammarNodeKind kind = GrammarNodeKind::Any;
+  std::vector<std::string> key_literals{};  // Object: JSON-quoted property names, schema order
+  std::vector<std::int32_t> property_nodes{};
+  std::vector<bool> required{};
+  bool free_keys = false;               // Object listing no properties: any key, Any values
+  std::int32_t items = -1;              // Array: item node (-1: Any)
+  std::vector<std::string> literals{};  // Literal: the JSON texts allowed (enum, const, true...)
+  std::vector<std::int32_t> alternatives{};  // AnyOf
+};
+
+// The text around the call: prefix + "\"<name>\"" + middle + <arguments JSON> + suffix.
+struct ToolCallSyntax {
+  std::string prefix;
+  std::string middle;
+  std::string suffix;
+};
+// Hermes (and None): <tool_call>\n{"name": N, "arguments": A}\n</tool_call>; Llama 3:
+// {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}].
+ToolCallSyntax tool_call_syntax(ToolCallFormat format);
+
+// One frame of the recognizer's stack (plain data: states are copied while walking the vocab).
+struct GrammarFrame {
+  const std::vector<std::string>* literals = nullptr;  // Lit frames
+  std::uint64_t mask = 0;                              // Lit: candidates still possible
+  std::uint32_t pos = 0;   // Lit: chars matched; Object: next property index; Num: digits
+  std::int32_t node = -1;  // grammar node (-1: Any)
+  std::uint16_t aux = 0;   // chosen property / tool index
+  std::uint8_t kind = 0;
+  std::uint8_t phase = 0;
+  std::uint8_t n_ws = 0;    // spaces seen at the current position
+  std::uint8_t report = 0;  // Lit: write the chosen candidate into the parent frame
+};
+
+inline constexpr int kGrammarMaxDepth = 32;
+
+struct GrammarState {
+  std::array<GrammarFrame, kGrammarMaxDepth> frames{};
+  std::int32_t depth = 0;
+  bool dead = false;
+};
+
+class ToolCallGrammar {
+ public:
+  // `tools`: the callable tools (tool_choice any: all of them; tool/named: just that one). A tool
+  // without a usable schema gets Any arguments (an object). Throws Error(InvalidArgument) when
+  // `tools` is empty. Cost: linear in the schemas.
+  ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFormat format);
+
+  GrammarState initial_state() const;
+  // Consumes one byte; false (state unchanged) when the byte cannot come next.
+  bool advance(GrammarState& state, std::uint8_t byte) const;
+  bool advance(GrammarState& state, std::string_view bytes) const;
+  // The same without the copy: on false, `state` is left inconsistent (the vocab walk discards it).
+  bool advance_or_spoil(GrammarState& state, std::uint8_t byte) const;
+  // The whole call has been matched; nothing more may follow.
+  bool complete(const GrammarState& state) const;
+  // The state sits inside a JSON string between characters (no pending escape or UTF-8
+  // continuation): any complete UTF-8 text without '"', '\\' or control bytes keeps it there
+  // (the vocab walk's fast path).
+  bool in_free_string(const GrammarState& state) const;
+
+  const ToolCallSyntax& syntax() const { return syntax_; }
+
+ private:
+  enum class Step { Consumed, Reprocess, Reject };
+  Step step_frame(GrammarState& s, std::uint8_t c) const;
+  Step step_value(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_object(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_array(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_literal(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_string(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_root(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  bool can_start(std::int32_t node, std::uint8_t c, int budget) const;
+  bool push(GrammarState& s, const GrammarFrame& f) const;
+  void pop(GrammarState& s, bool report, std::uint16_t chosen) const;
+
+  std::vector<GrammarNode> nodes_;
+  std::vector<std::int32_t> tool_roots_;
+  std::vector<std::string> name_literals_;
+  std::array<std::vector<std::string>, 3> syntax_literals_;  // {prefix}, {middle}, {suffix}
+  std::vector<std::string> any_literals_;                    // true, false, null
+  ToolCallSyntax syntax_;
+};
+
+}  // namespace akv
