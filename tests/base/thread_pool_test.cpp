@@ -27,5 +27,15 @@ TEST(ThreadPool, RunsManyJobsInSequence) {
   EXPECT_EQ(total.load(), 200 * 100);
 }
 
+TEST(ThreadPool, SpinningPoolCoversEveryIndexAcrossManyJobs) {
+  ThreadPool pool(3, /*spin_micros=*/50);
+  std::vector<std::atomic<int>> hits(97);
+  for (int round = 0; round < 2000; ++round)
+    pool.parallel_for(97, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) hits[i]++;
+    });
+  for (std::size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i].load(), 2000) << "i=" << i;
+}
+
 }  // namespace
 }  // namespace akv

@@ -18,8 +18,8 @@ bool fast_weight_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || 
 
 }  // namespace
 
-FastBackend::FastBackend(int n_threads, Isa isa)
-    : isa_(isa), kernels_(kernels_for(isa)), pool_(n_threads), scratch_(pool_.n_threads()) {
+FastBackend::FastBackend(int n_threads, Isa isa, int spin_micros)
+    : isa_(isa), kernels_(kernels_for(isa)), pool_(n_threads, spin_micros), scratch_(pool_.n_threads()) {
   openblas_set_num_threads(1);
 }
 

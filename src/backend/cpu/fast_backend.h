@@ -20,11 +20,15 @@ class FastBackend : public ReferenceBackend {
   // through the GEMV kernel (decode and small batches).
   static constexpr std::int64_t kGemmMinRows = 8;
 
+  // How long idle pool threads poll for the next op before sleeping (see ThreadPool): covers
+  // the gaps between the ops of a decode step, not the gaps between steps.
+  static constexpr int kSpinMicros = 50;
+
   // n_threads <= 0: one per hardware thread. `isa` must be supported by the CPU (tests pick
-  // each one in turn). Puts OpenBLAS in single-threaded mode for the whole process: the
-  // backend's own pool supplies the parallelism, and two pools spinning on the same cores
-  // would slow each other down.
-  explicit FastBackend(int n_threads = 0, Isa isa = best_isa());
+  // each one in turn). spin_micros: 0 when the cores are shared with other heavy work. Puts
+  // OpenBLAS in single-threaded mode for the whole process: the backend's own pool supplies
+  // the parallelism, and two pools spinning on the same cores would slow each other down.
+  explicit FastBackend(int n_threads = 0, Isa isa = best_isa(), int spin_micros = kSpinMicros);
 
   std::string_view name() const override { return "cpu-fast"; }
   int n_threads() const { return pool_.n_threads(); }
