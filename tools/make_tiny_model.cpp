@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", spec.seed, "random seed");
   app.add_option("--rope-theta", rope_theta, "RoPE base (default per family)");
   app.add_option("--sliding-window", sliding_window, "sliding window (mistral, gemma3)");
+  std::int64_t max_position = 0;
+  app.add_option("--max-position", max_position, "max_position_embeddings (the context length)");
   app.add_option("--max-shard-bytes", spec.max_shard_bytes, "split into shards above this size");
   app.add_flag("--tied", tied, "tie lm_head to the embedding");
   app.add_flag("--untied", untied, "write a separate lm_head");
@@ -53,6 +55,8 @@ int main(int argc, char** argv) {
     if (vocab) spec.vocab = vocab;
     if (rope_theta > 0) spec.rope_theta = rope_theta;
     if (sliding_window) spec.sliding_window = sliding_window;
+    if (max_position < 0) throw akv::Error(akv::ErrorKind::InvalidArgument, "--max-position must be positive");
+    if (max_position) spec.max_position_embeddings = max_position;
     if (tied && untied) throw akv::Error(akv::ErrorKind::InvalidArgument, "--tied and --untied");
     if (tied) spec.tied = true;
     if (untied) spec.tied = false;

@@ -77,7 +77,8 @@ int run_serve(const ServeOptions& o) {
                      .tokenizer = tokenizer,
                      .prompts = prompts,
                      .options = server_options,
-                     .stop_token_ids = stop_ids(o.model_dir, config, tokenizer)};
+                     .stop_token_ids = stop_ids(o.model_dir, config, tokenizer),
+                     .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer)};
   HttpServer server(ctx);
   server.bind();
   g_server = &server;

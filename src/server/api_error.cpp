@@ -60,13 +60,13 @@ ApiError api_error_from(const Error& e) {
   return api_error(500, e.what());
 }
 
-nlohmann::json error_body(const ApiError& e, Dialect dialect, const std::string& request_id) {
+nlohmann::ordered_json error_body(const ApiError& e, Dialect dialect, const std::string& request_id) {
   if (dialect == Dialect::Anthropic) {
     return {{"type", "error"},
             {"error", {{"type", e.anthropic_type}, {"message", e.message}}},
             {"request_id", request_id}};
   }
-  return {{"error",
+  return nlohmann::ordered_json{{"error",
            {{"message", e.message},
             {"type", e.openai_type},
             {"param", nullptr},

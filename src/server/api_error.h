@@ -27,7 +27,7 @@ ApiError api_error(int status, std::string message);
 
 // The error body in a dialect: Anthropic {"type":"error","error":{type,message},"request_id"},
 // OpenAI {"error":{message,type,param,code}}.
-nlohmann::json error_body(const ApiError& e, Dialect dialect, const std::string& request_id);
+nlohmann::ordered_json error_body(const ApiError& e, Dialect dialect, const std::string& request_id);
 
 // A random id with a prefix, e.g. "msg_01..." (24 base62 characters after the prefix).
 std::string random_id(const std::string& prefix);

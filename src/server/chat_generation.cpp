@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "server/tool_output_parser.h"
 
 namespace akv {
 
@@ -20,6 +21,35 @@ SamplingParams sampling_params(const SamplingOptions& s) {
   p.frequency_penalty = static_cast<float>(s.frequency_penalty);
   p.seed = s.seed;
   return p;
+}
+
+// The assistant turn as the client will send it back next time.
+ChatMessage assistant_turn(const std::vector<OutputBlock>& blocks) {
+  ChatMessage m;
+  m.role = ChatRole::Assistant;
+  for (const OutputBlock& b : blocks) {
+    ContentBlock c;
+    switch (b.type) {
+      case OutputBlock::Type::Text:
+        c.type = BlockType::Text;
+        c.text = b.text;
+        break;
+      case OutputBlock::Type::Thinking:
+        c.type = BlockType::Thinking;
+        c.text = b.text;
+        break;
+      case OutputBlock::Type::ToolUse: {
+        c.type = BlockType::ToolUse;
+        c.tool_use_id = b.id;
+        c.tool_name = b.name;
+        c.input = nlohmann::ordered_json::parse(b.args_json.empty() ? "{}" : b.args_json, nullptr, false);
+        if (c.input.is_discarded() || !c.input.is_object()) c.input = nlohmann::ordered_json::object();
+        break;
+      }
+    }
+    m.blocks.push_back(std::move(c));
+  }
+  return m;
 }
 
 const char* reason_name(StopReason r) {
@@ -67,6 +97,18 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
   r.max_tokens = static_cast<std::int32_t>(max_tokens);
   r.n_logprobs = chat.top_logprobs;
   p.job.stop_sequences = chat.stop_sequences;
+  const ToolCallFormat format =
+      chat.tool_choice.type == ToolChoiceType::None || chat.tools.empty() ? ToolCallFormat::None : ctx.prompts.tool_call_format();
+  p.job.parser = make_tool_output_parser({.format = format,
+                                          .parse_thinking = ctx.prompts.template_uses_think_tags(),
+                                          .starts_in_thinking = prompt.starts_in_thinking});
+  p.job.keep_special_tokens = format == ToolCallFormat::Llama3Json || format == ToolCallFormat::Mistral;
+  if (ctx.constraint_vocab && format != ToolCallFormat::None)
+    r.constraint = make_forced_call_constraint(chat, format, ctx.constraint_vocab);
+  const PromptBuilder* prompts = &ctx.prompts;
+  p.job.on_complete = [prompts](const std::vector<OutputBlock>& blocks, const std::string& raw) {
+    prompts->remember_assistant_output(assistant_turn(blocks), raw);
+  };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   return p;
 }

@@ -10,6 +10,27 @@ namespace akv {
 
 namespace {
 
+// Forwards to the client's sink and keeps a copy of the reply's blocks.
+class TeeSink final : public OutputSink {
+ public:
+  explicit TeeSink(OutputSink& client) : client_(client) {}
+  bool start(const ReplyUsage& u) override { return client_.start(u); }
+  bool text(std::string_view d) override { return copy_.text(d) && client_.text(d); }
+  bool thinking(std::string_view d) override { return copy_.thinking(d) && client_.thinking(d); }
+  bool tool_start(const std::string& id, const std::string& name) override {
+    return copy_.tool_start(id, name) && client_.tool_start(id, name);
+  }
+  bool tool_args(std::string_view f) override { return copy_.tool_args(f) && client_.tool_args(f); }
+  bool tool_end() override { return client_.tool_end(); }
+  bool finish(const ReplyFinish& f) override { return client_.finish(f); }
+  bool ping() override { return client_.ping(); }
+  const std::vector<OutputBlock>& blocks() const { return copy_.blocks(); }
+
+ private:
+  OutputSink& client_;
+  CollectingSink copy_;
+};
+
 class PlainOutputParser final : public OutputParser {
  public:
   bool feed(std::string_view text, OutputSink& sink) override { return sink.text(text); }
@@ -21,7 +42,7 @@ class PlainOutputParser final : public OutputParser {
 class Driver {
  public:
   Driver(const Tokenizer& tokenizer, GenerationJob& job, OutputSink& sink)
-      : detok_(tokenizer, /*skip_special_tokens=*/true), stops_(job.stop_sequences), job_(job), sink_(sink) {
+      : detok_(tokenizer, /*skip_special_tokens=*/!job.keep_special_tokens), stops_(job.stop_sequences), job_(job), sink_(sink) {
     if (!job_.parser) job_.parser = make_plain_output_parser();
   }
 
@@ -31,17 +52,14 @@ class Driver {
     if (std::find(job_.request.stop_token_ids.begin(), job_.request.stop_token_ids.end(), token) !=
         job_.request.stop_token_ids.end())
       return true;  // an end-of-turn token: not text
-    std::string text = detok_.feed(token);
-    raw_ += text;
-    return emit(text);
+    ids_.push_back(token);
+    return emit(detok_.feed(token));
   }
 
   // End of the token stream: flush held-back text and the parser.
   void drain() {
     if (stopped_) return;
-    std::string rest = detok_.flush();
-    raw_ += rest;
-    if (!emit(rest)) return;
+    if (!emit(detok_.flush())) return;
     const std::string held = stops_.flush();
     if (!held.empty() && !job_.parser->feed(held, sink_)) client_gone_ = true;
     if (!client_gone_ && !job_.parser->finish(sink_)) client_gone_ = true;
@@ -51,7 +69,7 @@ class Driver {
   bool stop_matched() const { return stop_match_.has_value(); }
   const std::string& stop_sequence() const { return *stop_match_; }
   bool saw_tool_call() const { return job_.parser->saw_tool_call(); }
-  const std::string& raw_text() const { return raw_; }
+  const std::vector<std::int32_t>& ids() const { return ids_; }
   std::int32_t n_tokens() const { return n_tokens_; }
 
  private:
@@ -77,7 +95,7 @@ class Driver {
   StopMatcher stops_;
   GenerationJob& job_;
   OutputSink& sink_;
-  std::string raw_;
+  std::vector<std::int32_t> ids_;  // generated ids, end-of-turn token excluded
   std::optional<std::string> stop_match_;
   std::int32_t n_tokens_ = 0;
   bool stopped_ = false;
@@ -92,7 +110,8 @@ ReplyUsage reply_usage(const Usage& u) {
 
 std::unique_ptr<OutputParser> make_plain_output_parser() { return std::make_unique<PlainOutputParser>(); }
 
-ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink) {
+ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& client) {
+  TeeSink sink(client);
   using Clock = std::chrono::steady_clock;
   const auto t_submit = Clock::now();
   std::optional<Clock::time_point> t_first, t_last;
@@ -148,7 +167,6 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
   }
   if (!started) sink.start(usage);
   driver.drain();
-  if (job.on_complete && finish.error_message.empty()) job.on_complete(driver.raw_text());
   finish.usage = usage;
   if (!finish.error_message.empty()) finish.reason = StopReason::Error;
   else if (driver.stop_matched()) {
@@ -157,6 +175,10 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
   } else if (driver.saw_tool_call()) finish.reason = StopReason::ToolUse;
   else if (usage.output_tokens >= job.request.max_tokens) finish.reason = StopReason::MaxTokens;
   else finish.reason = StopReason::EndTurn;
+  // Only a turn the model ended itself is remembered: text cut by a stop sequence or max_tokens
+  // differs from what the client will send back.
+  if (job.on_complete && (finish.reason == StopReason::EndTurn || finish.reason == StopReason::ToolUse))
+    job.on_complete(sink.blocks(), tokenizer.decode(driver.ids(), /*skip_special_tokens=*/false));
   if (finish.reason != StopReason::Error && finish.reason != StopReason::Cancelled) sink.finish(finish);
   return finish;
 }

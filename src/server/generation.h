@@ -21,10 +21,13 @@ struct GenerationJob {
   GenerateRequest request;
   std::vector<std::string> stop_sequences;
   std::unique_ptr<OutputParser> parser;  // plain text when null
-  // Called once with the full generated text (before stop-sequence trimming), e.g. to remember
-  // the raw assistant output for byte-identical re-rendering on the next turn.
-  std::function<void(const std::string& raw_text)> on_complete;
+  // Called once after a successful generation with the reply's blocks (as the client saw them)
+  // and the model's raw text (special tokens kept, the end-of-turn token excluded), to remember
+  // it for byte-identical re-rendering of the next turn.
+  std::function<void(const std::vector<OutputBlock>& blocks, const std::string& raw_text)> on_complete;
   std::chrono::milliseconds ping_interval{5000};
+  // Special tokens reach the parser as text (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]).
+  bool keep_special_tokens = false;
 };
 
 ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink);

@@ -60,7 +60,9 @@ HttpServer::HttpServer(ServingContext& ctx) : ctx_(ctx), http_(std::make_unique<
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
   http_->set_payload_max_length(ctx.options.max_body_bytes);
   http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(600);
+  // Idle keep-alive connections are closed after 5 s (as Node and many proxies do); a longer
+  // timeout would also hold shutdown for that long, since workers wait on idle connections.
+  http_->set_keep_alive_timeout(5);
   http_->set_read_timeout(600);
   http_->set_write_timeout(600);
   http_->set_tcp_nodelay(true);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat/prompt_builder.h"
+#include "chat/tool_call_constraint.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +34,7 @@ struct ServingContext {
   const PromptBuilder& prompts;
   ServerOptions options;
   std::vector<std::int32_t> stop_token_ids;  // end-of-turn ids of the model and its template
+  std::shared_ptr<const ConstraintVocab> constraint_vocab;  // for forced tool calls
   std::atomic<int> in_flight{0};
 };
 

@@ -1,0 +1,124 @@
+// Tools, long prompts and multi-turn cache reuse against a tiny random Qwen3-architecture model
+// with the real Qwen3 tokenizer and chat template (32K context): random weights, so only the
+// protocol is asserted, and forced tool calls must still be valid thanks to the grammar.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { startServer, MODELS, TESTDATA } from './server.mjs';
+
+let server;
+let anthropic;
+let openai;
+const model = 'qwen3-tiny';
+const weatherTool = {
+  name: 'get_weather',
+  description: 'Weather for a city',
+  input_schema: {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    type: 'object',
+    properties: {
+      city: { type: 'string', maxLength: 40, pattern: '^[A-Z]' },
+      days: { type: 'integer', exclusiveMinimum: 0 },
+      unit: { type: 'string', enum: ['c', 'f'] },
+    },
+    required: ['city', 'unit'],
+    additionalProperties: false,
+  },
+};
+
+before(async () => {
+  server = await startServer(['--model', `${MODELS}/qwen3-tiny`, '--served-model-name', model, '--max-batch-tokens', '2048', '--prefill-chunk', '2048']);
+  anthropic = new Anthropic({ baseURL: server.url, apiKey: 'any', maxRetries: 0 });
+  openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'any', maxRetries: 0 });
+});
+after(async () => server && server.stop());
+
+function checkWeatherInput(input) {
+  assert.equal(typeof input, 'object');
+  assert.equal(typeof input.city, 'string');
+  assert.ok(['c', 'f'].includes(input.unit), JSON.stringify(input));
+  for (const k of Object.keys(input)) assert.ok(['city', 'days', 'unit'].includes(k), k);
+  if ('days' in input) assert.ok(Number.isInteger(input.days));
+}
+
+test('T1 forced tool (tool_choice tool): one valid tool_use block, stop_reason tool_use', async () => {
+  const msg = await anthropic.messages.create({
+    model, max_tokens: 200, temperature: 0, tools: [weatherTool], tool_choice: { type: 'tool', name: 'get_weather' },
+    messages: [{ role: 'user', content: 'Weather in Paris?' }],
+  });
+  const calls = msg.content.filter((b) => b.type === 'tool_use');
+  assert.equal(calls.length, 1, JSON.stringify(msg.content));
+  assert.equal(calls[0].name, 'get_weather');
+  assert.match(calls[0].id, /^(toolu_|call_)/);
+  checkWeatherInput(calls[0].input);
+  assert.equal(msg.stop_reason, 'tool_use');
+});
+
+test('T2 forced tool streamed: one block per call, input_json_delta concatenates to the input', async () => {
+  const stream = anthropic.messages.stream({
+    model, max_tokens: 200, temperature: 0, tools: [weatherTool], tool_choice: { type: 'any' },
+    messages: [{ role: 'user', content: 'Weather in Oslo?' }],
+  });
+  let partial = '';
+  let starts = 0;
+  for await (const ev of stream) {
+    if (ev.type === 'content_block_start' && ev.content_block.type === 'tool_use') starts++;
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta') partial += ev.delta.partial_json;
+  }
+  const final = await stream.finalMessage();
+  assert.equal(starts, 1);
+  const call = final.content.find((b) => b.type === 'tool_use');
+  assert.deepEqual(JSON.parse(partial), call.input);
+  checkWeatherInput(call.input);
+});
+
+test('T3 tool round trip: turn 2 reuses turn 1 (prompt and generated tokens) from the cache', async () => {
+  const messages = [{ role: 'user', content: 'Weather in Rome? Use the tool.' }];
+  const first = await anthropic.messages.create({ model, max_tokens: 200, temperature: 0, tools: [weatherTool], tool_choice: { type: 'any' }, messages });
+  const call = first.content.find((b) => b.type === 'tool_use');
+  const turn1Tokens = first.usage.input_tokens + first.usage.cache_read_input_tokens;
+  messages.push({ role: 'assistant', content: first.content });
+  messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: 'sunny, 24C', is_error: false, cache_control: { type: 'ephemeral' } }] });
+  const second = await anthropic.messages.create({ model, max_tokens: 5, temperature: 0, tools: [weatherTool], messages });
+  const { input_tokens } = await anthropic.messages.countTokens({ model, tools: [weatherTool], messages });
+  const u = second.usage;
+  assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
+  // Everything of turn 1 that fills whole KV blocks (16 tokens) is reused.
+  assert.ok(u.cache_read_input_tokens >= Math.floor((turn1Tokens + first.usage.output_tokens - 1) / 16) * 16 - 16, JSON.stringify({ u, turn1Tokens, out: first.usage.output_tokens }));
+});
+
+test('T4 OpenAI tool_choice required through the stream helper: valid tool_calls', async () => {
+  const runner = openai.chat.completions.stream({
+    model, max_tokens: 200, temperature: 0, tool_choice: 'required',
+    tools: [{ type: 'function', function: { name: weatherTool.name, description: weatherTool.description, parameters: weatherTool.input_schema } }],
+    messages: [{ role: 'user', content: 'Weather in Lima?' }],
+  });
+  const done = await runner.finalChatCompletion();
+  const choice = done.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.tool_calls.length, 1);
+  assert.equal(choice.message.tool_calls[0].type, 'function');
+  checkWeatherInput(JSON.parse(choice.message.tool_calls[0].function.arguments));
+});
+
+test('T5 the real Claude Code request (about 12K tokens): count_tokens, then a streamed turn whose usage adds up', async () => {
+  const body = JSON.parse(readFileSync(`${TESTDATA}/../docs/claude-code-request-sample.json`, 'utf8'));
+  body.model = model;
+  const { input_tokens } = await anthropic.messages.countTokens({ model, messages: body.messages, system: body.system, tools: body.tools });
+  assert.ok(input_tokens > 8000, `only ${input_tokens} tokens`);
+  const res = await fetch(`${server.url}/v1/messages?beta=true`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', 'anthropic-beta': 'claude-code-20250219,interleaved-thinking-2025-05-14', 'x-api-key': 'any', 'x-claude-code-session-id': 'cc-session-1' },
+    body: JSON.stringify({ ...body, max_tokens: 8, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const text = await res.text();
+  const events = text.split('\n\n').filter((e) => e.startsWith('event: ')).map((e) => ({ name: e.slice(7, e.indexOf('\n')), data: JSON.parse(e.slice(e.indexOf('data: ') + 6)) }));
+  assert.equal(events.filter((e) => e.name === 'message_start').length, 1);
+  assert.equal(events.at(-1).name, 'message_stop');
+  const u = events.find((e) => e.name === 'message_delta').data.usage;
+  assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
+  assert.match(server.log(), /agent=cc-session-1/);
+});
