@@ -4,6 +4,7 @@
 // caller's point of view (a device backend may queue work; download() waits for it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,6 +38,13 @@ struct AttentionParams {
   double logit_softcap = 0.0;     // 0: none; else scores = cap * tanh(scores / cap)
 };
 
+// One product of a matmul_multi call: out[n, w.rows] = x @ w^T (+ bias).
+struct MatmulTarget {
+  const WeightRef* w = nullptr;
+  const WeightRef* bias = nullptr;  // null or empty: none
+  TensorRef out;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -56,6 +64,12 @@ class Backend {
 
   // Copies every layer's K and V of block `src` to block `dst` (copy-on-write of a shared block).
   virtual void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) = 0;
+  // Copies every layer's K and V of `block` to host memory, laid out as
+  // [n_layers][K, V][block_size, row_width] in the KV dtype (host.size() == layout.block_bytes()).
+  // Waits for queued work. Spilling a block to another tier starts here.
+  virtual void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) = 0;
+  // The inverse: fills `block` from host memory in the same layout (restoring a block).
+  virtual void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) = 0;
 
   // --- ops (shapes in brackets; n = tokens in the batch) ------------------------------------
   // out[n, d] = table[ids[i], :] * scale
@@ -67,8 +81,20 @@ class Backend {
                         TensorRef out) = 0;
   // out[n, m] = x[n, k] @ w[m, k]^T (+ bias[m])
   virtual void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) = 0;
+  // Several matmuls of the same x (q/k/v, gate/up); a backend may run them as one launch.
+  // The default calls matmul once per target.
+  virtual void matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) {
+    for (const MatmulTarget& t : targets) matmul(x, *t.w, t.bias, t.out);
+  }
   // acc[n, c] += x[n, c]
   virtual void add(TensorRef acc, TensorRef x) = 0;
+  // acc += x, then out = rms_norm(acc) as rms_norm above (the residual add before a norm).
+  // The default calls add, then rms_norm.
+  virtual void add_rms_norm(TensorRef acc, TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                            TensorRef out) {
+    add(acc, x);
+    rms_norm(acc, w, eps, weight_offset, out);
+  }
   // x[n, h * head_dim] rotated in place at positions[n].
   virtual void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
                     std::span<const std::int32_t> positions) = 0;

@@ -24,6 +24,11 @@ struct KvLayout {
   std::int64_t bytes() const {
     return 2 * n_layers * n_blocks * block_size * row_width() * static_cast<std::int64_t>(dtype_size(dtype));
   }
+  // One block across all layers, as Backend::read_kv_block lays it out:
+  // [n_layers][K, V][block_size, row_width] in `dtype`.
+  std::int64_t block_bytes() const {
+    return 2 * n_layers * block_size * row_width() * static_cast<std::int64_t>(dtype_size(dtype));
+  }
 };
 
 struct KvStorage {

@@ -22,6 +22,11 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
   const auto n = static_cast<std::int32_t>(tokens.size());
   const std::int32_t limit = std::max(0, n - 1);  // the last token is always computed
 
+  if (keyer_ != nullptr) {
+    seq.root_key_ = keyer_->root(ns);
+    seq.keys_.clear();
+  }
+
   // Phase 1: whole blocks, by reference.
   std::int32_t matched = 0;
   while (matched + bs <= limit) {
@@ -31,8 +36,12 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
     seq.blocks_.push_back(*b);
     seq.tail_key_ = index_.key_of(*b);
     ++seq.n_indexed_;
+    if (keyer_ != nullptr)
+      seq.keys_.push_back(keyer_->next(seq.keys_.empty() ? seq.root_key_ : seq.keys_.back(), tokens.subspan(matched, bs)));
     matched += bs;
   }
+  // Phase 1b: whole blocks the disk tier holds, loaded into blocks of our own.
+  if (disk_ != nullptr) matched = restore_from_disk(seq, tokens, matched, limit);
   // Phase 2: the longest partial match of the next block, copied into a block of our own.
   if (matched < limit) {
     const auto rest = tokens.subspan(matched, std::min(bs, n - matched));
@@ -67,11 +76,21 @@ void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens, st
   const std::int32_t n_full = std::min(n_computed / bs, seq.n_blocks());
   for (std::int32_t i = seq.n_indexed_; i < n_full; ++i) {
     const BlockId mine = seq.blocks_[i];
-    const BlockId kept = index_.insert(seq.tail_key_, tokens.subspan(i * bs, bs), mine);
+    const auto block_tokens = tokens.subspan(i * bs, bs);
+    const BlockId kept = index_.insert(seq.tail_key_, block_tokens, mine);
     if (kept != mine) {  // someone indexed the same content first: share theirs, free ours
       acquire(kept);
       drop(mine);
       seq.blocks_[i] = kept;
+    }
+    if (keyer_ != nullptr) {
+      const Hash128 parent = seq.keys_.empty() ? seq.root_key_ : seq.keys_.back();
+      const Hash128 key = keyer_->next(parent, block_tokens);
+      seq.keys_.push_back(key);
+      if (kept == mine) {  // newly indexed content: only new blocks go to the tiers
+        note_key(mine, key);
+        spill(mine, key, parent, block_tokens);
+      }
     }
     seq.tail_key_ = index_.key_of(kept);
     seq.n_indexed_ = i + 1;
@@ -84,6 +103,7 @@ void KvManager::release(KvSequence& seq) {
   seq.blocks_.clear();
   seq.n_indexed_ = 0;
   seq.tail_key_ = {};
+  seq.keys_.clear();
   seq.open_ = false;
 }
 

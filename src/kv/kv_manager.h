@@ -8,15 +8,21 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/block_key.h"
 #include "kv/block_pool.h"
 #include "kv/prefix_index.h"
 
 namespace akv {
+
+class AgentIndex;
+class DiskStore;
 
 // The blocks one sequence holds, in position order. Owned by the engine's sequence; only
 // KvManager changes it.
@@ -25,6 +31,8 @@ class KvSequence {
   std::span<const std::int32_t> block_table() const { return blocks_; }
   std::int32_t n_blocks() const { return static_cast<std::int32_t>(blocks_.size()); }
   bool is_open() const { return open_; }
+  // Blocks this sequence loaded from the disk tier (over its life, preemptions included).
+  std::int32_t n_restored_blocks() const { return n_restored_; }
 
  private:
   friend class KvManager;
@@ -32,6 +40,18 @@ class KvSequence {
   ChainKey tail_key_;           // key of blocks_[n_indexed_ - 1], or the namespace root
   std::int32_t n_indexed_ = 0;  // leading blocks that are in the prefix index
   bool open_ = false;
+  // With tiers attached: tier keys (block_key.h) of blocks_[0, n_indexed_) and their root.
+  std::vector<Hash128> keys_;
+  Hash128 root_key_;
+  std::int32_t n_restored_ = 0;
+};
+
+// Moves one block's KV between device memory and host bytes in Backend::read_kv_block's layout.
+struct KvBlockIo {
+  std::function<void(BlockId, std::span<std::byte>)> read;
+  std::function<void(BlockId, std::span<const std::byte>)> write;
+  std::size_t block_bytes = 0;
+  static KvBlockIo for_backend(Backend& backend, KvStorage& kv);
 };
 
 struct KvUsage {
@@ -65,6 +85,20 @@ class KvManager {
   // Drops seq's references; indexed blocks stay cached (evictable), others become free.
   void release(KvSequence& seq);
 
+  // --- tiers and agents (optional; kv_tiers.cpp) ---------------------------------------------
+  // Attaches the agent index and (may be null) the disk tier; call once, before any match.
+  // With a disk tier, every newly indexed block is copied out and queued for writing (commit),
+  // and match continues a memory prefix hit with blocks loaded from disk (synchronously, on
+  // this thread), which are then indexed like computed ones. Both must outlive the manager.
+  void attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io);
+  // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
+  // agent's last state (n_tokens of it have KV); queues its manifest. Call before release.
+  void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent, std::int64_t n_tokens,
+                      bool hit);
+  // Drops the blocks with these keys from device memory where no sequence holds them (last key
+  // first, so a chain's tail goes before its head). Returns how many were dropped.
+  std::int32_t evict_keys(std::span<const Hash128> keys);
+
   std::int32_t block_size() const { return pool_.block_size(); }
   // Blocks an allocate may still obtain (free + evictable).
   std::int32_t n_available() const { return pool_.n_free() + index_.n_evictable(); }
@@ -78,9 +112,25 @@ class KvManager {
   void acquire(BlockId block);   // one more reference to an existing block
   void drop(BlockId block);      // one reference less; at 0 cached if indexed, else freed
 
+  // Tiers (kv_tiers.cpp).
+  std::int32_t restore_from_disk(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
+                                 std::int32_t limit);
+  void note_key(BlockId block, const Hash128& key);
+  void forget_key(BlockId block);
+  void spill(BlockId block, const Hash128& key, const Hash128& parent, std::span<const std::int32_t> tokens);
+
   BlockPool pool_;
   PrefixIndex index_;
   CopyBlockFn copy_;
+
+  AgentIndex* agents_ = nullptr;
+  DiskStore* disk_ = nullptr;
+  KvBlockIo io_;
+  std::unique_ptr<BlockKeyer> own_keyer_;  // without a disk tier (no secret to share)
+  const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached
+  std::vector<Hash128> block_key_;         // [n_blocks] key of an indexed block, with tiers
+  std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
+  std::vector<std::byte> buffer_;          // one raw block
 };
 
 }  // namespace akv

@@ -131,6 +131,17 @@ std::optional<BlockId> PrefixIndex::evict_one() {
   return b;
 }
 
+bool PrefixIndex::evict(BlockId block) {
+  const Entry& e = entries_[block];
+  if (e.id == 0 || !e.evictable) return false;
+  if (on_evict_) on_evict_(block, e.hash);
+  lru_remove(block);
+  entries_[block].evictable = false;
+  --n_evictable_;
+  remove(block);
+  return true;
+}
+
 void PrefixIndex::remove(BlockId b) {
   Entry& e = entries_[b];
   // Children become orphans: unreachable from any root, first in line for eviction.

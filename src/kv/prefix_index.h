@@ -63,6 +63,9 @@ class PrefixIndex {
   // ordinary unreferenced block); nullopt when nothing is evictable. Calls the evict listener
   // first (the seam where a host tier will save the block instead of losing it).
   std::optional<BlockId> evict_one();
+  // Drops `block` from the index like evict_one (listener first) if it is evictable; false when
+  // it is not indexed or still referenced.
+  bool evict(BlockId block);
   void set_evict_listener(std::function<void(BlockId, std::uint64_t hash)> fn) { on_evict_ = std::move(fn); }
 
   std::int32_t n_evictable() const { return n_evictable_; }

@@ -64,6 +64,34 @@ void ReferenceBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32
   }
 }
 
+void ReferenceBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
+  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
+  std::byte* out = host.data();
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
+      std::memcpy(out, side->row<char>(std::int64_t{block} * L.block_size), bytes);
+      out += bytes;
+    }
+  }
+}
+
+void ReferenceBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "write_kv_block: host size");
+  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
+  const std::byte* in = host.data();
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
+      std::memcpy(side->row<char>(std::int64_t{block} * L.block_size), in, bytes);
+      in += bytes;
+    }
+  }
+}
+
 void ReferenceBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
                              TensorRef out) {
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");

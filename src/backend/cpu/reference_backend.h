@@ -17,6 +17,8 @@ class ReferenceBackend : public Backend {
   void download(TensorRef x, std::span<float> host) override;
   void upload(std::span<const float> host, TensorRef x) override;
   void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) override;
+  void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
              TensorRef out) override;

@@ -197,6 +197,38 @@ void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t ds
   }
 }
 
+void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
+  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
+  std::byte* out = host.data();
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
+      AKV_CUDA_CHECK(cudaMemcpyAsync(out, side->row<char>(std::int64_t{block} * L.block_size), bytes,
+                                     cudaMemcpyDeviceToHost, stream()));
+      out += bytes;
+    }
+  }
+  synchronize();
+}
+
+void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "write_kv_block: host size");
+  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
+  const std::byte* in = host.data();
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
+      AKV_CUDA_CHECK(cudaMemcpyAsync(side->row<char>(std::int64_t{block} * L.block_size), in, bytes,
+                                     cudaMemcpyHostToDevice, stream()));
+      in += bytes;
+    }
+  }
+  synchronize();  // the caller may free `host` on return
+}
+
 const void* CudaBackend::upload_small(const void* data, std::size_t bytes) {
   if (bytes == 0) return nullptr;
   ++use_counter_;
@@ -295,33 +327,71 @@ void CudaBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float wei
   cuda::launch_rms_norm(x, w, eps, weight_offset, out, stream());
 }
 
-void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
-  AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
-  AKV_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "matmul: f32 activations");
-  if (x.rows == 0) return;
-  if (x.rows <= cuda::kGemvMaxRows) {
-    cuda::launch_gemv(x, w, out, stream());
+void CudaBackend::gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out) {
+  const int m = static_cast<int>(w.rows), n = static_cast<int>(x.rows), k = static_cast<int>(w.cols);
+  const float one = 1.0f, zero = 0.0f;
+  if (w.dtype == DType::F32) {
+    AKV_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w.data), k,
+                                 static_cast<const float*>(x.data), static_cast<int>(x.stride), &zero,
+                                 static_cast<float*>(out.data), static_cast<int>(out.stride)));
   } else {
-    const int m = static_cast<int>(w.rows), n = static_cast<int>(x.rows), k = static_cast<int>(w.cols);
-    const float one = 1.0f, zero = 0.0f;
-    if (w.dtype == DType::F32) {
-      AKV_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w.data),
-                                   k, static_cast<const float*>(x.data), static_cast<int>(x.stride), &zero,
-                                   static_cast<float*>(out.data), static_cast<int>(out.stride)));
+    AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, cuda_type(w.dtype), k, xh,
+                                  cuda_type(w.dtype), k, &zero, out.data, CUDA_R_32F, static_cast<int>(out.stride),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  const MatmulTarget t{&w, bias, out};
+  matmul_multi(x, {&t, 1});
+}
+
+void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) {
+  AKV_CHECK(x.dtype == DType::F32, "matmul: f32 activations");
+  bool one_launch = targets.size() <= static_cast<std::size_t>(cuda::kGemvMaxTargets);
+  for (const MatmulTarget& t : targets) {
+    AKV_CHECK(x.cols == t.w->cols && t.out.rows == x.rows && t.out.cols == t.w->rows, "matmul shape");
+    AKV_CHECK(t.out.dtype == DType::F32, "matmul: f32 activations");
+    one_launch = one_launch && t.w->dtype == targets[0].w->dtype;
+  }
+  if (x.rows == 0 || targets.empty()) return;
+  if (x.rows <= cuda::kGemvMaxRows) {
+    cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+    if (one_launch) {
+      for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].out};
+      cuda::launch_gemv(x, {outs, targets.size()}, stream());
     } else {
-      void* xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
-      cuda::launch_to_half(x, w.dtype, xh, stream());
-      AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, cuda_type(w.dtype), k,
-                                    xh, cuda_type(w.dtype), k, &zero, out.data, CUDA_R_32F,
-                                    static_cast<int>(out.stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      for (const MatmulTarget& t : targets) {
+        outs[0] = {t.w, t.out};
+        cuda::launch_gemv(x, {outs, 1}, stream());
+      }
+    }
+  } else {
+    // x is rounded to a half type once for all targets of that weight dtype.
+    void* xh = nullptr;
+    DType xh_dtype = DType::F32;
+    for (const MatmulTarget& t : targets) {
+      if (t.w->dtype != DType::F32 && t.w->dtype != xh_dtype) {
+        xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
+        cuda::launch_to_half(x, t.w->dtype, xh, stream());
+        xh_dtype = t.w->dtype;
+      }
+      gemm(x, xh, *t.w, t.out);
     }
   }
-  if (bias != nullptr && !bias->empty()) cuda::launch_add_bias(out, *bias, stream());
+  for (const MatmulTarget& t : targets)
+    if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
 }
 
 void CudaBackend::add(TensorRef acc, TensorRef x) {
   AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
   cuda::launch_add(acc, x, stream());
+}
+
+void CudaBackend::add_rms_norm(TensorRef acc, TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                               TensorRef out) {
+  AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  cuda::launch_add_rms_norm(acc, x, w, eps, weight_offset, out, stream());
 }
 
 void CudaBackend::rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,

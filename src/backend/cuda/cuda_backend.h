@@ -1,7 +1,7 @@
 // The CUDA backend: weights, activations and paged KV in device memory; ops enqueued on one
 // stream (asynchronous to the caller; download() waits). Activations are f32; weights keep their
 // checkpoint dtype (F32/BF16/F16); KV is F32, BF16 or F16 per KvLayout::dtype. Matmuls of at most
-// kGemvMaxRows rows use our GEMV kernel, larger ones cuBLAS (F32 weights: SGEMM; BF16/F16
+// kGemvMaxRows rows use our GEMV kernel (matmul_multi: one launch for q/k/v), larger ones cuBLAS (F32 weights: SGEMM; BF16/F16
 // weights: activations rounded to the weight dtype, f32 accumulate and output). Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Engine thread only, like every Backend.
@@ -43,11 +43,16 @@ class CudaBackend final : public Backend {
   void download(TensorRef x, std::span<float> host) override;
   void upload(std::span<const float> host, TensorRef x) override;
   void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) override;
+  void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) override;
   void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) override;
   void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) override;
+  void matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) override;
   void add(TensorRef acc, TensorRef x) override;
+  void add_rms_norm(TensorRef acc, TensorRef x, const WeightRef& w, float eps, float weight_offset,
+                    TensorRef out) override;
   void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
             std::span<const std::int32_t> positions) override;
   void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v, const ForwardBatch& batch) override;
@@ -78,6 +83,8 @@ class CudaBackend final : public Backend {
   const void* upload_small(const void* data, std::size_t bytes);
   cuda::DeviceBatch upload_batch(const ForwardBatch& batch);
   void* scratch(std::size_t bytes, int which);
+  // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
+  void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
 
   int device_ = 0;
   int sm_count_ = 0;

@@ -1,0 +1,54 @@
+// The on-disk containers of the disk tier (little-endian, versioned). Pure functions over
+// bytes; the files themselves are disk_store.h's business.
+//
+// Block file  blocks/<key hex>.kvb: a 128-byte header, then the encoded payload.
+//   magic "AKVBLOCK" | u32 version | u32 header bytes (128) | fingerprint | key | parent key |
+//   keyed tokens hash (four Hash128) | u32 codec | u32 tokens per block | u64 payload bytes |
+//   u64 XXH3-64 of the payload | u64 XXH3-64 of the header bytes before it | zero padding.
+// Manifest    agents/<keyed hash of tenant and agent>.agent: a 48-byte header, then a body.
+//   magic "AKVAGENT" | u32 version | u32 0 | fingerprint | u64 body bytes | u64 XXH3-64 of body;
+//   body: tenant, agent (u32 length + bytes each), u8 pinned, i64 tokens, u64 requests, hits,
+//   restores, i64 last use (unix ms), u32 blocks, then the chain's keys.
+// No token ids or text are stored: blocks are named by keyed hashes (block_key.h).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/agent_index.h"
+#include "kv/block_codec.h"
+#include "kv/block_key.h"
+
+namespace akv {
+
+inline constexpr std::uint32_t kDiskFormatVersion = 1;
+inline constexpr std::size_t kBlockHeaderBytes = 128;
+inline constexpr std::size_t kManifestHeaderBytes = 48;
+
+struct BlockHeader {
+  Hash128 fingerprint;
+  Hash128 key;
+  Hash128 parent;
+  Hash128 tokens_hash;
+  SpillCodec codec = SpillCodec::Native;
+  std::uint32_t n_tokens = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t payload_checksum = 0;
+};
+
+enum class FileCheck { Ok, Corrupt, BadVersion, ForeignModel };
+
+std::uint64_t payload_checksum(std::span<const std::byte> payload);
+
+std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& h);
+// Checks magic, version and the header checksum; ForeignModel when the fingerprint differs.
+FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint, BlockHeader& out);
+
+std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRecord& record);
+// Checks everything (header, body checksum, lengths); ForeignModel when the fingerprint differs.
+FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint, AgentRecord& out);
+
+}  // namespace akv

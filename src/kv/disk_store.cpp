@@ -1,0 +1,478 @@
+#include "kv/disk_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "kv/disk_format.h"
+
+namespace akv {
+
+struct DiskStore::Job {
+  enum class Kind { Block, Manifest, Erase } kind = Kind::Block;
+  Hash128 key, parent, tokens_hash;
+  std::vector<std::byte> raw;
+  AgentRecord record;           // Manifest; Erase uses tenant and agent
+  std::vector<Hash128> blocks;  // Erase
+};
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool write_all(int fd, std::span<const std::byte> bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// The whole file, or empty with ok=false.
+std::vector<std::byte> read_all(const std::string& path, bool& ok) {
+  std::vector<std::byte> out;
+  ok = false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && st.st_size >= 0) {
+    out.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    ok = done == out.size();
+  }
+  ::close(fd);
+  return out;
+}
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+int open_dir_fd(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorKind::Io, "cannot open KV directory " + path + ": " + errno_text());
+  return fd;
+}
+
+}  // namespace
+
+std::unique_ptr<DiskStore> DiskStore::open_or_throw(DiskStoreOptions options) {
+  std::unique_ptr<DiskStore> store(new DiskStore(std::move(options)));
+  return store;
+}
+
+DiskStore::DiskStore(DiskStoreOptions options) : options_(std::move(options)) {
+  AKV_CHECK(options_.block_size > 0 && options_.shape.raw_bytes() > 0, "disk store needs a block shape");
+  open_dir();
+  scan_blocks();
+  scan_manifests();
+  log_info("KV disk tier {}: {} blocks ({} MiB, codec {}), {} agents; not used: {} of another model or layout, "
+           "{} of another format version, {} damaged (removed)",
+           options_.dir, stats_.n_blocks, stats_.bytes >> 20, spill_codec_name(options_.codec), stats_.n_manifests,
+           stats_.rejected_foreign, stats_.rejected_version, stats_.rejected_corrupt);
+  io_ = std::thread([this] { io_loop(); });
+}
+
+DiskStore::~DiskStore() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (io_.joinable()) io_.join();
+  for (int fd : {blocks_fd_, agents_fd_, lock_fd_})
+    if (fd >= 0) ::close(fd);
+}
+
+void DiskStore::open_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* sub : {"", "/blocks", "/agents"}) {
+    fs::create_directories(options_.dir + sub, ec);
+    if (ec) throw Error(ErrorKind::Io, "cannot create KV directory " + options_.dir + sub + ": " + ec.message());
+  }
+  const std::string lock_path = options_.dir + "/lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) throw Error(ErrorKind::Io, "cannot open " + lock_path + ": " + errno_text());
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    throw Error(ErrorKind::Io, "KV directory " + options_.dir + " is in use by another process");
+  blocks_fd_ = open_dir_fd(options_.dir + "/blocks");
+  agents_fd_ = open_dir_fd(options_.dir + "/agents");
+
+  // The key secret: created once, kept with the blocks it names.
+  const std::string secret_path = options_.dir + "/secret";
+  bool ok = false;
+  std::vector<std::byte> bytes = read_all(secret_path, ok);
+  KeySecret secret;
+  if (ok && bytes.size() == secret.size()) {
+    std::memcpy(secret.data(), bytes.data(), secret.size());
+  } else {
+    if (ok) log_warn("KV directory {}: the key secret is damaged; cached blocks there will not match", options_.dir);
+    secret = random_key_secret();
+    const int root_fd = open_dir_fd(options_.dir);
+    const bool written = write_durably(root_fd, "secret", secret, {});
+    ::close(root_fd);
+    if (!written) throw Error(ErrorKind::Io, "cannot write " + secret_path + ": " + errno_text());
+  }
+  keyer_ = std::make_unique<BlockKeyer>(secret, options_.fingerprint);
+}
+
+void DiskStore::scan_blocks() {
+  const std::string folder = options_.dir + "/blocks/";
+  DIR* d = ::opendir(folder.c_str());
+  if (d == nullptr) throw Error(ErrorKind::Io, "cannot list " + folder + ": " + errno_text());
+  const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (name.find(".tmp") != std::string::npos) {  // a write that never reached its rename
+      ::unlinkat(blocks_fd_, name.c_str(), 0);
+      continue;
+    }
+    const std::optional<Hash128> key = ends_with(name, ".kvb") ? Hash128::from_hex(name.substr(0, 32)) : std::nullopt;
+    if (!key || name.size() != 36) continue;  // not ours
+    std::array<std::byte, kBlockHeaderBytes> head{};
+    struct stat st{};
+    const int fd = ::openat(blocks_fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
+    bool readable = fd >= 0 && ::fstat(fd, &st) == 0 &&
+                    ::pread(fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size());
+    if (fd >= 0) ::close(fd);
+    BlockHeader h;
+    FileCheck check = readable ? parse_block_header(head, options_.fingerprint, h) : FileCheck::Corrupt;
+    if (check == FileCheck::Ok &&
+        (h.key != *key || h.codec != options_.codec || h.n_tokens != static_cast<std::uint32_t>(options_.block_size) ||
+         h.payload_bytes != payload || static_cast<std::uint64_t>(st.st_size) != kBlockHeaderBytes + payload))
+      check = FileCheck::Corrupt;
+    switch (check) {
+      case FileCheck::Ok:
+        files_[*key] = st.st_size;
+        ++stats_.n_blocks;
+        stats_.bytes += st.st_size;
+        break;
+      case FileCheck::ForeignModel: ++stats_.rejected_foreign; break;
+      case FileCheck::BadVersion: ++stats_.rejected_version; break;
+      case FileCheck::Corrupt:
+        ++stats_.rejected_corrupt;
+        ::unlinkat(blocks_fd_, name.c_str(), 0);
+        break;
+    }
+  }
+  ::closedir(d);
+}
+
+void DiskStore::scan_manifests() {
+  const std::string folder = options_.dir + "/agents/";
+  DIR* d = ::opendir(folder.c_str());
+  if (d == nullptr) throw Error(ErrorKind::Io, "cannot list " + folder + ": " + errno_text());
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (name.find(".tmp") != std::string::npos) {
+      ::unlinkat(agents_fd_, name.c_str(), 0);
+      continue;
+    }
+    if (!ends_with(name, ".agent")) continue;
+    bool ok = false;
+    const std::vector<std::byte> bytes = read_all(folder + name, ok);
+    AgentRecord r;
+    FileCheck check = ok ? parse_manifest(bytes, options_.fingerprint, r) : FileCheck::Corrupt;
+    if (check == FileCheck::Ok && name != manifest_name(r.tenant, r.agent)) check = FileCheck::Corrupt;
+    switch (check) {
+      case FileCheck::Ok:
+        loaded_.push_back(std::move(r));
+        ++stats_.n_manifests;
+        break;
+      case FileCheck::ForeignModel: ++stats_.rejected_foreign; break;
+      case FileCheck::BadVersion: ++stats_.rejected_version; break;
+      case FileCheck::Corrupt:
+        ++stats_.rejected_corrupt;
+        ::unlinkat(agents_fd_, name.c_str(), 0);
+        break;
+    }
+  }
+  ::closedir(d);
+}
+
+std::vector<AgentRecord> DiskStore::take_loaded_manifests() {
+  std::lock_guard lock(mu_);
+  return std::move(loaded_);
+}
+
+std::string DiskStore::block_path(const Hash128& key) const { return options_.dir + "/blocks/" + key.hex() + ".kvb"; }
+
+std::string DiskStore::manifest_name(const std::string& tenant, const std::string& agent) const {
+  return keyer_->agent_hash(tenant, agent).hex() + ".agent";
+}
+
+bool DiskStore::has(const Hash128& key) const {
+  std::lock_guard lock(mu_);
+  return files_.contains(key) || pending_.contains(key);
+}
+
+bool DiskStore::on_disk(const Hash128& key) const {
+  std::lock_guard lock(mu_);
+  return files_.contains(key);
+}
+
+bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::vector<std::byte> raw) {
+  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put: raw block size");
+  {
+    std::lock_guard lock(mu_);
+    if (files_.contains(key) || pending_.contains(key)) return false;
+    if (now_ms() < paused_until_ms_ || queued_bytes_ + raw.size() > options_.max_queue_bytes) {
+      ++stats_.n_dropped;
+      return false;
+    }
+    auto job = std::make_unique<Job>();
+    job->kind = Job::Kind::Block;
+    job->key = key;
+    job->parent = parent;
+    job->tokens_hash = tokens_hash;
+    queued_bytes_ += raw.size();
+    job->raw = std::move(raw);
+    pending_.insert(key);
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void DiskStore::put_manifest(const AgentRecord& record) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::Manifest;
+  job->record = record;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+void DiskStore::erase(const std::string& tenant, const std::string& agent, std::vector<Hash128> blocks) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::Erase;
+  job->record.tenant = tenant;
+  job->record.agent = agent;
+  job->blocks = std::move(blocks);
+  {
+    std::lock_guard lock(mu_);
+    // Gone for readers at once; the files follow on the IO thread.
+    for (const Hash128& k : job->blocks) {
+      if (auto it = files_.find(k); it != files_.end()) {
+        --stats_.n_blocks;
+        stats_.bytes -= it->second;
+        files_.erase(it);
+      }
+    }
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
+  std::lock_guard lock(mu_);
+  std::int64_t n = 0;
+  for (const Hash128& k : chain)
+    if (auto it = files_.find(k); it != files_.end()) n += it->second;
+  return n;
+}
+
+bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::span<std::byte> raw) {
+  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "load: raw block size");
+  if (!on_disk(key)) return false;
+  bool ok = false;
+  const std::vector<std::byte> bytes = read_all(block_path(key), ok);
+  BlockHeader h;
+  const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
+  bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.key == key &&
+              h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
+              h.payload_bytes == payload && bytes.size() == kBlockHeaderBytes + payload;
+  const std::span<const std::byte> body = good ? std::span(bytes).subspan(kBlockHeaderBytes) : std::span<const std::byte>{};
+  good = good && payload_checksum(body) == h.payload_checksum;
+  if (!good) {
+    // A missing file (erased meanwhile) is not damage; anything else is.
+    if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
+    return false;
+  }
+  decode_block(options_.codec, options_.shape, body, raw);
+  std::lock_guard lock(mu_);
+  ++stats_.n_loaded;
+  return true;
+}
+
+void DiskStore::drop_bad(const Hash128& key) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = files_.find(key); it != files_.end()) {
+      --stats_.n_blocks;
+      stats_.bytes -= it->second;
+      files_.erase(it);
+    }
+    ++stats_.rejected_corrupt;
+  }
+  log_warn("KV disk tier: block {} is damaged; removed, its tokens will be recomputed", key.hex());
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::Erase;
+  job->blocks = {key};
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+void DiskStore::flush() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+DiskStoreStats DiskStore::stats() const {
+  std::lock_guard lock(mu_);
+  DiskStoreStats s = stats_;
+  s.paused = now_ms() < paused_until_ms_;
+  return s;
+}
+
+void DiskStore::io_loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) break;  // stop_ and drained
+    std::unique_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    run(*job);
+    lock.lock();
+    busy_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+  idle_.notify_all();
+}
+
+void DiskStore::run(Job& job) {
+  switch (job.kind) {
+    case Job::Kind::Block:
+      write_block(job);
+      return;
+    case Job::Kind::Manifest: {
+      const std::vector<std::byte> bytes = encode_manifest(options_.fingerprint, job.record);
+      if (!write_durably(agents_fd_, manifest_name(job.record.tenant, job.record.agent),
+                         bytes, {}))
+        on_write_error("agent manifest: " + errno_text());
+      return;
+    }
+    case Job::Kind::Erase: {
+      if (!job.record.agent.empty())
+        ::unlinkat(agents_fd_, manifest_name(job.record.tenant, job.record.agent).c_str(), 0);
+      for (const Hash128& k : job.blocks) {
+        bool still_stored = false;
+        {
+          std::lock_guard lock(mu_);
+          still_stored = files_.contains(k) || pending_.contains(k);  // rewritten since
+        }
+        if (!still_stored) ::unlinkat(blocks_fd_, (k.hex() + ".kvb").c_str(), 0);
+      }
+      ::fsync(agents_fd_);
+      ::fsync(blocks_fd_);
+      return;
+    }
+  }
+}
+
+void DiskStore::write_block(Job& job) {
+  bool paused = false;
+  {
+    std::lock_guard lock(mu_);
+    paused = now_ms() < paused_until_ms_;
+  }
+  bool written = false;
+  std::size_t file_bytes = 0;
+  if (!paused) {
+    std::vector<std::byte> payload(encoded_bytes(options_.codec, options_.shape));
+    encode_block(options_.codec, options_.shape, job.raw, payload);
+    BlockHeader h{.fingerprint = options_.fingerprint,
+                  .key = job.key,
+                  .parent = job.parent,
+                  .tokens_hash = job.tokens_hash,
+                  .codec = options_.codec,
+                  .n_tokens = static_cast<std::uint32_t>(options_.block_size),
+                  .payload_bytes = payload.size(),
+                  .payload_checksum = payload_checksum(payload)};
+    const auto header = encode_block_header(h);
+    written = write_durably(blocks_fd_, job.key.hex() + ".kvb", header, payload);
+    file_bytes = header.size() + payload.size();
+    if (!written) on_write_error("block: " + errno_text());
+  }
+  {
+    std::lock_guard lock(mu_);
+    pending_.erase(job.key);
+    queued_bytes_ -= job.raw.size();
+    if (written) {
+      if (files_.emplace(job.key, static_cast<std::int64_t>(file_bytes)).second) {
+        ++stats_.n_blocks;
+        stats_.bytes += static_cast<std::int64_t>(file_bytes);
+      }
+      ++stats_.n_written;
+    } else {
+      ++stats_.n_dropped;
+    }
+  }
+  if (written && options_.on_block_written) options_.on_block_written(job.key);
+}
+
+bool DiskStore::write_durably(int dir_fd, const std::string& name,
+                              std::span<const std::byte> a, std::span<const std::byte> b) {
+  const std::string tmp = name + ".tmp" + std::to_string(++tmp_serial_);
+  const int fd = ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = write_all(fd, a) && write_all(fd, b) && ::fsync(fd) == 0;
+  const int saved = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (ok) ok = ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) == 0 && ::fsync(dir_fd) == 0;
+  if (!ok) {
+    const int e = errno != 0 ? errno : saved;
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    errno = e;
+  }
+  return ok;
+}
+
+void DiskStore::on_write_error(const std::string& what) {
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.n_write_errors;
+    first = now_ms() >= paused_until_ms_;
+    paused_until_ms_ = now_ms() + options_.pause_after_error_ms;
+  }
+  if (first)
+    log_warn("KV disk tier {}: write failed ({}); spilling paused for {} ms, serving continues", options_.dir, what,
+             options_.pause_after_error_ms);
+}
+
+}  // namespace akv

@@ -1,0 +1,131 @@
+// The disk tier: content-addressed KV blocks (one file per block key, so a prefix shared by many
+// agents is stored once) and one small manifest per agent, under one directory:
+//   <dir>/secret   the key secret (block_key.h)      <dir>/lock  held while a store is open
+//   <dir>/blocks/<key>.kvb                           <dir>/agents/<agent hash>.agent
+// Files are written by one IO thread: temp file, fsync, rename, fsync of the directory, so a
+// crash leaves either the old state or the new file whole. Start-up scans both folders; a file
+// with another fingerprint or version is never used (and left alone), a damaged one is removed;
+// both are counted and logged. Payload checksums are verified on every load. A write error
+// (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk.
+// Thread-safe. put/put_manifest/erase never block on IO; load reads on the caller's thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kv/agent_index.h"
+#include "kv/block_codec.h"
+#include "kv/block_key.h"
+
+namespace akv {
+
+struct DiskStoreOptions {
+  std::string dir;
+  Hash128 fingerprint;             // model_fingerprint(): also covers shape and codec
+  SpillCodec codec = SpillCodec::Native;
+  BlockShape shape;                // of one block's raw bytes
+  std::int32_t block_size = 0;     // tokens per block
+  std::size_t max_queue_bytes = std::size_t{256} << 20;  // raw bytes waiting; more are dropped
+  std::int32_t pause_after_error_ms = 30000;
+  // Called on the IO thread once a block file is durable (after the directory fsync).
+  std::function<void(const Hash128& key)> on_block_written;
+};
+
+struct DiskStoreStats {
+  std::int64_t n_blocks = 0;  // usable block files
+  std::int64_t bytes = 0;     // their total size
+  std::int64_t n_manifests = 0;
+  std::int64_t rejected_foreign = 0;  // another model, tokenizer, template, layout or codec
+  std::int64_t rejected_version = 0;
+  std::int64_t rejected_corrupt = 0;  // bad header, size or checksum (at start-up or on load)
+  std::int64_t n_written = 0;
+  std::int64_t n_loaded = 0;
+  std::int64_t n_dropped = 0;  // blocks not spilled: queue full or paused
+  std::int64_t n_write_errors = 0;
+  bool paused = false;
+};
+
+class DiskStore {
+ public:
+  // Creates the folders if needed, takes the lock, scans, logs one line, starts the IO thread.
+  // Throws Error{Io} when the directory cannot be created or is locked by another process.
+  static std::unique_ptr<DiskStore> open_or_throw(DiskStoreOptions options);
+  // Writes what is queued, then stops the IO thread.
+  ~DiskStore();
+  DiskStore(const DiskStore&) = delete;
+  DiskStore& operator=(const DiskStore&) = delete;
+
+  const BlockKeyer& keyer() const { return *keyer_; }
+  const BlockShape& shape() const { return options_.shape; }
+  std::size_t encoded_block_bytes() const { return encoded_bytes(options_.codec, options_.shape); }
+
+  // Agents whose manifests were read at start-up.
+  std::vector<AgentRecord> take_loaded_manifests();
+
+  // On disk, or queued to be.
+  bool has(const Hash128& key) const;
+  // On disk (durable).
+  bool on_disk(const Hash128& key) const;
+  // Queues a block (raw bytes in the shape's layout) for encoding and writing. False when it
+  // was dropped (paused after an error, or the queue is full) or is already stored/queued.
+  bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::vector<std::byte> raw);
+  // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
+  // False when it is missing or bad; a bad file is counted and removed.
+  bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::span<std::byte> raw);
+
+  // Queues the agent's manifest (replacing its previous one).
+  void put_manifest(const AgentRecord& record);
+  // Queues removal of the agent's manifest and of the given block files.
+  void erase(const std::string& tenant, const std::string& agent, std::vector<Hash128> blocks);
+  // Bytes on disk of the chain's blocks.
+  std::int64_t stored_bytes(const std::vector<Hash128>& chain) const;
+
+  // Waits until the queue is empty (tests, shutdown).
+  void flush();
+  DiskStoreStats stats() const;
+
+ private:
+  struct Job;
+  explicit DiskStore(DiskStoreOptions options);
+  void open_dir();
+  void scan_blocks();
+  void scan_manifests();
+  void io_loop();
+  void run(Job& job);
+  void write_block(Job& job);
+  // temp file, fsync, rename to `name`, fsync of the directory; false (errno set) on failure.
+  bool write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a, std::span<const std::byte> b);
+  void on_write_error(const std::string& what);
+  void drop_bad(const Hash128& key);
+  std::string block_path(const Hash128& key) const;
+  std::string manifest_name(const std::string& tenant, const std::string& agent) const;
+
+  DiskStoreOptions options_;
+  std::unique_ptr<BlockKeyer> keyer_;
+  int lock_fd_ = -1, blocks_fd_ = -1, agents_fd_ = -1;
+  std::vector<AgentRecord> loaded_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  std::unordered_map<Hash128, std::int64_t, Hash128Hasher> files_;  // key -> file bytes
+  std::unordered_set<Hash128, Hash128Hasher> pending_;
+  std::size_t queued_bytes_ = 0;
+  bool busy_ = false, stop_ = false;
+  std::int64_t paused_until_ms_ = 0;
+  DiskStoreStats stats_;
+  std::uint64_t tmp_serial_ = 0;  // IO thread only
+
+  std::thread io_;  // last: starts after everything above exists
+};
+
+}  // namespace akv
