@@ -11,11 +11,12 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 # Fuzzing: a clang build with sanitizers, separate from the main build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs"
+fuzz_targets=()
+for src in fuzz/*_fuzz.cpp; do fuzz_targets+=("$(basename "$src" .cpp)"); done
+cmake --build build-fuzz -j"$jobs" --target "${fuzz_targets[@]}"
 seconds="${AGENTKV_FUZZ_SECONDS:-60}"
-for fuzzer in build-fuzz/fuzz/*_fuzz; do
-  [[ -x "$fuzzer" ]] || continue
-  name="$(basename "$fuzzer")"
+for name in "${fuzz_targets[@]}"; do
+  fuzzer="build-fuzz/fuzz/$name"
   corpus="build-fuzz/corpus/$name"
   mkdir -p "$corpus"
   echo "fuzzing $name for ${seconds}s"

@@ -2,7 +2,9 @@
 // widening. Tails use masked loads, so no scalar remainder. Element-wise kernels come from
 // the AVX2 table (they are not on the critical path).
 // GCC 12 flags the deliberately undefined registers inside its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "backend/cpu/host_buffer.h"

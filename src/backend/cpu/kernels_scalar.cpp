@@ -5,6 +5,10 @@
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace akv {
 namespace {
 
@@ -53,13 +57,22 @@ const Kernels& scalar_kernels() {
   return k;
 }
 
+#if defined(__x86_64__)
+// CPUID leaf 1, ECX bit 29. Asked directly: clang does not accept "f16c" in
+// __builtin_cpu_supports.
+static bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool isa_supported(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::Avx512:
       return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
