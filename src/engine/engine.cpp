@@ -55,6 +55,8 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       stats_(config_.stats_ring),
       seed_base_(std::random_device{}()) {
   event_.top_logprobs.reserve(64);
+  if (config_.agents != nullptr || config_.disk != nullptr)
+    kv_.attach_tiers(config_.agents, config_.disk, KvBlockIo::for_backend(backend_, kv_storage_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -110,19 +112,30 @@ void Engine::cancel(RequestId id) {
   wake_.notify_one();
 }
 
+void Engine::evict_blocks(std::vector<Hash128> keys) {
+  {
+    std::lock_guard lock(mu_);
+    evict_inbox_.push_back(std::move(keys));
+  }
+  wake_.notify_one();
+}
+
 EngineMetrics Engine::metrics() const { return {stats_.totals(), stats_.snapshot()}; }
 
 void Engine::loop() {
   std::unique_lock lock(mu_);
   while (true) {
     wake_.wait(lock, [&] {
-      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() ||
+      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !evict_inbox_.empty() ||
              scheduler_.n_running() + scheduler_.n_waiting() > 0;
     });
     if (stop_) break;
     admitted_.swap(inbox_);
     cancelled_.swap(cancel_inbox_);
+    std::vector<std::vector<Hash128>> evictions;
+    evictions.swap(evict_inbox_);
     lock.unlock();
+    for (const std::vector<Hash128>& keys : evictions) kv_.evict_keys(keys);
     for (std::unique_ptr<Active>& a : admitted_) {
       scheduler_.add(a.get());
       const RequestId id = a->id;
@@ -240,6 +253,9 @@ bool Engine::emit(Active& a, const EngineEvent& e) {
 }
 
 void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
+  // Before Finished goes out, so a client that sees the end also sees the agent's new state.
+  if (!a.request.agent.empty())
+    kv_.remember_agent(a.kv, a.ns, a.request.agent, a.n_computed, a.n_cached_prompt > 0);
   const Usage usage{.prompt_tokens = a.n_prompt,
                     .cached_tokens = std::max(0, a.n_cached_prompt),
                     .generated_tokens = a.n_generated()};

@@ -27,6 +27,9 @@ struct EngineConfig {
   std::int32_t n_blocks = 1024;   // KV blocks (device memory = n_blocks * block bytes)
   SchedulerConfig scheduler;
   std::size_t stats_ring = 1024;  // steps kept for metrics
+  // Optional agent memory (kv/agent_index.h, kv/disk_store.h); both must outlive the engine.
+  AgentIndex* agents = nullptr;
+  DiskStore* disk = nullptr;
 };
 
 class Engine {
@@ -46,6 +49,10 @@ class Engine {
   // Ends a request with Finished{Cancelled} at the next step and frees its KV. Thread-safe;
   // a no-op for unknown or finished ids.
   void cancel(RequestId id);
+
+  // Drops the blocks with these keys (an agent's chain) from device memory at the next step,
+  // where no running request holds them. Thread-safe.
+  void evict_blocks(std::vector<Hash128> keys);
 
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return model_->config(); }
@@ -87,6 +94,7 @@ class Engine {
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Active>> inbox_;
   std::vector<RequestId> cancel_inbox_;
+  std::vector<std::vector<Hash128>> evict_inbox_;
   bool stop_ = false;
   RequestId next_id_ = 1;
   std::uint64_t seed_base_;

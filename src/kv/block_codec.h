@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "backend/kv_storage.h"
 #include "tensor/dtype.h"
 
 namespace akv {
@@ -31,6 +32,11 @@ struct BlockShape {
     return static_cast<std::size_t>(n_rows * row_width) * dtype_size(dtype);
   }
 };
+
+// The raw block shape of a KV layout.
+inline BlockShape block_shape_of(const KvLayout& l) {
+  return {.n_rows = 2 * l.n_layers * l.block_size, .row_width = l.row_width(), .dtype = l.dtype};
+}
 
 // Bytes of the encoded form.
 std::size_t encoded_bytes(SpillCodec codec, const BlockShape& shape);

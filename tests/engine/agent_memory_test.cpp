@@ -1,0 +1,308 @@
+// Agent memory on a real model (scalar reference backend): an engine with a disk tier writes
+// each committed block once; a new engine on the same directory restores a returning agent's
+// prefix instead of recomputing it, with identical output; caches of another model, damaged
+// files and other tenants are never used.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "backend/cpu/reference_backend.h"
+#include "engine/engine.h"
+#include "kv/agent_index.h"
+#include "kv/disk_store.h"
+#include "kv/model_fingerprint.h"
+#include "models/sequence_runner.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<std::int32_t>;
+
+const std::string kTestdata = AGENTKV_TESTDATA;
+const std::string kStories = kTestdata + "/models/stories260K/hf";
+std::string tiny(const std::string& name) { return kTestdata + "/models/tiny-random/" + name; }
+
+constexpr std::int32_t kBlock = 8;
+
+struct ScratchDir {
+  ScratchDir() : path((fs::temp_directory_path() / ("akv_agents_" + std::to_string(::getpid()) + "_" +
+                                                     std::to_string(serial++))).string()) {
+    fs::remove_all(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+  static inline int serial = 0;
+  std::string path;
+};
+
+struct Result {
+  Ids tokens;
+  Usage usage;
+  bool finished = false;
+};
+
+class Collector {
+ public:
+  EventCallback callback() {
+    return [this](const EngineEvent& e) {
+      std::lock_guard lock(mu_);
+      Result& r = results_[e.request];
+      if (e.kind == EventKind::Token) r.tokens.push_back(e.token);
+      if (e.kind == EventKind::Finished) {
+        r.usage = e.usage;
+        r.finished = true;
+        cv_.notify_all();
+      }
+    };
+  }
+  Result wait(RequestId id) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return results_[id].finished; });
+    return results_[id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<RequestId, Result> results_;
+};
+
+Ids greedy_alone(const std::string& dir, const Ids& prompt, int n) {
+  ReferenceBackend backend;
+  auto model = load_model(dir, backend);
+  SequenceRunner runner(*model, backend, static_cast<std::int64_t>(prompt.size()) + n);
+  Ids out;
+  std::span<const float> logits = runner.append(prompt);
+  for (int i = 0; i < n; ++i) {
+    out.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (i + 1 < n) logits = runner.append(std::span<const std::int32_t>(&out.back(), 1));
+  }
+  return out;
+}
+
+Ids random_ids(std::uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  Ids ids(n);
+  for (auto& t : ids) t = std::uniform_int_distribution<int>(3, 500)(rng);
+  return ids;
+}
+
+// A model, an agent index, a disk store on `kv_dir` and an engine using them (destroyed in
+// reverse: engine, then store).
+struct Served {
+  Served(const std::string& model_dir, const std::string& kv_dir, SpillCodec codec = SpillCodec::Native,
+         std::int32_t n_blocks = 64) {
+    auto model = load_model(model_dir, backend);
+    const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock);
+    DiskStoreOptions o;
+    o.dir = kv_dir;
+    o.fingerprint = model_fingerprint({.model_dir = model_dir, .chat_template = "", .kv = layout, .codec = codec});
+    o.codec = codec;
+    o.shape = block_shape_of(layout);
+    o.block_size = kBlock;
+    store = DiskStore::open_or_throw(o);
+    for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
+    EngineConfig cfg{.block_size = kBlock,
+                     .n_blocks = n_blocks,
+                     .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8}};
+    cfg.agents = &agents;
+    cfg.disk = store.get();
+    engine = std::make_unique<Engine>(std::move(model), backend, cfg);
+  }
+  Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "") {
+    GenerateRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = n;
+    r.ns = ns;
+    r.agent = agent;
+    return out.wait(engine->submit(std::move(r), out.callback()));
+  }
+  // Blocks are written by the IO thread; wait for them (and the manifests).
+  void settle() { store->flush(); }
+
+  ReferenceBackend backend;
+  AgentIndex agents;
+  std::unique_ptr<DiskStore> store;
+  std::unique_ptr<Engine> engine;
+  Collector out;
+};
+
+std::int32_t full_blocks_before_last(std::size_t n_tokens) {
+  return static_cast<std::int32_t>((n_tokens - 1) / kBlock * kBlock);
+}
+
+TEST(AgentMemory, RestartRestoresThePromptAndTheReplyWithIdenticalOutput) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(1, 45);
+  const int n_new = 12;
+  const Ids want = greedy_alone(kStories, prompt, n_new);
+  Ids turn2;
+  {
+    Served a(kStories, dir.path);
+    const Result r = a.run(prompt, n_new, "agent-1");
+    EXPECT_EQ(r.tokens, want);
+    EXPECT_EQ(r.usage.cached_tokens, 0);
+    a.settle();
+    // The last generated token has no KV yet: 45 + 11 computed tokens = 7 full blocks.
+    EXPECT_EQ(a.store->stats().n_blocks, 7);
+    turn2 = prompt;
+    turn2.insert(turn2.end(), r.tokens.begin(), r.tokens.end());
+    const Ids user = random_ids(2, 6);
+    turn2.insert(turn2.end(), user.begin(), user.end());
+  }
+  {
+    Served b(kStories, dir.path);
+    const auto rec = b.agents.find("", "agent-1");
+    ASSERT_TRUE(rec) << "manifest read back";
+    EXPECT_EQ(rec->chain.size(), 7u);
+    EXPECT_EQ(rec->n_tokens, 56);
+    const Result r = b.run(prompt, n_new, "agent-1");
+    EXPECT_EQ(r.usage.cached_tokens, full_blocks_before_last(prompt.size()));
+    EXPECT_EQ(r.tokens, want) << "restored KV must be bit-exact";
+    EXPECT_EQ(b.agents.find("", "agent-1")->restores, 1u);
+    EXPECT_EQ(b.store->stats().n_loaded, 5);
+  }
+  // The next turn (prompt + reply + user) reuses the reply's KV too, after another restart.
+  Served c(kStories, dir.path);
+  const Result r = c.run(turn2, n_new, "agent-1");
+  EXPECT_EQ(r.usage.cached_tokens, 56);
+  EXPECT_EQ(r.tokens, greedy_alone(kStories, turn2, n_new));
+  c.settle();
+  // 63 prompt + 11 generated tokens with KV = 9 blocks, 7 of them on disk already.
+  EXPECT_EQ(c.store->stats().n_written, 2) << "only the new blocks are written";
+}
+
+TEST(AgentMemory, EvictedAgentIsRestoredFromDiskInTheSameProcess) {
+  ScratchDir dir;
+  Served s(kStories, dir.path);
+  const Ids prompt = random_ids(3, 40);
+  const Result first = s.run(prompt, 8, "a");
+  s.settle();
+  s.engine->evict_blocks(s.agents.find("", "a")->chain);
+  const Result again = s.run(prompt, 8, "a");
+  EXPECT_EQ(again.usage.cached_tokens, 32);
+  EXPECT_EQ(again.tokens, first.tokens);
+  const auto rec = s.agents.find("", "a");
+  EXPECT_EQ(rec->restores, 1u);
+  EXPECT_EQ(rec->hits, 1u);
+}
+
+TEST(AgentMemory, CacheOfAnotherModelIsRejected) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(4, 30);
+  {
+    Served a(tiny("llama3-rope-scaled"), dir.path);
+    a.run(prompt, 4, "a");
+    a.settle();
+    ASSERT_GT(a.store->stats().n_blocks, 0);
+  }
+  Served b(tiny("llama3-rope-scaled-bf16"), dir.path);
+  EXPECT_GT(b.store->stats().rejected_foreign, 0);
+  EXPECT_EQ(b.store->stats().n_blocks, 0);
+  EXPECT_FALSE(b.agents.find("", "a")) << "its manifest is another model's too";
+  const Result r = b.run(prompt, 4, "a");
+  EXPECT_EQ(r.usage.cached_tokens, 0);
+  EXPECT_EQ(r.tokens, greedy_alone(tiny("llama3-rope-scaled-bf16"), prompt, 4));
+}
+
+TEST(AgentMemory, FingerprintSeesOneChangedWeightByteAndTheTokenizer) {
+  ScratchDir dir;
+  fs::copy(tiny("llama3-rope-scaled"), dir.path, fs::copy_options::recursive);
+  const KvLayout layout{.n_layers = 2, .n_blocks = 1, .block_size = kBlock, .n_kv_heads = 2, .head_dim = 8};
+  const Hash128 before = model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
+  EXPECT_NE(before, model_fingerprint({.model_dir = dir.path, .chat_template = "x", .kv = layout}));
+  EXPECT_NE(before, model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout, .codec = SpillCodec::Int8}));
+  {
+    // First byte of the tensor data (same header, same shapes, another weight).
+    std::fstream f(dir.path + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    f.seekg(static_cast<std::streamoff>(8 + header));
+    char c;
+    f.read(&c, 1);
+    f.seekp(static_cast<std::streamoff>(8 + header));
+    c = static_cast<char>(c ^ 1);
+    f.write(&c, 1);
+  }
+  const Hash128 weights = model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
+  EXPECT_NE(before, weights);
+  std::ofstream(dir.path + "/tokenizer.json", std::ios::app) << " ";
+  EXPECT_NE(weights, model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout}));
+}
+
+TEST(AgentMemory, DamagedBlockIsRecomputedAndOutputStaysRight) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(5, 45);
+  const Ids want = greedy_alone(kStories, prompt, 6);
+  std::vector<Hash128> chain;
+  {
+    Served a(kStories, dir.path);
+    a.run(prompt, 6, "a");
+    a.settle();
+    chain = a.agents.find("", "a")->chain;
+  }
+  const std::string victim = dir.path + "/blocks/" + chain[2].hex() + ".kvb";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.write("\x7f", 1);
+  }
+  Served b(kStories, dir.path);
+  const Result r = b.run(prompt, 6, "a");
+  EXPECT_EQ(r.usage.cached_tokens, 2 * kBlock) << "blocks before the damaged one";
+  EXPECT_EQ(r.tokens, want);
+  b.settle();
+  EXPECT_EQ(b.store->stats().rejected_corrupt, 1);
+  EXPECT_TRUE(b.store->on_disk(chain[2])) << "recomputed and written again";
+}
+
+TEST(AgentMemory, SharedSystemPromptIsStoredOnceAndTenantsDoNotShare) {
+  ScratchDir dir;
+  const Ids system = random_ids(6, 32);
+  Ids p1 = system, p2 = system;
+  for (int t : random_ids(7, 13)) p1.push_back(t);
+  for (int t : random_ids(8, 13)) p2.push_back(t);
+  std::vector<Hash128> c1, c2;
+  {
+    Served a(kStories, dir.path);
+    a.run(p1, 4, "one", "tenant-a");
+    const Result r2 = a.run(p2, 4, "two", "tenant-a");
+    EXPECT_EQ(r2.usage.cached_tokens, 32);
+    a.settle();
+    c1 = a.agents.find("tenant-a", "one")->chain;
+    c2 = a.agents.find("tenant-a", "two")->chain;
+    ASSERT_GE(c1.size(), 5u);
+    EXPECT_TRUE(std::equal(c1.begin(), c1.begin() + 4, c2.begin()));
+    EXPECT_NE(c1[4], c2[4]);
+    EXPECT_EQ(a.store->stats().n_blocks, static_cast<std::int64_t>(c1.size() + c2.size() - 4));
+    EXPECT_EQ(a.agents.list("tenant-a").size(), 2u);
+    EXPECT_TRUE(a.agents.list("tenant-b").empty());
+  }
+  Served b(kStories, dir.path);
+  EXPECT_EQ(b.run(p1, 4, "one", "tenant-b").usage.cached_tokens, 0) << "another tenant never hits";
+  EXPECT_EQ(b.run(p1, 4, "one", "tenant-a").usage.cached_tokens, 40);
+}
+
+TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(9, 45);
+  {
+    Served a(kStories, dir.path, SpillCodec::Int8);
+    a.run(prompt, 4, "a");
+    a.settle();
+    // 45 + 3 tokens with KV = 6 blocks.
+    EXPECT_EQ(a.store->stats().bytes, 6 * static_cast<std::int64_t>(128 + a.store->encoded_block_bytes()));
+  }
+  Served b(kStories, dir.path, SpillCodec::Int8);
+  const Result r = b.run(prompt, 4, "a");
+  EXPECT_EQ(r.usage.cached_tokens, 40);
+  EXPECT_EQ(r.tokens.size(), 4u);
+}
+
+}  // namespace
+}  // namespace akv
