@@ -10,6 +10,11 @@ if [[ ! -d node_modules || package-lock.json -nt node_modules/.installed ]]; the
   npm ci --no-audit --no-fund --loglevel=error
   touch node_modules/.installed
 fi
+# The Claude Code CLI (a native binary) for claude_code.test.mjs; its install script only
+# picks the platform package, which the lock file already names.
+if [[ ! -d claude-code/node_modules || claude-code/package-lock.json -nt claude-code/node_modules/.installed ]]; then
+  (cd claude-code && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && touch node_modules/.installed)
+fi
 "$here/setup_models.sh" "$work" "$make_tiny_model" "$testdata"
 AGENTKV_BIN="$agentkv" AGENTKV_TESTDATA="$testdata" AGENTKV_E2E_MODELS="$work" \
   node --test --test-reporter=spec --test-concurrency=1 ./*.test.mjs
