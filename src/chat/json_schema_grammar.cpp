@@ -3,41 +3,14 @@
 #include <bit>
 
 #include "base/error.h"
+#include "chat/json_schema_internal.h"
 
 namespace akv {
 
+using namespace grammar;
+
 namespace {
 
-using ojson = nlohmann::ordered_json;
-
-constexpr int kMaxLiterals = 64;     // enum values / properties per object (a 64-bit mask)
-constexpr int kMaxSchemaDepth = 24;  // $ref recursion and nesting while compiling
-constexpr std::uint32_t kMaxDigits = 20;
-
-enum FrameKind : std::uint8_t { kRoot, kValue, kObject, kArray, kStr, kNum, kLit };
-enum ObjectPhase : std::uint8_t {
-  kObjOpen,
-  kObjColon,
-  kObjValueStart,
-  kObjAfterValue,
-  kObjAfterComma
-};
-enum ArrayPhase : std::uint8_t { kArrOpen, kArrAfterValue, kArrAfterComma };
-enum NumPhase : std::uint8_t {
-  kNumStart,
-  kNumMinus,
-  kNumZero,
-  kNumInt,
-  kNumDot,
-  kNumFrac,
-  kNumE,
-  kNumESign,
-  kNumExp
-};
-
-bool is_digit(std::uint8_t c) {
-  return c >= '0' && c <= '9';
-}
 bool is_hex(std::uint8_t c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -46,112 +19,7 @@ std::uint64_t low_bits(std::size_t n) {
   return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
 }
 
-class SchemaCompiler {
- public:
-  SchemaCompiler(const ojson& root, std::vector<GrammarNode>& nodes) : root_(root), nodes_(nodes) {}
-
-  std::int32_t compile(const ojson& s, int depth) {
-    if (depth > kMaxSchemaDepth || !s.is_object()) return add({});
-    if (auto it = s.find("$ref"); it != s.end() && it->is_string()) {
-      if (const ojson* target = resolve(it->get<std::string>())) return compile(*target, depth + 1);
-      return add({});
-    }
-    if (auto it = s.find("const"); it != s.end()) return literal({it->dump()});
-    if (auto it = s.find("enum"); it != s.end() && it->is_array() && !it->empty()) {
-      std::vector<std::string> lits;
-      for (const auto& v : *it)
-        if (lits.size() < kMaxLiterals) lits.push_back(v.dump());
-      return literal(std::move(lits));
-    }
-    for (const char* key : {"anyOf", "oneOf"}) {
-      auto it = s.find(key);
-      if (it == s.end() || !it->is_array() || it->empty()) continue;
-      GrammarNode n{.kind = GrammarNodeKind::AnyOf};
-      for (const auto& alt : *it) n.alternatives.push_back(compile(merged(s, alt, key), depth + 1));
-      return add(std::move(n));
-    }
-    if (auto it = s.find("type"); it != s.end() && it->is_array()) {
-      GrammarNode n{.kind = GrammarNodeKind::AnyOf};
-      for (const auto& t : *it) {
-        ojson one = s;
-        one["type"] = t;
-        n.alternatives.push_back(compile(one, depth + 1));
-      }
-      return n.alternatives.empty() ? add({}) : add(std::move(n));
-    }
-    const std::string type =
-        s.contains("type") && s["type"].is_string() ? s["type"].get<std::string>() : "";
-    if (type == "object" || (type.empty() && s.contains("properties"))) return object(s, depth);
-    if (type == "array") {
-      GrammarNode n{.kind = GrammarNodeKind::Array};
-      if (auto it = s.find("items"); it != s.end() && it->is_object())
-        n.items = compile(*it, depth + 1);
-      return add(std::move(n));
-    }
-    if (type == "string") return add({.kind = GrammarNodeKind::String});
-    if (type == "number") return add({.kind = GrammarNodeKind::Number});
-    if (type == "integer") return add({.kind = GrammarNodeKind::Integer});
-    if (type == "boolean") return literal({"true", "false"});
-    if (type == "null") return literal({"null"});
-    return add({});  // no type, or one we do not know: any JSON value
-  }
-
- private:
-  std::int32_t add(GrammarNode n) {
-    nodes_.push_back(std::move(n));
-    return static_cast<std::int32_t>(nodes_.size() - 1);
-  }
-  std::int32_t literal(std::vector<std::string> lits) {
-    return add({.kind = GrammarNodeKind::Literal, .literals = std::move(lits)});
-  }
-
-  std::int32_t object(const ojson& s, int depth) {
-    GrammarNode n{.kind = GrammarNodeKind::Object};
-    std::vector<std::string> required;
-    if (auto it = s.find("required"); it != s.end() && it->is_array())
-      for (const auto& r : *it)
-        if (r.is_string()) required.push_back(r.get<std::string>());
-    std::vector<std::pair<std::string, const ojson*>> props;
-    if (auto it = s.find("properties"); it != s.end() && it->is_object())
-      for (const auto& [name, sub] : it->items())
-        if (props.size() < kMaxLiterals) props.emplace_back(name, &sub);
-    for (const auto& [name, sub] : props) {
-      n.key_literals.push_back(ojson(name).dump());
-      n.required.push_back(std::find(required.begin(), required.end(), name) != required.end());
-      n.property_nodes.push_back(compile(*sub, depth + 1));
-    }
-    const auto additional = s.find("additionalProperties");
-    const bool closed =
-        additional != s.end() && additional->is_boolean() && !additional->get<bool>();
-    n.free_keys = props.empty() && !closed;
-    return add(std::move(n));
-  }
-
-  // anyOf alternatives inherit the sibling keywords (type, properties...) of the parent schema.
-  static ojson merged(const ojson& parent, const ojson& alt, const char* drop) {
-    if (!alt.is_object()) return alt;
-    ojson out = parent;
-    out.erase(drop);
-    for (const auto& [k, v] : alt.items()) out[k] = v;
-    return out;
-  }
-
-  const ojson* resolve(const std::string& ref) const {
-    if (ref == "#") return &root_;
-    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-      const std::string p = prefix;
-      if (!ref.starts_with(p)) continue;
-      const std::string section = p.substr(2, p.size() - 3);
-      const std::string name = ref.substr(p.size());
-      if (root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
-        return &root_[section][name];
-    }
-    return nullptr;
-  }
-
-  const ojson& root_;
-  std::vector<GrammarNode>& nodes_;
-};
+constexpr std::size_t kMaxTools = 64;  // name candidates (a 64-bit mask)
 
 }  // namespace
 
@@ -173,9 +41,8 @@ ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFor
   if (tools.empty())
     throw Error(ErrorKind::InvalidArgument, "a forced tool call needs at least one tool");
   for (const auto& tool : tools) {
-    if (name_literals_.size() >= kMaxLiterals) break;
-    SchemaCompiler compiler(tool.input_schema, nodes_);
-    std::int32_t root = compiler.compile(tool.input_schema, 0);
+    if (name_literals_.size() >= kMaxTools) break;
+    std::int32_t root = compile_json_schema(tool.input_schema, nodes_);
     if (nodes_[root].kind != GrammarNodeKind::Object) {  // arguments are always an object
       nodes_.push_back({.kind = GrammarNodeKind::Object, .free_keys = true});
       root = static_cast<std::int32_t>(nodes_.size() - 1);
@@ -187,6 +54,7 @@ ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFor
                       std::vector<std::string>{syntax_.middle},
                       std::vector<std::string>{syntax_.suffix}};
   any_literals_ = {"true", "false", "null"};
+  compute_min_bytes();
 }
 
 GrammarState ToolCallGrammar::initial_state() const {
@@ -197,13 +65,19 @@ GrammarState ToolCallGrammar::initial_state() const {
 }
 
 bool ToolCallGrammar::complete(const GrammarState& s) const {
-  return !s.dead && s.depth == 1 && s.frames[0].kind == kRoot && s.frames[0].phase == 5;
+  return !s.dead && s.depth == 1 && s.frames[0].kind == kRoot && s.frames[0].phase == kRootComplete;
 }
 
-bool ToolCallGrammar::in_free_string(const GrammarState& s) const {
-  if (s.dead || s.depth == 0) return false;
+ToolCallGrammar::StringRoom ToolCallGrammar::free_string_room(const GrammarState& s) const {
+  if (s.dead || s.depth == 0) return {};
   const GrammarFrame& top = s.frames[s.depth - 1];
-  return top.kind == kStr && top.phase == 0 && top.aux == 0;
+  if (top.kind != kStr || top.phase != 0 || top.aux != 0) return {};
+  if (top.node < 0) return {.inside = true, .chars_left = kGrammarUnbounded};
+  const GrammarNode& n = nodes_[top.node];
+  return {.inside = true,
+          .chars_left =
+              n.max_length == kGrammarUnbounded ? kGrammarUnbounded : n.max_length - top.count,
+          .chars_needed = n.min_length > top.count ? n.min_length - top.count : 0};
 }
 
 bool ToolCallGrammar::advance(GrammarState& state, std::string_view bytes) const {
@@ -266,55 +140,69 @@ ToolCallGrammar::Step ToolCallGrammar::step_frame(GrammarState& s, std::uint8_t 
       return step_literal(s, f, c);
     case kStr:
       return step_string(s, f, c);
-    case kNum: {
-      const bool integer = f.aux != 0;
-      const bool digit = is_digit(c);
-      if (digit && f.pos >= kMaxDigits) return Step::Reject;
-      if (digit) ++f.pos;
-      switch (f.phase) {
-        case kNumStart:
-          if (c == '-') return f.phase = kNumMinus, Step::Consumed;
-          [[fallthrough]];
-        case kNumMinus:
-          if (c == '0') return f.phase = kNumZero, Step::Consumed;
-          if (digit) return f.phase = kNumInt, Step::Consumed;
-          return Step::Reject;
-        case kNumInt:
-          if (digit) return Step::Consumed;
-          [[fallthrough]];
-        case kNumZero:
-          if (!integer && c == '.') return f.phase = kNumDot, Step::Consumed;
-          if (!integer && (c == 'e' || c == 'E')) return f.phase = kNumE, Step::Consumed;
-          break;
-        case kNumDot:
-          if (digit) return f.phase = kNumFrac, Step::Consumed;
-          return Step::Reject;
-        case kNumFrac:
-          if (digit) return Step::Consumed;
-          if (c == 'e' || c == 'E') return f.phase = kNumE, Step::Consumed;
-          break;
-        case kNumE:
-          if (c == '+' || c == '-') return f.phase = kNumESign, Step::Consumed;
-          [[fallthrough]];
-        case kNumESign:
-          if (digit) return f.phase = kNumExp, Step::Consumed;
-          return Step::Reject;
-        case kNumExp:
-          if (digit) return Step::Consumed;
-          break;
-      }
-      if (digit) return Step::Reject;  // e.g. a digit after a leading 0
-      pop(s, false, 0);                // the number ended; the byte belongs to the parent
-      return Step::Reprocess;
-    }
+    case kNum:
+      return step_number(s, f, c);
   }
   return Step::Reject;
+}
+
+// Digits are counted per part (pos) against the kMax*Digits limits.
+ToolCallGrammar::Step ToolCallGrammar::step_number(GrammarState& s, GrammarFrame& f,
+                                                   std::uint8_t c) const {
+  const bool integer = f.aux != 0;
+  const bool digit = is_digit(c);
+  auto enter = [&](NumPhase phase, std::uint32_t digits) {
+    f.phase = phase;
+    f.pos = digits;
+    return Step::Consumed;
+  };
+  auto more = [&](std::uint32_t limit) {
+    if (f.pos >= limit) return Step::Reject;
+    ++f.pos;
+    return Step::Consumed;
+  };
+  switch (f.phase) {
+    case kNumStart:
+      if (c == '-') return enter(kNumMinus, 0);
+      [[fallthrough]];
+    case kNumMinus:
+      if (c == '0') return enter(kNumZero, 1);
+      if (digit) return enter(kNumInt, 1);
+      return Step::Reject;
+    case kNumInt:
+      if (digit) return more(kMaxIntDigits);
+      [[fallthrough]];
+    case kNumZero:
+      if (!integer && c == '.') return enter(kNumDot, 0);
+      if (!integer && (c == 'e' || c == 'E')) return enter(kNumE, 0);
+      break;
+    case kNumDot:
+      if (digit) return enter(kNumFrac, 1);
+      return Step::Reject;
+    case kNumFrac:
+      if (digit) return more(kMaxFracDigits);
+      if (c == 'e' || c == 'E') return enter(kNumE, 0);
+      break;
+    case kNumE:
+      if (c == '+' || c == '-') return enter(kNumESign, 0);
+      [[fallthrough]];
+    case kNumESign:
+      if (digit) return enter(kNumExp, 1);
+      return Step::Reject;
+    case kNumExp:
+      if (digit) return more(kMaxExpDigits);
+      break;
+  }
+  if (digit) return Step::Reject;  // e.g. a digit after a leading 0
+  pop(s, false, 0);                // the number ended; the byte belongs to the parent
+  return Step::Reprocess;
 }
 
 // Inside a string: escapes, and UTF-8 as RFC 3629 allows it (what JSON parsers accept), so a
 // byte-fallback token cannot leave a broken character. aux: continuation bytes still due;
 // pos: (lowest << 8 | highest) allowed value of the next one. \u escapes avoid the surrogate
-// range (a lone surrogate does not parse) by not starting with d/D.
+// range (a lone surrogate does not parse) by not starting with d/D. count: characters begun,
+// held to the node's minLength/maxLength.
 ToolCallGrammar::Step ToolCallGrammar::step_string(GrammarState& s, GrammarFrame& f,
                                                    std::uint8_t c) const {
   if (f.aux > 0) {
@@ -324,9 +212,14 @@ ToolCallGrammar::Step ToolCallGrammar::step_string(GrammarState& s, GrammarFrame
     return Step::Consumed;
   }
   if (f.phase == 0) {
-    if (c == '"') return pop(s, false, 0), Step::Consumed;
+    const GrammarNode* n = f.node >= 0 ? &nodes_[f.node] : nullptr;
+    if (c == '"') {
+      if (n && f.count < n->min_length) return Step::Reject;
+      return pop(s, false, 0), Step::Consumed;
+    }
+    if (c < 0x20 || (n && f.count >= n->max_length)) return Step::Reject;
+    ++f.count;
     if (c == '\\') return f.phase = 1, Step::Consumed;
-    if (c < 0x20) return Step::Reject;
     if (c < 0x80) return Step::Consumed;
     if (c >= 0xC2 && c <= 0xDF)
       f.aux = 1, f.pos = 0x80BF;
@@ -485,7 +378,7 @@ ToolCallGrammar::Step ToolCallGrammar::step_value(GrammarState& s, GrammarFrame&
       return Step::Consumed;
     case GrammarNodeKind::String:
       if (c != '"') return Step::Reject;
-      f = GrammarFrame{.kind = kStr};
+      f = GrammarFrame{.node = node, .kind = kStr};
       return Step::Consumed;
     case GrammarNodeKind::Number:
     case GrammarNodeKind::Integer:
@@ -558,31 +451,37 @@ ToolCallGrammar::Step ToolCallGrammar::step_object(GrammarState& s, GrammarFrame
   return Step::Reject;
 }
 
+// count: items begun, held to the node's minItems/maxItems.
 ToolCallGrammar::Step ToolCallGrammar::step_array(GrammarState& s, GrammarFrame& f,
                                                   std::uint8_t c) const {
-  const std::int32_t items = f.node >= 0 ? nodes_[f.node].items : -1;
+  const GrammarNode* n = f.node >= 0 ? &nodes_[f.node] : nullptr;
+  const std::int32_t items = n ? n->items : -1;
+  const std::uint32_t min_items = n ? n->min_items : 0;
+  const std::uint32_t max_items = n ? n->max_items : kGrammarUnbounded;
   const bool may_space = c == ' ' && f.n_ws == 0;
   switch (f.phase) {
     case kArrOpen:
       if (may_space) return f.n_ws = 1, Step::Consumed;
-      if (c == ']') return pop(s, false, 0), Step::Consumed;
+      if (c == ']' && min_items == 0) return pop(s, false, 0), Step::Consumed;
       [[fallthrough]];
     case kArrAfterComma: {
       if (may_space) return f.n_ws = 1, Step::Consumed;
+      if (f.count >= max_items) return Step::Reject;
       const std::uint8_t ws = f.n_ws;
       f.phase = kArrAfterValue;
       f.n_ws = 0;
+      ++f.count;
       return push(s, GrammarFrame{.node = items, .kind = kValue, .n_ws = ws}) ? Step::Reprocess
                                                                               : Step::Reject;
     }
     case kArrAfterValue:
       if (may_space) return f.n_ws = 1, Step::Consumed;
-      if (c == ',') {
+      if (c == ',' && f.count < max_items) {
         f.phase = kArrAfterComma;
         f.n_ws = 0;
         return Step::Consumed;
       }
-      if (c == ']') return pop(s, false, 0), Step::Consumed;
+      if (c == ']' && f.count >= min_items) return pop(s, false, 0), Step::Consumed;
       return Step::Reject;
   }
   return Step::Reject;

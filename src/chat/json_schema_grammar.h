@@ -2,12 +2,15 @@
 // value valid for the tool's input_schema. Compiled once per request from a JSON Schema subset:
 // type (object, string, number, integer, boolean, null, array, or a list of them), properties,
 // required, additionalProperties, items, enum, const, anyOf/oneOf (the first alternative that can
-// start with the next character wins), local $ref (#/$defs/..., #/definitions/...). Every other
-// keyword ($schema, pattern, format, minLength, maxItems, exclusiveMinimum, ...) is ignored,
-// never an error: the grammar accepts a subset of the valid instances, never an invalid one.
-// Objects take their properties in schema order (optional ones may be skipped, required ones
-// not); extra keys are only generated for objects that list no properties. At most one space
-// wherever JSON allows whitespace, so a small model cannot loop on blanks.
+// start with the next character wins), local $ref (#/$defs/..., #/definitions/...), minLength and
+// maxLength (code points; an escape is one), minItems and maxItems. Every other keyword ($schema,
+// pattern, format, minimum, ...) is ignored, never an error: the grammar accepts a subset of the
+// valid instances, never an invalid one. Objects take their properties in schema order (optional
+// ones may be skipped, required ones not); extra keys are only generated for objects that list no
+// properties. At most one space wherever JSON allows whitespace, so a small model cannot loop on
+// blanks; numbers have at most 16 integer digits, 16 fraction digits and 2 exponent digits.
+// The grammar also knows, for any state, the length of the shortest text that completes the call
+// (json_schema_completion.cpp), so a token budget can be honoured.
 #pragma once
 
 #include <array>
@@ -22,6 +25,11 @@
 #include "chat/tool_call_format.h"
 
 namespace akv {
+
+// Lengths and counts the schema leaves open; and the cost of a value no finite text completes
+// (a required property recursing into itself).
+inline constexpr std::uint32_t kGrammarUnbounded = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kGrammarUnreachable = 1u << 30;
 
 enum class GrammarNodeKind : std::uint8_t {
   Any,
@@ -42,7 +50,16 @@ struct GrammarNode {
   bool free_keys = false;               // Object listing no properties: any key, Any values
   std::int32_t items = -1;              // Array: item node (-1: Any)
   std::vector<std::string> literals{};  // Literal: the JSON texts allowed (enum, const, true...)
-  std::vector<std::int32_t> alternatives{};  // AnyOf
+  std::vector<std::int32_t> alternatives{};      // AnyOf
+  std::uint32_t min_length = 0;                  // String: code points
+  std::uint32_t max_length = kGrammarUnbounded;  // String
+  std::uint32_t min_items = 0;                   // Array
+  std::uint32_t max_items = kGrammarUnbounded;   // Array
+  // Filled after compiling (bytes, saturating at kGrammarUnreachable):
+  std::uint32_t min_bytes = kGrammarUnreachable;  // the shortest text of this value
+  std::vector<std::uint32_t>
+      required_rest_bytes{};                        // Object [n+1]: `,"k":v` of required props >= i
+  std::vector<std::uint32_t> optional_min_bytes{};  // Object [n+1]: shortest `"k":v` of props >= i
 };
 
 // The text around the call: prefix + "\"<name>\"" + middle + <arguments JSON> + suffix.
@@ -59,9 +76,11 @@ ToolCallSyntax tool_call_syntax(ToolCallFormat format);
 struct GrammarFrame {
   const std::vector<std::string>* literals = nullptr;  // Lit frames
   std::uint64_t mask = 0;                              // Lit: candidates still possible
-  std::uint32_t pos = 0;   // Lit: chars matched; Object: next property index; Num: digits
-  std::int32_t node = -1;  // grammar node (-1: Any)
-  std::uint16_t aux = 0;   // chosen property / tool index
+  std::uint32_t pos = 0;    // Lit: chars matched; Object: next property index; Num: digits
+                            // in the current part; Str: next UTF-8 byte's range
+  std::uint32_t count = 0;  // Str: code points begun; Array: items begun
+  std::int32_t node = -1;   // grammar node (-1: Any)
+  std::uint16_t aux = 0;    // chosen property / tool index
   std::uint8_t kind = 0;
   std::uint8_t phase = 0;
   std::uint8_t n_ws = 0;    // spaces seen at the current position
@@ -92,9 +111,22 @@ class ToolCallGrammar {
   // The whole call has been matched; nothing more may follow.
   bool complete(const GrammarState& state) const;
   // The state sits inside a JSON string between characters (no pending escape or UTF-8
-  // continuation): any complete UTF-8 text without '"', '\\' or control bytes keeps it there
-  // (the vocab walk's fast path).
-  bool in_free_string(const GrammarState& state) const;
+  // continuation): any complete UTF-8 text without '"', '\\' or control bytes of at most
+  // `chars_left` characters keeps it there (the vocab walk's fast path); the first
+  // `chars_needed` of them shorten the shortest completion by one byte each.
+  struct StringRoom {
+    bool inside = false;
+    std::uint32_t chars_left = 0;
+    std::uint32_t chars_needed = 0;
+  };
+  StringRoom free_string_room(const GrammarState& state) const;
+
+  // Bytes of the shortest text that completes the call from `state` (0 once complete): close
+  // the open string/number, write the missing required properties with their shortest values,
+  // close arrays and objects, then the family's closing text. Each byte of such a text lowers
+  // it by exactly one. kGrammarUnreachable when none exists (dead state). Cost: O(depth), plus
+  // the candidates of a pending tool name or property key.
+  std::uint32_t shortest_completion_bytes(const GrammarState& state) const;
 
   const ToolCallSyntax& syntax() const { return syntax_; }
 
@@ -107,7 +139,15 @@ class ToolCallGrammar {
   Step step_literal(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
   Step step_string(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
   Step step_root(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_number(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
   bool can_start(std::int32_t node, std::uint8_t c, int budget) const;
+  // json_schema_completion.cpp: the shortest texts of values, computed once after compiling.
+  void compute_min_bytes();
+  std::uint32_t value_min_bytes(std::int32_t node) const;
+  std::uint32_t start_min_bytes(std::int32_t node, std::uint8_t c) const;
+  std::uint32_t frame_rest_bytes(const GrammarFrame& f) const;
+  std::uint32_t choice_rest_bytes(const GrammarFrame& lit, const GrammarFrame& parent) const;
+  std::uint32_t object_rest_bytes(const GrammarFrame& f) const;
   bool push(GrammarState& s, const GrammarFrame& f) const;
   void pop(GrammarState& s, bool report, std::uint16_t chosen) const;
 
@@ -116,6 +156,7 @@ class ToolCallGrammar {
   std::vector<std::string> name_literals_;
   std::array<std::vector<std::string>, 3> syntax_literals_;  // {prefix}, {middle}, {suffix}
   std::vector<std::string> any_literals_;                    // true, false, null
+  std::uint32_t tools_min_bytes_ = kGrammarUnreachable;      // min over tools: name+middle+args
   ToolCallSyntax syntax_;
 };
 

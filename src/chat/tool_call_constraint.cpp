@@ -1,6 +1,7 @@
 #include "chat/tool_call_constraint.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -44,11 +45,14 @@ std::string token_bytes(const std::string& text, bool sentencepiece) {
   return out;
 }
 
-// Whole UTF-8 characters (RFC 3629) with no '"', '\\' or control byte.
-bool is_string_safe(std::string_view b) {
+// The number of characters when `b` is whole UTF-8 characters (RFC 3629) with no '"', '\\' or
+// control byte; 0 otherwise.
+std::size_t count_string_chars(std::string_view b) {
+  std::size_t n_chars = 0;
   for (std::size_t i = 0; i < b.size();) {
     const auto c = static_cast<unsigned char>(b[i++]);
-    if (c < 0x20 || c == '"' || c == '\\') return false;
+    if (c < 0x20 || c == '"' || c == '\\') return 0;
+    ++n_chars;
     int n = 0;
     unsigned lo = 0x80, hi = 0xBF;
     if (c < 0x80)
@@ -68,15 +72,15 @@ bool is_string_safe(std::string_view b) {
     else if (c == 0xF4)
       n = 3, hi = 0x8F;
     else
-      return false;
+      return 0;
     for (int k = 0; k < n; ++k, ++i) {
-      if (i >= b.size()) return false;
+      if (i >= b.size()) return 0;
       const auto d = static_cast<unsigned char>(b[i]);
-      if (d < lo || d > hi) return false;
+      if (d < lo || d > hi) return 0;
       lo = 0x80, hi = 0xBF;
     }
   }
-  return true;
+  return n_chars;
 }
 
 void copy_state(GrammarState& dst, const GrammarState& src) {
@@ -123,41 +127,59 @@ ConstraintVocab::ConstraintVocab(const Tokenizer& tokenizer) {
   const std::int32_t n = tokenizer.vocab_size();
   const bool sentencepiece = tokenizer.find_token("<0x0A>").has_value();
   bytes_.resize(n);
-  string_safe_.assign(n, 0);
+  string_chars_.assign(n, 0);
   std::vector<std::int32_t> all, breaking;
+  std::array<bool, 256> single_byte{};
   for (std::int32_t id = 0; id < n; ++id) {
     const std::string* text = tokenizer.token_text(id);
     if (text == nullptr || text->empty()) continue;
     if (tokenizer.is_special(id) && !is_marker(*text)) continue;
     bytes_[id] = token_bytes(*text, sentencepiece && !tokenizer.is_special(id));
     all.push_back(id);
-    if (is_string_safe(bytes_[id]))
-      string_safe_[id] = 1;
+    if (bytes_[id].size() == 1) single_byte[static_cast<std::uint8_t>(bytes_[id][0])] = true;
+    if (const std::size_t chars = count_string_chars(bytes_[id]); chars > 0)
+      string_chars_[id] = static_cast<std::uint16_t>(std::min<std::size_t>(chars, 0xFFFF));
     else
       breaking.push_back(id);
   }
+  has_byte_tokens_ = single_byte['\n'];
+  for (int c = 0x20; c < 0x7F; ++c) has_byte_tokens_ &= single_byte[c];
   if (tokenizer.eos_id() >= 0) eos_ids_.push_back(tokenizer.eos_id());
   all_ = VocabTrie(bytes_, std::move(all));
   string_breaking_ = VocabTrie(bytes_, std::move(breaking));
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ConstraintVocab> vocab,
-                                       std::shared_ptr<const ToolCallGrammar> grammar)
-    : vocab_(std::move(vocab)), grammar_(std::move(grammar)), state_(grammar_->initial_state()) {
+                                       std::shared_ptr<const ToolCallGrammar> grammar,
+                                       std::int32_t max_tokens)
+    : vocab_(std::move(vocab)),
+      grammar_(std::move(grammar)),
+      state_(grammar_->initial_state()),
+      max_tokens_(std::max(max_tokens, 0)) {
   walk_stack_.resize(vocab_->all().max_depth() + 2);
 }
 
-void ToolCallConstraint::walk(const VocabTrie& trie, std::vector<std::uint8_t>& allowed) const {
+void ToolCallConstraint::Scan::consider(std::int32_t id, std::uint32_t bytes_after) {
+  if (!check_budget || bytes_after <= limit_bytes) {
+    if (allowed) (*allowed)[id] = 1;
+    ++n_allowed;
+  }
+  if (bytes_after < best_bytes || (bytes_after == best_bytes && id < best_id)) {
+    best_bytes = bytes_after;
+    best_id = id;
+  }
+}
+
+void ToolCallConstraint::walk(const VocabTrie& trie, const GrammarState& state, Scan& scan) const {
   if (trie.nodes().empty()) return;
-  copy_state(walk_stack_[0], state_);
-  walk_children(trie, 0, 0, allowed);
+  copy_state(walk_stack_[0], state);
+  walk_children(trie, 0, 0, scan);
 }
 
 // Visits the sibling chain starting at `first`, whose parent's state is walk_stack_[depth];
 // descends only where the grammar accepts the byte.
 void ToolCallConstraint::walk_children(const VocabTrie& trie, std::uint32_t first,
-                                       std::uint32_t depth,
-                                       std::vector<std::uint8_t>& allowed) const {
+                                       std::uint32_t depth, Scan& scan) const {
   const auto& nodes = trie.nodes();
   const auto& ids = trie.token_ids();
   for (std::uint32_t i = first;; i = nodes[i].next_sibling) {
@@ -165,11 +187,42 @@ void ToolCallConstraint::walk_children(const VocabTrie& trie, std::uint32_t firs
     GrammarState& s = walk_stack_[depth + 1];
     copy_state(s, walk_stack_[depth]);
     if (grammar_->advance_or_spoil(s, node.byte)) {
-      for (std::uint32_t t = node.token_begin; t < node.token_end; ++t) allowed[ids[t]] = 1;
-      if (node.has_child) walk_children(trie, i + 1, depth + 1, allowed);
+      if (node.token_end > node.token_begin) {
+        const std::uint32_t after = scan.check_budget ? grammar_->shortest_completion_bytes(s) : 0;
+        for (std::uint32_t t = node.token_begin; t < node.token_end; ++t)
+          scan.consider(ids[t], after);
+      }
+      if (node.has_child) walk_children(trie, i + 1, depth + 1, scan);
     }
     if (node.next_sibling == 0) break;
   }
+}
+
+// Inside a free string the string-safe tokens need no walk: within the room left they keep the
+// string open and shorten its completion by the characters minLength still needs.
+void ToolCallConstraint::scan(const GrammarState& state, Scan& scan) const {
+  const ToolCallGrammar::StringRoom room = grammar_->free_string_room(state);
+  if (!room.inside) return walk(vocab_->all(), state, scan);
+  const auto& chars = vocab_->string_chars();
+  const auto n = static_cast<std::int32_t>(chars.size());
+  if (!scan.check_budget) {
+    std::vector<std::uint8_t>& allowed = *scan.allowed;
+    const std::uint32_t left = room.chars_left;
+    std::int32_t n_allowed = 0;
+    for (std::int32_t id = 0; id < n; ++id) {
+      allowed[id] = chars[id] != 0 && chars[id] <= left;
+      n_allowed += allowed[id];
+    }
+    scan.n_allowed += n_allowed;
+  } else {
+    const std::uint32_t now = grammar_->shortest_completion_bytes(state);
+    for (std::int32_t id = 0; id < n; ++id) {
+      const std::uint32_t k = chars[id];
+      if (k == 0 || k > room.chars_left) continue;
+      scan.consider(id, now - std::min(k, room.chars_needed));
+    }
+  }
+  walk(vocab_->string_breaking(), state, scan);
 }
 
 void ToolCallConstraint::allowed(std::vector<std::uint8_t>& allowed) const {
@@ -178,14 +231,26 @@ void ToolCallConstraint::allowed(std::vector<std::uint8_t>& allowed) const {
     for (auto id : vocab_->eos_ids()) allowed[id] = 1;
     return;
   }
-  if (grammar_->in_free_string(state_)) {
-    allowed = vocab_->string_safe();
-    walk(vocab_->string_breaking(), allowed);
-  } else {
-    walk(vocab_->all(), allowed);
-  }
-  if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end())
+  Scan s{.allowed = &allowed,
+         .check_budget = max_tokens_ > 0,
+         .limit_bytes = std::int64_t{max_tokens_} - n_accepted_ - 1};
+  scan(state_, s);
+  if (s.n_allowed == 0 && s.best_id >= 0) allowed[s.best_id] = 1;  // the budget started short
+  if (s.n_allowed == 0 && s.best_id < 0)
     for (auto id : vocab_->eos_ids()) allowed[id] = 1;  // dead end: let the sequence stop
+}
+
+std::int32_t ToolCallConstraint::shortest_completion_tokens() const {
+  GrammarState state = state_;
+  for (std::int32_t n = 0; n < 1 << 16; ++n) {
+    if (grammar_->complete(state)) return n;
+    Scan s{.check_budget = true, .limit_bytes = -1};  // allows nothing, finds the best
+    scan(state, s);
+    if (s.best_id < 0 || s.best_bytes >= kGrammarUnreachable ||
+        !grammar_->advance(state, vocab_->bytes(s.best_id)))
+      return kNoCompletion;
+  }
+  return kNoCompletion;
 }
 
 void ToolCallConstraint::mask(std::span<float> logits) {
@@ -198,6 +263,7 @@ void ToolCallConstraint::mask(std::span<float> logits) {
 }
 
 void ToolCallConstraint::accept(std::int32_t token) {
+  ++n_accepted_;
   if (state_.dead || grammar_->complete(state_)) return;
   if (token < 0 || token >= vocab_->vocab_size() || vocab_->bytes(token).empty() ||
       !grammar_->advance(state_, vocab_->bytes(token))) {
@@ -212,8 +278,8 @@ bool ToolCallConstraint::done() const {
 }
 
 std::unique_ptr<ToolCallConstraint> make_forced_call_constraint(
-    const ChatRequest& request, ToolCallFormat format,
-    std::shared_ptr<const ConstraintVocab> vocab) {
+    const ChatRequest& request, ToolCallFormat format, std::shared_ptr<const ConstraintVocab> vocab,
+    std::int32_t max_tokens) {
   const ToolChoice& choice = request.tool_choice;
   if (request.tools.empty() || choice.type == ToolChoiceType::Auto ||
       choice.type == ToolChoiceType::None)
@@ -229,7 +295,7 @@ std::unique_ptr<ToolCallConstraint> make_forced_call_constraint(
     tools = request.tools;
   }
   auto grammar = std::make_shared<const ToolCallGrammar>(tools, format);
-  return std::make_unique<ToolCallConstraint>(std::move(vocab), std::move(grammar));
+  return std::make_unique<ToolCallConstraint>(std::move(vocab), std::move(grammar), max_tokens);
 }
 
 }  // namespace akv

@@ -1,7 +1,8 @@
 // Forced tool calls (tool_choice any/tool, OpenAI required/named): a TokenConstraint that lets
 // the sampler pick only tokens keeping the output inside ToolCallGrammar, and end-of-sequence
-// only once the call is complete. ConstraintVocab (per model, built once) holds every token's
-// bytes in a trie, so each step walks only the token prefixes the grammar can still accept.
+// only once the call is complete. With a token budget (the request's max_tokens) it also keeps
+// the call finishable in time. ConstraintVocab (per model, built once) holds every token's bytes
+// in a trie, so each step walks only the token prefixes the grammar can still accept.
 #pragma once
 
 #include <cstdint>
@@ -57,53 +58,93 @@ class ConstraintVocab {
   // Tokens holding '"', '\\', a control byte or broken UTF-8: inside a string only these
   // need simulating.
   const VocabTrie& string_breaking() const { return string_breaking_; }
-  // [vocab_size] 1 where the token is whole UTF-8 characters that may stand in a JSON string.
-  const std::vector<std::uint8_t>& string_safe() const { return string_safe_; }
+  // [vocab_size] the number of characters of a token made of whole UTF-8 characters that may
+  // stand in a JSON string (capped at 65535); 0 for every other token.
+  const std::vector<std::uint16_t>& string_chars() const { return string_chars_; }
+  // Every printable ASCII byte and '\n' is a token of its own (byte-level BPE, SentencePiece
+  // byte fallback): then any shortest completion of B bytes fits in B tokens.
+  bool has_byte_tokens() const { return has_byte_tokens_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<std::int32_t> eos_ids_;
   VocabTrie all_;
   VocabTrie string_breaking_;
-  std::vector<std::uint8_t> string_safe_;
+  std::vector<std::uint16_t> string_chars_;
+  bool has_byte_tokens_ = false;
 };
 
+// The budget rule: with R tokens left, a token is allowed only if the shortest completion after
+// it (in bytes, ToolCallGrammar::shortest_completion_bytes) is at most R - 1. Where the vocab has
+// a token for every byte (ConstraintVocab::has_byte_tokens), a state with a completion of B <= R
+// bytes always has such a token (the next byte of that completion), so a call that starts within
+// budget finishes within it. When no token passes (the budget started too small), the single
+// most progressing token is allowed (fewest bytes left after it, then lowest id): the path
+// shortest_completion_tokens() measures.
 class ToolCallConstraint final : public TokenConstraint {
  public:
-  // Shares the model's vocab and this request's grammar. One per request; not thread-safe
-  // (the engine thread calls mask/accept/done).
+  static constexpr std::int32_t kNoCompletion = 0x7FFFFFFF;
+
+  // Shares the model's vocab and this request's grammar. `max_tokens`: the tokens the request
+  // may generate (0: no budget). One per request; not thread-safe (the engine thread calls
+  // mask/accept/done).
   ToolCallConstraint(std::shared_ptr<const ConstraintVocab> vocab,
-                     std::shared_ptr<const ToolCallGrammar> grammar);
+                     std::shared_ptr<const ToolCallGrammar> grammar, std::int32_t max_tokens);
 
   // allowed[id] = 1 for each token that may come next ([vocab_size]). Cost: the trie walk over
-  // viable prefixes (inside a free string: the string-breaking tokens only).
+  // viable prefixes (inside a free string: a pass over string_chars() and the string-breaking
+  // tokens), plus one shortest_completion_bytes per viable token end when budgeted.
   void allowed(std::vector<std::uint8_t>& allowed) const;
 
   void mask(std::span<float> logits) override;
   void accept(std::int32_t token) override;
   bool done() const override;
 
+  // Tokens the call takes from the current state when each step takes the most progressing
+  // token; a budget at least this large always ends in a complete call. kNoCompletion when the
+  // grammar cannot complete. Cost: one vocab walk per token (a few ms); call once, up front.
+  std::int32_t shortest_completion_tokens() const;
+  std::uint32_t shortest_completion_bytes() const {
+    return grammar_->shortest_completion_bytes(state_);
+  }
+
   // The bytes accepted so far (for tests and logs).
   const std::string& text() const { return text_; }
 
  private:
-  void walk(const VocabTrie& trie, std::vector<std::uint8_t>& allowed) const;
+  // One pass over the tokens viable from a state: marks those within `limit` (when checking
+  // the budget; all of them otherwise) and remembers the most progressing one.
+  struct Scan {
+    std::vector<std::uint8_t>* allowed = nullptr;
+    bool check_budget = false;
+    std::int64_t limit_bytes = 0;  // the most completion bytes an allowed token may leave
+    std::int32_t n_allowed = 0;
+    std::uint32_t best_bytes = kGrammarUnreachable + 1;
+    std::int32_t best_id = -1;
+    void consider(std::int32_t id, std::uint32_t bytes_after);
+  };
+  void scan(const GrammarState& state, Scan& scan) const;
+  void walk(const VocabTrie& trie, const GrammarState& state, Scan& scan) const;
   void walk_children(const VocabTrie& trie, std::uint32_t first, std::uint32_t depth,
-                     std::vector<std::uint8_t>& allowed) const;
+                     Scan& scan) const;
 
   std::shared_ptr<const ConstraintVocab> vocab_;
   std::shared_ptr<const ToolCallGrammar> grammar_;
   GrammarState state_;
+  std::int32_t max_tokens_ = 0;
+  std::int32_t n_accepted_ = 0;
   std::string text_;
   std::vector<std::uint8_t> scratch_;             // allowed() output for mask()
   mutable std::vector<GrammarState> walk_stack_;  // [max token length + 1]
 };
 
 // The constraint a request needs, or nullptr when it forces no call (tool_choice auto or none,
-// or no tools). tool_choice any: one call of any tool; tool: that one. Throws
-// Error(InvalidArgument) naming the tool when tool_choice names a tool not in request.tools.
+// or no tools). tool_choice any: one call of any tool; tool: that one. `max_tokens`: the
+// request's generation budget after clamping (0: none). Throws Error(InvalidArgument) naming the
+// tool when tool_choice names a tool not in request.tools. The caller should reject a budget
+// below shortest_completion_tokens().
 std::unique_ptr<ToolCallConstraint> make_forced_call_constraint(
-    const ChatRequest& request, ToolCallFormat format,
-    std::shared_ptr<const ConstraintVocab> vocab);
+    const ChatRequest& request, ToolCallFormat format, std::shared_ptr<const ConstraintVocab> vocab,
+    std::int32_t max_tokens);
 
 }  // namespace akv

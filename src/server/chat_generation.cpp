@@ -52,6 +52,18 @@ ChatMessage assistant_turn(const std::vector<OutputBlock>& blocks) {
   return m;
 }
 
+// A forced call must fit max_tokens: the grammar guarantees a complete call only from a budget
+// of shortest_completion_tokens() up.
+void check_forced_call_budget(const ToolCallConstraint& constraint, const ChatRequest& chat, std::int32_t max_tokens) {
+  const std::int32_t needed = constraint.shortest_completion_tokens();
+  if (needed <= max_tokens) return;
+  const std::string tool = chat.tool_choice.type == ToolChoiceType::Tool ? chat.tool_choice.name : "any tool";
+  if (needed == ToolCallConstraint::kNoCompletion)
+    throw Error(ErrorKind::InvalidArgument, "no call to " + tool + " can satisfy its input_schema");
+  throw Error(ErrorKind::InvalidArgument, "max_tokens too small for a forced call to " + tool + ": the shortest call takes " +
+                                              std::to_string(needed) + " tokens, max_tokens is " + std::to_string(max_tokens));
+}
+
 const char* reason_name(StopReason r) {
   switch (r) {
     case StopReason::EndTurn: return "end_turn";
@@ -103,8 +115,11 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
                                           .parse_thinking = ctx.prompts.template_uses_think_tags(),
                                           .starts_in_thinking = prompt.starts_in_thinking});
   p.job.keep_special_tokens = format == ToolCallFormat::Llama3Json || format == ToolCallFormat::Mistral;
-  if (ctx.constraint_vocab && format != ToolCallFormat::None)
-    r.constraint = make_forced_call_constraint(chat, format, ctx.constraint_vocab);
+  if (ctx.constraint_vocab && format != ToolCallFormat::None) {
+    auto constraint = make_forced_call_constraint(chat, format, ctx.constraint_vocab, r.max_tokens);
+    if (constraint && !p.prewarm_only) check_forced_call_budget(*constraint, chat, r.max_tokens);
+    r.constraint = std::move(constraint);
+  }
   const PromptBuilder* prompts = &ctx.prompts;
   p.job.on_complete = [prompts](const std::vector<OutputBlock>& blocks, const std::string& raw) {
     prompts->remember_assistant_output(assistant_turn(blocks), raw);

@@ -11,6 +11,7 @@
 #include "chat/tool_call_constraint.h"
 #include "chat/tool_call_parser.h"
 #include "chat_testdata.h"
+#include "schema_check.h"
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
@@ -54,59 +55,6 @@ std::vector<ToolSpec> tools() {
   return {{.name = "Bash", .description = "", .input_schema = kBashSchema},
           {.name = "Edit", .description = "", .input_schema = kEditSchema},
           {.name = "EditNested", .description = "", .input_schema = kNestedSchema}};
-}
-
-const ojson* resolve(const ojson& root, const ojson& s) {
-  if (!s.contains("$ref")) return &s;
-  const std::string ref = s["$ref"];
-  return &root["$defs"][ref.substr(ref.rfind('/') + 1)];
-}
-
-// A small JSON Schema validator for the keywords the tests use.
-bool valid(const ojson& v, const ojson& schema, const ojson& root) {
-  const ojson& s = *resolve(root, schema);
-  if (s.contains("const") && v != s["const"]) return false;
-  if (s.contains("enum") && std::find(s["enum"].begin(), s["enum"].end(), v) == s["enum"].end())
-    return false;
-  if (s.contains("anyOf")) {
-    bool any = false;
-    for (const auto& alt : s["anyOf"]) any |= valid(v, alt, root);
-    if (!any) return false;
-  }
-  if (s.contains("type")) {
-    auto is = [&](const std::string& t) {
-      if (t == "object") return v.is_object();
-      if (t == "array") return v.is_array();
-      if (t == "string") return v.is_string();
-      if (t == "number") return v.is_number();
-      if (t == "integer") return v.is_number_integer();
-      if (t == "boolean") return v.is_boolean();
-      if (t == "null") return v.is_null();
-      return true;
-    };
-    bool ok = false;
-    if (s["type"].is_array()) {
-      for (const auto& t : s["type"]) ok |= is(t.get<std::string>());
-    } else {
-      ok = is(s["type"].get<std::string>());
-    }
-    if (!ok) return false;
-  }
-  if (v.is_object() && s.contains("properties")) {
-    for (const auto& r : s.value("required", ojson::array()))
-      if (!v.contains(r.get<std::string>())) return false;
-    for (const auto& [k, x] : v.items()) {
-      if (!s["properties"].contains(k)) {
-        if (s.value("additionalProperties", true) == false) return false;
-        continue;
-      }
-      if (!valid(x, s["properties"][k], root)) return false;
-    }
-  }
-  if (v.is_array() && s.contains("items"))
-    for (const auto& x : v)
-      if (!valid(x, s["items"], root)) return false;
-  return true;
 }
 
 bool accepts_all(const ToolCallGrammar& g, std::string_view text) {
@@ -184,7 +132,7 @@ void random_walks(const Tokenizer& tok, ToolCallFormat format, int n_walks, Walk
     request.tools = all_tools;
     request.tool_choice.type = walk % 2 ? ToolChoiceType::Any : ToolChoiceType::Tool;
     request.tool_choice.name = all_tools[walk % all_tools.size()].name;
-    auto constraint = make_forced_call_constraint(request, format, vocab);
+    auto constraint = make_forced_call_constraint(request, format, vocab, 0);
     ASSERT_TRUE(constraint);
     int step = 0;
     for (; step < 2000 && !constraint->done(); ++step) {
@@ -239,7 +187,8 @@ void random_walks(const Tokenizer& tok, ToolCallFormat format, int n_walks, Walk
       EXPECT_EQ(events[0].name, request.tool_choice.name);
     }
     const ojson args = ojson::parse(events[1].text);
-    EXPECT_TRUE(valid(args, it->input_schema, it->input_schema)) << constraint->text();
+    EXPECT_TRUE(test::valid_against(args, it->input_schema, it->input_schema))
+        << constraint->text();
     ++stats.n_calls;
   }
 }
