@@ -38,6 +38,11 @@ struct KvStorage {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // owners of k and v memory
 };
 
+class Backend;
+
+// Allocates one K and one V array per layer through `backend.alloc` (zero-filled).
+KvStorage alloc_kv_arrays(Backend& backend, const KvLayout& layout);
+
 // The row of `layer`'s K/V array holding position `pos` of a sequence with `block_table`.
 inline std::int64_t kv_row(const KvLayout& layout, std::span<const std::int32_t> block_table,
                            std::int64_t pos) {

@@ -28,16 +28,7 @@ std::unique_ptr<DeviceBuffer> ReferenceBackend::alloc(DType dtype, std::int64_t 
 }
 
 KvStorage ReferenceBackend::alloc_kv(const KvLayout& layout) {
-  KvStorage kv;
-  kv.layout = layout;
-  const std::int64_t rows = layout.n_blocks * layout.block_size;
-  for (std::int64_t l = 0; l < layout.n_layers; ++l) {
-    for (auto* side : {&kv.k, &kv.v}) {
-      kv.buffers.push_back(alloc(layout.dtype, rows, layout.row_width()));
-      side->push_back(kv.buffers.back()->tensor());
-    }
-  }
-  return kv;
+  return alloc_kv_arrays(*this, layout);
 }
 
 void ReferenceBackend::download(TensorRef x, std::span<float> host) {

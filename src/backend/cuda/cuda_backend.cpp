@@ -155,16 +155,7 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(DType dtype, std::int64_t rows,
 KvStorage CudaBackend::alloc_kv(const KvLayout& layout) {
   AKV_CHECK(layout.dtype == DType::F32 || layout.dtype == DType::BF16 || layout.dtype == DType::F16,
             "CUDA KV dtype: F32, BF16 or F16");
-  KvStorage kv;
-  kv.layout = layout;
-  const std::int64_t rows = layout.n_blocks * layout.block_size;
-  for (std::int64_t l = 0; l < layout.n_layers; ++l) {
-    for (auto* side : {&kv.k, &kv.v}) {
-      kv.buffers.push_back(alloc(layout.dtype, rows, layout.row_width()));
-      side->push_back(kv.buffers.back()->tensor());
-    }
-  }
-  return kv;
+  return alloc_kv_arrays(*this, layout);
 }
 
 void CudaBackend::download(TensorRef x, std::span<float> host) {
