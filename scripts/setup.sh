@@ -22,5 +22,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# Cache hits across checkouts in different folders (CI clones).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA="${AGENTKV_CUDA:-OFF}"
 cmake --build build -j"$(nproc)"

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 jobs="$(nproc)"
 ctest --test-dir build --output-on-failure -j"$jobs"
