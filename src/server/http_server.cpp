@@ -45,7 +45,10 @@ httplib::Server::Handler wrap(ServingContext& ctx, Handler handler) {
     try {
       handler(ctx, req, res);
     } catch (const Error& e) {
-      send_error(req, res, api_error_from(e));
+      ApiError err = api_error_from(e);
+      // "Overloaded" is 529 in Anthropic's API; OpenAI clients expect 429 (both are retried).
+      if (err.status == 529 && dialect_of(req) == Dialect::OpenAI) err = api_error(429, err.message);
+      send_error(req, res, err);
     } catch (const std::exception& e) {
       log_error("{} {}: internal error: {}", req.method, req.path, e.what());
       send_error(req, res, api_error(500, std::string("internal error: ") + e.what()));
