@@ -130,6 +130,10 @@ class OpTimer final : public Backend {
   }
   void upload(std::span<const float> h, TensorRef x) override { b_.upload(h, x); }
   void copy_kv_block(KvStorage& kv, std::int32_t a, std::int32_t d) override { b_.copy_kv_block(kv, a, d); }
+  void read_kv_block(const KvStorage& kv, std::int32_t b, std::span<std::byte> h) override { b_.read_kv_block(kv, b, h); }
+  void write_kv_block(KvStorage& kv, std::int32_t b, std::span<const std::byte> h) override {
+    b_.write_kv_block(kv, b, h);
+  }
   void embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) override {
     Scope s(*this, "embed");
     b_.embed(t, ids, sc, o);
@@ -142,9 +146,17 @@ class OpTimer final : public Backend {
     Scope s(*this, w.rows >= 14336 ? "matmul m>=14336" : w.rows >= 4096 ? "matmul m=4096" : "matmul m<4096");
     b_.matmul(x, w, bias, o);
   }
+  void matmul_multi(TensorRef x, std::span<const MatmulTarget> t) override {
+    Scope s(*this, t.size() == 3 ? "matmul q/k/v (one call)" : "matmul gate/up (one call)");
+    b_.matmul_multi(x, t);
+  }
   void add(TensorRef a, TensorRef x) override {
     Scope s(*this, "add");
     b_.add(a, x);
+  }
+  void add_rms_norm(TensorRef a, TensorRef x, const WeightRef& w, float e, float off, TensorRef o) override {
+    Scope s(*this, "add_rms_norm");
+    b_.add_rms_norm(a, x, w, e, off, o);
   }
   void rope(TensorRef x, std::int64_t hd, const RopeParams& r, std::span<const std::int32_t> p) override {
     Scope s(*this, "rope");
@@ -185,8 +197,8 @@ class OpTimer final : public Backend {
     calls_.clear();
     steps_ = 0;
   }
-  void print() const {
-    std::printf("\n| decode op (per step) | calls | GPU time |\n| --- | --- | --- |\n");
+  void print(const char* what) const {
+    std::printf("\n| %s | calls | GPU time |\n| --- | --- | --- |\n", what);
     double sum = 0;
     for (const auto& [op, ms] : total_ms_) {
       std::printf("| %s | %.0f | %.1f us |\n", op.c_str(), double(calls_.at(op)) / steps_, ms * 1e3 / steps_);
@@ -223,7 +235,7 @@ struct Layer {
   MlpWeights mlp;
 };
 
-// The Llama forward pass of src/models/llama.cpp over random device weights.
+// The Llama forward pass of src/models/llama.cpp (fused residual add + norm) over random device weights.
 class RandomLlama {
  public:
   RandomLlama(CudaBackend& b, const ModelConfig& c) : b_(b), ops_(&b), c_(c), ws_(b) {
@@ -280,12 +292,14 @@ class RandomLlama {
                        .attention = {.n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads, .head_dim = c_.head_dim,
                                      .scale = c_.attention_scale, .window = 0, .logit_softcap = 0.0}};
       const Layer& w = layers_[l];
-      ops_->rms_norm(ws_.x, w.attn_norm, eps, 0.0f, ws_.xn);
+      if (l == 0)
+        ops_->rms_norm(ws_.x, w.attn_norm, eps, 0.0f, ws_.xn);
+      else
+        ops_->add_rms_norm(ws_.x, ws_.y, w.attn_norm, eps, 0.0f, ws_.xn);
       run_attention(w.attn, ctx, ws_.xn);
-      ops_->add(ws_.x, ws_.y);
-      ops_->rms_norm(ws_.x, w.mlp_norm, eps, 0.0f, ws_.xn);
+      ops_->add_rms_norm(ws_.x, ws_.y, w.mlp_norm, eps, 0.0f, ws_.xn);
       run_mlp(w.mlp, ctx, ws_.xn, GluActivation::Silu);
-      ops_->add(ws_.x, ws_.y);
+      if (l + 1 == c_.n_layers) ops_->add(ws_.x, ws_.y);
     }
     const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
     if (!hidden_) {
@@ -394,6 +408,16 @@ int run(int argc, char** argv) {
     timer.end_step();
     if (i == 3) timer.reset();  // the first steps are warm-up
   }
+  timer.print("decode op (per step)");
+
+  // Per-op GPU time of one prefill (after a warm-up with the timer).
+  timer.reset();
+  step(0, prefill);
+  timer.end_step();
+  timer.reset();
+  step(0, prefill);
+  timer.end_step();
+  timer.print("prefill op (4K tokens)");
   model.set_ops(be);
 
   std::printf("\n| measurement | value |\n| --- | --- |\n");
@@ -409,7 +433,6 @@ int run(int argc, char** argv) {
               static_cast<long long>(prefill), double(prefill) / prefill_s, prefill_s * 1e3);
   const double prefill_flops = 2.0 * double(model.decode_bytes()) / 2.0 * double(prefill);
   std::printf("| prefill matmul rate (2 * params * tokens / time) | %.0f TFLOP/s |\n", prefill_flops / prefill_s * 1e-12);
-  timer.print();
   return 0;
 }
 

@@ -70,16 +70,15 @@ void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
   if (!w.qkv.empty()) {
     b.matmul(xn, w.qkv, nullptr, ctx.ws.qkv);
   } else {
-    b.matmul(xn, w.q, &w.q_bias, q);
-    b.matmul(xn, w.k, &w.k_bias, k);
-    b.matmul(xn, w.v, &w.v_bias, v);
+    const MatmulTarget qkv[] = {{&w.q, &w.q_bias, q}, {&w.k, &w.k_bias, k}, {&w.v, &w.v_bias, v}};
+    b.matmul_multi(xn, qkv);
   }
   if (!w.q_norm.empty()) {
     b.rms_norm(q, w.q_norm, ctx.qk_norm_eps, ctx.norm_offset, q);
     b.rms_norm(k, w.k_norm, ctx.qk_norm_eps, ctx.norm_offset, k);
   }
-  b.rope(q, p.head_dim, ctx.rope, ctx.batch.positions);
-  b.rope(k, p.head_dim, ctx.rope, ctx.batch.positions);
+  // q and k are adjacent in qkv: one rope call rotates the heads of both.
+  b.rope(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), p.head_dim, ctx.rope, ctx.batch.positions);
   b.store_kv(ctx.kv, ctx.layer, k, v, ctx.batch);
   b.attention(q, ctx.kv, ctx.layer, ctx.batch, p, ctx.ws.attn);
   b.matmul(ctx.ws.attn, w.o, nullptr, ctx.ws.y);
@@ -93,8 +92,8 @@ void run_mlp(const MlpWeights& w, LayerContext& ctx, TensorRef xn, GluActivation
   if (!w.gate_up.empty()) {
     b.matmul(xn, w.gate_up, nullptr, ctx.ws.gate_up);
   } else {
-    b.matmul(xn, w.gate, nullptr, gate);
-    b.matmul(xn, w.up, nullptr, up);
+    const MatmulTarget gate_up[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
+    b.matmul_multi(xn, gate_up);
   }
   b.glu(gate, up, act, ctx.ws.act);
   b.matmul(ctx.ws.act, w.down, nullptr, ctx.ws.y);

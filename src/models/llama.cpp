@@ -36,12 +36,15 @@ class LlamaModel final : public DecoderModel {
   void run_layer(LayerContext& ctx) override {
     const LlamaLayer& w = layers_[ctx.layer];
     const float eps = static_cast<float>(config_.rms_norm_eps);
-    backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 0.0f, ctx.ws.xn);
+    // The MLP output of layer l - 1 is still in ws.y: its residual add fuses with this norm.
+    if (ctx.layer == 0)
+      backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 0.0f, ctx.ws.xn);
+    else
+      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.attn_norm, eps, 0.0f, ctx.ws.xn);
     run_attention(w.attn, ctx, ctx.ws.xn);
-    backend_.add(ctx.ws.x, ctx.ws.y);
-    backend_.rms_norm(ctx.ws.x, w.mlp_norm, eps, 0.0f, ctx.ws.xn);
+    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.mlp_norm, eps, 0.0f, ctx.ws.xn);
     run_mlp(w.mlp, ctx, ctx.ws.xn, GluActivation::Silu);
-    backend_.add(ctx.ws.x, ctx.ws.y);
+    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
   }
 
   std::vector<LlamaLayer> layers_;

@@ -72,6 +72,61 @@ TEST(CudaOps, MatmulGemvAndGemm) {
   }
 }
 
+// Three weights of one width in one call (the q/k/v GEMV launch; cuBLAS for n > 8), with and
+// without biases, into column slices of one output (as run_attention does).
+TEST(CudaOps, MatmulMultiQkv) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (DType t : kFloatTypes) {
+    for (std::int64_t n : {1, 2, 4, 7, 12}) {
+      for (std::int64_t k : {256, 1000, 4096}) {
+        const std::int64_t mq = 200 + (k % 5), mkv = 37;
+        auto wq = WeightPair::random(t, mq, k, 1.0f / std::sqrt(float(k)));
+        auto wk = WeightPair::random(t, mkv, k, 1.0f / std::sqrt(float(k)));
+        auto wv = WeightPair::random(t, mkv, k, 1.0f / std::sqrt(float(k)));
+        auto bq = WeightPair::random(t, 1, mq, 0.1f, true);
+        auto bk = WeightPair::random(t, 1, mkv, 0.1f, true);
+        auto bv = WeightPair::random(t, 1, mkv, 0.1f, true);
+        const bool with_bias = n % 2 == 1;
+        Pair x = Pair::random(n, k, 8), out = Pair::make(n, mq + 2 * mkv, 4);
+        out.poison_gpu();
+        auto targets = [&](auto side) {
+          auto o = side(out);
+          const WeightRef* none = nullptr;
+          return std::vector<MatmulTarget>{
+              {&side(*wq), with_bias ? &side(*bq) : none, o.cols_slice(0, mq)},
+              {&side(*wk), with_bias ? &side(*bk) : none, o.cols_slice(mq, mkv)},
+              {&side(*wv), with_bias ? &side(*bv) : none, o.cols_slice(mq + mkv, mkv)}};
+        };
+        const auto cpu_t = targets([](auto& p) -> auto& { return p.cpu; });
+        const auto gpu_t = targets([](auto& p) -> auto& { return p.gpu; });
+        backends().ref.matmul_multi(x.cpu, cpu_t);
+        backends().gpu.matmul_multi(x.gpu, gpu_t);
+        const double tol = n <= 8 ? 1e-5 : tolerance(t);
+        EXPECT_LE(out.error(), tol) << dtype_name(t) << " n " << n << " k " << k;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, AddRmsNorm) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (DType t : kFloatTypes) {
+    for (std::int64_t cols : {64, 1000, 4096}) {
+      for (std::int64_t rows : {1, 6}) {
+        auto w = WeightPair::random(t, 1, cols, 1.0f, true);
+        // x 16-byte aligned (vector kernel) for 6 rows, not for 1 row (scalar kernel).
+        Pair acc = Pair::random(rows, cols, 8), x = Pair::random(rows, cols, rows == 1 ? 4 : 8);
+        Pair out = Pair::make(rows, cols);
+        out.poison_gpu();
+        backends().ref.add_rms_norm(acc.cpu, x.cpu, w->cpu, 1e-5f, 0.0f, out.cpu);
+        backends().gpu.add_rms_norm(acc.gpu, x.gpu, w->gpu, 1e-5f, 0.0f, out.gpu);
+        EXPECT_LE(out.error(), 1e-5) << dtype_name(t) << " cols " << cols;
+        EXPECT_LE(acc.error(), 1e-6) << dtype_name(t) << " cols " << cols << " (sum)";
+      }
+    }
+  }
+}
+
 TEST(CudaOps, AddGluSoftcapGather) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();
@@ -81,11 +136,13 @@ TEST(CudaOps, AddGluSoftcapGather) {
   EXPECT_LE(acc.error(), 1e-6);
 
   for (GluActivation act : {GluActivation::Silu, GluActivation::GeluTanh}) {
-    Pair gu = Pair::random(6, 2 * 200, 0, 3.0f), out = Pair::make(6, 200);
-    out.poison_gpu();
-    b.ref.glu(gu.cpu.cols_slice(0, 200), gu.cpu.cols_slice(200, 200), act, out.cpu);
-    b.gpu.glu(gu.gpu.cols_slice(0, 200), gu.gpu.cols_slice(200, 200), act, out.gpu);
-    EXPECT_LE(out.error(), 1e-5);
+    for (std::int64_t c : {200, 203}) {  // 16-byte vector path, scalar path
+      Pair gu = Pair::random(6, 2 * c, 0, 3.0f), out = Pair::make(6, c);
+      out.poison_gpu();
+      b.ref.glu(gu.cpu.cols_slice(0, c), gu.cpu.cols_slice(c, c), act, out.cpu);
+      b.gpu.glu(gu.gpu.cols_slice(0, c), gu.gpu.cols_slice(c, c), act, out.gpu);
+      EXPECT_LE(out.error(), 1e-5) << "cols " << c;
+    }
   }
 
   Pair s = Pair::random(4, 500, 0, 40.0f);

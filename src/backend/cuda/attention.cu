@@ -27,6 +27,8 @@ struct SplitArgs {
 template <typename T, int kE, int kG>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(KvView kv, DeviceBatch b, AttentionArgs a, SplitArgs sa) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x;
   const int h0 = blockIdx.y * kG;
   const int split = blockIdx.z;
@@ -135,6 +137,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 __global__ void merge_kernel(AttentionArgs a, SplitArgs sa) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
   const float* p = sa.partial + (std::int64_t{t} * a.n_heads + h) * sa.n_splits * (D + 2);
   float mx = -INFINITY;
@@ -157,10 +161,10 @@ void launch_e(const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, co
   const int g = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const dim3 grid(b.n_tokens, a.n_heads / g, sa.n_splits);
   switch (g) {
-    case 8: attention_split_kernel<T, kE, 8><<<grid, kWarps * 32, 0, s>>>(kv, b, a, sa); break;
-    case 4: attention_split_kernel<T, kE, 4><<<grid, kWarps * 32, 0, s>>>(kv, b, a, sa); break;
-    case 2: attention_split_kernel<T, kE, 2><<<grid, kWarps * 32, 0, s>>>(kv, b, a, sa); break;
-    default: attention_split_kernel<T, kE, 1><<<grid, kWarps * 32, 0, s>>>(kv, b, a, sa); break;
+    case 8: launch(attention_split_kernel<T, kE, 8>, grid, kWarps * 32, 0, s, kv, b, a, sa); break;
+    case 4: launch(attention_split_kernel<T, kE, 4>, grid, kWarps * 32, 0, s, kv, b, a, sa); break;
+    case 2: launch(attention_split_kernel<T, kE, 2>, grid, kWarps * 32, 0, s, kv, b, a, sa); break;
+    default: launch(attention_split_kernel<T, kE, 1>, grid, kWarps * 32, 0, s, kv, b, a, sa); break;
   }
 }
 
@@ -188,7 +192,7 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
   });
   AKV_CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
-    merge_kernel<<<dim3(b.n_tokens, a.n_heads), 128, 0, s>>>(a, sa);
+    launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, a, sa);
     AKV_CUDA_CHECK_LAUNCH();
   }
 }

@@ -44,6 +44,14 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kN) : "memory");
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int D>
 constexpr int smem_bytes() {
   return (kRows + 4 * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
@@ -53,6 +61,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
                              std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
+  pdl_trigger();
+  pdl_wait();
   constexpr int LD = D + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // [kRows][LD]
@@ -121,6 +131,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   const int qpos[2] = {pos0 + warp * 16 + g, pos0 + warp * 16 + g + 8};
+  const float scale_log2 = a.scale * kLog2e;
 
   for (int it = 0; it < n_kt; ++it) {
     const int kb = lo + it * kKeys;
@@ -138,26 +149,39 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
       sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-      const bf16* kr = Kt + (nt * 8 + g) * LD + 2 * c;
+      // One ldmatrix.x4 gives the B fragments of two k-steps: lanes 8i..8i+7 address the 8 keys
+      // at head dims 8i.. of the pair.
+      const bf16* krow = Kt + (nt * 8 + (lane & 7)) * LD + (lane >> 3) * 8;
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(kr + ks * 16);
-        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(kr + ks * 16 + 8);
-        mma_bf16(sc[nt], qf[ks], b0, b1);
+      for (int ks = 0; ks < D / 16; ks += 2) {
+        std::uint32_t r0, r1, r2, r3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                     : "r"(smem_addr(krow + ks * 16)));
+        mma_bf16(sc[nt], qf[ks], r0, r1);
+        mma_bf16(sc[nt], qf[ks + 1], r2, r3);
       }
     }
 
+    // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query, and
+    // sliding windows, need the mask.
+    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + warp * 16;
     float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const int key = kb + nt * 8 + 2 * c + (e & 1);
-        float s = sc[nt][e] * a.scale;
-        if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-        const bool ok = key <= qpos[r] && (a.window <= 0 || key > qpos[r] - a.window);
-        s = ok ? s : -INFINITY;
+        float s;
+        if (a.softcap > 0.0f)
+          s = a.softcap * tanhf(sc[nt][e] * a.scale / a.softcap) * kLog2e;
+        else
+          s = sc[nt][e] * scale_log2;
+        if (masked) {
+          const int key = kb + nt * 8 + 2 * c + (e & 1);
+          const bool ok = key <= qpos[r] && (a.window <= 0 || key > qpos[r] - a.window);
+          s = ok ? s : -INFINITY;
+        }
         sc[nt][e] = s;
         mx[r] = fmaxf(mx[r], s);
       }
@@ -168,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-      corr[r] = __expf(m_run[r] - base[r]);
+      corr[r] = fast_exp2(m_run[r] - base[r]);
       m_run[r] = mx[r];
     }
     float rs[2] = {0.0f, 0.0f};
@@ -176,7 +200,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = __expf(sc[nt][e] - base[e >> 1]);
+        const float p = fast_exp2(sc[nt][e] - base[e >> 1]);
         sc[nt][e] = p;
         rs[e >> 1] += p;
       }
@@ -236,7 +260,7 @@ void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const Attenti
                                         smem_bytes<D>()));
     attribute_set = true;
   }
-  prefill_attention_kernel<D><<<dim3(b.n_tiles, a.n_heads), kThreads, smem_bytes<D>(), s>>>(
+  launch(prefill_attention_kernel<D>, dim3(b.n_tiles, a.n_heads), kThreads, smem_bytes<D>(), s,
       static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride, kv, b, a);
 }
 

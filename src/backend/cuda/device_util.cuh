@@ -1,10 +1,12 @@
-// Device helpers shared by the kernels: element conversions, warp reductions, dtype dispatch.
+// Device helpers shared by the kernels: element conversions, warp reductions, dtype dispatch,
+// launches with programmatic dependent launch.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -46,6 +48,37 @@ void dispatch_float(DType t, F&& f) {
     case DType::F16: f(__half{}); return;
     default: AKV_CHECK(false, "CUDA backend: not a float dtype");
   }
+}
+
+// Programmatic dependent launch (sm_90): kernels started by launch() may begin while the kernel
+// before them in the stream finishes. Each kernel calls pdl_trigger() (let the next one start)
+// and pdl_wait() (the previous kernels are complete and their writes visible) before it touches
+// activations; only immutable data (weights) may be read before pdl_wait().
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, s>>>(args...) with programmatic dependent launch allowed.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  AKV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
 inline unsigned blocks_for(std::int64_t n, int per_block) {

@@ -19,18 +19,24 @@ dim3 grid_2d(std::int64_t rows, std::int64_t cols) {
 template <typename T>
 __global__ void embed_kernel(const T* table, std::int64_t cols, const std::int32_t* ids, float scale,
                              float* out, std::int64_t out_stride) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) out[r * out_stride + c] = to_f32(table[ids[r] * cols + c]) * scale;
 }
 
 __global__ void add_kernel(float* acc, std::int64_t acc_stride, const float* x, std::int64_t x_stride,
                            std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) acc[r * acc_stride + c] += x[r * x_stride + c];
 }
 
 template <typename T>
 __global__ void add_bias_kernel(float* out, std::int64_t stride, const T* bias, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) out[r * stride + c] += to_f32(bias[c]);
 }
@@ -44,25 +50,47 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 template <bool kGelu>
 __global__ void glu_kernel(const float* gate, std::int64_t gs, const float* up, std::int64_t us, float* out,
                            std::int64_t os, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= cols) return;
   const float g = gate[r * gs + c];
   out[r * os + c] = (kGelu ? gelu_tanh(g) : silu(g)) * up[r * us + c];
 }
 
+// Four columns per thread (cols and strides multiples of 4, 16-byte aligned rows).
+template <bool kGelu>
+__global__ void glu_vec_kernel(const float* gate, std::int64_t gs, const float* up, std::int64_t us, float* out,
+                               std::int64_t os, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t r = blockIdx.x, c = (blockIdx.y * kThreads + threadIdx.x) * 4;
+  if (c >= cols) return;
+  const float4 g = *reinterpret_cast<const float4*>(gate + r * gs + c);
+  const float4 u = *reinterpret_cast<const float4*>(up + r * us + c);
+  auto act = [](float x) { return kGelu ? gelu_tanh(x) : silu(x); };
+  *reinterpret_cast<float4*>(out + r * os + c) = make_float4(act(g.x) * u.x, act(g.y) * u.y, act(g.z) * u.z, act(g.w) * u.w);
+}
+
 __global__ void softcap_kernel(float* x, std::int64_t stride, std::int64_t cols, float cap) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) x[r * stride + c] = cap * tanhf(x[r * stride + c] / cap);
 }
 
 __global__ void gather_kernel(const float* x, std::int64_t xs, const std::int32_t* rows, float* out,
                               std::int64_t os, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) out[r * os + c] = x[rows[r] * xs + c];
 }
 
 template <typename T>
 __global__ void to_half_kernel(const float* x, std::int64_t xs, T* dst, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c < cols) dst[r * cols + c] = from_f32<T>(x[r * xs + c]);
 }
@@ -71,6 +99,8 @@ template <typename T>
 __global__ void store_kv_kernel(T* kc, T* vc, std::int64_t row_width, std::int32_t block_size,
                                 const float* k, std::int64_t ks, const float* v, std::int64_t vs,
                                 DeviceBatch b) {
+  pdl_trigger();
+  pdl_wait();
   const std::int32_t t = blockIdx.x;
   const std::int32_t* info = b.seq_info + 4 * b.token_seq[t];
   const std::int32_t pos = info[2] + (t - info[0]);
@@ -88,7 +118,7 @@ void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, 
   if (out.rows == 0) return;
   dispatch_float(table.dtype, [&](auto tag) {
     using T = decltype(tag);
-    embed_kernel<T><<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+    launch(embed_kernel<T>, grid_2d(out.rows, out.cols), kThreads, 0, s,
         static_cast<const T*>(table.data), table.cols, ids, scale, static_cast<float*>(out.data), out.stride);
   });
   AKV_CUDA_CHECK_LAUNCH();
@@ -96,7 +126,7 @@ void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, 
 
 void launch_add(TensorRef acc, TensorRef x, Stream s) {
   if (acc.rows == 0) return;
-  add_kernel<<<grid_2d(acc.rows, acc.cols), kThreads, 0, s>>>(
+  launch(add_kernel, grid_2d(acc.rows, acc.cols), kThreads, 0, s,
       static_cast<float*>(acc.data), acc.stride, static_cast<const float*>(x.data), x.stride, acc.cols);
   AKV_CUDA_CHECK_LAUNCH();
 }
@@ -105,7 +135,7 @@ void launch_add_bias(TensorRef out, const WeightRef& bias, Stream s) {
   if (out.rows == 0) return;
   dispatch_float(bias.dtype, [&](auto tag) {
     using T = decltype(tag);
-    add_bias_kernel<T><<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+    launch(add_bias_kernel<T>, grid_2d(out.rows, out.cols), kThreads, 0, s,
         static_cast<float*>(out.data), out.stride, static_cast<const T*>(bias.data), out.cols);
   });
   AKV_CUDA_CHECK_LAUNCH();
@@ -113,26 +143,37 @@ void launch_add_bias(TensorRef out, const WeightRef& bias, Stream s) {
 
 void launch_glu(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s) {
   if (out.rows == 0) return;
-  const dim3 g = grid_2d(out.rows, out.cols);
   const auto* gp = static_cast<const float*>(gate.data);
   const auto* upp = static_cast<const float*>(up.data);
   auto* op = static_cast<float*>(out.data);
-  if (gelu)
-    glu_kernel<true><<<g, kThreads, 0, s>>>(gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
-  else
-    glu_kernel<false><<<g, kThreads, 0, s>>>(gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  const bool vec = out.cols % 4 == 0 && gate.stride % 4 == 0 && up.stride % 4 == 0 && out.stride % 4 == 0 &&
+                   (reinterpret_cast<std::uintptr_t>(gp) | reinterpret_cast<std::uintptr_t>(upp) |
+                    reinterpret_cast<std::uintptr_t>(op)) % 16 == 0;
+  if (vec) {
+    const dim3 g = grid_2d(out.rows, out.cols / 4);
+    if (gelu)
+      launch(glu_vec_kernel<true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+    else
+      launch(glu_vec_kernel<false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  } else {
+    const dim3 g = grid_2d(out.rows, out.cols);
+    if (gelu)
+      launch(glu_kernel<true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+    else
+      launch(glu_kernel<false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  }
   AKV_CUDA_CHECK_LAUNCH();
 }
 
 void launch_softcap(TensorRef x, float cap, Stream s) {
   if (x.rows == 0) return;
-  softcap_kernel<<<grid_2d(x.rows, x.cols), kThreads, 0, s>>>(static_cast<float*>(x.data), x.stride, x.cols, cap);
+  launch(softcap_kernel, grid_2d(x.rows, x.cols), kThreads, 0, s, static_cast<float*>(x.data), x.stride, x.cols, cap);
   AKV_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, Stream s) {
   if (out.rows == 0) return;
-  gather_kernel<<<grid_2d(out.rows, out.cols), kThreads, 0, s>>>(
+  launch(gather_kernel, grid_2d(out.rows, out.cols), kThreads, 0, s,
       static_cast<const float*>(x.data), x.stride, rows, static_cast<float*>(out.data), out.stride, out.cols);
   AKV_CUDA_CHECK_LAUNCH();
 }
@@ -142,9 +183,9 @@ void launch_to_half(TensorRef x, DType dtype, void* dst, Stream s) {
   const dim3 g = grid_2d(x.rows, x.cols);
   const auto* xp = static_cast<const float*>(x.data);
   if (dtype == DType::BF16)
-    to_half_kernel<__nv_bfloat16><<<g, kThreads, 0, s>>>(xp, x.stride, static_cast<__nv_bfloat16*>(dst), x.cols);
+    launch(to_half_kernel<__nv_bfloat16>, g, kThreads, 0, s, xp, x.stride, static_cast<__nv_bfloat16*>(dst), x.cols);
   else if (dtype == DType::F16)
-    to_half_kernel<__half><<<g, kThreads, 0, s>>>(xp, x.stride, static_cast<__half*>(dst), x.cols);
+    launch(to_half_kernel<__half>, g, kThreads, 0, s, xp, x.stride, static_cast<__half*>(dst), x.cols);
   else
     AKV_CHECK(false, "to_half: BF16 or F16 only");
   AKV_CUDA_CHECK_LAUNCH();
@@ -155,7 +196,7 @@ void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row
   if (b.n_tokens == 0) return;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    store_kv_kernel<T><<<b.n_tokens, 128, 0, s>>>(
+    launch(store_kv_kernel<T>, b.n_tokens, 256, 0, s,
         static_cast<T*>(k_cache), static_cast<T*>(v_cache), row_width, block_size,
         static_cast<const float*>(k.data), k.stride, static_cast<const float*>(v.data), v.stride, b);
   });

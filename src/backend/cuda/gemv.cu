@@ -1,15 +1,14 @@
 // Decode matmul: out[n, m] = x[n, k] @ w[m, k]^T for a few rows n (<= kGemvMaxRows), bound by
-// reading w once. Each warp owns kRowsPerWarp rows of w and streams them with 16-byte
-// non-caching loads, kUnroll loads per row in flight; x (f32) is read through L1/L2.
+// reading w once; up to kGemvMaxTargets weights of one width in one launch (q/k/v, gate/up).
+// w is streamed with 16-byte non-caching loads; x (f32) is read through L1/L2.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace akv::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 2;
-constexpr int kUnroll = 4;
+constexpr int kWarps = 8;     // per block; they split k between them
+constexpr int kUnroll = 2;    // 16-byte loads per row in flight per lane
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
@@ -58,60 +57,104 @@ struct Unpack<float> {
   }
 };
 
-// Vectorised path: k % E == 0, rows of w and x 16-byte aligned.
-template <typename W, int kN>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const float* __restrict__ x, std::int64_t xs,
-                                                            const W* __restrict__ w, std::int32_t k,
-                                                            std::int32_t m, std::int32_t n,
-                                                            float* __restrict__ y, std::int64_t ys) {
-  constexpr int E = Unpack<W>::kN;
-  const int lane = threadIdx.x % 32;
-  const std::int32_t row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kRowsPerWarp;
-  if (row0 >= m) return;
-  const W* wr[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) wr[r] = w + std::int64_t{min(row0 + r, m - 1)} * k;
+// The targets of one launch as the kernel sees them; blocks [first_block[j], first_block[j + 1])
+// belong to target j.
+struct GemvSet {
+  const void* w[kGemvMaxTargets];
+  float* y[kGemvMaxTargets];
+  std::int64_t ys[kGemvMaxTargets];
+  std::int32_t m[kGemvMaxTargets];
+  std::int32_t first_block[kGemvMaxTargets + 1];
+  int count;
+};
 
-  float acc[kRowsPerWarp][kN] = {};
-  for (std::int32_t base = lane * E; base < k; base += 32 * E * kUnroll) {
-    uint4 wv[kUnroll][kRowsPerWarp];
+// Vectorised path (k % E == 0, rows of w and x 16-byte aligned). A block owns kR rows of one
+// target; its warps take interleaved 32 * E-element chunks of k, so even m = 1024 fills the GPU,
+// and x is read once per kR rows. Partial sums meet in shared memory.
+template <typename W, int kN, int kR>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const float* __restrict__ x, std::int64_t xs,
+                                                            std::int32_t k, std::int32_t n, GemvSet set) {
+  pdl_trigger();
+  constexpr int E = Unpack<W>::kN;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int j = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxTargets; ++i)
+    if (i < set.count && static_cast<std::int32_t>(blockIdx.x) >= set.first_block[i]) j = i;
+  const W* w = nullptr;
+  float* y = nullptr;
+  std::int64_t ys = 0;
+  std::int32_t m = 0, first = 0;
+#pragma unroll
+  for (int i = 0; i < kGemvMaxTargets; ++i)  // constant indices keep the parameters out of local memory
+    if (i == j) {
+      w = static_cast<const W*>(set.w[i]);
+      y = set.y[i];
+      ys = set.ys[i];
+      m = set.m[i];
+      first = set.first_block[i];
+    }
+  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) - first) * kR;
+  const W* wr[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) wr[r] = w + std::int64_t{min(row0 + r, m - 1)} * k;
+
+  const std::int32_t n_chunks = (k + 32 * E - 1) / (32 * E);
+  uint4 wv[kUnroll][kR];
+  auto load_w = [&](std::int32_t c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const std::int32_t idx = base + u * 32 * E;
+      const std::int32_t idx = (c0 + u * kWarps) * 32 * E + lane * E;
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
+      for (int r = 0; r < kR; ++r)
         if (idx < k) wv[u][r] = load_stream(wr[r] + idx);
     }
+  };
+  // Weights never depend on earlier kernels: the first loads are issued before waiting for x,
+  // so they overlap the kernel before this one (norm, attention, glu).
+  load_w(warp);
+  pdl_wait();
+  float acc[kR][kN] = {};
+  for (std::int32_t c0 = warp; c0 < n_chunks; c0 += kWarps * kUnroll) {
+    if (c0 != warp) load_w(c0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const std::int32_t idx = base + u * 32 * E;
+      const std::int32_t idx = (c0 + u * kWarps) * 32 * E + lane * E;
       if (idx >= k) break;
-      float wf[kRowsPerWarp][E];
+      float wf[kR][E];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) Unpack<W>::run(wv[u][r], wf[r]);
+      for (int r = 0; r < kR; ++r) Unpack<W>::run(wv[u][r], wf[r]);
 #pragma unroll
       for (int t = 0; t < kN; ++t) {
         if (t >= n) break;
         const float4* xp = reinterpret_cast<const float4*>(x + t * xs + idx);
 #pragma unroll
         for (int q = 0; q < E / 4; ++q) {
-          const float4 xv = xp[q];
+          const float4 xv = __ldg(xp + q);
 #pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r) {
+          for (int r = 0; r < kR; ++r)
             acc[r][t] += wf[r][4 * q] * xv.x + wf[r][4 * q + 1] * xv.y + wf[r][4 * q + 2] * xv.z +
                          wf[r][4 * q + 3] * xv.w;
-          }
         }
       }
     }
   }
+  __shared__ float partial[kWarps][kR * kN];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kR; ++r) {
 #pragma unroll
     for (int t = 0; t < kN; ++t) {
       const float v = warp_sum(acc[r][t]);
-      if (lane == 0 && t < n && row0 + r < m) y[t * ys + row0 + r] = v;
+      if (lane == 0) partial[warp][r * kN + t] = v;
     }
+  }
+  __syncthreads();
+  if (threadIdx.x < kR * kN) {
+    const int r = static_cast<int>(threadIdx.x) / kN, t = static_cast<int>(threadIdx.x) % kN;
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) v += partial[i][threadIdx.x];
+    if (t < n && row0 + r < m) y[t * ys + row0 + r] = v;
   }
 }
 
@@ -119,6 +162,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const float* __restri
 template <typename W>
 __global__ void gemv_scalar_kernel(const float* x, std::int64_t xs, const W* w, std::int32_t k, std::int32_t m,
                                    std::int32_t n, float* y, std::int64_t ys) {
+  pdl_trigger();
+  pdl_wait();
   const std::int32_t row = blockIdx.x * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= m) return;
@@ -131,41 +176,66 @@ __global__ void gemv_scalar_kernel(const float* x, std::int64_t xs, const W* w, 
   }
 }
 
+// Rows per block: more rows per block read x fewer times, fewer keep the accumulators in registers.
+template <int kN>
+constexpr int rows_per_block() {
+  return kN <= 2 ? 8 : 4;
+}
+
 template <typename W, int kN>
-void launch_vec(TensorRef x, const WeightRef& w, TensorRef out, Stream s) {
-  const unsigned blocks = blocks_for(w.rows, kWarps * kRowsPerWarp);
-  gemv_kernel<W, kN><<<blocks, kWarps * 32, 0, s>>>(
-      static_cast<const float*>(x.data), x.stride, static_cast<const W*>(w.data),
-      static_cast<std::int32_t>(w.cols), static_cast<std::int32_t>(w.rows), static_cast<std::int32_t>(x.rows),
-      static_cast<float*>(out.data), out.stride);
+void launch_vec(TensorRef x, std::span<const GemvOutput> outs, Stream s) {
+  constexpr int kR = rows_per_block<kN>();
+  GemvSet set{};
+  set.count = static_cast<int>(outs.size());
+  std::int64_t blocks = 0;
+  for (int i = 0; i < set.count; ++i) {
+    set.w[i] = outs[i].w->data;
+    set.y[i] = static_cast<float*>(outs[i].out.data);
+    set.ys[i] = outs[i].out.stride;
+    set.m[i] = static_cast<std::int32_t>(outs[i].w->rows);
+    set.first_block[i] = static_cast<std::int32_t>(blocks);
+    blocks += blocks_for(outs[i].w->rows, kR);
+  }
+  AKV_CHECK(blocks < (1ll << 31), "gemv: too many blocks");
+  set.first_block[set.count] = static_cast<std::int32_t>(blocks);
+  launch(gemv_kernel<W, kN, kR>, static_cast<unsigned>(blocks), kWarps * 32, 0, s,
+      static_cast<const float*>(x.data), x.stride, static_cast<std::int32_t>(x.cols),
+      static_cast<std::int32_t>(x.rows), set);
 }
 
 }  // namespace
 
-void launch_gemv(TensorRef x, const WeightRef& w, TensorRef out, Stream s) {
-  AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "gemv shape");
+void launch_gemv(TensorRef x, std::span<const GemvOutput> outs, Stream s) {
+  AKV_CHECK(!outs.empty() && outs.size() <= kGemvMaxTargets, "gemv: 1 to kGemvMaxTargets outputs");
   AKV_CHECK(x.rows <= kGemvMaxRows, "gemv: too many rows");
-  AKV_CHECK(w.rows < (1ll << 31) && w.cols < (1ll << 31), "gemv: weight too large");
+  const DType dtype = outs[0].w->dtype;
+  const std::size_t elem = dtype_size(dtype);
+  bool aligned = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && (x.stride * 4) % 16 == 0;
+  for (const GemvOutput& o : outs) {
+    const WeightRef& w = *o.w;
+    AKV_CHECK(x.cols == w.cols && o.out.rows == x.rows && o.out.cols == w.rows, "gemv shape");
+    AKV_CHECK(w.dtype == dtype, "gemv: one weight dtype per launch");
+    AKV_CHECK(w.rows < (1ll << 31) && w.cols < (1ll << 31), "gemv: weight too large");
+    aligned = aligned && reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0 &&
+              (w.cols * static_cast<std::int64_t>(elem)) % 16 == 0;
+  }
   if (x.rows == 0) return;
-  const std::size_t elem = dtype_size(w.dtype);
-  const bool aligned = reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0 &&
-                       (w.cols * static_cast<std::int64_t>(elem)) % 16 == 0 &&
-                       reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && (x.stride * 4) % 16 == 0;
-  dispatch_float(w.dtype, [&](auto tag) {
+  dispatch_float(dtype, [&](auto tag) {
     using W = decltype(tag);
     if (!aligned) {
-      gemv_scalar_kernel<W><<<blocks_for(w.rows, kWarps), kWarps * 32, 0, s>>>(
-          static_cast<const float*>(x.data), x.stride, static_cast<const W*>(w.data),
-          static_cast<std::int32_t>(w.cols), static_cast<std::int32_t>(w.rows),
-          static_cast<std::int32_t>(x.rows), static_cast<float*>(out.data), out.stride);
+      for (const GemvOutput& o : outs)
+        launch(gemv_scalar_kernel<W>, blocks_for(o.w->rows, kWarps), kWarps * 32, 0, s,
+            static_cast<const float*>(x.data), x.stride, static_cast<const W*>(o.w->data),
+            static_cast<std::int32_t>(o.w->cols), static_cast<std::int32_t>(o.w->rows),
+            static_cast<std::int32_t>(x.rows), static_cast<float*>(o.out.data), o.out.stride);
     } else if (x.rows == 1) {
-      launch_vec<W, 1>(x, w, out, s);
+      launch_vec<W, 1>(x, outs, s);
     } else if (x.rows == 2) {
-      launch_vec<W, 2>(x, w, out, s);
+      launch_vec<W, 2>(x, outs, s);
     } else if (x.rows <= 4) {
-      launch_vec<W, 4>(x, w, out, s);
+      launch_vec<W, 4>(x, outs, s);
     } else {
-      launch_vec<W, 8>(x, w, out, s);
+      launch_vec<W, 8>(x, outs, s);
     }
   });
   AKV_CUDA_CHECK_LAUNCH();

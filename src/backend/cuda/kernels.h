@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backend/tensor_ref.h"
 
@@ -64,11 +65,20 @@ void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row
 
 // norm_rope.cu
 void launch_rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out, Stream s);
+// acc += res, then out = rms_norm(acc).
+void launch_add_rms_norm(TensorRef acc, TensorRef res, const WeightRef& w, float eps, float weight_offset,
+                         TensorRef out, Stream s);
 void launch_rope(TensorRef x, std::int64_t head_dim, const double* inv_freq, std::int64_t rotary_dim,
                  double attention_scaling, const std::int32_t* positions, Stream s);
 
-// gemv.cu: out[n, m] = x[n, k] @ w[m, k]^T for n <= kGemvMaxRows (no bias).
-void launch_gemv(TensorRef x, const WeightRef& w, TensorRef out, Stream s);
+// gemv.cu: out[n, m] = x[n, k] @ w[m, k]^T for n <= kGemvMaxRows (no bias), for up to
+// kGemvMaxTargets weights of one dtype and width k in one launch.
+inline constexpr int kGemvMaxTargets = 3;
+struct GemvOutput {
+  const WeightRef* w = nullptr;
+  TensorRef out;  // [n, w->rows]
+};
+void launch_gemv(TensorRef x, std::span<const GemvOutput> outs, Stream s);
 
 // attention.cu: CUDA-core attention, split over the keys (flash-decoding) when n_splits > 1.
 // `partial` holds n_tokens * n_heads * n_splits * (head_dim + 2) floats when n_splits > 1.
