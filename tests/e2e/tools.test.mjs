@@ -120,5 +120,6 @@ test('T5 the real Claude Code request (about 12K tokens): count_tokens, then a s
   assert.equal(events.at(-1).name, 'message_stop');
   const u = events.find((e) => e.name === 'message_delta').data.usage;
   assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
+  await new Promise((r) => setTimeout(r, 300));  // the request's log line follows its last byte
   assert.match(server.log(), /agent=cc-session-1/);
 });
