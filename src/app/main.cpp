@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   serve->add_option("--block-size", srv.block_size, "Token positions per KV block")->capture_default_str();
   serve->add_option("--max-batch-tokens", srv.max_batch_tokens, "Token budget per engine step")->capture_default_str();
   serve->add_option("--prefill-chunk", srv.prefill_chunk, "Most prompt tokens per sequence per step")->capture_default_str();
+  serve->add_option("--kv-dir", srv.kv_dir, "Directory of the KV disk tier (agents survive restarts); none: off");
+  serve->add_option("--kv-spill-codec", srv.kv_spill_codec, "KV blocks on disk: native | f32 | bf16 | int8")
+      ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -10,6 +10,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "kv/agent_index.h"
+#include "kv/disk_store.h"
+#include "kv/model_fingerprint.h"
 #include "models/model.h"
 #include "server/http_server.h"
 
@@ -48,6 +51,24 @@ std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConf
   return ids;
 }
 
+// The KV disk tier of --kv-dir (null without it). Throws Error for a bad codec or directory.
+std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
+                                          const std::string& chat_template) {
+  if (o.kv_dir.empty()) return nullptr;
+  const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
+  if (!codec)
+    throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16 or int8, not '" +
+                                                o.kv_spill_codec + "'");
+  const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size);
+  DiskStoreOptions d;
+  d.dir = o.kv_dir;
+  d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = *codec});
+  d.codec = *codec;
+  d.shape = block_shape_of(layout);
+  d.block_size = e.block_size;
+  return DiskStore::open_or_throw(std::move(d));
+}
+
 }  // namespace
 
 int run_serve(const ServeOptions& o) {
@@ -70,6 +91,12 @@ int run_serve(const ServeOptions& o) {
   engine_config.n_blocks = static_cast<std::int32_t>(std::max<std::int64_t>(8, (o.kv_cache_mb << 20) / block_bytes));
   engine_config.scheduler.max_batch_tokens = o.max_batch_tokens;
   engine_config.scheduler.max_prefill_chunk = o.prefill_chunk;
+  AgentIndex agents;
+  std::unique_ptr<DiskStore> disk = open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""));
+  if (disk != nullptr)
+    for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
+  engine_config.agents = &agents;
+  engine_config.disk = disk.get();
   Engine engine(std::move(model), *backend, engine_config);
 
   if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));
@@ -78,7 +105,8 @@ int run_serve(const ServeOptions& o) {
                      .prompts = prompts,
                      .options = server_options,
                      .stop_token_ids = stop_ids(o.model_dir, config, tokenizer),
-                     .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer)};
+                     .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
+                     .memory = {.agents = &agents, .disk = disk.get(), .device_block_bytes = block_bytes}};
   HttpServer server(ctx);
   server.bind();
   g_server = &server;

@@ -18,6 +18,8 @@ struct ServeOptions {
   std::int32_t block_size = 16;
   std::int32_t max_batch_tokens = 512;
   std::int32_t prefill_chunk = 256;
+  std::string kv_dir;                     // disk tier of the KV cache ("" : none)
+  std::string kv_spill_codec = "native";  // native | f32 | bf16 | int8
   ServerOptions server;
 };
 

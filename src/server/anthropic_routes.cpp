@@ -43,6 +43,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "Overloaded: too many requests in flight");
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, /*anthropic_zero_is_prewarm=*/true));
   prep->job.request.ns = who.tenant;
+  prep->job.request.agent = who.agent;
   const std::string id = random_id("msg_");
   const std::string model = chat.model;
 

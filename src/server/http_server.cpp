@@ -103,6 +103,10 @@ void HttpServer::register_routes() {
     else handle_openai_models(c, q, r);
   }));
   http_->Get(R"(/v1/models/(.+))", wrap(ctx, handle_anthropic_model));
+  http_->Get("/v1/agents", wrap(ctx, handle_agents_list));
+  http_->Get(R"(/v1/agents/([^/]+))", wrap(ctx, handle_agent_get));
+  http_->Post(R"(/v1/agents/([^/]+)/(pin|unpin|evict))", wrap(ctx, handle_agent_action));
+  http_->Delete(R"(/v1/agents/([^/]+))", wrap(ctx, handle_agent_delete));
   http_->Get("/health", wrap(ctx, handle_health));
   http_->Get("/metrics", wrap(ctx, handle_metrics));
 }

@@ -84,6 +84,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   auto slot = admit(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, /*anthropic_zero_is_prewarm=*/false));
   prep->job.request.ns = who.tenant;
+  prep->job.request.agent = who.agent;
   const std::string id = random_id("chatcmpl-");
   const std::string model = parsed.chat.model;
   const std::int64_t created = unix_now();
@@ -119,6 +120,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   GenerateRequest& r = prep->job.request;
   r.prompt = std::move(ids);
   r.ns = who.tenant;
+  r.agent = who.agent;
   r.sampling.temperature = static_cast<float>(parsed.options.sampling.temperature);
   r.sampling.top_p = static_cast<float>(parsed.options.sampling.top_p);
   r.sampling.top_k = parsed.options.sampling.top_k;

@@ -20,6 +20,11 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
 void handle_openai_completions(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_openai_models(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 
+void handle_agents_list(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_agent_get(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_agent_delete(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+
 void handle_health(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_metrics(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 

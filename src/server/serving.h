@@ -28,6 +28,13 @@ struct ServerOptions {
   std::int64_t created_unix = 0;        // model "created" time for /v1/models
 };
 
+// Agent memory as the agents API sees it (both may be null: off / no disk tier).
+struct AgentMemoryRefs {
+  AgentIndex* agents = nullptr;
+  DiskStore* disk = nullptr;
+  std::int64_t device_block_bytes = 0;
+};
+
 struct ServingContext {
   Engine& engine;
   const Tokenizer& tokenizer;
@@ -35,6 +42,7 @@ struct ServingContext {
   ServerOptions options;
   std::vector<std::int32_t> stop_token_ids;  // end-of-turn ids of the model and its template
   std::shared_ptr<const ConstraintVocab> constraint_vocab;  // for forced tool calls
+  AgentMemoryRefs memory;
   std::atomic<int> in_flight{0};
 };
 

@@ -1,0 +1,112 @@
+// The agents API (architecture.md §7): GET /v1/agents, GET /v1/agents/{id},
+// POST /v1/agents/{id}/pin|unpin|evict, DELETE /v1/agents/{id}. A caller sees and changes only
+// its own tenant's agents (the tenant comes from its API key, as for generation).
+#include <httplib.h>
+
+#include <ctime>
+
+#include "base/error.h"
+#include "kv/agent_index.h"
+#include "kv/disk_store.h"
+#include "server/request_identity.h"
+#include "server/routes.h"
+#include "server/serving.h"
+
+namespace akv {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string rfc3339_ms(std::int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return std::string(buf) + "." + std::to_string(1000 + unix_ms % 1000).substr(1) + "Z";
+}
+
+AgentIndex& agents_of(ServingContext& ctx) {
+  if (ctx.memory.agents == nullptr) throw Error(ErrorKind::NotFound, "agent memory is not enabled on this server");
+  return *ctx.memory.agents;
+}
+
+std::string tenant_of(ServingContext& ctx, const httplib::Request& req) {
+  return identify(ctx, req, json::object()).tenant;
+}
+
+// The {id} path segment, validated like an agent id from a header.
+std::string agent_id_of(const httplib::Request& req) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (id.empty()) throw Error(ErrorKind::InvalidArgument, "missing agent id");
+  validate_agent_id(id, "path");
+  return id;
+}
+
+json agent_json(const ServingContext& ctx, const AgentRecord& r) {
+  const std::int64_t device = ctx.memory.agents->n_resident(r.chain) * ctx.memory.device_block_bytes;
+  const std::int64_t disk = ctx.memory.disk != nullptr ? ctx.memory.disk->stored_bytes(r.chain) : 0;
+  return {{"id", r.agent},
+          {"object", "agent"},
+          {"tokens", r.n_tokens},
+          {"blocks", r.chain.size()},
+          {"bytes", {{"device", device}, {"host", 0}, {"disk", disk}}},
+          {"requests", r.n_requests},
+          {"hits", r.hits},
+          {"restores", r.restores},
+          {"last_used_at", rfc3339_ms(r.last_use_ms)},
+          {"pinned", r.pinned}};
+}
+
+AgentRecord find_or_404(ServingContext& ctx, const std::string& tenant, const std::string& id) {
+  std::optional<AgentRecord> r = agents_of(ctx).find(tenant, id);
+  if (!r) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
+  return *r;
+}
+
+}  // namespace
+
+void handle_agents_list(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const std::string tenant = tenant_of(ctx, req);
+  json data = json::array();
+  for (const AgentRecord& r : agents_of(ctx).list(tenant)) data.push_back(agent_json(ctx, r));
+  res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
+}
+
+void handle_agent_get(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = agent_id_of(req);
+  res.set_content(agent_json(ctx, find_or_404(ctx, tenant_of(ctx, req), id)).dump(), "application/json");
+}
+
+void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = agent_id_of(req);
+  const std::string action = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
+  const std::string tenant = tenant_of(ctx, req);
+  AgentRecord r = find_or_404(ctx, tenant, id);
+  if (action == "pin" || action == "unpin") {
+    std::optional<AgentRecord> updated = agents_of(ctx).set_pinned(tenant, id, action == "pin");
+    if (!updated) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
+    if (ctx.memory.disk != nullptr) ctx.memory.disk->put_manifest(*updated);
+    r = *updated;
+  } else if (action == "evict") {
+    // Device memory only: blocks on disk stay, so the agent's next request restores them.
+    ctx.engine.evict_blocks(r.chain);
+  } else {
+    throw Error(ErrorKind::NotFound, "no agent action '" + action + "'");
+  }
+  res.set_content(agent_json(ctx, r).dump(), "application/json");
+}
+
+void handle_agent_delete(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = agent_id_of(req);
+  const std::string tenant = tenant_of(ctx, req);
+  std::optional<std::vector<Hash128>> own = agents_of(ctx).erase(tenant, id);
+  if (!own) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
+  // Blocks other agents' chains hold stay (in memory and on disk).
+  ctx.engine.evict_blocks(*own);
+  if (ctx.memory.disk != nullptr) ctx.memory.disk->erase(tenant, id, *own);
+  res.set_content(json{{"id", id}, {"object", "agent"}, {"deleted", true}}.dump(), "application/json");
+}
+
+}  // namespace akv
