@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# End-to-end: `agentkv serve --kv-dir` keeps an agent's KV across a restart. Serve, run an
+# agent's turn, stop, start, same request -> cached tokens cover the prompt's full blocks and the
+# text is identical; the agents API shows the agent to its own tenant only; bad ids are refused;
+# DELETE erases its files.
+set -euo pipefail
+agentkv="$1"
+testdata="$2"
+model="$testdata/models/stories260K/hf"
+tmp="$(mktemp -d)"
+pid=""
+cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+port=""
+start() {
+  "$agentkv" serve --model "$model" --port 0 --kv-dir "$tmp/kv" --block-size 16 --api-key k1 --api-key k2 \
+    >"$tmp/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    port="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/log")"
+    [[ -n "$port" ]] && return
+    sleep 0.1
+  done
+  echo "FAIL: server did not start"; cat "$tmp/log"; exit 1
+}
+stop() { kill "$pid"; wait "$pid" || true; pid=""; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+prompt='Once upon a time there was a little girl named Lily who loved to play outside in the park with her friends and her dog. One day she saw a big red ball'
+complete() {  # key agent
+  curl -sf "localhost:$port/v1/completions" -H "authorization: Bearer $1" -H "x-agent-id: $2" \
+    -H 'content-type: application/json' -d "{\"model\":\"m\",\"prompt\":\"$prompt\",\"max_tokens\":20,\"temperature\":0}"
+}
+api() { curl -s -o "$tmp/body" -w '%{http_code}' "${@:2}" -H "x-api-key: $1"; }
+expect() {  # name, got, want
+  if [[ "$2" != "$3" ]]; then echo "FAIL: $1: got '$2', want '$3'"; exit 1; fi
+  echo "ok: $1"
+}
+
+start
+first="$(complete k1 alice)"
+expect "cold turn has no cache" "$(echo "$first" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" 0
+n_prompt="$(echo "$first" | json 'd["usage"]["prompt_tokens"]')"
+stop
+
+start
+again="$(complete k1 alice)"
+expect "restart: cached tokens = full blocks of the prompt" \
+  "$(echo "$again" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" "$(( (n_prompt - 1) / 16 * 16 ))"
+expect "restart: identical text" "$(echo "$again" | json 'd["choices"][0]["text"]')" \
+  "$(echo "$first" | json 'd["choices"][0]["text"]')"
+expect "agents list" "$(api k1 "localhost:$port/v1/agents"; json '[(a["id"], a["restores"]) for a in d["data"]]' <"$tmp/body")" \
+  "200[('alice', 1)]"
+expect "another tenant sees no agents" "$(api k2 "localhost:$port/v1/agents"; json 'len(d["data"])' <"$tmp/body")" "2000"
+expect "another tenant cannot read it" "$(api k2 "localhost:$port/v1/agents/alice")" 404
+other="$(complete k2 alice)"
+expect "another tenant gets no hit" "$(echo "$other" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" 0
+expect "bad agent id" "$(api k1 "localhost:$port/v1/agents/a%20b")" 400
+expect "pin" "$(api k1 -X POST -H 'content-length: 0' "localhost:$port/v1/agents/alice/pin"; json 'd["pinned"]' <"$tmp/body")" \
+  "200True"
+n_before="$(ls "$tmp/kv/blocks" | wc -l)"
+expect "delete" "$(api k1 -X DELETE "localhost:$port/v1/agents/alice")" 200
+sleep 0.5
+expect "k2's alice keeps its blocks, k1's are erased" "$(ls "$tmp/kv/blocks" | wc -l)" "$(( n_before / 2 ))"
+expect "deleted agent is gone" "$(api k1 "localhost:$port/v1/agents/alice")" 404
+stop
