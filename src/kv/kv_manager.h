@@ -103,7 +103,7 @@ class KvManager {
   // Blocks an allocate may still obtain (free + evictable).
   std::int32_t n_available() const { return pool_.n_free() + index_.n_evictable(); }
   KvUsage usage() const;
-  // The seam for tiers and agent memory (evict listener, ...); tests inspect it too.
+  // Tests inspect it. attach_tiers takes its evict listener (a host tier would chain there).
   PrefixIndex& index() { return index_; }
   const BlockPool& pool() const { return pool_; }
 
