@@ -11,7 +11,8 @@ std::string AgentIndex::id_of(std::string_view tenant, std::string_view agent) {
   return id;
 }
 
-AgentRecord AgentIndex::record_turn(std::string_view tenant, std::string_view agent, AgentTurn turn) {
+AgentRecord AgentIndex::record_turn(std::string_view tenant, std::string_view agent,
+                                    AgentTurn turn) {
   std::lock_guard lock(mu_);
   AgentRecord& r = records_[id_of(tenant, agent)];
   if (r.agent.empty()) {
@@ -52,7 +53,8 @@ std::vector<AgentRecord> AgentIndex::list(std::string_view tenant) const {
   return out;
 }
 
-std::optional<AgentRecord> AgentIndex::set_pinned(std::string_view tenant, std::string_view agent, bool pinned) {
+std::optional<AgentRecord> AgentIndex::set_pinned(std::string_view tenant, std::string_view agent,
+                                                  bool pinned) {
   std::lock_guard lock(mu_);
   auto it = records_.find(id_of(tenant, agent));
   if (it == records_.end()) return std::nullopt;
@@ -60,7 +62,8 @@ std::optional<AgentRecord> AgentIndex::set_pinned(std::string_view tenant, std::
   return it->second;
 }
 
-std::optional<std::vector<Hash128>> AgentIndex::erase(std::string_view tenant, std::string_view agent) {
+std::optional<std::vector<Hash128>> AgentIndex::erase(std::string_view tenant,
+                                                      std::string_view agent) {
   std::lock_guard lock(mu_);
   auto it = records_.find(id_of(tenant, agent));
   if (it == records_.end()) return std::nullopt;
@@ -83,8 +86,10 @@ bool AgentIndex::is_pinned_key(const Hash128& key) const {
 
 void AgentIndex::set_resident(const Hash128& key, bool resident) {
   std::lock_guard lock(mu_);
-  if (resident) resident_.insert(key);
-  else resident_.erase(key);
+  if (resident)
+    resident_.insert(key);
+  else
+    resident_.erase(key);
 }
 
 std::int64_t AgentIndex::n_resident(const std::vector<Hash128>& chain) const {

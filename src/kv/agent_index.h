@@ -25,8 +25,8 @@ struct AgentRecord {
   std::vector<Hash128> chain;  // keys of its last state's full blocks, first block first
   std::int64_t n_tokens = 0;   // tokens of its last state with KV (chain covers the full blocks)
   std::uint64_t n_requests = 0;
-  std::uint64_t hits = 0;      // requests that found a cached prefix (any tier)
-  std::uint64_t restores = 0;  // requests that loaded blocks from disk
+  std::uint64_t hits = 0;        // requests that found a cached prefix (any tier)
+  std::uint64_t restores = 0;    // requests that loaded blocks from disk
   std::int64_t last_use_ms = 0;  // unix time
   bool pinned = false;
 };
@@ -52,7 +52,8 @@ class AgentIndex {
   // The tenant's agents, most recently used first.
   std::vector<AgentRecord> list(std::string_view tenant) const;
   // Returns the updated record; nullopt for an unknown agent.
-  std::optional<AgentRecord> set_pinned(std::string_view tenant, std::string_view agent, bool pinned);
+  std::optional<AgentRecord> set_pinned(std::string_view tenant, std::string_view agent,
+                                        bool pinned);
   // Removes the record and returns the keys of its chain that no other agent's chain holds
   // (those blocks may go); nullopt for an unknown agent.
   std::optional<std::vector<Hash128>> erase(std::string_view tenant, std::string_view agent);

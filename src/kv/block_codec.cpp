@@ -47,7 +47,8 @@ void store_elem(std::byte* row, DType t, std::int64_t i, float f) {
 }
 
 // Element-wise conversion between two float dtypes (memcpy when equal).
-void convert(std::span<const std::byte> in, DType from, std::span<std::byte> out, DType to, std::int64_t n) {
+void convert(std::span<const std::byte> in, DType from, std::span<std::byte> out, DType to,
+             std::int64_t n) {
   if (from == to) {
     std::memcpy(out.data(), in.data(), in.size());
     return;
@@ -67,10 +68,14 @@ std::optional<SpillCodec> find_spill_codec(std::string_view name) {
 
 std::string_view spill_codec_name(SpillCodec codec) {
   switch (codec) {
-    case SpillCodec::Native: return "native";
-    case SpillCodec::F32: return "f32";
-    case SpillCodec::BF16: return "bf16";
-    case SpillCodec::Int8: return "int8";
+    case SpillCodec::Native:
+      return "native";
+    case SpillCodec::F32:
+      return "f32";
+    case SpillCodec::BF16:
+      return "bf16";
+    case SpillCodec::Int8:
+      return "int8";
   }
   return "?";
 }
@@ -78,22 +83,35 @@ std::string_view spill_codec_name(SpillCodec codec) {
 std::size_t encoded_bytes(SpillCodec codec, const BlockShape& s) {
   const auto n = static_cast<std::size_t>(s.n_rows * s.row_width);
   switch (codec) {
-    case SpillCodec::Native: return s.raw_bytes();
-    case SpillCodec::F32: return n * 4;
-    case SpillCodec::BF16: return n * 2;
-    case SpillCodec::Int8: return static_cast<std::size_t>(s.n_rows) * (4 + static_cast<std::size_t>(s.row_width));
+    case SpillCodec::Native:
+      return s.raw_bytes();
+    case SpillCodec::F32:
+      return n * 4;
+    case SpillCodec::BF16:
+      return n * 2;
+    case SpillCodec::Int8:
+      return static_cast<std::size_t>(s.n_rows) * (4 + static_cast<std::size_t>(s.row_width));
   }
   return 0;
 }
 
-void encode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> raw, std::span<std::byte> out) {
-  AKV_CHECK(raw.size() == s.raw_bytes() && out.size() == encoded_bytes(codec, s), "encode_block sizes");
+void encode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> raw,
+                  std::span<std::byte> out) {
+  AKV_CHECK(raw.size() == s.raw_bytes() && out.size() == encoded_bytes(codec, s),
+            "encode_block sizes");
   const std::int64_t n = s.n_rows * s.row_width;
   switch (codec) {
-    case SpillCodec::Native: std::memcpy(out.data(), raw.data(), raw.size()); return;
-    case SpillCodec::F32: convert(raw, s.dtype, out, DType::F32, n); return;
-    case SpillCodec::BF16: convert(raw, s.dtype, out, DType::BF16, n); return;
-    case SpillCodec::Int8: break;
+    case SpillCodec::Native:
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return;
+    case SpillCodec::F32:
+      convert(raw, s.dtype, out, DType::F32, n);
+      return;
+    case SpillCodec::BF16:
+      convert(raw, s.dtype, out, DType::BF16, n);
+      return;
+    case SpillCodec::Int8:
+      break;
   }
   const std::size_t in_row = static_cast<std::size_t>(s.row_width) * dtype_size(s.dtype);
   const std::size_t out_row = 4 + static_cast<std::size_t>(s.row_width);
@@ -115,14 +133,23 @@ void encode_block(SpillCodec codec, const BlockShape& s, std::span<const std::by
   }
 }
 
-void decode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> in, std::span<std::byte> raw) {
-  AKV_CHECK(raw.size() == s.raw_bytes() && in.size() == encoded_bytes(codec, s), "decode_block sizes");
+void decode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> in,
+                  std::span<std::byte> raw) {
+  AKV_CHECK(raw.size() == s.raw_bytes() && in.size() == encoded_bytes(codec, s),
+            "decode_block sizes");
   const std::int64_t n = s.n_rows * s.row_width;
   switch (codec) {
-    case SpillCodec::Native: std::memcpy(raw.data(), in.data(), in.size()); return;
-    case SpillCodec::F32: convert(in, DType::F32, raw, s.dtype, n); return;
-    case SpillCodec::BF16: convert(in, DType::BF16, raw, s.dtype, n); return;
-    case SpillCodec::Int8: break;
+    case SpillCodec::Native:
+      std::memcpy(raw.data(), in.data(), in.size());
+      return;
+    case SpillCodec::F32:
+      convert(in, DType::F32, raw, s.dtype, n);
+      return;
+    case SpillCodec::BF16:
+      convert(in, DType::BF16, raw, s.dtype, n);
+      return;
+    case SpillCodec::Int8:
+      break;
   }
   const std::size_t out_row = static_cast<std::size_t>(s.row_width) * dtype_size(s.dtype);
   const std::size_t in_row = 4 + static_cast<std::size_t>(s.row_width);

@@ -20,7 +20,8 @@ namespace akv {
 
 enum class SpillCodec : std::uint8_t { Native = 0, F32 = 1, BF16 = 2, Int8 = 3 };
 
-std::optional<SpillCodec> find_spill_codec(std::string_view name);  // "native", "f32", "bf16", "int8"
+std::optional<SpillCodec> find_spill_codec(
+    std::string_view name);  // "native", "f32", "bf16", "int8"
 std::string_view spill_codec_name(SpillCodec codec);
 
 struct BlockShape {
@@ -41,7 +42,9 @@ inline BlockShape block_shape_of(const KvLayout& l) {
 // Bytes of the encoded form.
 std::size_t encoded_bytes(SpillCodec codec, const BlockShape& shape);
 // raw.size() == shape.raw_bytes(); out.size() == encoded_bytes(codec, shape).
-void encode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> raw, std::span<std::byte> out);
-void decode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> in, std::span<std::byte> raw);
+void encode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> raw,
+                  std::span<std::byte> out);
+void decode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> in,
+                  std::span<std::byte> raw);
 
 }  // namespace akv

@@ -14,13 +14,16 @@ namespace akv {
 
 namespace {
 
-Hash128 from_xxh(XXH128_hash_t h) { return {h.high64, h.low64}; }
+Hash128 from_xxh(XXH128_hash_t h) {
+  return {h.high64, h.low64};
+}
 
 // Keyed XXH3-128 over a list of byte ranges; tags keep the four uses of the secret apart.
 class KeyedHash {
  public:
   KeyedHash(const KeySecret& secret, std::uint8_t tag) {
-    AKV_CHECK(XXH3_128bits_reset_withSecret(&state_, secret.data(), secret.size()) == XXH_OK, "xxh3 reset");
+    AKV_CHECK(XXH3_128bits_reset_withSecret(&state_, secret.data(), secret.size()) == XXH_OK,
+              "xxh3 reset");
     add(&tag, 1);
   }
   void add(const void* p, std::size_t n) { XXH3_128bits_update(&state_, p, n); }

@@ -27,7 +27,9 @@ struct Hash128 {
 };
 
 struct Hash128Hasher {
-  std::size_t operator()(const Hash128& h) const { return static_cast<std::size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull)); }
+  std::size_t operator()(const Hash128& h) const {
+    return static_cast<std::size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull));
+  }
 };
 
 // XXH3-128 of some bytes (unkeyed): file checksums, fingerprints.
@@ -41,7 +43,8 @@ KeySecret random_key_secret();
 
 class BlockKeyer {
  public:
-  BlockKeyer(const KeySecret& secret, const Hash128& fingerprint) : secret_(secret), fingerprint_(fingerprint) {}
+  BlockKeyer(const KeySecret& secret, const Hash128& fingerprint)
+      : secret_(secret), fingerprint_(fingerprint) {}
 
   // The root of namespace `ns` (the tenant) for this model.
   Hash128 root(std::string_view ns) const;

@@ -20,7 +20,9 @@ class Writer {
     out_.insert(out_.end(), b, b + n);
   }
   template <typename T>
-  void put(T v) { raw(&v, sizeof v); }  // little-endian hosts only (x86-64, aarch64)
+  void put(T v) {
+    raw(&v, sizeof v);
+  }  // little-endian hosts only (x86-64, aarch64)
   void put(const Hash128& h) {
     put(h.hi);
     put(h.lo);
@@ -101,7 +103,8 @@ std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& 
   return out;
 }
 
-FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint, BlockHeader& out) {
+FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint,
+                             BlockHeader& out) {
   if (bytes.size() < kBlockHeaderBytes) return FileCheck::Corrupt;
   Reader r(bytes.subspan(0, kBlockHeaderBytes));
   char magic[8];
@@ -153,7 +156,8 @@ std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRe
   return out;
 }
 
-FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint, AgentRecord& out) {
+FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint,
+                         AgentRecord& out) {
   Reader h(bytes);
   char magic[8];
   h.raw(magic, sizeof magic);
@@ -178,7 +182,8 @@ FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& finger
   out.restores = b.get<std::uint64_t>();
   out.last_use_ms = b.get<std::int64_t>();
   const auto n = b.get<std::uint32_t>();
-  if (!b.ok() || static_cast<std::size_t>(n) * 16 != body.size() - b.at()) return FileCheck::Corrupt;
+  if (!b.ok() || static_cast<std::size_t>(n) * 16 != body.size() - b.at())
+    return FileCheck::Corrupt;
   out.chain.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) out.chain.push_back(b.hash());
   return b.ok() ? FileCheck::Ok : FileCheck::Corrupt;

@@ -45,10 +45,12 @@ std::uint64_t payload_checksum(std::span<const std::byte> payload);
 
 std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& h);
 // Checks magic, version and the header checksum; ForeignModel when the fingerprint differs.
-FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint, BlockHeader& out);
+FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint,
+                             BlockHeader& out);
 
 std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRecord& record);
 // Checks everything (header, body checksum, lengths); ForeignModel when the fingerprint differs.
-FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint, AgentRecord& out);
+FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint,
+                         AgentRecord& out);
 
 }  // namespace akv

@@ -29,11 +29,14 @@ struct DiskStore::Job {
 namespace {
 
 std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 bool write_all(int fd, std::span<const std::byte> bytes) {
   std::size_t done = 0;
@@ -52,7 +55,7 @@ std::vector<std::byte> read_all(const std::string& path, bool& ok) {
   ok = false;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return out;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) == 0 && st.st_size >= 0) {
     out.resize(static_cast<std::size_t>(st.st_size));
     std::size_t done = 0;
@@ -86,14 +89,18 @@ std::unique_ptr<DiskStore> DiskStore::open_or_throw(DiskStoreOptions options) {
 }
 
 DiskStore::DiskStore(DiskStoreOptions options) : options_(std::move(options)) {
-  AKV_CHECK(options_.block_size > 0 && options_.shape.raw_bytes() > 0, "disk store needs a block shape");
+  AKV_CHECK(options_.block_size > 0 && options_.shape.raw_bytes() > 0,
+            "disk store needs a block shape");
   open_dir();
   scan_blocks();
   scan_manifests();
-  log_info("KV disk tier {}: {} blocks ({} MiB, codec {}), {} agents; not used: {} of another model or layout, "
-           "{} of another format version, {} damaged (removed)",
-           options_.dir, stats_.n_blocks, stats_.bytes >> 20, spill_codec_name(options_.codec), stats_.n_manifests,
-           stats_.rejected_foreign, stats_.rejected_version, stats_.rejected_corrupt);
+  log_info(
+      "KV disk tier {}: {} blocks ({} MiB, codec {}), {} agents; not used: {} of another model or "
+      "layout, "
+      "{} of another format version, {} damaged (removed)",
+      options_.dir, stats_.n_blocks, stats_.bytes >> 20, spill_codec_name(options_.codec),
+      stats_.n_manifests, stats_.rejected_foreign, stats_.rejected_version,
+      stats_.rejected_corrupt);
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -113,7 +120,9 @@ void DiskStore::open_dir() {
   std::error_code ec;
   for (const char* sub : {"", "/blocks", "/agents"}) {
     fs::create_directories(options_.dir + sub, ec);
-    if (ec) throw Error(ErrorKind::Io, "cannot create KV directory " + options_.dir + sub + ": " + ec.message());
+    if (ec)
+      throw Error(ErrorKind::Io,
+                  "cannot create KV directory " + options_.dir + sub + ": " + ec.message());
   }
   const std::string lock_path = options_.dir + "/lock";
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -131,7 +140,9 @@ void DiskStore::open_dir() {
   if (ok && bytes.size() == secret.size()) {
     std::memcpy(secret.data(), bytes.data(), secret.size());
   } else {
-    if (ok) log_warn("KV directory {}: the key secret is damaged; cached blocks there will not match", options_.dir);
+    if (ok)
+      log_warn("KV directory {}: the key secret is damaged; cached blocks there will not match",
+               options_.dir);
     secret = random_key_secret();
     const int root_fd = open_dir_fd(options_.dir);
     const bool written = write_durably(root_fd, "secret", secret, {});
@@ -153,19 +164,23 @@ void DiskStore::scan_blocks() {
       ::unlinkat(blocks_fd_, name.c_str(), 0);
       continue;
     }
-    const std::optional<Hash128> key = ends_with(name, ".kvb") ? Hash128::from_hex(name.substr(0, 32)) : std::nullopt;
+    const std::optional<Hash128> key =
+        ends_with(name, ".kvb") ? Hash128::from_hex(name.substr(0, 32)) : std::nullopt;
     if (!key || name.size() != 36) continue;  // not ours
     std::array<std::byte, kBlockHeaderBytes> head{};
-    struct stat st{};
+    struct stat st {};
     const int fd = ::openat(blocks_fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
     bool readable = fd >= 0 && ::fstat(fd, &st) == 0 &&
                     ::pread(fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size());
     if (fd >= 0) ::close(fd);
     BlockHeader h;
-    FileCheck check = readable ? parse_block_header(head, options_.fingerprint, h) : FileCheck::Corrupt;
+    FileCheck check =
+        readable ? parse_block_header(head, options_.fingerprint, h) : FileCheck::Corrupt;
     if (check == FileCheck::Ok &&
-        (h.key != *key || h.codec != options_.codec || h.n_tokens != static_cast<std::uint32_t>(options_.block_size) ||
-         h.payload_bytes != payload || static_cast<std::uint64_t>(st.st_size) != kBlockHeaderBytes + payload))
+        (h.key != *key || h.codec != options_.codec ||
+         h.n_tokens != static_cast<std::uint32_t>(options_.block_size) ||
+         h.payload_bytes != payload ||
+         static_cast<std::uint64_t>(st.st_size) != kBlockHeaderBytes + payload))
       check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
@@ -173,8 +188,12 @@ void DiskStore::scan_blocks() {
         ++stats_.n_blocks;
         stats_.bytes += st.st_size;
         break;
-      case FileCheck::ForeignModel: ++stats_.rejected_foreign; break;
-      case FileCheck::BadVersion: ++stats_.rejected_version; break;
+      case FileCheck::ForeignModel:
+        ++stats_.rejected_foreign;
+        break;
+      case FileCheck::BadVersion:
+        ++stats_.rejected_version;
+        break;
       case FileCheck::Corrupt:
         ++stats_.rejected_corrupt;
         ::unlinkat(blocks_fd_, name.c_str(), 0);
@@ -200,14 +219,19 @@ void DiskStore::scan_manifests() {
     const std::vector<std::byte> bytes = read_all(folder + name, ok);
     AgentRecord r;
     FileCheck check = ok ? parse_manifest(bytes, options_.fingerprint, r) : FileCheck::Corrupt;
-    if (check == FileCheck::Ok && name != manifest_name(r.tenant, r.agent)) check = FileCheck::Corrupt;
+    if (check == FileCheck::Ok && name != manifest_name(r.tenant, r.agent))
+      check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
         loaded_.push_back(std::move(r));
         ++stats_.n_manifests;
         break;
-      case FileCheck::ForeignModel: ++stats_.rejected_foreign; break;
-      case FileCheck::BadVersion: ++stats_.rejected_version; break;
+      case FileCheck::ForeignModel:
+        ++stats_.rejected_foreign;
+        break;
+      case FileCheck::BadVersion:
+        ++stats_.rejected_version;
+        break;
       case FileCheck::Corrupt:
         ++stats_.rejected_corrupt;
         ::unlinkat(agents_fd_, name.c_str(), 0);
@@ -222,7 +246,9 @@ std::vector<AgentRecord> DiskStore::take_loaded_manifests() {
   return std::move(loaded_);
 }
 
-std::string DiskStore::block_path(const Hash128& key) const { return options_.dir + "/blocks/" + key.hex() + ".kvb"; }
+std::string DiskStore::block_path(const Hash128& key) const {
+  return options_.dir + "/blocks/" + key.hex() + ".kvb";
+}
 
 std::string DiskStore::manifest_name(const std::string& tenant, const std::string& agent) const {
   return keyer_->agent_hash(tenant, agent).hex() + ".agent";
@@ -238,7 +264,8 @@ bool DiskStore::on_disk(const Hash128& key) const {
   return files_.contains(key);
 }
 
-bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::vector<std::byte> raw) {
+bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                    std::vector<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put: raw block size");
   {
     std::lock_guard lock(mu_);
@@ -272,7 +299,8 @@ void DiskStore::put_manifest(const AgentRecord& record) {
   wake_.notify_one();
 }
 
-void DiskStore::erase(const std::string& tenant, const std::string& agent, std::vector<Hash128> blocks) {
+void DiskStore::erase(const std::string& tenant, const std::string& agent,
+                      std::vector<Hash128> blocks) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Erase;
   job->record.tenant = tenant;
@@ -301,17 +329,20 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
   return n;
 }
 
-bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::span<std::byte> raw) {
+bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                     std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "load: raw block size");
   if (!on_disk(key)) return false;
   bool ok = false;
   const std::vector<std::byte> bytes = read_all(block_path(key), ok);
   BlockHeader h;
   const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
-  bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.key == key &&
-              h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
-              h.payload_bytes == payload && bytes.size() == kBlockHeaderBytes + payload;
-  const std::span<const std::byte> body = good ? std::span(bytes).subspan(kBlockHeaderBytes) : std::span<const std::byte>{};
+  bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok &&
+              h.key == key && h.parent == parent && h.tokens_hash == tokens_hash &&
+              h.codec == options_.codec && h.payload_bytes == payload &&
+              bytes.size() == kBlockHeaderBytes + payload;
+  const std::span<const std::byte> body =
+      good ? std::span(bytes).subspan(kBlockHeaderBytes) : std::span<const std::byte>{};
   good = good && payload_checksum(body) == h.payload_checksum;
   if (!good) {
     // A missing file (erased meanwhile) is not damage; anything else is.
@@ -381,8 +412,7 @@ void DiskStore::run(Job& job) {
       return;
     case Job::Kind::Manifest: {
       const std::vector<std::byte> bytes = encode_manifest(options_.fingerprint, job.record);
-      if (!write_durably(agents_fd_, manifest_name(job.record.tenant, job.record.agent),
-                         bytes, {}))
+      if (!write_durably(agents_fd_, manifest_name(job.record.tenant, job.record.agent), bytes, {}))
         on_write_error("agent manifest: " + errno_text());
       return;
     }
@@ -445,8 +475,8 @@ void DiskStore::write_block(Job& job) {
   if (written && options_.on_block_written) options_.on_block_written(job.key);
 }
 
-bool DiskStore::write_durably(int dir_fd, const std::string& name,
-                              std::span<const std::byte> a, std::span<const std::byte> b) {
+bool DiskStore::write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a,
+                              std::span<const std::byte> b) {
   const std::string tmp = name + ".tmp" + std::to_string(++tmp_serial_);
   const int fd = ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return false;
@@ -471,8 +501,8 @@ void DiskStore::on_write_error(const std::string& what) {
     paused_until_ms_ = now_ms() + options_.pause_after_error_ms;
   }
   if (first)
-    log_warn("KV disk tier {}: write failed ({}); spilling paused for {} ms, serving continues", options_.dir, what,
-             options_.pause_after_error_ms);
+    log_warn("KV disk tier {}: write failed ({}); spilling paused for {} ms, serving continues",
+             options_.dir, what, options_.pause_after_error_ms);
 }
 
 }  // namespace akv

@@ -30,10 +30,10 @@ namespace akv {
 
 struct DiskStoreOptions {
   std::string dir;
-  Hash128 fingerprint;             // model_fingerprint(): also covers shape and codec
+  Hash128 fingerprint;  // model_fingerprint(): also covers shape and codec
   SpillCodec codec = SpillCodec::Native;
-  BlockShape shape;                // of one block's raw bytes
-  std::int32_t block_size = 0;     // tokens per block
+  BlockShape shape;                                      // of one block's raw bytes
+  std::int32_t block_size = 0;                           // tokens per block
   std::size_t max_queue_bytes = std::size_t{256} << 20;  // raw bytes waiting; more are dropped
   std::int32_t pause_after_error_ms = 30000;
   // Called on the IO thread once a block file is durable (after the directory fsync).
@@ -77,10 +77,12 @@ class DiskStore {
   bool on_disk(const Hash128& key) const;
   // Queues a block (raw bytes in the shape's layout) for encoding and writing. False when it
   // was dropped (paused after an error, or the queue is full) or is already stored/queued.
-  bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::vector<std::byte> raw);
+  bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+           std::vector<std::byte> raw);
   // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
   // False when it is missing or bad; a bad file is counted and removed.
-  bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::span<std::byte> raw);
+  bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+            std::span<std::byte> raw);
 
   // Queues the agent's manifest (replacing its previous one).
   void put_manifest(const AgentRecord& record);
@@ -103,7 +105,8 @@ class DiskStore {
   void run(Job& job);
   void write_block(Job& job);
   // temp file, fsync, rename to `name`, fsync of the directory; false (errno set) on failure.
-  bool write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a, std::span<const std::byte> b);
+  bool write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a,
+                     std::span<const std::byte> b);
   void on_write_error(const std::string& what);
   void drop_bad(const Hash128& key);
   std::string block_path(const Hash128& key) const;

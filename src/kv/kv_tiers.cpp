@@ -10,9 +10,12 @@
 namespace akv {
 
 KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
-  return {.read = [&backend, &kv](BlockId b, std::span<std::byte> out) { backend.read_kv_block(kv, b, out); },
-          .write = [&backend, &kv](BlockId b, std::span<const std::byte> in) { backend.write_kv_block(kv, b, in); },
-          .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
+  return {
+      .read = [&backend, &kv](BlockId b,
+                              std::span<std::byte> out) { backend.read_kv_block(kv, b, out); },
+      .write = [&backend, &kv](
+                   BlockId b, std::span<const std::byte> in) { backend.write_kv_block(kv, b, in); },
+      .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
 }
 
 void KvManager::attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io) {
@@ -22,7 +25,8 @@ void KvManager::attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io) 
   disk_ = disk;
   io_ = std::move(io);
   if (disk_ != nullptr) {
-    AKV_CHECK(io_.block_bytes == disk_->shape().raw_bytes(), "disk tier block shape differs from the KV layout");
+    AKV_CHECK(io_.block_bytes == disk_->shape().raw_bytes(),
+              "disk tier block shape differs from the KV layout");
     keyer_ = &disk_->keyer();
   } else {
     own_keyer_ = std::make_unique<BlockKeyer>(random_key_secret(), Hash128{});
@@ -47,15 +51,16 @@ void KvManager::forget_key(BlockId block) {
   if (agents_ != nullptr) agents_->set_resident(key, false);
 }
 
-void KvManager::spill(BlockId block, const Hash128& key, const Hash128& parent, std::span<const std::int32_t> tokens) {
+void KvManager::spill(BlockId block, const Hash128& key, const Hash128& parent,
+                      std::span<const std::int32_t> tokens) {
   if (disk_ == nullptr || disk_->has(key)) return;
   std::vector<std::byte> raw(io_.block_bytes);
   io_.read(block, raw);
   disk_->put(key, parent, keyer_->tokens_hash(tokens), std::move(raw));
 }
 
-std::int32_t KvManager::restore_from_disk(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
-                                          std::int32_t limit) {
+std::int32_t KvManager::restore_from_disk(KvSequence& seq, std::span<const std::int32_t> tokens,
+                                          std::int32_t matched, std::int32_t limit) {
   const std::int32_t bs = pool_.block_size();
   while (matched + bs <= limit && n_available() > 0) {
     const auto block_tokens = tokens.subspan(matched, bs);
@@ -68,7 +73,8 @@ std::int32_t KvManager::restore_from_disk(KvSequence& seq, std::span<const std::
       break;
     }
     io_.write(b, buffer_);
-    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b, "a restored block was already indexed");
+    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b,
+              "a restored block was already indexed");
     note_key(b, key);
     seq.blocks_.push_back(b);
     seq.tail_key_ = index_.key_of(b);
@@ -86,9 +92,12 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
   const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  const AgentRecord r = agents_->record_turn(
-      ns, agent,
-      {.chain = seq.keys_, .n_tokens = n_tokens, .hit = hit, .restored = seq.n_restored_ > 0, .now_ms = now});
+  const AgentRecord r = agents_->record_turn(ns, agent,
+                                             {.chain = seq.keys_,
+                                              .n_tokens = n_tokens,
+                                              .hit = hit,
+                                              .restored = seq.n_restored_ > 0,
+                                              .now_ms = now});
   if (disk_ != nullptr) disk_->put_manifest(r);
 }
 

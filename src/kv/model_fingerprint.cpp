@@ -19,7 +19,9 @@ class Hasher {
   Hasher() { XXH3_128bits_reset_withSeed(&state_, 0x666970u); }
   void add(const void* p, std::size_t n) { XXH3_128bits_update(&state_, p, n); }
   template <typename T>
-  void add_value(const T& v) { add(&v, sizeof v); }
+  void add_value(const T& v) {
+    add(&v, sizeof v);
+  }
   void add_bytes(std::span<const std::uint8_t> b) {
     add_value(static_cast<std::uint64_t>(b.size()));
     add(b.data(), b.size());
@@ -54,7 +56,8 @@ void add_safetensors(Hasher& h, const std::filesystem::path& p) {
   h.add_value(static_cast<std::uint64_t>(bytes.size()));
   std::uint64_t header = 0;
   if (bytes.size() >= 8) std::copy_n(bytes.data(), 8, reinterpret_cast<std::uint8_t*>(&header));
-  const std::size_t data_begin = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), 8 + header));
+  const std::size_t data_begin =
+      static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), 8 + header));
   h.add_bytes(bytes.subspan(0, data_begin));
   const auto data = bytes.subspan(data_begin);
   const std::size_t edge = std::min<std::size_t>(4096, data.size());

@@ -15,7 +15,7 @@ namespace akv {
 struct FingerprintInputs {
   std::string model_dir;      // config.json, *.safetensors, tokenizer.json, tokenizer_config.json
   std::string chat_template;  // the template in use when it overrides the model's ("" otherwise)
-  KvLayout kv;                // n_blocks is ignored; block_size, heads, head_dim, layers, dtype count
+  KvLayout kv;  // n_blocks is ignored; block_size, heads, head_dim, layers, dtype count
   SpillCodec codec = SpillCodec::Native;
 };
 

@@ -28,7 +28,8 @@ std::string rfc3339_ms(std::int64_t unix_ms) {
 }
 
 AgentIndex& agents_of(ServingContext& ctx) {
-  if (ctx.memory.agents == nullptr) throw Error(ErrorKind::NotFound, "agent memory is not enabled on this server");
+  if (ctx.memory.agents == nullptr)
+    throw Error(ErrorKind::NotFound, "agent memory is not enabled on this server");
   return *ctx.memory.agents;
 }
 
@@ -45,7 +46,8 @@ std::string agent_id_of(const httplib::Request& req) {
 }
 
 json agent_json(const ServingContext& ctx, const AgentRecord& r) {
-  const std::int64_t device = ctx.memory.agents->n_resident(r.chain) * ctx.memory.device_block_bytes;
+  const std::int64_t device =
+      ctx.memory.agents->n_resident(r.chain) * ctx.memory.device_block_bytes;
   const std::int64_t disk = ctx.memory.disk != nullptr ? ctx.memory.disk->stored_bytes(r.chain) : 0;
   return {{"id", r.agent},
           {"object", "agent"},
@@ -76,7 +78,8 @@ void handle_agents_list(ServingContext& ctx, const httplib::Request& req, httpli
 
 void handle_agent_get(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const std::string id = agent_id_of(req);
-  res.set_content(agent_json(ctx, find_or_404(ctx, tenant_of(ctx, req), id)).dump(), "application/json");
+  res.set_content(agent_json(ctx, find_or_404(ctx, tenant_of(ctx, req), id)).dump(),
+                  "application/json");
 }
 
 void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -106,7 +109,8 @@ void handle_agent_delete(ServingContext& ctx, const httplib::Request& req, httpl
   // Blocks other agents' chains hold stay (in memory and on disk).
   ctx.engine.evict_blocks(*own);
   if (ctx.memory.disk != nullptr) ctx.memory.disk->erase(tenant, id, *own);
-  res.set_content(json{{"id", id}, {"object", "agent"}, {"deleted", true}}.dump(), "application/json");
+  res.set_content(json{{"id", id}, {"object", "agent"}, {"deleted", true}}.dump(),
+                  "application/json");
 }
 
 }  // namespace akv

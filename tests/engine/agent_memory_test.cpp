@@ -26,13 +26,17 @@ using Ids = std::vector<std::int32_t>;
 
 const std::string kTestdata = AGENTKV_TESTDATA;
 const std::string kStories = kTestdata + "/models/stories260K/hf";
-std::string tiny(const std::string& name) { return kTestdata + "/models/tiny-random/" + name; }
+std::string tiny(const std::string& name) {
+  return kTestdata + "/models/tiny-random/" + name;
+}
 
 constexpr std::int32_t kBlock = 8;
 
 struct ScratchDir {
-  ScratchDir() : path((fs::temp_directory_path() / ("akv_agents_" + std::to_string(::getpid()) + "_" +
-                                                     std::to_string(serial++))).string()) {
+  ScratchDir()
+      : path((fs::temp_directory_path() /
+              ("akv_agents_" + std::to_string(::getpid()) + "_" + std::to_string(serial++)))
+                 .string()) {
     fs::remove_all(path);
   }
   ~ScratchDir() { fs::remove_all(path); }
@@ -79,7 +83,8 @@ Ids greedy_alone(const std::string& dir, const Ids& prompt, int n) {
   Ids out;
   std::span<const float> logits = runner.append(prompt);
   for (int i = 0; i < n; ++i) {
-    out.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    out.push_back(
+        static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
     if (i + 1 < n) logits = runner.append(std::span<const std::int32_t>(&out.back(), 1));
   }
   return out;
@@ -95,21 +100,23 @@ Ids random_ids(std::uint32_t seed, int n) {
 // A model, an agent index, a disk store on `kv_dir` and an engine using them (destroyed in
 // reverse: engine, then store).
 struct Served {
-  Served(const std::string& model_dir, const std::string& kv_dir, SpillCodec codec = SpillCodec::Native,
-         std::int32_t n_blocks = 64) {
+  Served(const std::string& model_dir, const std::string& kv_dir,
+         SpillCodec codec = SpillCodec::Native, std::int32_t n_blocks = 64) {
     auto model = load_model(model_dir, backend);
     const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock);
     DiskStoreOptions o;
     o.dir = kv_dir;
-    o.fingerprint = model_fingerprint({.model_dir = model_dir, .chat_template = "", .kv = layout, .codec = codec});
+    o.fingerprint = model_fingerprint(
+        {.model_dir = model_dir, .chat_template = "", .kv = layout, .codec = codec});
     o.codec = codec;
     o.shape = block_shape_of(layout);
     o.block_size = kBlock;
     store = DiskStore::open_or_throw(o);
     for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
-    EngineConfig cfg{.block_size = kBlock,
-                     .n_blocks = n_blocks,
-                     .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8}};
+    EngineConfig cfg{
+        .block_size = kBlock,
+        .n_blocks = n_blocks,
+        .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8}};
     cfg.agents = &agents;
     cfg.disk = store.get();
     engine = std::make_unique<Engine>(std::move(model), backend, cfg);
@@ -213,13 +220,19 @@ TEST(AgentMemory, CacheOfAnotherModelIsRejected) {
 TEST(AgentMemory, FingerprintSeesOneChangedWeightByteAndTheTokenizer) {
   ScratchDir dir;
   fs::copy(tiny("llama3-rope-scaled"), dir.path, fs::copy_options::recursive);
-  const KvLayout layout{.n_layers = 2, .n_blocks = 1, .block_size = kBlock, .n_kv_heads = 2, .head_dim = 8};
-  const Hash128 before = model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
+  const KvLayout layout{
+      .n_layers = 2, .n_blocks = 1, .block_size = kBlock, .n_kv_heads = 2, .head_dim = 8};
+  const Hash128 before =
+      model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
   EXPECT_NE(before, model_fingerprint({.model_dir = dir.path, .chat_template = "x", .kv = layout}));
-  EXPECT_NE(before, model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout, .codec = SpillCodec::Int8}));
+  EXPECT_NE(
+      before,
+      model_fingerprint(
+          {.model_dir = dir.path, .chat_template = "", .kv = layout, .codec = SpillCodec::Int8}));
   {
     // First byte of the tensor data (same header, same shapes, another weight).
-    std::fstream f(dir.path + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir.path + "/model.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
     std::uint64_t header = 0;
     f.read(reinterpret_cast<char*>(&header), 8);
     f.seekg(static_cast<std::streamoff>(8 + header));
@@ -229,7 +242,8 @@ TEST(AgentMemory, FingerprintSeesOneChangedWeightByteAndTheTokenizer) {
     c = static_cast<char>(c ^ 1);
     f.write(&c, 1);
   }
-  const Hash128 weights = model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
+  const Hash128 weights =
+      model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout});
   EXPECT_NE(before, weights);
   std::ofstream(dir.path + "/tokenizer.json", std::ios::app) << " ";
   EXPECT_NE(weights, model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = layout}));
@@ -296,7 +310,8 @@ TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {
     a.run(prompt, 4, "a");
     a.settle();
     // 45 + 3 tokens with KV = 6 blocks.
-    EXPECT_EQ(a.store->stats().bytes, 6 * static_cast<std::int64_t>(128 + a.store->encoded_block_bytes()));
+    EXPECT_EQ(a.store->stats().bytes,
+              6 * static_cast<std::int64_t>(128 + a.store->encoded_block_bytes()));
   }
   Served b(kStories, dir.path, SpillCodec::Int8);
   const Result r = b.run(prompt, 4, "a");

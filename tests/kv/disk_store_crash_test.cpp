@@ -57,8 +57,9 @@ DiskStoreOptions options(const std::string& dir) {
       std::vector<std::int32_t> tokens(4);
       for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 1000);
       const Hash128 key = keys.next(parent, tokens);
-      while (!store->put(key, parent, keys.tokens_hash(tokens), test::block_content(kShape, key.lo)) &&
-             !store->has(key))
+      while (
+          !store->put(key, parent, keys.tokens_hash(tokens), test::block_content(kShape, key.lo)) &&
+          !store->has(key))
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       rec.chain.push_back(key);
       parent = key;
@@ -85,16 +86,19 @@ TEST(DiskStoreCrash, KillNineAtRandomMomentsNeverCorruptsOrLosesDurableBlocks) {
       spill_until_killed(dir.path, fds[1], static_cast<std::uint32_t>(it));
     }
     ::close(fds[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 100)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 100)(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited on its own: " << status;
     std::string lines;
     char buf[4096];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) lines.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+      lines.append(buf, static_cast<std::size_t>(n));
     ::close(fds[0]);
-    for (std::size_t at = 0; at + 33 <= lines.size(); at += 33) durable.insert(lines.substr(at, 32));
+    for (std::size_t at = 0; at + 33 <= lines.size(); at += 33)
+      durable.insert(lines.substr(at, 32));
 
     auto store = DiskStore::open_or_throw(options(dir.path));
     const DiskStoreStats st = store->stats();
@@ -122,13 +126,15 @@ TEST(DiskStoreCrash, KillNineAtRandomMomentsNeverCorruptsOrLosesDurableBlocks) {
       ++n_files;
     }
     EXPECT_EQ(n_files, st.n_blocks);
-    for (const std::string& k : durable) ASSERT_TRUE(store->on_disk(*Hash128::from_hex(k))) << "lost " << k;
+    for (const std::string& k : durable)
+      ASSERT_TRUE(store->on_disk(*Hash128::from_hex(k))) << "lost " << k;
     ASSERT_EQ(store->stats().rejected_corrupt, 0);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(durable.size(), 0u);
-  std::printf("%d kills, %zu durable blocks reported, %lld on disk at the end, %.1f s\n", kIterations, durable.size(),
-              static_cast<long long>(max_blocks), seconds);
+  std::printf("%d kills, %zu durable blocks reported, %lld on disk at the end, %.1f s\n",
+              kIterations, durable.size(), static_cast<long long>(max_blocks), seconds);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ using test::ScratchDir;
 
 const BlockShape kShape{.n_rows = 2 * 2 * 4, .row_width = 16, .dtype = DType::F32};
 
-DiskStoreOptions options(const std::string& dir, Hash128 fp = {1, 2}, SpillCodec codec = SpillCodec::Native) {
+DiskStoreOptions options(const std::string& dir, Hash128 fp = {1, 2},
+                         SpillCodec codec = SpillCodec::Native) {
   DiskStoreOptions o;
   o.dir = dir;
   o.fingerprint = fp;
@@ -49,7 +50,8 @@ TEST(BlockCodec, NativeAndF32AreExactBf16AndInt8AreClose) {
     }
     for (std::int64_t r = 0; r < kShape.n_rows; ++r) {
       float absmax = 0;
-      for (std::int64_t i = 0; i < kShape.row_width; ++i) absmax = std::max(absmax, std::fabs(a[r * kShape.row_width + i]));
+      for (std::int64_t i = 0; i < kShape.row_width; ++i)
+        absmax = std::max(absmax, std::fabs(a[r * kShape.row_width + i]));
       for (std::int64_t i = 0; i < kShape.row_width; ++i) {
         const float x = a[r * kShape.row_width + i], y = b[r * kShape.row_width + i];
         const float tol = c == SpillCodec::BF16 ? std::fabs(x) / 128 : absmax / 127 / 2 * 1.001f;
