@@ -14,12 +14,8 @@
 
 namespace {
 
-// Default: ../shared/testdata/models/stories260K/hf relative to the source root.
-std::string default_tokenizer_dir() {
-  std::string here = __FILE__;  // <source root>/fuzz/tokenizer_fuzz.cpp
-  std::string root = here.substr(0, here.rfind("/fuzz/"));
-  return root + "/../shared/testdata/models/stories260K/hf";
-}
+// Default: stories260K from ../shared/testdata (AGENTKV_TESTDATA is set by fuzz/CMakeLists.txt).
+std::string default_tokenizer_dir() { return std::string(AGENTKV_TESTDATA) + "/models/stories260K/hf"; }
 
 const akv::Tokenizer& tokenizer() {
   static const akv::Tokenizer tok = [] {
