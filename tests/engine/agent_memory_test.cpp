@@ -4,7 +4,9 @@
 // files and other tenants are never used.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,6 +48,7 @@ struct ScratchDir {
 
 struct Result {
   Ids tokens;
+  std::vector<std::vector<TokenLogprob>> top;
   Usage usage;
   bool finished = false;
 };
@@ -56,7 +59,10 @@ class Collector {
     return [this](const EngineEvent& e) {
       std::lock_guard lock(mu_);
       Result& r = results_[e.request];
-      if (e.kind == EventKind::Token) r.tokens.push_back(e.token);
+      if (e.kind == EventKind::Token) {
+        r.tokens.push_back(e.token);
+        r.top.push_back(e.top_logprobs);
+      }
       if (e.kind == EventKind::Finished) {
         r.usage = e.usage;
         r.finished = true;
@@ -121,8 +127,10 @@ struct Served {
     cfg.disk = store.get();
     engine = std::make_unique<Engine>(std::move(model), backend, cfg);
   }
-  Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "") {
+  Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "",
+             std::int32_t n_logprobs = 0) {
     GenerateRequest r;
+    r.n_logprobs = n_logprobs;
     r.prompt = std::move(prompt);
     r.max_tokens = n;
     r.ns = ns;
@@ -317,6 +325,24 @@ TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {
   const Result r = b.run(prompt, 4, "a");
   EXPECT_EQ(r.usage.cached_tokens, 40);
   EXPECT_EQ(r.tokens.size(), 4u);
+  // Quality: the first token's log-probabilities after an int8 restore vs the exact run.
+  ScratchDir exact_dir;
+  Served exact(kStories, exact_dir.path);
+  const Result want = exact.run(prompt, 1, "a", "", 10);
+  const Result got = b.run(prompt, 1, "a", "", 10);
+  ASSERT_GE(got.usage.cached_tokens, 40);  // 40 restored, then a partial block computed on top
+  ASSERT_EQ(want.top.size(), 1u);
+  ASSERT_EQ(got.top.size(), 1u);
+  double max_diff = 0;
+  for (const TokenLogprob& w : want.top[0])
+    for (const TokenLogprob& g : got.top[0])
+      if (g.id == w.id)
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(g.logprob - w.logprob)));
+  EXPECT_EQ(got.tokens, want.tokens);
+  // Measured 0.25 on stories260K: per-token scales are coarse for keys with outlier channels
+  // (per-channel key scales are the next codec); this bound only catches a broken codec.
+  EXPECT_LT(max_diff, 0.5);
+  std::printf("int8 restore of 40 tokens: top-10 logprob max |diff| %.5f\n", max_diff);
 }
 
 }  // namespace
