@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/backend_factory.h"
+#include "app/engine_monitor.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -108,6 +109,7 @@ int run_serve(const ServeOptions& o) {
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
                      .memory = {.agents = &agents, .disk = disk.get(), .device_block_bytes = block_bytes}};
   HttpServer server(ctx);
+  const EngineMonitor monitor(engine, std::chrono::seconds(10));  // a log line every 10 s while busy
   server.bind();
   g_server = &server;
   std::signal(SIGINT, on_signal);
