@@ -45,27 +45,41 @@ AssistantTextStore::Key AssistantTextStore::key_of(const ChatMessage& turn) {
 }
 
 void AssistantTextStore::remember(const ChatMessage& turn, std::string raw_text) {
-  if (raw_text.empty() || raw_text.size() > capacity_bytes_) return;
+  RememberedTurn remembered;
+  remembered.raw_text = std::move(raw_text);
+  remember(turn, std::move(remembered));
+}
+
+void AssistantTextStore::remember(const ChatMessage& turn, RememberedTurn remembered) {
+  const std::size_t n_bytes = remembered.n_bytes();
+  if (remembered.raw_text.empty() || n_bytes > capacity_bytes_) return;
   const Key key = key_of(turn);
+  auto shared = std::make_shared<const RememberedTurn>(std::move(remembered));
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
-    n_bytes_ -= it->second->raw_text.size();
+    n_bytes_ -= it->second->n_bytes;
     lru_.erase(it->second);
     index_.erase(it);
   }
-  n_bytes_ += raw_text.size();
-  lru_.push_front(Entry{key, std::move(raw_text)});
+  n_bytes_ += n_bytes;
+  lru_.push_front(Entry{key, std::move(shared), n_bytes});
   index_[key] = lru_.begin();
   evict_locked();
 }
 
 std::optional<std::string> AssistantTextStore::find(const ChatMessage& turn) {
+  auto found = find_turn(turn);
+  if (!found) return std::nullopt;
+  return found->raw_text;
+}
+
+std::shared_ptr<const RememberedTurn> AssistantTextStore::find_turn(const ChatMessage& turn) {
   const Key key = key_of(turn);
   std::lock_guard lock(mu_);
   auto it = index_.find(key);
-  if (it == index_.end()) return std::nullopt;
+  if (it == index_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->raw_text;
+  return it->second->turn;
 }
 
 std::size_t AssistantTextStore::n_entries() const {
@@ -80,7 +94,7 @@ std::size_t AssistantTextStore::n_bytes() const {
 
 void AssistantTextStore::evict_locked() {
   while (!lru_.empty() && (n_bytes_ > capacity_bytes_ || lru_.size() > max_entries_)) {
-    n_bytes_ -= lru_.back().raw_text.size();
+    n_bytes_ -= lru_.back().n_bytes;
     index_.erase(lru_.back().key);
     lru_.pop_back();
   }

@@ -1,35 +1,60 @@
 // AssistantTextStore: the exact text the model generated for an assistant turn, so that the
 // next request re-renders that turn byte-identically (architecture §6) instead of re-serialising
 // it through the template (which would change whitespace, key order or thinking and break the
-// KV prefix match). A bounded LRU shared by all requests of one model.
+// KV prefix match), and, when the caller has them, the prompt and generated token ids the KV
+// cache holds for it (PromptBuilder splices them back). A bounded LRU shared by all requests of
+// one model.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "chat/chat_request.h"
 
 namespace akv {
 
+// One generated assistant turn. The ids are empty when the caller had none (text only).
+struct RememberedTurn {
+  std::string raw_text;  // as generated: special tokens kept, end-of-turn token excluded
+  // What the KV cache holds for the turn: prompt_text + raw_text, as prompt_ids + generated_ids
+  // (the generated ids as sampled, which may differ from how the tokenizer encodes raw_text).
+  std::string prompt_text;
+  std::vector<std::int32_t> prompt_ids;
+  std::vector<std::int32_t> generated_ids;
+
+  bool has_ids() const { return !prompt_ids.empty() || !generated_ids.empty(); }
+  std::size_t n_bytes() const {
+    return raw_text.size() + prompt_text.size() +
+           sizeof(std::int32_t) * (prompt_ids.size() + generated_ids.size());
+  }
+};
+
 class AssistantTextStore {
  public:
-  // Holds at most `max_entries` turns and `capacity_bytes` of raw text; the least recently used
-  // turns are evicted first. A single text larger than capacity_bytes is not stored.
+  // Holds at most `max_entries` turns and `capacity_bytes` (texts + 4 bytes per id); the least
+  // recently used turns are evicted first. A single turn larger than capacity_bytes is not
+  // stored.
   explicit AssistantTextStore(std::size_t capacity_bytes = std::size_t{64} << 20,
                               std::size_t max_entries = 8192);
 
   // Records that the model produced `raw_text` for `turn` (the assistant message as sent to the
   // client: text, tool_use and thinking blocks). Empty raw text is ignored. Thread-safe.
   void remember(const ChatMessage& turn, std::string raw_text);
+  // Same with the prompt and ids the KV cache holds (RememberedTurn). Empty raw text is ignored.
+  void remember(const ChatMessage& turn, RememberedTurn remembered);
 
   // The raw text of a turn with the same canonical content, refreshing its LRU position.
   // Thread-safe.
   std::optional<std::string> find(const ChatMessage& turn);
+  // The whole remembered turn (shared, immutable), or null. Thread-safe.
+  std::shared_ptr<const RememberedTurn> find_turn(const ChatMessage& turn);
 
   std::size_t n_entries() const;
   std::size_t n_bytes() const;
@@ -52,7 +77,8 @@ class AssistantTextStore {
   };
   struct Entry {
     Key key;
-    std::string raw_text;
+    std::shared_ptr<const RememberedTurn> turn;
+    std::size_t n_bytes = 0;
   };
   static Key key_of(const ChatMessage& turn);
   void evict_locked();

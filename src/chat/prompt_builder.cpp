@@ -1,7 +1,9 @@
 #include "chat/prompt_builder.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "base/error.h"
@@ -11,6 +13,7 @@
 namespace akv {
 
 using ojson = nlohmann::ordered_json;
+using RememberedTurns = std::vector<std::shared_ptr<const RememberedTurn>>;
 
 const char* const kFallbackChatTemplate =
     "{{- bos_token }}"
@@ -65,7 +68,9 @@ ojson tool_call_json(const ContentBlock& b) {
 // Builds the messages array; `tool_names` maps tool_use ids to names for tool results.
 class MessageWriter {
  public:
-  MessageWriter(AssistantTextStore& store, ojson& out) : store_(store), out_(out) {}
+  // Remembered turns that carry ids are appended to `remembered` (when not null), in order.
+  MessageWriter(AssistantTextStore& store, ojson& out, RememberedTurns* remembered)
+      : store_(store), out_(out), remembered_(remembered) {}
 
   void system(const std::string& text) {
     out_.push_back(ojson{{"role", "system"}, {"content", text}});
@@ -99,8 +104,9 @@ class MessageWriter {
     for (const auto& b : m.blocks)
       if (b.type == BlockType::ToolUse) tool_names_[b.tool_use_id] = b.tool_name;
     if (allow_raw) {
-      if (auto raw = store_.find(m)) {
-        out_.push_back(ojson{{"role", "assistant"}, {"content", std::move(*raw)}});
+      if (auto found = store_.find_turn(m)) {
+        out_.push_back(ojson{{"role", "assistant"}, {"content", found->raw_text}});
+        if (remembered_ && found->has_ids()) remembered_->push_back(std::move(found));
         return;
       }
     }
@@ -117,6 +123,7 @@ class MessageWriter {
  private:
   AssistantTextStore& store_;
   ojson& out_;
+  RememberedTurns* remembered_;
   std::map<std::string, std::string> tool_names_;
 };
 
@@ -156,6 +163,44 @@ bool ends_inside_think(std::string_view text) {
   return text.find("</think>", open) == std::string_view::npos;
 }
 
+std::size_t common_prefix_length(std::string_view a, std::string_view b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  std::size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// Where `turn`'s generated text starts in `text` when everything before it is what the KV cache
+// held before generating it: text[0:pos] == turn.prompt_text[0:pos], text[pos:] starts with
+// raw_text, and the part of the prompt that is skipped (turn.prompt_text[pos:]) is empty or a
+// suffix of the generation prompt that the template leaves out when it re-renders the turn in
+// history (Qwen3's empty think block). `from`: the turn starts at or after it. nullopt when the
+// client changed the conversation (or the template renders it differently).
+std::optional<std::size_t> find_generated_text(std::string_view text, std::size_t from,
+                                               const RememberedTurn& turn,
+                                               std::string_view generation_prompt) {
+  const std::string_view prompt = turn.prompt_text;
+  const std::size_t common = common_prefix_length(text, prompt);
+  auto generated_at = [&](std::size_t pos) {
+    return pos >= from && pos <= common && text.substr(pos).starts_with(turn.raw_text);
+  };
+  if (common == prompt.size() && generated_at(common)) return common;
+  if (generation_prompt.empty() || !prompt.ends_with(generation_prompt)) return std::nullopt;
+  for (std::size_t n_skipped = 1; n_skipped <= generation_prompt.size(); ++n_skipped)
+    if (generated_at(prompt.size() - n_skipped)) return prompt.size() - n_skipped;
+  return std::nullopt;
+}
+
+// Whether encode(a + b) == encode(a) + encode(b) at a word boundary: false for tokenizers that
+// add a prefix space to every input (SentencePiece "prepend"), whose ids cannot be spliced.
+bool encodes_pieces_independently(const Tokenizer& tokenizer) {
+  auto joined = tokenizer.encode("Hi there", false);
+  auto head = tokenizer.encode("Hi", false);
+  const auto tail = tokenizer.encode(" there", false);
+  head.insert(head.end(), tail.begin(), tail.end());
+  return joined == head;
+}
+
 }  // namespace
 
 PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptBuilderOptions options)
@@ -167,14 +212,19 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptBuilderOptions op
   uses_think_ = akv::template_uses_think_tags(template_.source());
   tool_call_format_ =
       uses_fallback_ ? ToolCallFormat::Hermes : detect_tool_call_format(template_.source());
+  splices_ids_ = encodes_pieces_independently(tokenizer);
 }
 
 ojson PromptBuilder::build_context(const ChatRequest& request) const {
+  return build_context(request, nullptr);
+}
+
+ojson PromptBuilder::build_context(const ChatRequest& request, RememberedTurns* remembered) const {
   const ChatRequest normalized = normalize_prompt(request);
   const bool continue_final = !prefill_text(normalized).empty();
 
   ojson messages = ojson::array();
-  MessageWriter writer(store_, messages);
+  MessageWriter writer(store_, messages, remembered);
   const std::string system_text = join_text_blocks(normalized.system);
   if (!system_text.empty()) writer.system(system_text);
   for (std::size_t i = 0; i < normalized.messages.size(); ++i) {
@@ -206,7 +256,8 @@ ojson PromptBuilder::build_context(const ChatRequest& request) const {
 }
 
 BuiltPrompt PromptBuilder::build(const ChatRequest& request) const {
-  const ojson context = build_context(request);
+  RememberedTurns remembered;
+  const ojson context = build_context(request, splices_ids_ ? &remembered : nullptr);
   BuiltPrompt out;
   out.text = template_.render(context, options_.render);
   if (!context["add_generation_prompt"].get<bool>()) {
@@ -219,13 +270,74 @@ BuiltPrompt PromptBuilder::build(const ChatRequest& request) const {
                   "the chat template does not render the final assistant message's text");
     }
   }
+  splice_remembered_turns(context, remembered, out);
   out.starts_in_thinking = uses_think_ && ends_inside_think(out.text);
-  out.tokens = tokenizer_->encode(out.text, /*add_special_tokens=*/false);
   return out;
+}
+
+std::string PromptBuilder::generation_prompt(const ojson& context,
+                                             std::string_view rendered) const {
+  if (!context["add_generation_prompt"].get<bool>()) return "";
+  ojson without = context;
+  without["add_generation_prompt"] = false;
+  std::string text;
+  try {
+    text = template_.render(without, options_.render);
+  } catch (const Error&) {
+    return "";
+  }
+  if (!rendered.starts_with(text)) return "";
+  return std::string(rendered.substr(text.size()));
+}
+
+void PromptBuilder::splice_remembered_turns(const ojson& context, const RememberedTurns& turns,
+                                            BuiltPrompt& out) const {
+  // Phase 1: replace each remembered turn, oldest first, by the exact text the KV cache holds
+  // for it (its prompt, the skipped part of the generation prompt included, + generated text).
+  const std::string rendered = out.text;
+  std::optional<std::string> gen_prompt;  // rendered on first need
+  const RememberedTurn* last = nullptr;
+  std::size_t kv_end = 0;  // out.text[0:kv_end] is last->prompt_text + last->raw_text
+  for (const auto& turn : turns) {
+    std::optional<std::size_t> pos = find_generated_text(out.text, kv_end, *turn, "");
+    if (!pos) {
+      if (!gen_prompt) gen_prompt = generation_prompt(context, rendered);
+      pos = find_generated_text(out.text, kv_end, *turn, *gen_prompt);
+    }
+    if (!pos) continue;
+    out.text = turn->prompt_text + turn->raw_text + out.text.substr(*pos + turn->raw_text.size());
+    kv_end = turn->prompt_text.size() + turn->raw_text.size();
+    last = turn.get();
+  }
+  // Phase 2: the ids the KV cache holds for that text, then the rest encoded.
+  if (!last) {
+    out.tokens = tokenizer_->encode(out.text, /*add_special_tokens=*/false);
+    return;
+  }
+  const auto tail = tokenizer_->encode(std::string_view(out.text).substr(kv_end), false);
+  out.tokens = last->prompt_ids;
+  out.tokens.reserve(out.tokens.size() + last->generated_ids.size() + tail.size());
+  out.tokens.insert(out.tokens.end(), last->generated_ids.begin(), last->generated_ids.end());
+  out.tokens.insert(out.tokens.end(), tail.begin(), tail.end());
 }
 
 void PromptBuilder::remember_assistant_output(const ChatMessage& turn, std::string raw_text) const {
   store_.remember(turn, std::move(raw_text));
+}
+
+void PromptBuilder::remember_assistant_output(const ChatMessage& turn, std::string raw_text,
+                                              std::string prompt_text,
+                                              std::span<const std::int32_t> prompt_ids,
+                                              std::span<const std::int32_t> generated_ids) const {
+  if (!splices_ids_ || prompt_ids.empty()) {
+    store_.remember(turn, std::move(raw_text));
+    return;
+  }
+  store_.remember(turn,
+                  RememberedTurn{.raw_text = std::move(raw_text),
+                                 .prompt_text = std::move(prompt_text),
+                                 .prompt_ids = {prompt_ids.begin(), prompt_ids.end()},
+                                 .generated_ids = {generated_ids.begin(), generated_ids.end()}});
 }
 
 }  // namespace akv

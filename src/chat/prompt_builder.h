@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -62,7 +65,14 @@ class PromptBuilder {
 
   // Renders and tokenizes (Tokenizer::encode(text, add_special_tokens=false), as transformers'
   // apply_chat_template: the template writes BOS itself). A final assistant turn with text is
-  // continued, as transformers' continue_final_message. Throws the template's Error
+  // continued, as transformers' continue_final_message.
+  // KV reuse: when the history holds remembered turns with ids (see remember_assistant_output)
+  // and the client sent everything up to such a turn's generated text back unchanged, the text
+  // up to there is the turn's prompt + generated text exactly as the KV cache holds it (with
+  // any part of the generation prompt the template leaves out in history, e.g. Qwen3's empty
+  // think block), and the ids start with its prompt ids + generated ids (as sampled, even where
+  // they differ from encode()); the rest is encoded. Otherwise plain render + encode. Throws the
+  // template's Error
   // (InvalidArgument for raise_exception and runtime errors, ResourceExhausted for limits).
   // Thread-safe; cost: linear in the conversation (render + encode).
   BuiltPrompt build(const ChatRequest& request) const;
@@ -71,6 +81,12 @@ class PromptBuilder {
   // thinking blocks), `raw_text` exactly as the model generated it (decoded with special tokens
   // kept, stop token excluded). Thread-safe.
   void remember_assistant_output(const ChatMessage& turn, std::string raw_text) const;
+  // Same, with what the KV cache holds: the prompt as built (BuiltPrompt text and tokens) and
+  // the generated ids as sampled (stop token excluded; decode(generated_ids) == raw_text), so
+  // the next turn's ids can start with prompt_ids + generated_ids. Thread-safe.
+  void remember_assistant_output(const ChatMessage& turn, std::string raw_text,
+                                 std::string prompt_text, std::span<const std::int32_t> prompt_ids,
+                                 std::span<const std::int32_t> generated_ids) const;
 
   ToolCallFormat tool_call_format() const { return tool_call_format_; }
   bool template_uses_think_tags() const { return uses_think_; }
@@ -79,11 +95,22 @@ class PromptBuilder {
   AssistantTextStore& raw_text_store() const { return store_; }
 
  private:
+  using RememberedTurns = std::vector<std::shared_ptr<const RememberedTurn>>;
+  nlohmann::ordered_json build_context(const ChatRequest& request,
+                                       RememberedTurns* remembered) const;
+  // What add_generation_prompt appends to `rendered` (its rendering of `context`); "" if none.
+  std::string generation_prompt(const nlohmann::ordered_json& context,
+                                std::string_view rendered) const;
+  // Sets out.tokens from out.text (rendered), splicing in the remembered turns' ids.
+  void splice_remembered_turns(const nlohmann::ordered_json& context, const RememberedTurns& turns,
+                               BuiltPrompt& out) const;
+
   const Tokenizer* tokenizer_;
   PromptBuilderOptions options_;
   ChatTemplate template_;
   bool uses_fallback_ = false;
   bool uses_think_ = false;
+  bool splices_ids_ = false;  // the tokenizer encodes a text's pieces as the whole text
   ToolCallFormat tool_call_format_ = ToolCallFormat::None;
   mutable AssistantTextStore store_;
 };

@@ -121,8 +121,10 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
     r.constraint = std::move(constraint);
   }
   const PromptBuilder* prompts = &ctx.prompts;
-  p.job.on_complete = [prompts](const std::vector<OutputBlock>& blocks, const std::string& raw) {
-    prompts->remember_assistant_output(assistant_turn(blocks), raw);
+  p.job.on_complete = [prompts, prompt_text = std::move(prompt.text)](
+                          const std::vector<OutputBlock>& blocks, const std::string& raw,
+                          std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids) {
+    prompts->remember_assistant_output(assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   return p;

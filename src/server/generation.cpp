@@ -178,7 +178,8 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
   // Only a turn the model ended itself is remembered: text cut by a stop sequence or max_tokens
   // differs from what the client will send back.
   if (job.on_complete && (finish.reason == StopReason::EndTurn || finish.reason == StopReason::ToolUse))
-    job.on_complete(sink.blocks(), tokenizer.decode(driver.ids(), /*skip_special_tokens=*/false));
+    job.on_complete(sink.blocks(), tokenizer.decode(driver.ids(), /*skip_special_tokens=*/false), job.request.prompt,
+                    driver.ids());
   if (finish.reason != StopReason::Error && finish.reason != StopReason::Cancelled) sink.finish(finish);
   return finish;
 }

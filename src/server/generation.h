@@ -6,7 +6,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,10 +24,13 @@ struct GenerationJob {
   GenerateRequest request;
   std::vector<std::string> stop_sequences;
   std::unique_ptr<OutputParser> parser;  // plain text when null
-  // Called once after a successful generation with the reply's blocks (as the client saw them)
-  // and the model's raw text (special tokens kept, the end-of-turn token excluded), to remember
-  // it for byte-identical re-rendering of the next turn.
-  std::function<void(const std::vector<OutputBlock>& blocks, const std::string& raw_text)> on_complete;
+  // Called once after a successful generation with the reply's blocks (as the client saw them),
+  // the model's raw text (special tokens kept, the end-of-turn token excluded), the prompt ids
+  // and the generated ids (end-of-turn token excluded), to remember them for byte-identical
+  // re-rendering and KV reuse of the next turn.
+  std::function<void(const std::vector<OutputBlock>& blocks, const std::string& raw_text,
+                     std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids)>
+      on_complete;
   std::chrono::milliseconds ping_interval{5000};
   // Special tokens reach the parser as text (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]).
   bool keep_special_tokens = false;

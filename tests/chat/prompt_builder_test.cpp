@@ -4,6 +4,7 @@
 // fallback template.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -260,6 +261,120 @@ TEST(PromptBuilderRawText, StoredTurnReRendersAsTheModelWroteIt) {
   EXPECT_TRUE(std::equal(turn1.tokens.begin(), turn1.tokens.end(), with_store.tokens.begin()));
 }
 
+// KV reuse across a tool round trip (Qwen3's own template, thinking off): the generation prompt
+// ends with an empty think block that the template leaves out when it re-renders the turn, and
+// the model spelled "<tool_call>" in pieces, unlike encode(). The next prompt must still start
+// with the ids the KV cache holds: prompt ids + generated ids.
+class PromptBuilderKvSplice : public ::testing::Test {
+ protected:
+  const Tokenizer& tok = tokenizer_for("tokenizers/qwen3/tokenizer.json");
+  PromptBuilder builder{tok};
+
+  static ChatRequest first_request() {
+    ChatRequest r;
+    r.tools.push_back({.name = "get_weather",
+                       .description = "Weather of a city",
+                       .input_schema = {{"type", "object"}}});
+    r.messages.push_back({.role = ChatRole::User,
+                          .blocks = {{.type = BlockType::Text, .text = "Weather in Rome?"}}});
+    return r;
+  }
+  static ChatMessage call_turn(const std::string& city, const std::string& id) {
+    ContentBlock call{.type = BlockType::ToolUse, .tool_use_id = id, .tool_name = "get_weather"};
+    call.input = {{"city", city}};
+    return {.role = ChatRole::Assistant, .blocks = {call}};
+  }
+  static ChatRequest second_request(const ChatMessage& assistant) {
+    ChatRequest r = first_request();
+    r.messages.push_back(assistant);
+    r.messages.push_back(
+        {.role = ChatRole::User,
+         .blocks = {{.type = BlockType::ToolResult, .text = "sunny", .tool_use_id = "call_1"}}});
+    return r;
+  }
+  std::vector<std::int32_t> enc(std::string_view s) const { return tok.encode(s, false); }
+  static bool starts_with(const std::vector<std::int32_t>& ids,
+                          const std::vector<std::int32_t>& prefix) {
+    return ids.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
+  }
+};
+
+TEST_F(PromptBuilderKvSplice, NextPromptStartsWithPromptAndGeneratedIds) {
+  const BuiltPrompt p1 = builder.build(first_request());
+  ASSERT_TRUE(p1.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n")) << p1.text;
+
+  // "<tool_call>" in four pieces instead of its added token.
+  std::vector<std::int32_t> generated;
+  for (const char* piece : {"<", "tool", "_call", ">",
+                            "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                            "\"Rome\"}}\n",
+                            "</tool_call>"}) {
+    const auto ids = enc(piece);
+    generated.insert(generated.end(), ids.begin(), ids.end());
+  }
+  const std::string raw = tok.decode(generated, /*skip_special_tokens=*/false);
+  ASSERT_NE(enc(raw), generated);
+
+  // Without the ids the template drops the think block: the prefix match ends at turn 1's prompt.
+  const ChatRequest r2 = second_request(call_turn("Rome", "call_1"));
+  PromptBuilder text_only(tok);
+  text_only.remember_assistant_output(call_turn("Rome", "call_0"), raw);
+  EXPECT_FALSE(text_only.build(r2).text.starts_with(p1.text));
+
+  builder.remember_assistant_output(call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
+                                    generated);
+  const BuiltPrompt p2 = builder.build(r2);
+  std::vector<std::int32_t> kv = p1.tokens;
+  kv.insert(kv.end(), generated.begin(), generated.end());
+  EXPECT_TRUE(starts_with(p2.tokens, kv));
+  EXPECT_TRUE(p2.text.starts_with(p1.text + raw + "<|im_end|>\n<|im_start|>user\n<tool_response>"))
+      << p2.text;
+  EXPECT_TRUE(p2.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_EQ(tok.decode(p2.tokens, false), p2.text);
+  EXPECT_EQ(builder.build(r2).tokens, p2.tokens);  // count_tokens builds the same way
+
+  // Turn 3 chains on turn 2's spliced prompt.
+  const std::vector<std::int32_t> generated2 = enc("It is sunny.");
+  ChatMessage answer{.role = ChatRole::Assistant,
+                     .blocks = {{.type = BlockType::Text, .text = "It is sunny."}}};
+  builder.remember_assistant_output(answer, "It is sunny.", p2.text, p2.tokens, generated2);
+  ChatRequest r3 = r2;
+  r3.messages.push_back(answer);
+  r3.messages.push_back(
+      {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "And Paris?"}}});
+  const BuiltPrompt p3 = builder.build(r3);
+  kv = p2.tokens;
+  kv.insert(kv.end(), generated2.begin(), generated2.end());
+  EXPECT_TRUE(starts_with(p3.tokens, kv));
+  EXPECT_EQ(tok.decode(p3.tokens, false), p3.text);
+}
+
+TEST_F(PromptBuilderKvSplice, EditedTurnIsRenderedAndEncodedAfresh) {
+  const BuiltPrompt p1 = builder.build(first_request());
+  const std::string raw =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+  std::vector<std::int32_t> generated = enc("<");
+  const auto rest = enc(raw.substr(1));
+  generated.insert(generated.end(), rest.begin(), rest.end());
+  builder.remember_assistant_output(call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
+                                    generated);
+
+  // The client changed the call: nothing remembered applies.
+  const ChatRequest edited = second_request(call_turn("Paris", "call_1"));
+  const BuiltPrompt p = builder.build(edited);
+  PromptBuilder fresh(tok);
+  EXPECT_EQ(p.text, fresh.build(edited).text);
+  EXPECT_EQ(p.tokens, enc(p.text));
+  EXPECT_EQ(p.text.find("<think>\n\n</think>\n\n<tool_call>"), std::string::npos);
+
+  // A remembered turn whose prompt differs (another conversation with the same reply).
+  ChatRequest other = second_request(call_turn("Rome", "call_1"));
+  other.messages[0].blocks[0].text = "Weather in Rome, please?";
+  const BuiltPrompt q = builder.build(other);
+  EXPECT_EQ(q.tokens, enc(q.text));
+  EXPECT_EQ(q.text.find(p1.text), std::string::npos);
+}
+
 TEST(AssistantTextStore, LruEvictsByBytesAndEntries) {
   AssistantTextStore store(/*capacity_bytes=*/10, /*max_entries=*/2);
   auto turn = [](std::string t) {
@@ -282,6 +397,19 @@ TEST(AssistantTextStore, LruEvictsByBytesAndEntries) {
   with_thinking.blocks.insert(with_thinking.blocks.begin(),
                               {.type = BlockType::Thinking, .text = "t"});
   EXPECT_TRUE(store.find(with_thinking));
+
+  // Ids count 4 bytes each: 2 + 0 + 4 * 2 = 10 fits; one more id does not.
+  AssistantTextStore with_ids(/*capacity_bytes=*/10);
+  with_ids.remember(
+      turn("f"),
+      RememberedTurn{.raw_text = "FF", .prompt_text = "", .prompt_ids = {1}, .generated_ids = {2}});
+  EXPECT_EQ(with_ids.n_bytes(), 10u);
+  EXPECT_EQ(with_ids.find_turn(turn("f"))->generated_ids, std::vector<std::int32_t>{2});
+  with_ids.remember(
+      turn("g"),
+      RememberedTurn{
+          .raw_text = "GG", .prompt_text = "", .prompt_ids = {1, 2}, .generated_ids = {3}});
+  EXPECT_FALSE(with_ids.find(turn("g")));
 }
 
 TEST(PromptBuilderFallback, PlainTemplateForModelsWithout) {
