@@ -66,7 +66,9 @@ HttpServer::HttpServer(ServingContext& ctx) : ctx_(ctx), http_(std::make_unique<
   // Idle keep-alive connections are closed after 5 s (as Node and many proxies do); a longer
   // timeout would also hold shutdown for that long, since workers wait on idle connections.
   http_->set_keep_alive_timeout(5);
-  http_->set_read_timeout(600);
+  // A stalled upload (or a bodyless POST without Content-Length, which cpp-httplib 0.11 reads
+  // to the end of the connection) is dropped after 30 s of silence.
+  http_->set_read_timeout(30);
   http_->set_write_timeout(600);
   http_->set_tcp_nodelay(true);
   register_routes();
