@@ -19,12 +19,16 @@
 #include "kv/disk_store.h"
 #include "kv/model_fingerprint.h"
 #include "models/sequence_runner.h"
+#include "engine_test_util.h"
 
 namespace akv {
 namespace {
 
 namespace fs = std::filesystem;
-using Ids = std::vector<std::int32_t>;
+using test::Collector;
+using test::greedy_alone;
+using test::Ids;
+using Result = test::Collector::Result;
 
 const std::string kTestdata = AGENTKV_TESTDATA;
 const std::string kStories = kTestdata + "/models/stories260K/hf";
@@ -45,56 +49,6 @@ struct ScratchDir {
   static inline int serial = 0;
   std::string path;
 };
-
-struct Result {
-  Ids tokens;
-  std::vector<std::vector<TokenLogprob>> top;
-  Usage usage;
-  bool finished = false;
-};
-
-class Collector {
- public:
-  EventCallback callback() {
-    return [this](const EngineEvent& e) {
-      std::lock_guard lock(mu_);
-      Result& r = results_[e.request];
-      if (e.kind == EventKind::Token) {
-        r.tokens.push_back(e.token);
-        r.top.push_back(e.top_logprobs);
-      }
-      if (e.kind == EventKind::Finished) {
-        r.usage = e.usage;
-        r.finished = true;
-        cv_.notify_all();
-      }
-    };
-  }
-  Result wait(RequestId id) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return results_[id].finished; });
-    return results_[id];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<RequestId, Result> results_;
-};
-
-Ids greedy_alone(const std::string& dir, const Ids& prompt, int n) {
-  ReferenceBackend backend;
-  auto model = load_model(dir, backend);
-  SequenceRunner runner(*model, backend, static_cast<std::int64_t>(prompt.size()) + n);
-  Ids out;
-  std::span<const float> logits = runner.append(prompt);
-  for (int i = 0; i < n; ++i) {
-    out.push_back(
-        static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    if (i + 1 < n) logits = runner.append(std::span<const std::int32_t>(&out.back(), 1));
-  }
-  return out;
-}
 
 Ids random_ids(std::uint32_t seed, int n) {
   std::mt19937 rng(seed);

@@ -15,6 +15,7 @@
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
 #include "models/sequence_runner.h"
+#include "engine_test_util.h"
 
 namespace akv {
 namespace {
@@ -23,80 +24,10 @@ const std::string kTestdata = AGENTKV_TESTDATA;
 const std::string kStories = kTestdata + "/models/stories260K/hf";
 std::string tiny(const std::string& name) { return kTestdata + "/models/tiny-random/" + name; }
 
-using Ids = std::vector<std::int32_t>;
+using test::Collector;
+using test::greedy_alone;
+using test::Ids;
 
-// Collects every request's events; wait() blocks until a request has finished.
-class Collector {
- public:
-  struct Result {
-    Ids tokens;
-    std::vector<std::vector<TokenLogprob>> top;
-    bool finished = false;
-    bool started = false;
-    Usage started_usage;  // from the Started event
-    FinishReason reason = FinishReason::Stop;
-    Usage usage;
-    std::string error;
-  };
-  EventCallback callback() {
-    return [this](const EngineEvent& e) {
-      std::lock_guard lock(mu_);
-      Result& r = results_[e.request];
-      if (e.kind == EventKind::Started) {
-        EXPECT_FALSE(r.started) << "two Started events";
-        EXPECT_TRUE(r.tokens.empty()) << "Started after a token";
-        r.started = true;
-        r.started_usage = e.usage;
-      } else if (e.kind == EventKind::Token) {
-        EXPECT_TRUE(r.started) << "a token before Started";
-        r.tokens.push_back(e.token);
-        r.top.push_back(e.top_logprobs);
-      } else if (e.kind == EventKind::Error) {
-        r.error = e.error;
-      } else {
-        EXPECT_FALSE(r.finished) << "two Finished events";
-        r.finished = true;
-        r.reason = e.finish_reason;
-        r.usage = e.usage;
-        cv_.notify_all();
-      }
-    };
-  }
-  Result wait(RequestId id) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return results_[id].finished; });
-    const Result& r = results_[id];
-    if (!r.tokens.empty()) {
-      EXPECT_EQ(r.started_usage.prompt_tokens, r.usage.prompt_tokens);
-      EXPECT_EQ(r.started_usage.cached_tokens, r.usage.cached_tokens);
-    }
-    return results_[id];
-  }
-  std::size_t n_tokens(RequestId id) {
-    std::lock_guard lock(mu_);
-    return results_[id].tokens.size();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<RequestId, Result> results_;
-};
-
-// Greedy tokens of `prompt` run alone, the plain way.
-Ids greedy_alone(const std::string& dir, const Ids& prompt, int n) {
-  ReferenceBackend backend;
-  auto model = load_model(dir, backend);
-  SequenceRunner runner(*model, backend, static_cast<std::int64_t>(prompt.size()) + n);
-  Ids out;
-  std::span<const float> logits = runner.append(prompt);
-  for (int i = 0; i < n; ++i) {
-    const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-    out.push_back(static_cast<std::int32_t>(best));
-    if (i + 1 < n) logits = runner.append(std::span<const std::int32_t>(&out.back(), 1));
-  }
-  return out;
-}
 
 Ids random_ids(std::mt19937& rng, int n, int vocab = 512) {
   Ids ids(n);
