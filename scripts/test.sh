@@ -9,6 +9,14 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 jobs="$(nproc)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
+# The CUDA backend compiles everywhere the toolkit is (its tests skip themselves without a GPU).
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA=ON \
+    -DAGENTKV_BENCH=OFF >/dev/null
+  cmake --build build-cuda -j"$jobs" --target agentkv cuda_parity_test
+  ctest --test-dir build-cuda --output-on-failure -L cuda
+fi
+
 # Fuzzing: a clang build with sanitizers, separate from the main build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF >/dev/null

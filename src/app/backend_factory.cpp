@@ -14,7 +14,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
   if (name == "reference") return std::make_unique<ReferenceBackend>();
   if (name == "cpu") return std::make_unique<FastBackend>(n_threads);
 #ifdef AGENTKV_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend();
+  if (name == "cuda") return std::make_unique<CudaBackend>();
 #endif
   if (name == "cuda")
     throw Error(ErrorKind::InvalidArgument, "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
