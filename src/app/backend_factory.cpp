@@ -5,6 +5,8 @@
 #include "base/error.h"
 
 #ifdef AGENTKV_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -14,7 +16,14 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
   if (name == "reference") return std::make_unique<ReferenceBackend>();
   if (name == "cpu") return std::make_unique<FastBackend>(n_threads);
 #ifdef AGENTKV_HAVE_CUDA
-  if (name == "cuda") return std::make_unique<CudaBackend>();
+  if (name == "cuda") {
+    int n_devices = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n_devices);
+    if (err != cudaSuccess || n_devices == 0)
+      throw Error(ErrorKind::Unsupported, std::string("--backend cuda: no usable CUDA device (") +
+                                              (err != cudaSuccess ? cudaGetErrorString(err) : "none found") + ")");
+    return std::make_unique<CudaBackend>();
+  }
 #endif
   if (name == "cuda")
     throw Error(ErrorKind::InvalidArgument, "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
