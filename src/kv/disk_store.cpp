@@ -188,19 +188,29 @@ void DiskStore::scan_blocks() {
         ++stats_.n_blocks;
         stats_.bytes += st.st_size;
         break;
-      case FileCheck::ForeignModel:
-        ++stats_.rejected_foreign;
-        break;
-      case FileCheck::BadVersion:
-        ++stats_.rejected_version;
-        break;
-      case FileCheck::Corrupt:
-        ++stats_.rejected_corrupt;
-        ::unlinkat(blocks_fd_, name.c_str(), 0);
+      default:
+        reject(check, blocks_fd_, name);
         break;
     }
   }
   ::closedir(d);
+}
+
+void DiskStore::reject(FileCheck check, int dir_fd, const std::string& name) {
+  switch (check) {
+    case FileCheck::Ok:
+      return;
+    case FileCheck::ForeignModel:
+      ++stats_.rejected_foreign;
+      return;
+    case FileCheck::BadVersion:
+      ++stats_.rejected_version;
+      return;
+    case FileCheck::Corrupt:
+      ++stats_.rejected_corrupt;
+      ::unlinkat(dir_fd, name.c_str(), 0);  // damaged: never used, so removed
+      return;
+  }
 }
 
 void DiskStore::scan_manifests() {
@@ -226,15 +236,8 @@ void DiskStore::scan_manifests() {
         loaded_.push_back(std::move(r));
         ++stats_.n_manifests;
         break;
-      case FileCheck::ForeignModel:
-        ++stats_.rejected_foreign;
-        break;
-      case FileCheck::BadVersion:
-        ++stats_.rejected_version;
-        break;
-      case FileCheck::Corrupt:
-        ++stats_.rejected_corrupt;
-        ::unlinkat(agents_fd_, name.c_str(), 0);
+      default:
+        reject(check, agents_fd_, name);
         break;
     }
   }

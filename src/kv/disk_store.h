@@ -25,6 +25,7 @@
 #include "kv/agent_index.h"
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
+#include "kv/disk_format.h"
 
 namespace akv {
 
@@ -101,6 +102,8 @@ class DiskStore {
   void open_dir();
   void scan_blocks();
   void scan_manifests();
+  // Counts a file that failed its check at start-up; a damaged one is deleted.
+  void reject(FileCheck check, int dir_fd, const std::string& name);
   void io_loop();
   void run(Job& job);
   void write_block(Job& job);
