@@ -264,6 +264,64 @@ TEST(AgentMemory, SharedSystemPromptIsStoredOnceAndTenantsDoNotShare) {
   EXPECT_EQ(b.run(p1, 4, "one", "tenant-a").usage.cached_tokens, 40);
 }
 
+TEST(AgentMemory, TenAgentsRotatingUnderADeviceBudgetOfAboutThreeAreRestoredNotRecomputed) {
+  ScratchDir dir;
+  // Each agent: a shared 32-token system prefix (4 blocks) and 68 tokens of its own, 5 tokens
+  // per reply, 3 new tokens per return: about 15 blocks by round 3, 11 of them its own. 40
+  // device blocks hold the prefix and about three agents' conversations.
+  constexpr int kAgents = 10, kReply = 5, kUser = 3, kRounds = 3;
+  const Ids system = random_ids(20, 32);
+  Served s(kStories, dir.path, SpillCodec::Native, /*n_blocks=*/40);
+  std::vector<Ids> prompt(kAgents), reply(kAgents);
+  for (int a = 0; a < kAgents; ++a) {
+    prompt[a] = system;
+    for (int t : random_ids(100 + a, 68)) prompt[a].push_back(t);
+  }
+  for (int round = 1; round <= kRounds; ++round) {
+    for (int a = 0; a < kAgents; ++a) {
+      const std::string agent = "agent-" + std::to_string(a);
+      std::int32_t want_cached = round == 1 && a == 0 ? 0 : 32;  // the system prefix
+      if (round > 1) {
+        // Everything the previous turn left KV for (its last token has none) is restored.
+        const std::size_t before = prompt[a].size() + reply[a].size();
+        want_cached = full_blocks_before_last(before);
+        prompt[a].insert(prompt[a].end(), reply[a].begin(), reply[a].end());
+        for (int t : random_ids(1000 * round + a, kUser)) prompt[a].push_back(t);
+      }
+      const Result r = s.run(prompt[a], kReply, agent);
+      ASSERT_TRUE(r.error.empty()) << r.error;
+      EXPECT_EQ(r.usage.cached_tokens, want_cached) << agent << " round " << round;
+      EXPECT_EQ(r.tokens, greedy_alone(kStories, prompt[a], kReply)) << agent << " round " << round;
+      const auto rec = s.agents.find("", agent);
+      ASSERT_TRUE(rec);
+      EXPECT_EQ(rec->restores, static_cast<std::uint64_t>(round - 1))
+          << agent << " round " << round << ": a return must come from disk";
+      std::printf("round %d %s: prompt %zu cached %d\n", round, agent.c_str(), prompt[a].size(),
+                  r.usage.cached_tokens);
+      reply[a] = r.tokens;
+    }
+    // Spills are written behind the engine; a block evicted before its file is durable is
+    // recomputed on return, which this test is not about (slow fsync would make it flaky).
+    s.settle();
+  }
+  // The system prefix is stored once: every chain starts with the same 4 keys, and the store
+  // holds those plus each agent's own blocks, one file each.
+  std::vector<std::vector<Hash128>> chains;
+  std::int64_t own = 0;
+  for (int a = 0; a < kAgents; ++a) {
+    chains.push_back(s.agents.find("", "agent-" + std::to_string(a))->chain);
+    ASSERT_GT(chains.back().size(), 4u);
+    EXPECT_TRUE(std::equal(chains[0].begin(), chains[0].begin() + 4, chains.back().begin()));
+    own += static_cast<std::int64_t>(chains.back().size()) - 4;
+  }
+  EXPECT_EQ(s.store->stats().n_blocks, 4 + own);
+  std::int64_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path + "/blocks"))
+    files += e.path().extension() == ".kvb";
+  EXPECT_EQ(files, 4 + own);
+  EXPECT_EQ(s.store->stats().n_dropped, 0);
+}
+
 TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {
   ScratchDir dir;
   const Ids prompt = random_ids(9, 45);
