@@ -10,18 +10,6 @@ namespace akv {
 
 namespace {
 
-SamplingParams sampling_params(const SamplingOptions& s) {
-  SamplingParams p;
-  p.temperature = static_cast<float>(s.temperature);
-  p.top_k = s.top_k;
-  p.top_p = static_cast<float>(s.top_p);
-  p.min_p = static_cast<float>(s.min_p);
-  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
-  p.presence_penalty = static_cast<float>(s.presence_penalty);
-  p.frequency_penalty = static_cast<float>(s.frequency_penalty);
-  p.seed = s.seed;
-  return p;
-}
 
 // The assistant turn as the client will send it back next time.
 ChatMessage assistant_turn(const std::vector<OutputBlock>& blocks) {
@@ -77,6 +65,19 @@ const char* reason_name(StopReason r) {
 }
 
 }  // namespace
+
+SamplingParams sampling_params(const SamplingOptions& s) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(s.temperature);
+  p.top_k = s.top_k;
+  p.top_p = static_cast<float>(s.top_p);
+  p.min_p = static_cast<float>(s.min_p);
+  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  p.presence_penalty = static_cast<float>(s.presence_penalty);
+  p.frequency_penalty = static_cast<float>(s.frequency_penalty);
+  p.seed = s.seed;
+  return p;
+}
 
 std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
   return static_cast<std::int64_t>(ctx.prompts.build(chat).tokens.size());

@@ -28,6 +28,9 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
 // The number of prompt tokens count_tokens reports: identical to what generation prefills.
 std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat);
 
+// The engine's sampling parameters for a request's options (both dialects, chat and legacy).
+SamplingParams sampling_params(const SamplingOptions& options);
+
 // One line per finished request (never the prompt text).
 void log_request(const std::string& route, const std::string& agent, const ReplyFinish& finish);
 

@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "server/api_error.h"
+#include "server/request_identity.h"
 #include "server/routes.h"
 
 namespace akv {
@@ -29,9 +30,7 @@ void send_error(const httplib::Request& req, httplib::Response& res, const ApiEr
 
 bool authorized(const ServingContext& ctx, const httplib::Request& req) {
   if (ctx.options.api_keys.empty()) return true;
-  std::string key = req.get_header_value("x-api-key");
-  const std::string auth = req.get_header_value("Authorization");
-  if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+  const std::string key = api_key_of(req);
   for (const std::string& k : ctx.options.api_keys)
     if (!key.empty() && key == k) return true;
   return false;

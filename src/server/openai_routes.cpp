@@ -121,12 +121,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   r.prompt = std::move(ids);
   r.ns = who.tenant;
   r.agent = who.agent;
-  r.sampling.temperature = static_cast<float>(parsed.options.sampling.temperature);
-  r.sampling.top_p = static_cast<float>(parsed.options.sampling.top_p);
-  r.sampling.top_k = parsed.options.sampling.top_k;
-  r.sampling.seed = parsed.options.sampling.seed;
-  r.sampling.presence_penalty = static_cast<float>(parsed.options.sampling.presence_penalty);
-  r.sampling.frequency_penalty = static_cast<float>(parsed.options.sampling.frequency_penalty);
+  r.sampling = sampling_params(parsed.options.sampling);
   r.stop_token_ids = ctx.stop_token_ids;
   r.max_tokens = static_cast<std::int32_t>(std::min<std::int64_t>(std::max<std::int64_t>(parsed.options.max_tokens, 1), room));
   prep->job.stop_sequences = parsed.options.stop_sequences;

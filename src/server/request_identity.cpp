@@ -10,14 +10,14 @@
 
 namespace akv {
 
-namespace {
-
 std::string api_key_of(const httplib::Request& req) {
   std::string key = req.get_header_value("x-api-key");
   const std::string auth = req.get_header_value("Authorization");
   if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
   return key;
 }
+
+namespace {
 
 std::string hex64(std::uint64_t v) {
   char buf[17];

@@ -26,6 +26,9 @@ struct RequestIdentity {
 // (longer than 128 bytes, or characters outside [A-Za-z0-9._:@-], or "." / "..").
 RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req, const nlohmann::ordered_json& body);
 
+// The caller's API key: x-api-key, else an `Authorization: Bearer` token; "" when neither.
+std::string api_key_of(const httplib::Request& req);
+
 // Validates one agent id; `source` names the header or field in the error.
 void validate_agent_id(const std::string& id, const std::string& source);
 
