@@ -91,26 +91,35 @@ std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vec
 // (model directory, backend name)
 class TinyRandom : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
+// A tiny-random model on a backend with its reference ids and fp64 logits.
+struct WithReference {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;  // declared after the backend it uses, so destroyed first
+  std::vector<std::int32_t> ids;
+  std::vector<double> want;
+};
+
+WithReference load_with_reference(const std::string& name, const std::string& backend_name) {
+  const std::string dir = kTinyRandom + name;
+  WithReference r;
+  r.backend = make_backend(backend_name);
+  r.model = load_model(dir, *r.backend);
+  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
+  r.ids = read_ids(ref, "full_ids");
+  r.want = read_f64(ref, "full_logits_f64");
+  return r;
+}
+
 TEST_P(TinyRandom, LogitsMatchFp64Reference) {
   const auto& [name, backend_name] = GetParam();
-  const std::string dir = kTinyRandom + name;
-  auto backend = make_backend(backend_name);
-  auto model = load_model(dir, *backend);
-  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
-  const std::vector<std::int32_t> ids = read_ids(ref, "full_ids");
-  const std::vector<double> want = read_f64(ref, "full_logits_f64");
-  expect_logits_close(prefill_logits(*model, *backend, ids), want, name + " on " + backend_name);
+  WithReference r = load_with_reference(name, backend_name);
+  expect_logits_close(prefill_logits(*r.model, *r.backend, r.ids), r.want, name + " on " + backend_name);
 }
 
 TEST_P(TinyRandom, DecodeStepsMatchFp64Reference) {
   const auto& [name, backend_name] = GetParam();
-  const std::string dir = kTinyRandom + name;
-  auto backend = make_backend(backend_name);
-  auto model = load_model(dir, *backend);
-  const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
-  const std::vector<std::int32_t> ids = read_ids(ref, "full_ids");
-  const std::vector<double> want = read_f64(ref, "full_logits_f64");
-  expect_logits_close(decode_logits(*model, *backend, ids), want, name + " decode on " + backend_name);
+  WithReference r = load_with_reference(name, backend_name);
+  expect_logits_close(decode_logits(*r.model, *r.backend, r.ids), r.want, name + " decode on " + backend_name);
 }
 
 class TinyRandomBf16 : public ::testing::TestWithParam<std::string> {};
