@@ -2,7 +2,9 @@
 // general fallback. Grid (token, head group, split): a block takes the kG query heads that share
 // one KV head, its 4 warps walk the split's keys through the block table with an online softmax,
 // and the warps' states are merged in shared memory. With several splits (flash-decoding for
-// long contexts) each block writes (max, sum, acc) and merge_kernel combines them.
+// long contexts) each block writes (max, sum, acc) and merge_kernel combines them. How many of the
+// grid's splits a token uses follows from its own key count on the device (at least
+// kMinSplitKeys keys a split), so one launch shape serves every context length (CUDA graphs).
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
@@ -19,9 +21,20 @@ struct SplitArgs {
   float* out;
   std::int64_t out_stride;
   float* partial;  // [n_tokens][n_heads][n_splits][head_dim + 2] when n_splits > 1
-  int n_splits;
-  int split_len;
+  int n_splits;     // of the grid; token t uses token_keys().splits of them
 };
+
+// Token t's first key and key count, and how many splits it uses.
+struct TokenKeys {
+  int first, count, splits;
+};
+__device__ __forceinline__ TokenKeys token_keys(const DeviceBatch& b, const AttentionArgs& a, int n_splits, int t) {
+  const std::int32_t* info = b.seq_info + 4 * b.token_seq[t];
+  const int pos = info[2] + (t - info[0]);
+  const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int count = pos + 1 - first;
+  return {first, count, min(n_splits, max(1, count / kMinSplitKeys))};
+}
 
 // kE: head dims per lane (dims lane*kE .. lane*kE + kE - 1); kG: query heads per block.
 template <typename T, int kE, int kG>
@@ -35,12 +48,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int D = a.head_dim;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
-  const std::int32_t* info = b.seq_info + 4 * b.token_seq[t];
-  const std::int32_t* table = b.tables + info[3];
-  const int pos = info[2] + (t - info[0]);
-  const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int begin = first + split * sa.split_len;
-  const int end = min(pos + 1, begin + sa.split_len);
+  const std::int32_t* table = b.tables + b.seq_info[4 * b.token_seq[t] + 3];
+  const TokenKeys keys = token_keys(b, a, sa.n_splits, t);
+  if (split >= keys.splits) return;  // the whole block: this token needs fewer splits
+  const int split_len = (keys.count + keys.splits - 1) / keys.splits;
+  const int begin = keys.first + split * split_len;
+  const int end = min(keys.first + keys.count, begin + split_len);
   const int d0 = lane * kE;
 
   float q[kG][kE];
@@ -136,16 +149,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-__global__ void merge_kernel(AttentionArgs a, SplitArgs sa) {
+__global__ void merge_kernel(DeviceBatch b, AttentionArgs a, SplitArgs sa) {
   pdl_trigger();
   pdl_wait();
   const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
+  const int n_used = token_keys(b, a, sa.n_splits, t).splits;
   const float* p = sa.partial + (std::int64_t{t} * a.n_heads + h) * sa.n_splits * (D + 2);
   float mx = -INFINITY;
-  for (int s = 0; s < sa.n_splits; ++s) mx = fmaxf(mx, p[s * (D + 2)]);
+  for (int s = 0; s < n_used; ++s) mx = fmaxf(mx, p[s * (D + 2)]);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float sum = 0.0f, o = 0.0f;
-    for (int s = 0; s < sa.n_splits; ++s) {
+    for (int s = 0; s < n_used; ++s) {
       const float* ps = p + s * (D + 2);
       const float f = ps[0] == -INFINITY ? 0.0f : __expf(ps[0] - mx);
       sum += ps[1] * f;
@@ -175,9 +189,8 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
   AKV_CHECK(a.head_dim <= 256 && a.n_heads % a.n_kv_heads == 0, "attention: head_dim <= 256, whole groups");
   AKV_CHECK(n_splits >= 1 && (n_splits == 1 || partial != nullptr), "attention: splits");
   if (b.n_tokens == 0) return;
-  const int split_len = (b.max_keys + n_splits - 1) / n_splits;
   const SplitArgs sa{static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride,
-                     partial, n_splits, split_len > 0 ? split_len : 1};
+                     partial, n_splits};
   const int group = a.n_heads / a.n_kv_heads;
   dispatch_float(kv.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -192,7 +205,7 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
   });
   AKV_CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
-    launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, a, sa);
+    launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, b, a, sa);
     AKV_CUDA_CHECK_LAUNCH();
   }
 }

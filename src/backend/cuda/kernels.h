@@ -29,7 +29,7 @@ struct DeviceBatch {
   std::int32_t n_tokens = 0;
   std::int32_t n_tiles = 0;
   std::int32_t max_chunk = 0;     // most tokens of one sequence in this batch
-  std::int32_t max_keys = 0;      // most keys one query attends to (window applied by caller)
+  std::int32_t max_keys = 0;      // most keys one query attends to (window applied by caller; host only)
 };
 
 inline constexpr int kPrefillTileRows = 64;  // query rows per tensor-core attention block
@@ -81,7 +81,9 @@ struct GemvOutput {
 void launch_gemv(TensorRef x, std::span<const GemvOutput> outs, Stream s);
 
 // attention.cu: CUDA-core attention, split over the keys (flash-decoding) when n_splits > 1.
+// Token t uses min(n_splits, max(1, keys_t / kMinSplitKeys)) of the splits, decided on the device.
 // `partial` holds n_tokens * n_heads * n_splits * (head_dim + 2) floats when n_splits > 1.
+inline constexpr int kMinSplitKeys = 32;
 void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                             int n_splits, float* partial, TensorRef out, Stream s);
 
