@@ -111,6 +111,24 @@ class Backend {
   virtual void softcap(TensorRef x, float cap) = 0;
   // out[i, :] = x[rows[i], :]
   virtual void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) = 0;
+
+  // --- recorded steps (optional: CUDA graphs; the defaults do nothing) ----------------------
+  // A caller may bracket one forward pass over `batch` with begin_step() ... end_step(). A
+  // backend may then record the ops of the first step of a shape and replay the recording for
+  // later steps of that shape (the CUDA backend: decode-only batches, one graph per batch size),
+  // copying only the host arrays the ops receive (ids, positions, block tables, logit rows, RoPE
+  // tables) in one transfer. The caller promises:
+  //   - the ops between the two calls, their order and every argument other than those host
+  //     arrays' contents depend only on `caller`, `kv` and the batch's shape (chunks, tokens per
+  //     chunk, logit rows); the device buffers they touch stay allocated (allocate before
+  //     begin_step). The backend checks this as the ops come and aborts on a difference;
+  //   - only ops on `batch` and download() run inside (no upload, KV block copies or reads);
+  //   - host arrays passed to ops stay valid and unchanged until end_step() returns.
+  // download() inside a step fills its host span when end_step() returns, not before.
+  virtual void begin_step(const ForwardBatch& batch, const KvStorage& kv, const void* caller) {
+    (void)batch, (void)kv, (void)caller;
+  }
+  virtual void end_step() {}
 };
 
 }  // namespace akv

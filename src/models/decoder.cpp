@@ -42,6 +42,12 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
   if (n == 0) return;
   update_rope(batch);
   ws_.reserve(c, n);
+  if (n_logits > logits_capacity_) {  // before begin_step: a recorded step allocates nothing
+    last_hidden_ = backend_.alloc(DType::F32, n_logits, c.hidden_size);
+    logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
+    logits_capacity_ = n_logits;
+  }
+  backend_.begin_step(batch, kv, this);
   backend_.embed(embed_, batch.tokens, static_cast<float>(c.embedding_multiplier), ws_.x);
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
@@ -65,12 +71,9 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
     };
     run_layer(ctx);
   }
-  if (n_logits == 0) return;
-
-  if (n_logits > logits_capacity_) {
-    last_hidden_ = backend_.alloc(DType::F32, n_logits, c.hidden_size);
-    logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
-    logits_capacity_ = n_logits;
+  if (n_logits == 0) {
+    backend_.end_step();
+    return;
   }
   TensorRef hidden = last_hidden_->tensor().rows_slice(0, n_logits);
   TensorRef out = logits_->tensor().rows_slice(0, n_logits);
@@ -79,6 +82,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
   backend_.matmul(hidden, lm_head_, nullptr, out);
   if (c.final_logit_softcap > 0) backend_.softcap(out, static_cast<float>(c.final_logit_softcap));
   backend_.download(out, logits);
+  backend_.end_step();  // the logits are in place when it returns
 }
 
 KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype) {

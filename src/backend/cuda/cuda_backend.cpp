@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/step_graph.h"
 #include "tensor/safetensors.h"
 
 namespace akv {
@@ -18,17 +20,23 @@ constexpr int kStagingBuffers = 2;
 constexpr int kUploadSlots = 16;
 constexpr std::int64_t kProgressBytes = std::int64_t{1} << 30;
 constexpr std::int32_t kMinPrefillChunk = 16;  // chunks this long use the tensor-core attention
+constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;  // set explicitly: graph capture allocates nothing
 
 class CudaBuffer final : public DeviceBuffer {
  public:
-  CudaBuffer(DType dtype, std::int64_t rows, std::int64_t cols, cudaStream_t stream)
-      : dtype_(dtype), rows_(rows), cols_(cols) {
+  // `epoch` counts allocations and frees (recorded steps hold raw device pointers).
+  CudaBuffer(DType dtype, std::int64_t rows, std::int64_t cols, cudaStream_t stream, std::uint64_t& epoch)
+      : dtype_(dtype), rows_(rows), cols_(cols), epoch_(epoch) {
+    ++epoch_;
     AKV_CHECK(rows >= 0 && cols >= 0, "negative buffer shape");
     const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(rows * cols) * dtype_size(dtype), 256);
     AKV_CUDA_CHECK(cudaMalloc(&data_, bytes));
     AKV_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes, stream));
   }
-  ~CudaBuffer() override { cudaFree(data_); }  // cudaFree waits for work still using it
+  ~CudaBuffer() override {
+    ++epoch_;
+    cudaFree(data_);  // waits for work still using it
+  }
   CudaBuffer(const CudaBuffer&) = delete;
   CudaBuffer& operator=(const CudaBuffer&) = delete;
 
@@ -38,6 +46,7 @@ class CudaBuffer final : public DeviceBuffer {
   void* data_ = nullptr;
   DType dtype_;
   std::int64_t rows_, cols_;
+  std::uint64_t& epoch_;
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -52,6 +61,37 @@ cudaDataType_t cuda_type(DType t) {
 int heads_per_block(std::int64_t group) {
   return group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
 }
+
+// An op's signature inside a recorded step: its kind and every argument the graph bakes in.
+struct Sig {
+  std::uint64_t h = 1469598103934665603ull;
+  Sig& u(std::uint64_t v) {
+    h = (h ^ v) * 1099511628211ull;
+    h ^= h >> 29;
+    return *this;
+  }
+  Sig& p(const void* x) { return u(reinterpret_cast<std::uintptr_t>(x)); }
+  Sig& f(double x) { return u(std::bit_cast<std::uint64_t>(x)); }
+  Sig& t(const TensorRef& x) {
+    return p(x.data).u(static_cast<std::uint64_t>(x.rows)).u(static_cast<std::uint64_t>(x.cols))
+        .u(static_cast<std::uint64_t>(x.stride)).u(static_cast<std::uint64_t>(x.dtype));
+  }
+  Sig& w(const WeightRef& x) {
+    return p(x.data).u(static_cast<std::uint64_t>(x.rows)).u(static_cast<std::uint64_t>(x.cols))
+        .u(static_cast<std::uint64_t>(x.dtype));
+  }
+};
+// Points b's arrays into the descriptor at `base` (the layout build_batch writes).
+void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
+  if (base == nullptr) return;
+  b.seq_info = base;
+  b.token_seq = base + 4 * b.n_seqs;
+  b.tiles = b.token_seq + b.n_tokens;
+  b.tables = b.tiles + 2 * b.n_tiles;
+}
+
+enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
+                              kSoftcap, kGather, kDownload };
 
 }  // namespace
 
@@ -69,6 +109,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   AKV_CUBLAS_CHECK(cublasCreate(&blas_));
   AKV_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   AKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32 for F32 weights
+  AKV_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
+  AKV_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
+  const char* graphs = std::getenv("AGENTKV_CUDA_GRAPHS");
+  graphs_on_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
   slots_.resize(kUploadSlots);
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }
@@ -76,7 +120,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   cudaStreamSynchronize(copy_stream_);
+  graphs_.clear();
   cublasDestroy(blas_);
+  cudaFree(blas_workspace_);
   for (void* p : weights_) cudaFree(p);
   for (void* p : staging_) cudaFreeHost(p);
   for (cudaEvent_t e : staging_free_) cudaEventDestroy(e);
@@ -149,7 +195,7 @@ WeightRef CudaBackend::alloc_weight(DType dtype, std::int64_t rows, std::int64_t
 }
 
 std::unique_ptr<DeviceBuffer> CudaBackend::alloc(DType dtype, std::int64_t rows, std::int64_t cols) {
-  return std::make_unique<CudaBuffer>(dtype, rows, cols, stream());
+  return std::make_unique<CudaBuffer>(dtype, rows, cols, stream(), alloc_epoch_);
 }
 
 KvStorage CudaBackend::alloc_kv(const KvLayout& layout) {
@@ -161,6 +207,22 @@ KvStorage CudaBackend::alloc_kv(const KvLayout& layout) {
 void CudaBackend::download(TensorRef x, std::span<float> host) {
   AKV_CHECK(x.dtype == DType::F32, "download: F32 tensors only");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "download size mismatch");
+  if (recording()) {  // the data arrives at end_step
+    if (replaying(Sig().u(kDownload).t(x).h)) {
+      AKV_CHECK(step_download_ < step_->downloads.size() && step_->downloads[step_download_].n == host.size(),
+                "recorded step: downloads differ from the recording");
+    } else {
+      cuda::StepGraph::Download d{nullptr, host.size()};
+      AKV_CUDA_CHECK(cudaMallocHost(&d.pinned, std::max<std::size_t>(d.n, 1) * sizeof(float)));
+      step_->downloads.push_back(d);
+      if (d.n > 0)
+        AKV_CUDA_CHECK(cudaMemcpy2DAsync(d.pinned, x.cols * sizeof(float), x.data, x.stride * sizeof(float),
+                                         x.cols * sizeof(float), x.rows, cudaMemcpyDeviceToHost, stream_));
+    }
+    ++step_download_;
+    step_out_.push_back(host);
+    return;
+  }
   if (x.rows > 0 && x.cols > 0)
     AKV_CUDA_CHECK(cudaMemcpy2DAsync(host.data(), x.cols * sizeof(float), x.data, x.stride * sizeof(float),
                                      x.cols * sizeof(float), x.rows, cudaMemcpyDeviceToHost, stream()));
@@ -170,6 +232,7 @@ void CudaBackend::download(TensorRef x, std::span<float> host) {
 void CudaBackend::upload(std::span<const float> host, TensorRef x) {
   AKV_CHECK(x.dtype == DType::F32, "upload: F32 tensors only");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "upload size mismatch");
+  AKV_CHECK(!in_step_, "upload inside a recorded step");
   if (x.rows == 0 || x.cols == 0) return;
   AKV_CUDA_CHECK(cudaMemcpy2DAsync(x.data, x.stride * sizeof(float), host.data(), x.cols * sizeof(float),
                                    x.cols * sizeof(float), x.rows, cudaMemcpyHostToDevice, stream()));
@@ -179,6 +242,7 @@ void CudaBackend::upload(std::span<const float> host, TensorRef x) {
 void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) {
   const KvLayout& L = kv.layout;
   AKV_CHECK(src >= 0 && dst >= 0 && src < L.n_blocks && dst < L.n_blocks, "block id out of range");
+  AKV_CHECK(!in_step_, "copy_kv_block inside a recorded step");
   const std::size_t bytes = static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
   for (std::int64_t l = 0; l < L.n_layers; ++l) {
     for (const TensorRef* side : {&kv.k[l], &kv.v[l]})
@@ -192,6 +256,7 @@ void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::sp
   const KvLayout& L = kv.layout;
   AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
+  AKV_CHECK(!in_step_, "read_kv_block inside a recorded step");
   const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
   std::byte* out = host.data();
   for (std::int64_t l = 0; l < L.n_layers; ++l) {
@@ -208,6 +273,7 @@ void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<co
   const KvLayout& L = kv.layout;
   AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "write_kv_block: host size");
+  AKV_CHECK(!in_step_, "write_kv_block inside a recorded step");
   const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
   const std::byte* in = host.data();
   for (std::int64_t l = 0; l < L.n_layers; ++l) {
@@ -222,6 +288,7 @@ void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<co
 
 const void* CudaBackend::upload_small(const void* data, std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (recording()) return step_upload(data, bytes);
   ++use_counter_;
   UploadSlot* victim = &slots_[0];
   for (UploadSlot& s : slots_) {
@@ -249,7 +316,8 @@ const void* CudaBackend::upload_small(const void* data, std::size_t bytes) {
   return s.device;
 }
 
-cuda::DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch) {
+cuda::DeviceBatch CudaBackend::build_batch(const ForwardBatch& batch, const std::int32_t* base) {
+  // seq_info [n_seqs][4], token_seq [n_tokens], tiles [n_tiles][2], tables: see cuda::DeviceBatch.
   const auto n_seqs = static_cast<std::int32_t>(batch.sequences.size());
   const auto n_tokens = static_cast<std::int32_t>(batch.positions.size());
   std::int32_t n_tiles = 0, n_table = 0, max_chunk = 0, covered = 0;
@@ -282,20 +350,37 @@ cuda::DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch) {
     std::copy(s.block_table.begin(), s.block_table.end(), tables + table_off);
     table_off += static_cast<std::int32_t>(s.block_table.size());
   }
-  const auto* d = static_cast<const std::int32_t*>(upload_small(h.data(), h.size() * sizeof(std::int32_t)));
   cuda::DeviceBatch b;
-  b.seq_info = d;
-  b.token_seq = d + 4 * n_seqs;
-  b.tiles = b.token_seq + n_tokens;
-  b.tables = b.tiles + 2 * n_tiles;
   b.n_seqs = n_seqs;
   b.n_tokens = n_tokens;
   b.n_tiles = n_tiles;
   b.max_chunk = max_chunk;
+  place_batch(b, base);
+  return b;
+}
+
+cuda::DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch) {
+  if (step_mode_ != StepMode::Eager) {  // built once at begin_step
+    AKV_CHECK(batch.sequences.data() == step_seqs_, "recorded step: an op on another batch");
+    return step_batch_;
+  }
+  cuda::DeviceBatch b = build_batch(batch, nullptr);
+  place_batch(b, static_cast<const std::int32_t*>(
+                     upload_small(batch_host_.data(), batch_host_.size() * sizeof(std::int32_t))));
   return b;
 }
 
 void* CudaBackend::scratch(std::size_t bytes, int which) {
+  AKV_CHECK(step_mode_ != StepMode::Replay, "scratch while replaying");
+  if (step_mode_ == StepMode::Capture) {  // the graph's own; outgrown buffers stay (captured ops use them)
+    cuda::StepGraph::Scratch& g = step_->scratch[which];
+    if (g.capacity < bytes) {
+      if (g.ptr != nullptr) step_->retired.push_back(g.ptr);
+      g.capacity = bytes;
+      AKV_CUDA_CHECK(cudaMalloc(&g.ptr, g.capacity));
+    }
+    return g.ptr;
+  }
   Scratch& s = scratch_[which];
   if (s.capacity < bytes) {
     AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -311,10 +396,12 @@ void* CudaBackend::scratch(std::size_t bytes, int which) {
 void CudaBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) {
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
   const auto* d_ids = static_cast<const std::int32_t*>(upload_small(ids.data(), ids.size_bytes()));
+  if (recording() && replaying(Sig().u(kEmbed).w(table).p(d_ids).f(scale).t(out).h)) return;
   cuda::launch_embed(table, d_ids, scale, out, stream());
 }
 
 void CudaBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) {
+  if (recording() && replaying(Sig().u(kRmsNorm).t(x).w(w).f(eps).f(weight_offset).t(out).h)) return;
   cuda::launch_rms_norm(x, w, eps, weight_offset, out, stream());
 }
 
@@ -346,6 +433,12 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     one_launch = one_launch && t.w->dtype == targets[0].w->dtype;
   }
   if (x.rows == 0 || targets.empty()) return;
+  if (recording()) {
+    Sig sig;
+    sig.u(kMatmul).t(x);
+    for (const MatmulTarget& t : targets) sig.w(*t.w).p(t.bias != nullptr ? t.bias->data : nullptr).t(t.out);
+    if (replaying(sig.h)) return;
+  }
   if (x.rows <= cuda::kGemvMaxRows) {
     cuda::GemvOutput outs[cuda::kGemvMaxTargets];
     if (one_launch) {
@@ -376,12 +469,14 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
 
 void CudaBackend::add(TensorRef acc, TensorRef x) {
   AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  if (recording() && replaying(Sig().u(kAdd).t(acc).t(x).h)) return;
   cuda::launch_add(acc, x, stream());
 }
 
 void CudaBackend::add_rms_norm(TensorRef acc, TensorRef x, const WeightRef& w, float eps, float weight_offset,
                                TensorRef out) {
   AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  if (recording() && replaying(Sig().u(kAddRmsNorm).t(acc).t(x).w(w).f(eps).f(weight_offset).t(out).h)) return;
   cuda::launch_add_rms_norm(acc, x, w, eps, weight_offset, out, stream());
 }
 
@@ -391,6 +486,10 @@ void CudaBackend::rope(TensorRef x, std::int64_t head_dim, const RopeParams& rop
   AKV_CHECK(static_cast<std::int64_t>(rope.inv_freq.size()) >= rope.rotary_dim / 2, "rope table");
   const auto* d_pos = static_cast<const std::int32_t*>(upload_small(positions.data(), positions.size_bytes()));
   const auto* d_freq = static_cast<const double*>(upload_small(rope.inv_freq.data(), rope.inv_freq.size_bytes()));
+  if (recording() &&
+      replaying(Sig().u(kRope).t(x).u(static_cast<std::uint64_t>(head_dim)).p(d_pos).p(d_freq)
+                    .u(static_cast<std::uint64_t>(rope.rotary_dim)).f(rope.attention_scaling).h))
+    return;
   cuda::launch_rope(x, head_dim, d_freq, rope.rotary_dim, rope.attention_scaling, d_pos, stream());
 }
 
@@ -407,6 +506,7 @@ void CudaBackend::store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, Tenso
   AKV_CHECK(k.cols == L.row_width() && v.cols == L.row_width(), "store_kv width");
   check_tables(L, batch);
   const cuda::DeviceBatch b = upload_batch(batch);
+  if (recording() && replaying(Sig().u(kStoreKv).p(kv.k[layer].data).p(kv.v[layer].data).t(k).t(v).h)) return;
   cuda::launch_store_kv(kv.k[layer].data, kv.v[layer].data, L.dtype, L.row_width(),
                         static_cast<std::int32_t>(L.block_size), k, v, b, stream());
 }
@@ -430,15 +530,21 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
   const cuda::AttentionArgs a{static_cast<std::int32_t>(p.n_heads), static_cast<std::int32_t>(p.n_kv_heads),
                               static_cast<std::int32_t>(p.head_dim), static_cast<float>(p.scale),
                               static_cast<std::int32_t>(p.window), static_cast<float>(p.logit_softcap)};
+  if (recording() && replaying(Sig().u(kAttention).t(q).p(kv.k[layer].data).p(kv.v[layer].data)
+                                   .u(static_cast<std::uint64_t>(p.n_heads)).u(static_cast<std::uint64_t>(p.head_dim))
+                                   .f(p.scale).u(static_cast<std::uint64_t>(p.window)).f(p.logit_softcap).t(out).h))
+    return;
   const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
   if (b.max_chunk >= kMinPrefillChunk && q_aligned && cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
     cuda::launch_attention_prefill(q, view, b, a, out, stream());
     return;
   }
-  // Enough blocks to fill the GPU four times, each split keeping at least 32 keys.
+  // Enough blocks to fill the GPU four times, each split keeping at least kMinSplitKeys keys. A
+  // recorded step sizes the grid for its key bound; each token uses as many splits as eagerly.
   const std::int64_t blocks = std::int64_t{b.n_tokens} * (p.n_heads / heads_per_block(p.n_heads / p.n_kv_heads));
   const std::int64_t want = (4 * sm_count_ + blocks - 1) / std::max<std::int64_t>(blocks, 1);
-  const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, b.max_keys / 32)));
+  const std::int32_t keys = step_mode_ == StepMode::Capture ? step_keys_bound_ : b.max_keys;
+  const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, keys / cuda::kMinSplitKeys)));
   float* partial = nullptr;
   if (n_splits > 1)
     partial = static_cast<float*>(scratch(static_cast<std::size_t>(b.n_tokens * p.n_heads * n_splits * (p.head_dim + 2)) *
@@ -449,15 +555,20 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
 void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {
   AKV_CHECK(gate.rows == up.rows && gate.cols == up.cols && out.cols == gate.cols && out.rows == gate.rows,
             "glu shape");
+  if (recording() && replaying(Sig().u(kGlu).t(gate).t(up).u(act == GluActivation::GeluTanh).t(out).h)) return;
   cuda::launch_glu(gate, up, act == GluActivation::GeluTanh, out, stream());
 }
 
-void CudaBackend::softcap(TensorRef x, float cap) { cuda::launch_softcap(x, cap, stream()); }
+void CudaBackend::softcap(TensorRef x, float cap) {
+  if (recording() && replaying(Sig().u(kSoftcap).t(x).f(cap).h)) return;
+  cuda::launch_softcap(x, cap, stream());
+}
 
 void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) {
   AKV_CHECK(out.rows == static_cast<std::int64_t>(rows.size()) && out.cols == x.cols, "gather shape");
   for (std::int32_t r : rows) AKV_CHECK(r >= 0 && r < x.rows, "gather row out of range");
   const auto* d_rows = static_cast<const std::int32_t*>(upload_small(rows.data(), rows.size_bytes()));
+  if (recording() && replaying(Sig().u(kGather).t(x).p(d_rows).t(out).h)) return;
   cuda::launch_gather_rows(x, d_rows, out, stream());
 }
 

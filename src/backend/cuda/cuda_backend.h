@@ -4,7 +4,9 @@
 // kGemvMaxRows rows use our GEMV kernel (matmul_multi: one launch for q/k/v), larger ones cuBLAS (F32 weights: SGEMM; BF16/F16
 // weights: activations rounded to the weight dtype, f32 accumulate and output). Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
-// split-K (flash-decoding). Engine thread only, like every Backend.
+// split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
+// per batch size (step_graph.cpp); everything else runs eagerly. Engine thread only, like every
+// Backend.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/kernels.h"
 
 struct CUstream_st;
 struct CUevent_st;
@@ -21,7 +24,7 @@ struct cublasContext;
 namespace akv {
 
 namespace cuda {
-struct DeviceBatch;
+struct StepGraph;
 }
 
 class CudaBackend final : public Backend {
@@ -62,6 +65,19 @@ class CudaBackend final : public Backend {
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
 
+  // Decode-only batches of at most kMaxGraphTokens tokens are captured once per key
+  // (cuda::StepKey) and replayed; other steps, and all steps while graphs are off, run eagerly.
+  void begin_step(const ForwardBatch& batch, const KvStorage& kv, const void* caller) override;
+  void end_step() override;
+  static constexpr std::int32_t kMaxGraphTokens = 64;
+  // Graphs on (the default; AGENTKV_CUDA_GRAPHS=0 in the environment turns them off) or off.
+  // Recorded graphs stay while off (they go when a device buffer is allocated or freed).
+  void set_step_graphs(bool on);
+  struct StepStats {
+    std::int64_t captured = 0, replayed = 0, eager = 0;  // steps, counted at end_step
+  };
+  StepStats step_stats() const { return step_stats_; }
+
   // A device copy of raw bytes as a weight (benchmarks fill it on the device themselves).
   WeightRef alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols);
   // Waits for all queued work.
@@ -81,8 +97,21 @@ class CudaBackend final : public Backend {
     std::uint64_t last_use = 0;
   };
   const void* upload_small(const void* data, std::size_t bytes);
+  // Fills batch_host_ with the descriptor of `batch` (see cuda::DeviceBatch); the returned
+  // DeviceBatch has its counts and offsets from `base`.
+  cuda::DeviceBatch build_batch(const ForwardBatch& batch, const std::int32_t* base);
   cuda::DeviceBatch upload_batch(const ForwardBatch& batch);
   void* scratch(std::size_t bytes, int which);
+
+  // Recorded steps (step_graph.cpp).
+  enum class StepMode { Eager, Capture, Replay };
+  // Called by every op inside a step with its signature: true when the op must not launch
+  // (replaying: the graph holds it).
+  bool replaying(std::uint64_t signature);
+  bool recording() const { return step_mode_ != StepMode::Eager; }
+  const void* step_upload(const void* data, std::size_t bytes);
+  void drop_graphs(bool stale_only);
+  void launch_step(cuda::StepGraph& g);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
   void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
 
@@ -93,6 +122,7 @@ class CudaBackend final : public Backend {
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;
+  void* blas_workspace_ = nullptr;
   std::vector<void*> weights_;              // device allocations owned by this backend
   std::int64_t weight_bytes_ = 0, progress_bytes_ = 0;
   std::vector<void*> staging_;              // pinned, for weight uploads
@@ -106,6 +136,20 @@ class CudaBackend final : public Backend {
     std::size_t capacity = 0;
   };
   Scratch scratch_[2];                      // 0: half-precision matmul input, 1: attention partials
+
+  std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
+  bool graphs_on_ = true;
+  StepMode step_mode_ = StepMode::Eager;
+  bool in_step_ = false;
+  std::vector<std::unique_ptr<cuda::StepGraph>> graphs_;
+  cuda::StepGraph* step_ = nullptr;         // captured or replayed now
+  std::uint64_t step_count_ = 0;
+  std::size_t step_op_ = 0, step_upload_ = 0, step_download_ = 0;
+  const SequenceChunk* step_seqs_ = nullptr;  // the step's batch, as store_kv/attention see it
+  std::int32_t step_keys_bound_ = 0;
+  cuda::DeviceBatch step_batch_;            // in the step graph's arena
+  std::vector<std::span<float>> step_out_;  // download targets, filled at end_step
+  StepStats step_stats_;
 };
 
 }  // namespace akv
