@@ -1,7 +1,9 @@
 // CUDA backend benchmark (docs/perf/cuda.md): measures the device copy bandwidth and the cuBLAS
 // bf16 GEMM rate, then runs an 8B Llama-3.1-shaped model with random bf16 weights generated on
-// the GPU through the backend's ops (the model blocks of src/models): batch-1 decode against the
-// bandwidth bound, and a 4K-token prefill. Usage: cuda_bench [--layers N] [--prefill N] [--steps N]
+// the GPU through the backend's ops (the model blocks of src/models): decode at 1, 8 and 32
+// sequences against the bandwidth bound, eagerly and as CUDA graphs (recorded steps), a 4K-token
+// prefill and the cold time to first token from 1K to 32K tokens.
+// Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -182,7 +184,7 @@ class OpTimer final : public Backend {
   }
 
   // Adds the step's event times (the step ended with a download, so all events completed).
-  void end_step() {
+  void collect_step() {
     for (std::size_t i = 0; i < used_; ++i) {
       float ms = 0;
       AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i].begin, marks_[i].end));
@@ -283,7 +285,14 @@ class RandomLlama {
 
   void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) {
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
+    const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
     ws_.reserve(c_, n);
+    if (n_logits > logits_capacity_) {
+      hidden_ = b_.alloc(DType::F32, n_logits, c_.hidden_size);
+      out_ = b_.alloc(DType::F32, n_logits, c_.vocab_size);
+      logits_capacity_ = n_logits;
+    }
+    ops_->begin_step(batch, kv, this);
     ops_->embed(embed_, batch.tokens, 1.0f, ws_.x);
     const float eps = static_cast<float>(c_.rms_norm_eps);
     for (std::int64_t l = 0; l < c_.n_layers; ++l) {
@@ -301,16 +310,13 @@ class RandomLlama {
       run_mlp(w.mlp, ctx, ws_.xn, GluActivation::Silu);
       if (l + 1 == c_.n_layers) ops_->add(ws_.x, ws_.y);
     }
-    const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
-    if (!hidden_) {
-      hidden_ = b_.alloc(DType::F32, 1, c_.hidden_size);
-      out_ = b_.alloc(DType::F32, 1, c_.vocab_size);
-    }
-    AKV_CHECK(n_logits == 1, "bench: one logit row");
-    ops_->gather_rows(ws_.x, batch.logit_rows, hidden_->tensor());
-    ops_->rms_norm(hidden_->tensor(), final_norm_, eps, 0.0f, hidden_->tensor());
-    ops_->matmul(hidden_->tensor(), lm_head_, nullptr, out_->tensor());
-    ops_->download(out_->tensor(), logits);
+    const TensorRef hidden = hidden_->tensor().rows_slice(0, n_logits);
+    const TensorRef out = out_->tensor().rows_slice(0, n_logits);
+    ops_->gather_rows(ws_.x, batch.logit_rows, hidden);
+    ops_->rms_norm(hidden, final_norm_, eps, 0.0f, hidden);
+    ops_->matmul(hidden, lm_head_, nullptr, out);
+    ops_->download(out, logits);
+    ops_->end_step();
   }
 
  private:
@@ -323,20 +329,33 @@ class RandomLlama {
   std::vector<double> inv_freq_;
   std::int64_t decode_bytes_ = 0;
   std::unique_ptr<DeviceBuffer> hidden_, out_;
+  std::int64_t logits_capacity_ = 0;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Tokens of a chunk at `start` (any ids: random weights make every token alike).
+std::vector<std::int32_t> ids_at(std::int64_t start, std::int64_t n, std::int64_t vocab) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((start + i) * 2654435761u % vocab);
+  return ids;
+}
+
+struct DecodeTime {
+  double median_s = 0, mean_s = 0;
+};
+
 int run(int argc, char** argv) {
-  std::int64_t n_layers = 32, prefill = 4096, steps = 128;
+  std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
     if (a == "--layers") n_layers = v;
     else if (a == "--prefill") prefill = v;
     else if (a == "--steps") steps = v;
+    else if (a == "--ttft-max") ttft_max = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -358,25 +377,27 @@ int run(int argc, char** argv) {
   std::printf("model: Llama-3.1-8B shape, %lld layers, bf16 weights %.2f GB (generated on the GPU in %.1f s)\n",
               static_cast<long long>(n_layers), double(be.weight_bytes()) * 1e-9, seconds_since(t0));
 
-  const std::int64_t block = 16, max_len = prefill + steps + 64;
+  // One KV pool for every measurement: a long single sequence, or 32 sequences of 1K + decode.
+  const std::int64_t block = 16, multi_ctx = 1024, multi_len = multi_ctx + 2 * (steps + 8) + 16;
+  const std::int64_t max_len = std::max({prefill + steps + 64, ttft_max + 16, 32 * multi_len});
   const std::int64_t n_blocks = (max_len + block - 1) / block;
   KvStorage kv = be.alloc_kv(KvLayout{.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block,
                                       .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .dtype = DType::BF16});
-  std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
+  std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));  // scattered
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>((i * 7919) % n_blocks);
-  std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+  const std::int64_t kv_bytes_per_pos = 2 * n_layers * c.n_kv_heads * c.head_dim * 2;  // K and V, bf16
+  std::vector<float> logits(static_cast<std::size_t>(c.vocab_size) * 32);
 
-  // One chunk of `ids` at `start`; returns seconds (the forward ends with a logits download).
+  // One chunk of one sequence at `start`; returns seconds (the forward ends with a logits download).
   auto step = [&](std::int64_t start, std::int64_t n) {
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((start + i) * 2654435761u % c.vocab_size);
+    const std::vector<std::int32_t> ids = ids_at(start, n, c.vocab_size);
     const SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(n),
                               .start_pos = static_cast<std::int32_t>(start), .block_table = table};
     const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
     const std::int32_t last = static_cast<std::int32_t>(n - 1);
     const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {&last, 1}};
     const auto t = std::chrono::steady_clock::now();
-    model.forward(batch, kv, logits);
+    model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(c.vocab_size)));
     return seconds_since(t);
   };
 
@@ -386,26 +407,31 @@ int run(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) pt.push_back(step(0, prefill));
   const double prefill_s = median(pt);
 
-  // Batch-1 decode after a 128-token prompt, and after the long prefill.
-  auto decode = [&](std::int64_t ctx) {
+  // Batch-1 decode after a prompt of `ctx` tokens: eager, then as graphs, from the same prompt.
+  auto decode = [&](std::int64_t ctx, bool graphs) {
+    be.set_step_graphs(graphs);
     step(0, ctx);
     for (int i = 0; i < 8; ++i) step(ctx + i, 1);
     std::vector<double> t;
     for (std::int64_t i = 0; i < steps; ++i) t.push_back(step(ctx + 8 + i, 1));
     double sum = 0;
     for (double x : t) sum += x;
-    return std::pair<double, double>{median(t), sum / double(t.size())};
+    return DecodeTime{median(t), sum / double(t.size())};
   };
-  const auto [short_med, short_mean] = decode(128);
-  const auto [long_med, long_mean] = decode(prefill);
+  const DecodeTime short_eager = decode(128, false), short_graph = decode(128, true);
+  const DecodeTime short_eager2 = decode(128, false), short_graph2 = decode(128, true);
+  const DecodeTime long_eager = decode(prefill, false), long_graph = decode(prefill, true);
+  const CudaBackend::StepStats stats = be.step_stats();
+  be.set_step_graphs(true);
   const double bound = bw / double(model.decode_bytes());
+  const double long_bound = bw / double(model.decode_bytes() + (prefill + 8 + steps / 2) * kv_bytes_per_pos);
 
-  // Per-op GPU time of decode steps (events around every op; context ~200).
+  // Per-op GPU time of decode steps (events around every op; context ~200; eager).
   OpTimer timer(be);
   model.set_ops(timer);
   for (int i = 0; i < 24; ++i) {
     step(200 + i, 1);
-    timer.end_step();
+    timer.collect_step();
     if (i == 3) timer.reset();  // the first steps are warm-up
   }
   timer.print("decode op (per step)");
@@ -413,26 +439,106 @@ int run(int argc, char** argv) {
   // Per-op GPU time of one prefill (after a warm-up with the timer).
   timer.reset();
   step(0, prefill);
-  timer.end_step();
+  timer.collect_step();
   timer.reset();
   step(0, prefill);
-  timer.end_step();
+  timer.collect_step();
   timer.print("prefill op (4K tokens)");
   model.set_ops(be);
+
+  // n_seqs sequences decoding together after 1K-token prompts (each its own scattered blocks):
+  // tok/s and the ratio to the bound (weights once per step + every sequence's KV).
+  struct Multi {
+    std::int64_t n_seqs;
+    DecodeTime eager, graph;
+    double bound_step_s;
+  };
+  auto multi = [&](std::int64_t n_seqs) {
+    const std::int64_t per = n_blocks / n_seqs;
+    std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(n_seqs));
+    for (std::int64_t i = 0; i < n_seqs; ++i)
+      tables[i].assign(table.begin() + i * per, table.begin() + (i + 1) * per);
+    // One forward of n_seqs chunks of `n` tokens each at `start`.
+    auto batch_step = [&](std::int64_t start, std::int64_t n) {
+      std::vector<std::int32_t> ids, rows;
+      std::vector<SequenceChunk> chunks;
+      for (std::int64_t i = 0; i < n_seqs; ++i) {
+        chunks.push_back({.first_row = static_cast<std::int32_t>(ids.size()), .n_tokens = static_cast<std::int32_t>(n),
+                          .start_pos = static_cast<std::int32_t>(start), .block_table = tables[i]});
+        const std::vector<std::int32_t> more = ids_at(start + 977 * i, n, c.vocab_size);
+        ids.insert(ids.end(), more.begin(), more.end());
+        rows.push_back(static_cast<std::int32_t>(ids.size() - 1));
+      }
+      const std::vector<std::int32_t> pos = positions_for(chunks);
+      const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = chunks, .logit_rows = rows};
+      const auto t = std::chrono::steady_clock::now();
+      model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(n_seqs * c.vocab_size)));
+      return seconds_since(t);
+    };
+    auto run_decode = [&](bool graphs) {
+      be.set_step_graphs(graphs);
+      for (int i = 0; i < 8; ++i) batch_step(multi_ctx + i, 1);
+      std::vector<double> t;
+      for (std::int64_t i = 0; i < steps; ++i) t.push_back(batch_step(multi_ctx + 8 + i, 1));
+      double sum = 0;
+      for (double x : t) sum += x;
+      return DecodeTime{median(t), sum / double(t.size())};
+    };
+    be.set_step_graphs(false);
+    batch_step(0, multi_ctx);
+    Multi m{n_seqs, run_decode(false), run_decode(true), 0};
+    const double kv_bytes = double(n_seqs) * double(multi_ctx + 8 + steps / 2) * double(kv_bytes_per_pos);
+    m.bound_step_s = (double(model.decode_bytes()) + kv_bytes) / bw;
+    be.set_step_graphs(true);
+    return m;
+  };
+  const Multi m8 = multi(8), m32 = multi(32);
+
+  // Cold time to first token: one prefill chunk from position 0 (warm-up, then median).
+  std::vector<std::pair<std::int64_t, double>> ttft;
+  for (std::int64_t n = 1024; n <= ttft_max; n *= 2) {
+    if (n == 2048) continue;
+    step(0, n);
+    std::vector<double> t;
+    for (int i = 0; i < (n <= 8192 ? 3 : 2); ++i) t.push_back(step(0, n));
+    ttft.push_back({n, median(t)});
+  }
 
   std::printf("\n| measurement | value |\n| --- | --- |\n");
   std::printf("| device copy bandwidth (read + write) | %.0f GB/s |\n", bw * 1e-9);
   std::printf("| cuBLAS bf16 GEMM 8192^3 | %.0f TFLOP/s |\n", flops * 1e-12);
   std::printf("| weight bytes read per decode token | %.2f GB |\n", double(model.decode_bytes()) * 1e-9);
   std::printf("| decode bound (bandwidth / weight bytes) | %.1f tok/s |\n", bound);
-  std::printf("| batch-1 decode, context 136 | %.1f tok/s (median step %.3f ms, mean %.3f ms) = %.1f%% of bound |\n",
-              1.0 / short_med, short_med * 1e3, short_mean * 1e3, 100.0 / short_med / bound);
-  std::printf("| batch-1 decode, context %lld | %.1f tok/s (median step %.3f ms) |\n",
-              static_cast<long long>(prefill + 8), 1.0 / long_med, long_med * 1e3);
+  auto row = [&](const char* what, const DecodeTime& d, double b) {
+    std::printf("| %s | %.1f tok/s (median step %.3f ms, mean %.3f ms) = %.1f%% of bound |\n", what, 1.0 / d.median_s,
+                d.median_s * 1e3, d.mean_s * 1e3, 100.0 / d.median_s / b);
+  };
+  row("batch-1 decode, context 136, eager", short_eager, bound);
+  row("batch-1 decode, context 136, graph", short_graph, bound);
+  row("batch-1 decode, context 136, eager (again)", short_eager2, bound);
+  row("batch-1 decode, context 136, graph (again)", short_graph2, bound);
+  std::printf("| decode bound at context %lld (weights + KV) | %.1f tok/s |\n",
+              static_cast<long long>(prefill + 8 + steps / 2), long_bound);
+  row("batch-1 decode, long context, eager", long_eager, long_bound);
+  row("batch-1 decode, long context, graph", long_graph, long_bound);
+  std::printf("| recorded steps in batch-1 decode | %lld captured, %lld replayed, %lld eager |\n",
+              static_cast<long long>(stats.captured), static_cast<long long>(stats.replayed),
+              static_cast<long long>(stats.eager));
+  for (const Multi& m : {m8, m32}) {
+    for (const auto& [what, d] : {std::pair{"eager", m.eager}, std::pair{"graph", m.graph}})
+      std::printf("| %lld sequences decoding, context ~%lld, %s | %.0f tok/s (step %.3f ms; bound step %.3f ms) = "
+                  "%.1f%% of bound |\n",
+                  static_cast<long long>(m.n_seqs), static_cast<long long>(multi_ctx + 8 + steps / 2), what,
+                  double(m.n_seqs) / d.median_s, d.median_s * 1e3, m.bound_step_s * 1e3,
+                  100.0 * m.bound_step_s / d.median_s);
+  }
   std::printf("| prefill %lld tokens (tensor-core flash attention, cuBLAS bf16 GEMMs) | %.0f tok/s (%.1f ms) |\n",
               static_cast<long long>(prefill), double(prefill) / prefill_s, prefill_s * 1e3);
   const double prefill_flops = 2.0 * double(model.decode_bytes()) / 2.0 * double(prefill);
   std::printf("| prefill matmul rate (2 * params * tokens / time) | %.0f TFLOP/s |\n", prefill_flops / prefill_s * 1e-12);
+  for (const auto& [n, t] : ttft)
+    std::printf("| cold TTFT, %lld-token prompt (one chunk) | %.1f ms (%.0f tok/s) |\n", static_cast<long long>(n),
+                t * 1e3, double(n) / t);
   return 0;
 }
 
