@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <queue>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -19,7 +20,7 @@
 namespace akv {
 
 struct DiskStore::Job {
-  enum class Kind { Block, Manifest, Erase } kind = Kind::Block;
+  enum class Kind { Block, Manifest, Erase, CollectGarbage } kind = Kind::Block;
   Hash128 key, parent, tokens_hash;
   std::vector<std::byte> raw;
   AgentRecord record;           // Manifest; Erase uses tenant and agent
@@ -32,6 +33,19 @@ std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+std::int64_t system_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Recency survives restarts as the file's mtime; a failure only costs recency.
+void set_mtime(int dir_fd, const std::string& name, std::int64_t unix_ms) {
+  const timespec times[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+                             {.tv_sec = unix_ms / 1000, .tv_nsec = (unix_ms % 1000) * 1000000}};
+  ::utimensat(dir_fd, name.c_str(), times, 0);
 }
 
 std::string errno_text() {
@@ -91,16 +105,20 @@ std::unique_ptr<DiskStore> DiskStore::open_or_throw(DiskStoreOptions options) {
 DiskStore::DiskStore(DiskStoreOptions options) : options_(std::move(options)) {
   AKV_CHECK(options_.block_size > 0 && options_.shape.raw_bytes() > 0,
             "disk store needs a block shape");
+  AKV_CHECK(options_.low_water > 0 && options_.low_water <= 1, "disk store low_water in (0, 1]");
   open_dir();
   scan_blocks();
   scan_manifests();
+  collect_orphans();
+  make_room(0);  // max_bytes may be lower than last time
   log_info(
-      "KV disk tier {}: {} blocks ({} MiB, codec {}), {} agents; not used: {} of another model or "
-      "layout, "
-      "{} of another format version, {} damaged (removed)",
-      options_.dir, stats_.n_blocks, stats_.bytes >> 20, spill_codec_name(options_.codec),
-      stats_.n_manifests, stats_.rejected_foreign, stats_.rejected_version,
-      stats_.rejected_corrupt);
+      "KV disk tier {}: {} blocks ({} MiB of {}, codec {}), {} agents; not used: {} of another "
+      "model or layout, {} of another format version, {} damaged (removed); deleted: {} unused "
+      "blocks no agent names, {} over the budget",
+      options_.dir, stats_.n_blocks, stats_.bytes >> 20,
+      options_.max_bytes > 0 ? std::to_string(options_.max_bytes >> 20) + " MiB" : "unlimited",
+      spill_codec_name(options_.codec), stats_.n_manifests, stats_.rejected_foreign,
+      stats_.rejected_version, stats_.rejected_corrupt, stats_.n_gc, stats_.n_evicted);
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -184,7 +202,10 @@ void DiskStore::scan_blocks() {
       check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
-        files_[*key] = st.st_size;
+        files_[*key] = {.bytes = st.st_size,
+                        .last_use_ms = std::int64_t{st.st_mtim.tv_sec} * 1000 +
+                                       st.st_mtim.tv_nsec / 1000000,
+                        .parent = h.parent};
         ++stats_.n_blocks;
         stats_.bytes += st.st_size;
         break;
@@ -233,6 +254,7 @@ void DiskStore::scan_manifests() {
       check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
+        manifests_[name] = {.chain = r.chain, .pinned = r.pinned};
         loaded_.push_back(std::move(r));
         ++stats_.n_manifests;
         break;
@@ -297,6 +319,8 @@ void DiskStore::put_manifest(const AgentRecord& record) {
   job->record = record;
   {
     std::lock_guard lock(mu_);
+    manifests_[manifest_name(record.tenant, record.agent)] = {.chain = record.chain,
+                                                              .pinned = record.pinned};
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -312,13 +336,8 @@ void DiskStore::erase(const std::string& tenant, const std::string& agent,
   {
     std::lock_guard lock(mu_);
     // Gone for readers at once; the files follow on the IO thread.
-    for (const Hash128& k : job->blocks) {
-      if (auto it = files_.find(k); it != files_.end()) {
-        --stats_.n_blocks;
-        stats_.bytes -= it->second;
-        files_.erase(it);
-      }
-    }
+    forget_files(job->blocks);
+    if (!agent.empty()) manifests_.erase(manifest_name(tenant, agent));
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -328,7 +347,7 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
   std::lock_guard lock(mu_);
   std::int64_t n = 0;
   for (const Hash128& k : chain)
-    if (auto it = files_.find(k); it != files_.end()) n += it->second;
+    if (auto it = files_.find(k); it != files_.end()) n += it->second.bytes;
   return n;
 }
 
@@ -353,25 +372,36 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
     return false;
   }
   decode_block(options_.codec, options_.shape, body, raw);
-  std::lock_guard lock(mu_);
-  ++stats_.n_loaded;
+  const std::int64_t now = now_unix_ms();
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.n_loaded;
+    if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
+  }
+  set_mtime(blocks_fd_, key.hex() + ".kvb", now);
   return true;
 }
 
 void DiskStore::drop_bad(const Hash128& key) {
   {
     std::lock_guard lock(mu_);
-    if (auto it = files_.find(key); it != files_.end()) {
-      --stats_.n_blocks;
-      stats_.bytes -= it->second;
-      files_.erase(it);
-    }
+    forget_files({key});
     ++stats_.rejected_corrupt;
   }
   log_warn("KV disk tier: block {} is damaged; removed, its tokens will be recomputed", key.hex());
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Erase;
   job->blocks = {key};
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+void DiskStore::collect_garbage() {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::CollectGarbage;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));
@@ -392,12 +422,24 @@ DiskStoreStats DiskStore::stats() const {
 }
 
 void DiskStore::io_loop() {
+  using Clock = std::chrono::steady_clock;
+  const bool gc_on = options_.orphan_age_s > 0 && options_.gc_interval_s > 0;
+  const auto gc_every = std::chrono::seconds(std::max<std::int64_t>(options_.gc_interval_s, 1));
+  Clock::time_point next_gc = Clock::now() + gc_every;
   std::unique_lock lock(mu_);
   while (true) {
-    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stop_ and drained
-    std::unique_ptr<Job> job = std::move(queue_.front());
-    queue_.pop_front();
+    const auto ready = [&] { return stop_ || !queue_.empty(); };
+    std::unique_ptr<Job> job;
+    if (gc_on && !wake_.wait_until(lock, next_gc, ready)) {
+      next_gc = Clock::now() + gc_every;
+      job = std::make_unique<Job>();
+      job->kind = Job::Kind::CollectGarbage;
+    } else {
+      if (!gc_on) wake_.wait(lock, ready);
+      if (queue_.empty()) break;  // stop_ and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
     busy_ = true;
     lock.unlock();
     run(*job);
@@ -434,6 +476,9 @@ void DiskStore::run(Job& job) {
       ::fsync(blocks_fd_);
       return;
     }
+    case Job::Kind::CollectGarbage:
+      collect_orphans();
+      return;
   }
 }
 
@@ -444,8 +489,10 @@ void DiskStore::write_block(Job& job) {
     paused = now_ms() < paused_until_ms_;
   }
   bool written = false;
-  std::size_t file_bytes = 0;
-  if (!paused) {
+  const std::size_t file_bytes = kBlockHeaderBytes + encoded_bytes(options_.codec, options_.shape);
+  const bool fits = !paused && make_room(static_cast<std::int64_t>(file_bytes));
+  if (!paused && !fits) on_over_budget();
+  if (fits) {
     std::vector<std::byte> payload(encoded_bytes(options_.codec, options_.shape));
     encode_block(options_.codec, options_.shape, job.raw, payload);
     BlockHeader h{.fingerprint = options_.fingerprint,
@@ -458,15 +505,18 @@ void DiskStore::write_block(Job& job) {
                   .payload_checksum = payload_checksum(payload)};
     const auto header = encode_block_header(h);
     written = write_durably(blocks_fd_, job.key.hex() + ".kvb", header, payload);
-    file_bytes = header.size() + payload.size();
     if (!written) on_write_error("block: " + errno_text());
   }
+  const std::int64_t now = now_unix_ms();
+  if (written) set_mtime(blocks_fd_, job.key.hex() + ".kvb", now);
   {
     std::lock_guard lock(mu_);
     pending_.erase(job.key);
     queued_bytes_ -= job.raw.size();
     if (written) {
-      if (files_.emplace(job.key, static_cast<std::int64_t>(file_bytes)).second) {
+      const BlockFile f{
+          .bytes = static_cast<std::int64_t>(file_bytes), .last_use_ms = now, .parent = job.parent};
+      if (files_.emplace(job.key, f).second) {
         ++stats_.n_blocks;
         stats_.bytes += static_cast<std::int64_t>(file_bytes);
       }
@@ -506,6 +556,125 @@ void DiskStore::on_write_error(const std::string& what) {
   if (first)
     log_warn("KV disk tier {}: write failed ({}); spilling paused for {} ms, serving continues",
              options_.dir, what, options_.pause_after_error_ms);
+}
+
+// --- Retention ----------------------------------------------------------------------------------
+// Deletion order is a leaf-first LRU over the chains the block headers' parent keys form (the
+// radix-tree order): a block is a candidate only once no stored block names it as parent, so a
+// chain loses its tail before its head and the longest restorable prefixes stay. Among the
+// candidates, blocks no manifest names go first, then the least recently used.
+
+std::int64_t DiskStore::now_unix_ms() const {
+  return options_.now_unix_ms ? options_.now_unix_ms() : system_unix_ms();
+}
+
+std::vector<Hash128> DiskStore::pick_victims(Sweep sweep, std::int64_t target_bytes) const {
+  std::unordered_set<Hash128, Hash128Hasher> named, pinned;
+  for (const auto& [name, m] : manifests_)
+    for (const Hash128& k : m.chain) {
+      named.insert(k);
+      if (m.pinned) pinned.insert(k);
+    }
+  const std::int64_t cutoff_ms = now_unix_ms() - options_.orphan_age_s * 1000;
+  const auto may_go = [&](const Hash128& key, const BlockFile& f) {
+    return sweep == Sweep::Budget ? !pinned.contains(key)
+                                  : !named.contains(key) && f.last_use_ms < cutoff_ms;
+  };
+  std::unordered_map<Hash128, std::int32_t, Hash128Hasher> n_children;
+  for (const auto& [key, f] : files_)
+    if (files_.contains(f.parent)) ++n_children[f.parent];
+
+  struct Candidate {
+    bool named;
+    std::int64_t last_use_ms;
+    Hash128 key;
+    bool operator>(const Candidate& o) const {
+      if (named != o.named) return named;
+      if (last_use_ms != o.last_use_ms) return last_use_ms > o.last_use_ms;
+      return key.hi != o.key.hi ? key.hi > o.key.hi : key.lo > o.key.lo;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> leaves;
+  const auto offer = [&](const Hash128& key, const BlockFile& f) {
+    if (may_go(key, f)) leaves.push({named.contains(key), f.last_use_ms, key});
+  };
+  for (const auto& [key, f] : files_)
+    if (!n_children.contains(key)) offer(key, f);
+
+  std::vector<Hash128> victims;
+  std::int64_t bytes = stats_.bytes;
+  while (!leaves.empty() && (sweep == Sweep::Orphans || bytes > target_bytes)) {
+    const Hash128 key = leaves.top().key;
+    leaves.pop();
+    const BlockFile& f = files_.at(key);
+    victims.push_back(key);
+    bytes -= f.bytes;
+    if (auto it = n_children.find(f.parent); it != n_children.end() && --it->second == 0)
+      offer(f.parent, files_.at(f.parent));
+  }
+  return victims;
+}
+
+bool DiskStore::make_room(std::int64_t incoming) {
+  if (options_.max_bytes <= 0) return true;
+  std::vector<Hash128> victims;
+  {
+    std::lock_guard lock(mu_);
+    if (stats_.bytes + incoming <= options_.max_bytes) return true;
+    const auto low_bytes = static_cast<std::int64_t>(options_.low_water *
+                                                     static_cast<double>(options_.max_bytes));
+    victims = pick_victims(Sweep::Budget, low_bytes - incoming);
+    std::int64_t freed = 0;
+    for (const Hash128& k : victims) freed += files_.at(k).bytes;
+    if (stats_.bytes - freed + incoming > options_.max_bytes) return false;  // keep them all
+    forget_files(victims);
+    stats_.n_evicted += static_cast<std::int64_t>(victims.size());
+  }
+  unlink_blocks(victims);
+  return true;
+}
+
+void DiskStore::collect_orphans() {
+  if (options_.orphan_age_s <= 0) return;
+  std::vector<Hash128> victims;
+  {
+    std::lock_guard lock(mu_);
+    victims = pick_victims(Sweep::Orphans, 0);
+    forget_files(victims);
+    stats_.n_gc += static_cast<std::int64_t>(victims.size());
+  }
+  unlink_blocks(victims);
+}
+
+void DiskStore::forget_files(const std::vector<Hash128>& keys) {
+  for (const Hash128& k : keys) {
+    if (auto it = files_.find(k); it != files_.end()) {
+      --stats_.n_blocks;
+      stats_.bytes -= it->second.bytes;
+      files_.erase(it);
+    }
+  }
+}
+
+// No directory fsync: a deletion lost in a crash is found by the next start-up's scan and
+// counted against the budget again.
+void DiskStore::unlink_blocks(const std::vector<Hash128>& keys) {
+  for (const Hash128& k : keys) ::unlinkat(blocks_fd_, (k.hex() + ".kvb").c_str(), 0);
+}
+
+void DiskStore::on_over_budget() {
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.n_over_budget;
+    first = now_ms() >= paused_until_ms_;
+    paused_until_ms_ = now_ms() + options_.pause_after_error_ms;
+  }
+  if (first)
+    log_warn(
+        "KV disk tier {}: {} MiB budget full of pinned agents' blocks; spilling paused for {} ms, "
+        "serving continues",
+        options_.dir, options_.max_bytes >> 20, options_.pause_after_error_ms);
 }
 
 }  // namespace akv

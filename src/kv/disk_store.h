@@ -7,6 +7,8 @@
 // with another fingerprint or version is never used (and left alone), a damaged one is removed;
 // both are counted and logged. Payload checksums are verified on every load. A write error
 // (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk.
+// Retention: block files past `max_bytes` are evicted (disk_store.cpp, "Retention"), blocks no
+// manifest names are collected once unused for `orphan_age_s`; blocks of pinned agents stay.
 // Thread-safe. put/put_manifest/erase never block on IO; load reads on the caller's thread.
 #pragma once
 
@@ -37,6 +39,19 @@ struct DiskStoreOptions {
   std::int32_t block_size = 0;                           // tokens per block
   std::size_t max_queue_bytes = std::size_t{256} << 20;  // raw bytes waiting; more are dropped
   std::int32_t pause_after_error_ms = 30000;
+  // Block file bytes kept (0: unlimited). Past it the IO thread deletes blocks down to
+  // low_water * max_bytes: blocks no manifest names first, then least recently used (written or
+  // loaded; the file's mtime across restarts), a chain's tail before its head, never a block a
+  // pinned agent's manifest names. A write that cannot fit is dropped and spilling pauses.
+  std::int64_t max_bytes = 0;
+  double low_water = 0.9;
+  // Blocks no manifest names and unused this long are deleted at start-up and every
+  // gc_interval_s (<= 0: never).
+  std::int64_t orphan_age_s = 24 * 3600;
+  std::int64_t gc_interval_s = 600;
+  // Unix time in ms for recency and age (file mtimes use it too); null: the system clock. Tests
+  // inject one. Called on any thread.
+  std::function<std::int64_t()> now_unix_ms;
   // Called on the IO thread once a block file is durable (after the directory fsync).
   std::function<void(const Hash128& key)> on_block_written;
 };
@@ -50,8 +65,11 @@ struct DiskStoreStats {
   std::int64_t rejected_corrupt = 0;  // bad header, size or checksum (at start-up or on load)
   std::int64_t n_written = 0;
   std::int64_t n_loaded = 0;
-  std::int64_t n_dropped = 0;  // blocks not spilled: queue full or paused
+  std::int64_t n_dropped = 0;  // blocks not spilled: queue full, paused or over the budget
   std::int64_t n_write_errors = 0;
+  std::int64_t n_over_budget = 0;  // of n_dropped: max_bytes full of blocks that must stay
+  std::int64_t n_evicted = 0;      // block files deleted to keep max_bytes
+  std::int64_t n_gc = 0;           // block files no manifest names, deleted for age
   bool paused = false;
 };
 
@@ -81,23 +99,37 @@ class DiskStore {
   bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
            std::vector<std::byte> raw);
   // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
-  // False when it is missing or bad; a bad file is counted and removed.
+  // False when it is missing (never written, evicted, collected) or bad; a bad file is counted
+  // and removed. A good load makes the block most recently used (and touches its mtime).
   bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
             std::span<std::byte> raw);
 
-  // Queues the agent's manifest (replacing its previous one).
+  // Queues the agent's manifest (replacing its previous one). Its chain and pinned flag are what
+  // retention goes by: call it again after a pin changes.
   void put_manifest(const AgentRecord& record);
   // Queues removal of the agent's manifest and of the given block files.
   void erase(const std::string& tenant, const std::string& agent, std::vector<Hash128> blocks);
   // Bytes on disk of the chain's blocks.
   std::int64_t stored_bytes(const std::vector<Hash128>& chain) const;
 
+  // Queues a collection of old blocks no manifest names (also runs every gc_interval_s).
+  void collect_garbage();
   // Waits until the queue is empty (tests, shutdown).
   void flush();
   DiskStoreStats stats() const;
 
  private:
   struct Job;
+  struct BlockFile {
+    std::int64_t bytes = 0;
+    std::int64_t last_use_ms = 0;  // unix ms: written, loaded, or the mtime found at start-up
+    Hash128 parent;
+  };
+  struct Manifest {
+    std::vector<Hash128> chain;
+    bool pinned = false;
+  };
+  enum class Sweep { Budget, Orphans };
   explicit DiskStore(DiskStoreOptions options);
   void open_dir();
   void scan_blocks();
@@ -112,6 +144,20 @@ class DiskStore {
                      std::span<const std::byte> b);
   void on_write_error(const std::string& what);
   void drop_bad(const Hash128& key);
+  std::int64_t now_unix_ms() const;
+  // Retention (IO thread, or the constructor before it starts).
+  // Makes room for a new file of `incoming` bytes under max_bytes; false (nothing deleted) when
+  // the blocks that must stay leave no room.
+  bool make_room(std::int64_t incoming);
+  // Deletes old blocks no manifest names.
+  void collect_orphans();
+  // Victims in deletion order (leaves first); Budget stops once `target_bytes` is reached.
+  // Caller holds mu_.
+  std::vector<Hash128> pick_victims(Sweep sweep, std::int64_t target_bytes) const;
+  // Forgets the files at once (caller holds mu_); unlink_blocks deletes them (without mu_).
+  void forget_files(const std::vector<Hash128>& keys);
+  void unlink_blocks(const std::vector<Hash128>& keys);
+  void on_over_budget();  // counts and pauses spilling like a write error
   std::string block_path(const Hash128& key) const;
   std::string manifest_name(const std::string& tenant, const std::string& agent) const;
 
@@ -123,7 +169,8 @@ class DiskStore {
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::deque<std::unique_ptr<Job>> queue_;
-  std::unordered_map<Hash128, std::int64_t, Hash128Hasher> files_;  // key -> file bytes
+  std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;
+  std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;
   std::size_t queued_bytes_ = 0;
   bool busy_ = false, stop_ = false;
