@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-dir", srv.kv_dir, "Directory of the KV disk tier (agents survive restarts); none: off");
   serve->add_option("--kv-spill-codec", srv.kv_spill_codec, "KV blocks on disk: native | f32 | bf16 | int8")
       ->capture_default_str();
+  serve->add_option("--kv-disk-bytes", srv.kv_disk_bytes, "Disk tier budget: bytes or K/M/G/T (e.g. 40G); 0: unlimited")
+      ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -1,7 +1,9 @@
 #include "app/serve_command.h"
 
+#include <cctype>
 #include <csignal>
 #include <ctime>
+#include <limits>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -52,9 +54,32 @@ std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConf
   return ids;
 }
 
+// "123", "512K", "64G", "2T" (binary multiples) -> bytes. Throws Error naming `flag` otherwise.
+std::int64_t parse_byte_size(const std::string& text, const char* flag) {
+  const auto bad = [&] {
+    return Error(ErrorKind::InvalidArgument,
+                 std::string(flag) + ": expected bytes, optionally with K, M, G or T (e.g. 512M, 40G), not '" +
+                     text + "'");
+  };
+  std::size_t n_digits = 0;
+  while (n_digits < text.size() && text[n_digits] >= '0' && text[n_digits] <= '9') ++n_digits;
+  if (n_digits == 0 || n_digits > 18 || text.size() > n_digits + 1) throw bad();
+  std::int64_t shift = 0;
+  if (text.size() > n_digits) {
+    const std::string_view units = "KMGT";
+    const std::size_t u = units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(text.back()))));
+    if (u == std::string_view::npos) throw bad();
+    shift = 10 * static_cast<std::int64_t>(u + 1);
+  }
+  const std::int64_t n = std::stoll(text.substr(0, n_digits));
+  if (n > (std::numeric_limits<std::int64_t>::max() >> shift)) throw bad();
+  return n << shift;
+}
+
 // The KV disk tier of --kv-dir (null without it). Throws Error for a bad codec or directory.
 std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
                                           const std::string& chat_template) {
+  const std::int64_t max_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
   if (o.kv_dir.empty()) return nullptr;
   const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
   if (!codec)
@@ -67,6 +92,7 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   d.codec = *codec;
   d.shape = block_shape_of(layout);
   d.block_size = e.block_size;
+  d.max_bytes = max_bytes;
   return DiskStore::open_or_throw(std::move(d));
 }
 

@@ -20,6 +20,7 @@ struct ServeOptions {
   std::int32_t prefill_chunk = 256;
   std::string kv_dir;                     // disk tier of the KV cache ("" : none)
   std::string kv_spill_codec = "native";  // native | f32 | bf16 | int8
+  std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   ServerOptions server;
 };
 
