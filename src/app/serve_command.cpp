@@ -83,7 +83,7 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   if (o.kv_dir.empty()) return nullptr;
   const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
   if (!codec)
-    throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16 or int8, not '" +
+    throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16, int8 or int4, not '" +
                                                 o.kv_spill_codec + "'");
   const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size);
   DiskStoreOptions d;

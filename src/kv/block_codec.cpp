@@ -1,6 +1,7 @@
 #include "kv/block_codec.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -56,13 +57,233 @@ void convert(std::span<const std::byte> in, DType from, std::span<std::byte> out
   for (std::int64_t i = 0; i < n; ++i) store_elem(out.data(), to, i, load_elem(in.data(), from, i));
 }
 
+// --- quantized codecs -------------------------------------------------------------------------
+
+// A group of elements sharing one scale (and minimum): a rectangle of `tokens` rows by
+// `channels` columns of a slab [block_size, row_width]; 0 stands for the slab's whole extent.
+// Groups tile the slab; those at its edges may be smaller.
+struct Grouping {
+  std::int64_t tokens = 0;
+  std::int64_t channels = 0;
+};
+
+// Asymmetric: a group's codes 0 .. 2^bits - 1 cover [min, min + (2^bits - 1) * scale].
+struct QuantSpec {
+  int bits = 8;  // 8 or 4
+  Grouping keys;
+  Grouping values;
+};
+
+// Keys per channel over the slab's tokens; values per token (the whole row / 32 channels).
+constexpr Grouping kPerChannel{.tokens = 0, .channels = 1};
+constexpr QuantSpec kInt8{.bits = 8, .keys = kPerChannel, .values = {.tokens = 1, .channels = 0}};
+constexpr QuantSpec kInt4{.bits = 4, .keys = kPerChannel, .values = {.tokens = 1, .channels = 32}};
+
+const QuantSpec* quant_spec(SpillCodec codec) {
+  switch (codec) {
+    case SpillCodec::Int8:
+      return &kInt8;
+    case SpillCodec::Int4:
+      return &kInt4;
+    default:
+      return nullptr;
+  }
+}
+
+// One slab's geometry under a grouping.
+struct SlabGrid {
+  std::int64_t n_tokens = 0, width = 0;  // the slab [n_tokens, width]
+  std::int64_t group_tokens = 0, group_channels = 0;
+  std::int64_t n_token_groups = 0, n_channel_groups = 0;
+
+  SlabGrid(std::int64_t t, std::int64_t w, Grouping g)
+      : n_tokens(t),
+        width(w),
+        group_tokens(g.tokens > 0 ? std::min(g.tokens, t) : t),
+        group_channels(g.channels > 0 ? std::min(g.channels, w) : w),
+        n_token_groups((t + group_tokens - 1) / group_tokens),
+        n_channel_groups((w + group_channels - 1) / group_channels) {}
+  std::int64_t n_groups() const { return n_token_groups * n_channel_groups; }
+  // The group of element (t, c), row-major over the group grid.
+  std::int64_t group_of(std::int64_t t, std::int64_t c) const {
+    return t / group_tokens * n_channel_groups + c / group_channels;
+  }
+};
+
+std::int64_t slab_tokens(const BlockShape& s) {
+  const std::int64_t t = s.block_size > 0 ? s.block_size : s.n_rows / 2;
+  AKV_CHECK(t > 0 && s.n_rows % (2 * t) == 0, "block shape: rows are not whole K/V slabs");
+  return t;
+}
+
+// A group's parameters: bf16 scale, bf16 minimum.
+constexpr std::size_t kParamBytes = 4;
+
+std::size_t slab_bytes(const QuantSpec& q, const SlabGrid& g) {
+  const auto n = static_cast<std::size_t>(g.n_tokens * g.width);
+  return static_cast<std::size_t>(g.n_groups()) * kParamBytes +
+         (n * static_cast<std::size_t>(q.bits) + 7) / 8;
+}
+
+// The smallest bf16 >= x and the largest bf16 <= x (finite x), so rounding the stored
+// parameters never shrinks a group's range.
+std::uint16_t bf16_at_least(float x) {
+  const auto b = std::bit_cast<std::uint32_t>(x);
+  const auto t = static_cast<std::uint16_t>(b >> 16);
+  if (bf16_to_f32(t) >= x) return t;
+  return static_cast<std::uint16_t>(t + 1);  // positive x truncated below it: one ulp up
+}
+std::uint16_t bf16_at_most(float x) {
+  return bf16_at_least(-x) ^ 0x8000;
+}
+
+struct GroupParams {
+  float scale = 0.0f;
+  float min = 0.0f;
+};
+
+int max_code(const QuantSpec& q) {
+  return (1 << q.bits) - 1;
+}
+
+// Fits every group of slab x [n_tokens, width] and writes the bf16 parameters to `params`;
+// returns them as stored (rounded).
+std::vector<GroupParams> fit_groups(const QuantSpec& q, const SlabGrid& g, std::span<const float> x,
+                                    std::byte* params) {
+  std::vector<float> lo(g.n_groups(), 0.0f), hi(g.n_groups(), 0.0f);
+  for (std::int64_t t = 0; t < g.n_tokens; ++t)
+    for (std::int64_t c = 0; c < g.width; ++c) {
+      const std::int64_t k = g.group_of(t, c);
+      const float v = x[t * g.width + c];
+      const bool first = t % g.group_tokens == 0 && c % g.group_channels == 0;
+      lo[k] = first ? v : std::fmin(lo[k], v);
+      hi[k] = first ? v : std::fmax(hi[k], v);
+    }
+  std::vector<GroupParams> out(g.n_groups());
+  const auto steps = static_cast<float>(max_code(q));
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    std::uint16_t stored[2];
+    stored[1] = bf16_at_most(lo[k]);
+    out[k].min = bf16_to_f32(stored[1]);
+    stored[0] = bf16_at_least((hi[k] - out[k].min) / steps);
+    out[k].scale = bf16_to_f32(stored[0]);
+    std::memcpy(params + k * kParamBytes, stored, kParamBytes);
+  }
+  return out;
+}
+
+std::vector<GroupParams> read_groups(const SlabGrid& g, const std::byte* params) {
+  std::vector<GroupParams> out(g.n_groups());
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    std::uint16_t stored[2];
+    std::memcpy(stored, params + k * kParamBytes, kParamBytes);
+    out[k] = {.scale = bf16_to_f32(stored[0]), .min = bf16_to_f32(stored[1])};
+  }
+  return out;
+}
+
+// Codes of `bits` (8 or 4) bits, element i at bit i * bits, low nibble first.
+void put_code(std::byte* codes, int bits, std::int64_t i, int code) {
+  if (bits == 8) {
+    codes[i] = static_cast<std::byte>(code & 0xFF);
+    return;
+  }
+  const int shift = (i % 2) * 4;
+  codes[i / 2] = (codes[i / 2] & static_cast<std::byte>(0xF0 >> shift)) |
+                 static_cast<std::byte>((code & 0xF) << shift);
+}
+
+int get_code(const std::byte* codes, int bits, std::int64_t i) {
+  if (bits == 8) return std::to_integer<int>(codes[i]);
+  return (std::to_integer<int>(codes[i / 2]) >> ((i % 2) * 4)) & 0xF;
+}
+
+// The code of v in its group (NaN -> 0).
+int quantize(const QuantSpec& q, const GroupParams& p, float v) {
+  if (!(p.scale > 0.0f)) return 0;  // a constant group: its minimum is exact
+  const float r = std::nearbyint((v - p.min) / p.scale);
+  return static_cast<int>(std::fmin(std::fmax(r, 0.0f), static_cast<float>(max_code(q))));
+}
+
+// slab x [n_tokens, width] -> out (slab_bytes).
+void encode_slab(const QuantSpec& q, const SlabGrid& g, std::span<const float> x, std::byte* out) {
+  const std::vector<GroupParams> p = fit_groups(q, g, x, out);
+  std::byte* codes = out + g.n_groups() * kParamBytes;
+  for (std::int64_t t = 0; t < g.n_tokens; ++t)
+    for (std::int64_t c = 0; c < g.width; ++c) {
+      const std::int64_t i = t * g.width + c;
+      put_code(codes, q.bits, i, quantize(q, p[g.group_of(t, c)], x[i]));
+    }
+}
+
+void decode_slab(const QuantSpec& q, const SlabGrid& g, const std::byte* in, std::span<float> x) {
+  const std::vector<GroupParams> p = read_groups(g, in);
+  const std::byte* codes = in + g.n_groups() * kParamBytes;
+  for (std::int64_t t = 0; t < g.n_tokens; ++t)
+    for (std::int64_t c = 0; c < g.width; ++c) {
+      const std::int64_t i = t * g.width + c;
+      const GroupParams& gp = p[g.group_of(t, c)];
+      x[i] = gp.min + gp.scale * static_cast<float>(get_code(codes, q.bits, i));
+    }
+}
+
+// Slab `i` of a block: even slabs are keys, odd ones values.
+SlabGrid slab_grid(const QuantSpec& q, const BlockShape& s, std::int64_t i) {
+  return SlabGrid(slab_tokens(s), s.row_width, i % 2 == 0 ? q.keys : q.values);
+}
+
+std::size_t quantized_bytes(const QuantSpec& q, const BlockShape& s) {
+  const std::int64_t n_slabs = s.n_rows / slab_tokens(s);
+  return static_cast<std::size_t>(n_slabs / 2) *
+         (slab_bytes(q, slab_grid(q, s, 0)) + slab_bytes(q, slab_grid(q, s, 1)));
+}
+
+void encode_quantized(const QuantSpec& q, const BlockShape& s, std::span<const std::byte> raw,
+                      std::span<std::byte> out) {
+  const std::int64_t n_slabs = s.n_rows / slab_tokens(s);
+  const std::int64_t n = slab_tokens(s) * s.row_width;
+  const std::size_t raw_slab = static_cast<std::size_t>(n) * dtype_size(s.dtype);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  std::byte* dst = out.data();
+  for (std::int64_t i = 0; i < n_slabs; ++i) {
+    const std::byte* src = raw.data() + i * raw_slab;
+    for (std::int64_t e = 0; e < n; ++e) x[e] = load_elem(src, s.dtype, e);
+    const SlabGrid g = slab_grid(q, s, i);
+    std::fill_n(dst, slab_bytes(q, g), std::byte{0});
+    encode_slab(q, g, x, dst);
+    dst += slab_bytes(q, g);
+  }
+}
+
+void decode_quantized(const QuantSpec& q, const BlockShape& s, std::span<const std::byte> in,
+                      std::span<std::byte> raw) {
+  const std::int64_t n_slabs = s.n_rows / slab_tokens(s);
+  const std::int64_t n = slab_tokens(s) * s.row_width;
+  const std::size_t raw_slab = static_cast<std::size_t>(n) * dtype_size(s.dtype);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  const std::byte* src = in.data();
+  for (std::int64_t i = 0; i < n_slabs; ++i) {
+    const SlabGrid g = slab_grid(q, s, i);
+    decode_slab(q, g, src, x);
+    src += slab_bytes(q, g);
+    std::byte* dst = raw.data() + i * raw_slab;
+    for (std::int64_t e = 0; e < n; ++e) store_elem(dst, s.dtype, e, x[e]);
+  }
+}
+
 }  // namespace
 
+std::optional<SpillCodec> spill_codec_from_id(std::uint32_t id) {
+  for (SpillCodec c :
+       {SpillCodec::Native, SpillCodec::F32, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4})
+    if (static_cast<std::uint32_t>(c) == id) return c;
+  return std::nullopt;
+}
+
 std::optional<SpillCodec> find_spill_codec(std::string_view name) {
-  if (name == "native") return SpillCodec::Native;
-  if (name == "f32") return SpillCodec::F32;
-  if (name == "bf16") return SpillCodec::BF16;
-  if (name == "int8") return SpillCodec::Int8;
+  for (SpillCodec c :
+       {SpillCodec::Native, SpillCodec::F32, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4})
+    if (spill_codec_name(c) == name) return c;
   return std::nullopt;
 }
 
@@ -76,6 +297,8 @@ std::string_view spill_codec_name(SpillCodec codec) {
       return "bf16";
     case SpillCodec::Int8:
       return "int8";
+    case SpillCodec::Int4:
+      return "int4";
   }
   return "?";
 }
@@ -90,7 +313,8 @@ std::size_t encoded_bytes(SpillCodec codec, const BlockShape& s) {
     case SpillCodec::BF16:
       return n * 2;
     case SpillCodec::Int8:
-      return static_cast<std::size_t>(s.n_rows) * (4 + static_cast<std::size_t>(s.row_width));
+    case SpillCodec::Int4:
+      return quantized_bytes(*quant_spec(codec), s);
   }
   return 0;
 }
@@ -111,25 +335,9 @@ void encode_block(SpillCodec codec, const BlockShape& s, std::span<const std::by
       convert(raw, s.dtype, out, DType::BF16, n);
       return;
     case SpillCodec::Int8:
-      break;
-  }
-  const std::size_t in_row = static_cast<std::size_t>(s.row_width) * dtype_size(s.dtype);
-  const std::size_t out_row = 4 + static_cast<std::size_t>(s.row_width);
-  std::vector<float> x(static_cast<std::size_t>(s.row_width));
-  for (std::int64_t r = 0; r < s.n_rows; ++r) {
-    const std::byte* src = raw.data() + r * in_row;
-    std::byte* dst = out.data() + r * out_row;
-    float absmax = 0.0f;
-    for (std::int64_t c = 0; c < s.row_width; ++c) {
-      x[c] = load_elem(src, s.dtype, c);
-      absmax = std::max(absmax, std::fabs(x[c]));
-    }
-    const float scale = absmax > 0.0f ? absmax / 127.0f : 1.0f;
-    std::memcpy(dst, &scale, 4);
-    for (std::int64_t c = 0; c < s.row_width; ++c) {
-      const float q = std::nearbyint(std::clamp(x[c] / scale, -127.0f, 127.0f));
-      dst[4 + c] = static_cast<std::byte>(static_cast<std::int8_t>(q));
-    }
+    case SpillCodec::Int4:
+      encode_quantized(*quant_spec(codec), s, raw, out);
+      return;
   }
 }
 
@@ -149,17 +357,9 @@ void decode_block(SpillCodec codec, const BlockShape& s, std::span<const std::by
       convert(in, DType::BF16, raw, s.dtype, n);
       return;
     case SpillCodec::Int8:
-      break;
-  }
-  const std::size_t out_row = static_cast<std::size_t>(s.row_width) * dtype_size(s.dtype);
-  const std::size_t in_row = 4 + static_cast<std::size_t>(s.row_width);
-  for (std::int64_t r = 0; r < s.n_rows; ++r) {
-    const std::byte* src = in.data() + r * in_row;
-    std::byte* dst = raw.data() + r * out_row;
-    float scale;
-    std::memcpy(&scale, src, 4);
-    for (std::int64_t c = 0; c < s.row_width; ++c)
-      store_elem(dst, s.dtype, c, scale * static_cast<float>(static_cast<std::int8_t>(src[4 + c])));
+    case SpillCodec::Int4:
+      decode_quantized(*quant_spec(codec), s, in, raw);
+      return;
   }
 }
 

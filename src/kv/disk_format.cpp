@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace akv {
@@ -123,9 +124,12 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   const std::size_t covered = r.at();
   const auto header_sum = r.get<std::uint64_t>();
   if (!r.ok() || header_sum != XXH3_64bits(bytes.data(), covered)) return FileCheck::Corrupt;
-  if (codec > static_cast<std::uint32_t>(SpillCodec::Int8)) return FileCheck::Corrupt;
-  out.codec = static_cast<SpillCodec>(codec);
+  // The fingerprint covers the codec: a codec id this build no longer knows (a retired layout)
+  // is another model's file, kept; an unknown id under our fingerprint is damage.
   if (out.fingerprint != fingerprint) return FileCheck::ForeignModel;
+  const std::optional<SpillCodec> known = spill_codec_from_id(codec);
+  if (!known) return FileCheck::Corrupt;
+  out.codec = *known;
   return FileCheck::Ok;
 }
 

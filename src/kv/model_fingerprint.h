@@ -23,8 +23,8 @@ struct FingerprintInputs {
 // (tensor names, dtypes, shapes, offsets) and 64 evenly spaced 256-byte samples of its data plus
 // its first and last 4 KiB (so two random models with equal shapes differ), tokenizer.json,
 // tokenizer_config.json and chat_template.jinja when present, the chat template override, the
-// KV layout and the codec. Throws Error{NotFound or Io} when config.json or a weight file
-// cannot be read.
+// KV layout and the codec id (a changed codec layout takes a new id). Throws Error{NotFound or
+// Io} when config.json or a weight file cannot be read.
 Hash128 model_fingerprint(const FingerprintInputs& in);
 
 }  // namespace akv

@@ -1,5 +1,5 @@
-// The disk tier without a model: codecs, containers, the store's write/scan/load cycle and its
-// refusals (another model, damage, version), manifests, erasing.
+// The disk tier without a model: containers, the store's write/scan/load cycle and its
+// refusals (another model, damage, version), manifests, erasing. Codecs: block_codec_test.
 #include "kv/disk_store.h"
 
 #include <gtest/gtest.h>
@@ -29,37 +29,6 @@ DiskStoreOptions options(const std::string& dir, Hash128 fp = {1, 2},
   o.shape = kShape;
   o.block_size = 4;
   return o;
-}
-
-std::vector<float> floats(const std::vector<std::byte>& raw) {
-  std::vector<float> f(raw.size() / 4);
-  std::memcpy(f.data(), raw.data(), raw.size());
-  return f;
-}
-
-TEST(BlockCodec, NativeAndF32AreExactBf16AndInt8AreClose) {
-  const auto raw = block_content(kShape, 7);
-  for (SpillCodec c : {SpillCodec::Native, SpillCodec::F32, SpillCodec::BF16, SpillCodec::Int8}) {
-    std::vector<std::byte> enc(encoded_bytes(c, kShape)), dec(kShape.raw_bytes());
-    encode_block(c, kShape, raw, enc);
-    decode_block(c, kShape, enc, dec);
-    const auto a = floats(raw), b = floats(dec);
-    if (c == SpillCodec::Native || c == SpillCodec::F32) {
-      EXPECT_EQ(raw, dec) << spill_codec_name(c);
-      continue;
-    }
-    for (std::int64_t r = 0; r < kShape.n_rows; ++r) {
-      float absmax = 0;
-      for (std::int64_t i = 0; i < kShape.row_width; ++i)
-        absmax = std::max(absmax, std::fabs(a[r * kShape.row_width + i]));
-      for (std::int64_t i = 0; i < kShape.row_width; ++i) {
-        const float x = a[r * kShape.row_width + i], y = b[r * kShape.row_width + i];
-        const float tol = c == SpillCodec::BF16 ? std::fabs(x) / 128 : absmax / 127 / 2 * 1.001f;
-        EXPECT_LE(std::fabs(x - y), tol) << spill_codec_name(c);
-      }
-    }
-  }
-  EXPECT_LT(encoded_bytes(SpillCodec::Int8, kShape), kShape.raw_bytes() / 3);
 }
 
 TEST(BlockKeyer, ChainsDependOnSecretNamespaceFingerprintAndTokens) {
