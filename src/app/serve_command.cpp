@@ -15,6 +15,7 @@
 #include "base/mapped_file.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
+#include "kv/host_store.h"
 #include "kv/model_fingerprint.h"
 #include "models/model.h"
 #include "server/http_server.h"
@@ -96,6 +97,38 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   return DiskStore::open_or_throw(std::move(d));
 }
 
+// The context length at which one token's attention costs as much as its matmuls: the host
+// tier's measure of how much dearer deep blocks are to recompute.
+double attention_equal_tokens(const ModelConfig& c) {
+  const double q_width = static_cast<double>(c.n_heads * c.head_dim);
+  const double kv_width = static_cast<double>(c.n_kv_heads * c.head_dim);
+  const double hidden = static_cast<double>(c.hidden_size);
+  const double per_layer = hidden * (2.0 * q_width + 2.0 * kv_width) + 3.0 * hidden * c.intermediate_size;
+  return std::max(1.0, per_layer / (2.0 * q_width));  // 2 * per_layer flops vs 4 * q_width per position
+}
+
+// The host-RAM tier of --kv-host-bytes (null when 0). Throws Error for a bad size or codec.
+std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
+                                          const DiskStore* disk) {
+  const std::int64_t max_bytes = parse_byte_size(o.kv_host_bytes, "--kv-host-bytes");
+  if (max_bytes == 0) return nullptr;
+  const std::optional<SpillCodec> codec = find_spill_codec(o.kv_host_codec);
+  if (!codec)
+    throw Error(ErrorKind::InvalidArgument, "--kv-host-codec: expected native, f32, bf16, int8 or int4, not '" +
+                                                o.kv_host_codec + "'");
+  HostStoreOptions h;
+  h.max_bytes = static_cast<std::size_t>(max_bytes);
+  h.codec = *codec;
+  h.shape = block_shape_of(kv_layout_for(config, e.n_blocks, e.block_size));
+  h.block_size = e.block_size;
+  h.attention_equal_tokens = attention_equal_tokens(config);
+  if (disk != nullptr) h.on_disk = [disk](const Hash128& key) { return disk->has(key); };
+  if (h.max_bytes < encoded_bytes(h.codec, h.shape))
+    throw Error(ErrorKind::InvalidArgument, "--kv-host-bytes: " + o.kv_host_bytes + " holds no KV block (one is " +
+                                                std::to_string(encoded_bytes(h.codec, h.shape)) + " bytes)");
+  return std::make_unique<HostStore>(std::move(h));
+}
+
 }  // namespace
 
 int run_serve(const ServeOptions& o) {
@@ -122,7 +155,9 @@ int run_serve(const ServeOptions& o) {
   std::unique_ptr<DiskStore> disk = open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""));
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
+  std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get());
   engine_config.agents = &agents;
+  engine_config.host = host.get();
   engine_config.disk = disk.get();
   Engine engine(std::move(model), *backend, engine_config);
 
@@ -133,7 +168,7 @@ int run_serve(const ServeOptions& o) {
                      .options = server_options,
                      .stop_token_ids = stop_ids(o.model_dir, config, tokenizer),
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
-                     .memory = {.agents = &agents, .disk = disk.get(), .device_block_bytes = block_bytes}};
+                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes}};
   HttpServer server(ctx);
   const EngineMonitor monitor(engine, std::chrono::seconds(10));  // a log line every 10 s while busy
   server.bind();
@@ -143,6 +178,9 @@ int run_serve(const ServeOptions& o) {
   log_info("serving {} ({}, context {} tokens, {} KV blocks of {}) as '{}' on http://{}:{}", o.model_dir,
            config.architecture, engine.max_context(), engine_config.n_blocks, engine_config.block_size,
            server_options.served_model_name, server_options.host, server.port());
+  if (host != nullptr)
+    log_info("KV host tier: {} MiB, {} codec, {} bytes per block", host->stats().max_bytes >> 20, o.kv_host_codec,
+             host->encoded_block_bytes());
   server.run();
   g_server = nullptr;
   log_info("stopped");

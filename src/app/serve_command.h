@@ -19,7 +19,9 @@ struct ServeOptions {
   std::int32_t max_batch_tokens = 512;
   std::int32_t prefill_chunk = 256;
   std::string kv_dir;                     // disk tier of the KV cache ("" : none)
-  std::string kv_spill_codec = "native";  // native | f32 | bf16 | int8
+  std::string kv_spill_codec = "native";  // native | f32 | bf16 | int8 | int4
+  std::string kv_host_bytes = "0";        // host-RAM tier budget: bytes or K/M/G/T; 0: no host tier
+  std::string kv_host_codec = "native";   // how the host tier keeps blocks
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   ServerOptions server;
 };

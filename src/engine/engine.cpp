@@ -15,6 +15,7 @@ struct Engine::Active : Sequence {
       : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling, vocab, seed, request.prompt) {
     id = arrival = rid;
     ns = request.ns;
+    retention = request.retention;
     tokens = request.prompt;
     tokens.reserve(tokens.size() + static_cast<std::size_t>(request.max_tokens) + 1);
     n_prompt = n_tokens();
@@ -55,8 +56,18 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       stats_(config_.stats_ring),
       seed_base_(std::random_device{}()) {
   event_.top_logprobs.reserve(64);
-  if (config_.agents != nullptr || config_.disk != nullptr)
-    kv_.attach_tiers(config_.agents, config_.disk, KvBlockIo::for_backend(backend_, kv_storage_));
+  if (config_.disk != nullptr && config_.background_restore) {
+    restorer_ = std::make_unique<Restorer>(*config_.disk, [this] {
+      {
+        std::lock_guard lock(mu_);
+        restore_done_ = true;
+      }
+      wake_.notify_one();
+    });
+  }
+  if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
+    kv_.attach_tiers({.agents = config_.agents, .host = config_.host, .disk = config_.disk, .restorer = restorer_.get()},
+                     KvBlockIo::for_backend(backend_, kv_storage_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -115,7 +126,15 @@ void Engine::cancel(RequestId id) {
 void Engine::evict_blocks(std::vector<Hash128> keys) {
   {
     std::lock_guard lock(mu_);
-    evict_inbox_.push_back(std::move(keys));
+    keys_inbox_.push_back({.keys = std::move(keys), .evict = true});
+  }
+  wake_.notify_one();
+}
+
+void Engine::set_retention(std::vector<Hash128> keys, Retention retention) {
+  {
+    std::lock_guard lock(mu_);
+    keys_inbox_.push_back({.keys = std::move(keys), .evict = false, .retention = retention});
   }
   wake_.notify_one();
 }
@@ -124,18 +143,23 @@ EngineMetrics Engine::metrics() const { return {stats_.totals(), stats_.snapshot
 
 void Engine::loop() {
   std::unique_lock lock(mu_);
+  bool idle = false;  // the last step planned nothing: sleep until something changes
   while (true) {
     wake_.wait(lock, [&] {
-      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !evict_inbox_.empty() ||
-             scheduler_.n_running() + scheduler_.n_waiting() > 0;
+      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() || restore_done_ ||
+             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
     });
     if (stop_) break;
+    restore_done_ = false;
     admitted_.swap(inbox_);
     cancelled_.swap(cancel_inbox_);
-    std::vector<std::vector<Hash128>> evictions;
-    evictions.swap(evict_inbox_);
+    std::vector<KeysOp> key_ops;
+    key_ops.swap(keys_inbox_);
     lock.unlock();
-    for (const std::vector<Hash128>& keys : evictions) kv_.evict_keys(keys);
+    for (const KeysOp& op : key_ops) {
+      if (op.evict) kv_.evict_keys(op.keys);
+      else kv_.set_retention(op.keys, op.retention);
+    }
     for (std::unique_ptr<Active>& a : admitted_) {
       scheduler_.add(a.get());
       const RequestId id = a->id;
@@ -145,7 +169,7 @@ void Engine::loop() {
     for (RequestId id : cancelled_)
       if (auto it = active_.find(id); it != active_.end()) finish(*it->second, FinishReason::Cancelled);
     cancelled_.clear();
-    if (scheduler_.n_running() + scheduler_.n_waiting() > 0) step();
+    idle = scheduler_.n_running() + scheduler_.n_waiting() > 0 ? !step() : false;
     lock.lock();
   }
   // Shutting down: nothing is left half-open.
@@ -155,7 +179,7 @@ void Engine::loop() {
   while (!active_.empty()) finish(*active_.begin()->second, FinishReason::Cancelled);
 }
 
-void Engine::step() {
+bool Engine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   const StepPlan& plan = scheduler_.schedule();
   StepStats st;
@@ -200,6 +224,7 @@ void Engine::step() {
   stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);
   stats_.steps.fetch_add(1, std::memory_order_relaxed);
   stats_.record(st);
+  return !plan.chunks.empty() || !plan.failed.empty();
 }
 
 void Engine::announce_started(const StepPlan& plan) {

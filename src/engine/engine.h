@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_stats.h"
 #include "kv/kv_manager.h"
+#include "kv/restorer.h"
 #include "models/model.h"
 
 namespace akv {
@@ -27,9 +28,14 @@ struct EngineConfig {
   std::int32_t n_blocks = 1024;   // KV blocks (device memory = n_blocks * block bytes)
   SchedulerConfig scheduler;
   std::size_t stats_ring = 1024;  // steps kept for metrics
-  // Optional agent memory (kv/agent_index.h, kv/disk_store.h); both must outlive the engine.
+  // Optional agent memory (kv/agent_index.h, host_store.h, disk_store.h); each must outlive
+  // the engine.
   AgentIndex* agents = nullptr;
+  HostStore* host = nullptr;
   DiskStore* disk = nullptr;
+  // Load a prefix found on disk on a restore thread while other sequences decode (else at
+  // admission, on the engine thread).
+  bool background_restore = true;
 };
 
 class Engine {
@@ -50,9 +56,12 @@ class Engine {
   // a no-op for unknown or finished ids.
   void cancel(RequestId id);
 
-  // Drops the blocks with these keys (an agent's chain) from device memory at the next step,
-  // where no running request holds them. Thread-safe.
+  // Drops the blocks with these keys (an agent's chain) from device memory and the host tier
+  // at the next step, where no running request holds them. Thread-safe.
   void evict_blocks(std::vector<Hash128> keys);
+  // Sets the retention of the blocks with these keys at the next step (pin / unpin).
+  // Thread-safe.
+  void set_retention(std::vector<Hash128> keys, Retention retention);
 
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return model_->config(); }
@@ -65,7 +74,8 @@ class Engine {
   void validate(const GenerateRequest& r) const;
   void loop();
   bool take_inbox(std::unique_lock<std::mutex>& lock);
-  void step();
+  // Runs one step; false when it planned nothing (every waiting sequence is restoring).
+  bool step();
   // Sends Started to requests whose first chunk is in `plan`.
   void announce_started(const StepPlan& plan);
   void advance(Active& a, std::span<const float> logits);
@@ -94,11 +104,18 @@ class Engine {
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Active>> inbox_;
   std::vector<RequestId> cancel_inbox_;
-  std::vector<std::vector<Hash128>> evict_inbox_;
+  struct KeysOp {
+    std::vector<Hash128> keys;
+    bool evict = false;  // else set retention
+    Retention retention = Retention::Normal;
+  };
+  std::vector<KeysOp> keys_inbox_;
+  bool restore_done_ = false;  // a background load finished since the loop last looked
   bool stop_ = false;
   RequestId next_id_ = 1;
   std::uint64_t seed_base_;
 
+  std::unique_ptr<Restorer> restorer_;  // with a disk tier; wakes the loop through mu_
   std::thread thread_;  // last: starts after everything above exists
 };
 

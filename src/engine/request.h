@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/retention.h"
+
 namespace akv {
 
 class TokenConstraint;
@@ -31,6 +33,7 @@ struct GenerateRequest {
   std::vector<std::int32_t> prompt;  // token ids, each in [0, vocab_size), at least one
   std::string ns;                    // prefix-cache namespace: the tenant; never shared across
   std::string agent;                 // agent id ("" anonymous): its last state and stats are kept
+  Retention retention = Retention::Normal;  // how hard the KV tiers keep its blocks (retention.h)
   SamplingParams sampling;
   std::vector<std::int32_t> stop_token_ids;  // generation stops after emitting one of these
   std::int32_t max_tokens = 256;             // generated tokens at most (also capped by context)

@@ -23,7 +23,7 @@ void Scheduler::add(Sequence* seq) {
 void Scheduler::finish(Sequence* seq) {
   if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
   if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
-  if (seq->kv.is_open()) kv_.release(seq->kv);
+  kv_.release(seq->kv);  // also drops a background load still running for it
   seq->state = SeqState::Finished;
 }
 
@@ -66,11 +66,18 @@ void Scheduler::schedule_prefills() {
 }
 
 void Scheduler::admit_waiting() {
+  n_restoring_ = 0;
   if (!plan_.preempted.empty()) return;  // memory is short: let the running ones finish first
-  while (!waiting_.empty() && budget_ > 0 && n_running() < config_.max_running) {
-    Sequence* seq = waiting_.front();
+  auto it = waiting_.begin();
+  while (it != waiting_.end() && budget_ > 0 && n_running() < config_.max_running) {
+    Sequence* seq = *it;
     if (!seq->kv.is_open()) {
-      seq->n_computed = kv_.match(seq->kv, seq->tokens, seq->ns);
+      if (kv_.restore_pending(seq->kv, seq->tokens, seq->ns)) {  // loading: let the next one in
+        ++n_restoring_;
+        ++it;
+        continue;
+      }
+      seq->n_computed = kv_.match(seq->kv, seq->tokens, seq->ns, seq->retention);
       plan_.n_prefix_hit_tokens += seq->n_computed;
       if (seq->n_cached_prompt < 0) seq->n_cached_prompt = seq->n_computed;
     }
@@ -78,7 +85,7 @@ void Scheduler::admit_waiting() {
     const std::int32_t n = fit_chunk(*seq, want);
     if (n == 0) {
       if (running_.empty()) {  // everything else is free or evictable: it can never fit
-        waiting_.pop_front();
+        it = waiting_.erase(it);
         fail(seq);
         continue;
       }
@@ -88,7 +95,7 @@ void Scheduler::admit_waiting() {
       return;
     }
     AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     seq->state = SeqState::Running;
     insert_running(seq);
     add_chunk(seq, n);

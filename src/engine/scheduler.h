@@ -3,8 +3,10 @@
 // preempted sequences from the waiting queue. A prefill chunk shrinks to the KV blocks
 // available; when even a decode cannot get a block, the newest running sequence is preempted:
 // its blocks are released (full blocks stay cached) and it goes to the front of the waiting
-// queue, to be recomputed from its tokens when readmitted. Engine thread only; the plan's
-// vectors are reused from step to step.
+// queue, to be recomputed from its tokens when readmitted. A waiting sequence whose prefix is
+// being loaded from disk in the background (KvManager::restore_pending) stays in the queue
+// without holding up the ones behind it. Engine thread only; the plan's vectors are reused from
+// step to step.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,8 @@ class Scheduler {
 
   std::int32_t n_running() const { return static_cast<std::int32_t>(running_.size()); }
   std::int32_t n_waiting() const { return static_cast<std::int32_t>(waiting_.size()); }
+  // Waiting sequences skipped by the last schedule() because their blocks are still loading.
+  std::int32_t n_restoring() const { return n_restoring_; }
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -72,6 +76,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;   // preempted at the front, new at the back
   StepPlan plan_;
   std::int32_t budget_ = 0;
+  std::int32_t n_restoring_ = 0;
 };
 
 }  // namespace akv

@@ -17,6 +17,7 @@ struct Sequence {
   std::uint64_t id = 0;
   std::uint64_t arrival = 0;  // priority: older runs first and is preempted last; kept on preemption
   std::string ns;             // prefix-cache namespace (tenant)
+  Retention retention = Retention::Normal;
   std::vector<std::int32_t> tokens;  // prompt, then every sampled token
   std::int32_t n_prompt = 0;
   std::int32_t n_computed = 0;        // leading tokens whose KV is in `kv` (0 while waiting)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "kv/restorer.h"
 
 namespace akv {
 
@@ -13,9 +14,11 @@ KvManager::CopyBlockFn KvManager::backend_copier(Backend& backend, KvStorage& kv
 KvManager::KvManager(std::int32_t n_blocks, std::int32_t block_size, CopyBlockFn copy, ChainHashFn hash)
     : pool_(n_blocks, block_size), index_(n_blocks, block_size, hash), copy_(std::move(copy)) {}
 
-std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns) {
+std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
+                             Retention retention) {
   AKV_CHECK(!seq.open_ && seq.blocks_.empty(), "match on a sequence that already holds blocks");
   seq.open_ = true;
+  seq.retention_ = retention;
   seq.n_indexed_ = 0;
   seq.tail_key_ = index_.root(ns);
   const std::int32_t bs = pool_.block_size();
@@ -33,6 +36,7 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
     const std::optional<BlockId> b = index_.find(seq.tail_key_, tokens.subspan(matched, bs));
     if (!b) break;
     acquire(*b);
+    index_.set_retention(*b, retention);
     seq.blocks_.push_back(*b);
     seq.tail_key_ = index_.key_of(*b);
     ++seq.n_indexed_;
@@ -40,8 +44,9 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
       seq.keys_.push_back(keyer_->next(seq.keys_.empty() ? seq.root_key_ : seq.keys_.back(), tokens.subspan(matched, bs)));
     matched += bs;
   }
-  // Phase 1b: whole blocks the disk tier holds, loaded into blocks of our own.
-  if (disk_ != nullptr) matched = restore_from_disk(seq, tokens, matched, limit);
+  // Phase 1b: whole blocks the host or disk tier holds, loaded into blocks of our own.
+  if (host_ != nullptr || disk_ != nullptr) matched = restore_from_tiers(seq, tokens, matched, limit);
+  seq.restore_.reset();
   // Phase 2: the longest partial match of the next block, copied into a block of our own.
   if (matched < limit) {
     const auto rest = tokens.subspan(matched, std::min(bs, n - matched));
@@ -83,13 +88,18 @@ void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens, st
       drop(mine);
       seq.blocks_[i] = kept;
     }
+    // New content takes this sequence's retention; shared content keeps the highest.
+    index_.set_retention(kept, seq.retention_, /*lower=*/kept == mine);
     if (keyer_ != nullptr) {
       const Hash128 parent = seq.keys_.empty() ? seq.root_key_ : seq.keys_.back();
-      const Hash128 key = keyer_->next(parent, block_tokens);
-      seq.keys_.push_back(key);
+      const TierMeta meta{.key = keyer_->next(parent, block_tokens),
+                          .parent = parent,
+                          .tokens_hash = keyer_->tokens_hash(block_tokens),
+                          .depth = i};
+      seq.keys_.push_back(meta.key);
       if (kept == mine) {  // newly indexed content: only new blocks go to the tiers
-        note_key(mine, key);
-        spill(mine, key, parent, block_tokens);
+        note_key(mine, meta);
+        spill(mine, meta);
       }
     }
     seq.tail_key_ = index_.key_of(kept);
@@ -105,6 +115,9 @@ void KvManager::release(KvSequence& seq) {
   seq.tail_key_ = {};
   seq.keys_.clear();
   seq.open_ = false;
+  if (seq.restore_) seq.restore_->cancel();
+  seq.restore_.reset();
+  seq.restore_planned_ = false;
 }
 
 KvUsage KvManager::usage() const {

@@ -18,11 +18,15 @@
 #include "kv/block_key.h"
 #include "kv/block_pool.h"
 #include "kv/prefix_index.h"
+#include "kv/retention.h"
 
 namespace akv {
 
 class AgentIndex;
 class DiskStore;
+class HostStore;
+class RestoreJob;
+class Restorer;
 
 // The blocks one sequence holds, in position order. Owned by the engine's sequence; only
 // KvManager changes it.
@@ -31,8 +35,9 @@ class KvSequence {
   std::span<const std::int32_t> block_table() const { return blocks_; }
   std::int32_t n_blocks() const { return static_cast<std::int32_t>(blocks_.size()); }
   bool is_open() const { return open_; }
-  // Blocks this sequence loaded from the disk tier (over its life, preemptions included).
+  // Blocks this sequence loaded from the disk / host tier (over its life, preemptions included).
   std::int32_t n_restored_blocks() const { return n_restored_; }
+  std::int32_t n_host_restored_blocks() const { return n_host_restored_; }
 
  private:
   friend class KvManager;
@@ -43,7 +48,11 @@ class KvSequence {
   // With tiers attached: tier keys (block_key.h) of blocks_[0, n_indexed_) and their root.
   std::vector<Hash128> keys_;
   Hash128 root_key_;
-  std::int32_t n_restored_ = 0;
+  std::int32_t n_restored_ = 0, n_host_restored_ = 0;
+  Retention retention_ = Retention::Normal;
+  // A background disk load for this sequence's prefix (restore_pending), until match uses it.
+  std::shared_ptr<RestoreJob> restore_;
+  bool restore_planned_ = false;
 };
 
 // Moves one block's KV between device memory and host bytes in Backend::read_kv_block's layout.
@@ -61,6 +70,14 @@ struct KvUsage {
   std::int32_t n_used = 0;    // referenced by at least one sequence
 };
 
+// The tiers below device memory; any may be null. All must outlive the manager.
+struct KvTiers {
+  AgentIndex* agents = nullptr;
+  HostStore* host = nullptr;
+  DiskStore* disk = nullptr;
+  Restorer* restorer = nullptr;  // loads from `disk` in the background; null: match loads
+};
+
 class KvManager {
  public:
   // Copies every layer's KV of block src into block dst (copy-on-write).
@@ -71,10 +88,18 @@ class KvManager {
             ChainHashFn hash = xxh3_chain_hash);
 
   // Opens `seq` (which holds nothing) in namespace `ns` and shares the longest cached prefix of
-  // `tokens`: whole blocks by reference, then a partially matching block by copy. Returns how
-  // many leading tokens now have their KV in seq's blocks; always < tokens.size(), so the
-  // caller still computes at least the last token (its logits are needed).
-  std::int32_t match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
+  // `tokens`: whole blocks by reference, then whole blocks the host and disk tiers hold (copied
+  // into blocks of its own), then a partially matching block by copy. Returns how many leading
+  // tokens now have their KV in seq's blocks; always < tokens.size(), so the caller still
+  // computes at least the last token (its logits are needed). The blocks seq computes or
+  // matches get at least `retention`.
+  std::int32_t match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
+                     Retention retention = Retention::Normal);
+  // Before match, for a sequence that holds nothing: true while the blocks of its prefix that
+  // only the disk tier holds are being loaded in the background (the first call starts the
+  // load); call it again later. False when there is nothing (more) to wait for: match now.
+  // Always false without a restorer.
+  bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
   // Grows seq's blocks to cover positions [0, n_positions), evicting cached blocks if needed.
   // All or nothing: false (and no change) when not enough blocks are free or evictable.
   bool allocate(KvSequence& seq, std::int32_t n_positions);
@@ -82,22 +107,28 @@ class KvManager {
   // generated alike), so a later request extending these tokens reuses them. A block equal to
   // one indexed earlier is swapped for it (the shared copy is kept once).
   void commit(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t n_computed);
-  // Drops seq's references; indexed blocks stay cached (evictable), others become free.
+  // Drops seq's references; indexed blocks stay cached (evictable), others become free. Also
+  // drops a pending background load. Fine on a sequence that holds nothing.
   void release(KvSequence& seq);
 
   // --- tiers and agents (optional; kv_tiers.cpp) ---------------------------------------------
-  // Attaches the agent index and (may be null) the disk tier; call once, before any match.
-  // With a disk tier, every newly indexed block is copied out and queued for writing (commit),
-  // and match continues a memory prefix hit with blocks loaded from disk (synchronously, on
-  // this thread), which are then indexed like computed ones. Both must outlive the manager.
-  void attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io);
+  // Attaches the tiers; call once, before any match. With a disk tier, every newly indexed
+  // block is copied out and queued for writing (commit). With a host tier, a block evicted from
+  // the device is copied there first. Match continues a device prefix hit with blocks from the
+  // host tier, then from disk (loaded by the restorer if restore_pending started it, else
+  // synchronously here), and indexes them like computed ones.
+  void attach_tiers(KvTiers tiers, KvBlockIo io);
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. Call before release.
   void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent, std::int64_t n_tokens,
                       bool hit);
   // Drops the blocks with these keys from device memory where no sequence holds them (last key
-  // first, so a chain's tail goes before its head). Returns how many were dropped.
+  // first, so a chain's tail goes before its head), and from the host tier; their disk copies
+  // stay. Returns how many device blocks were dropped.
   std::int32_t evict_keys(std::span<const Hash128> keys);
+  // Sets the retention of the blocks with these keys in device memory and the host tier
+  // (pinning or unpinning an agent's chain).
+  void set_retention(std::span<const Hash128> keys, Retention retention);
 
   std::int32_t block_size() const { return pool_.block_size(); }
   // Blocks an allocate may still obtain (free + evictable).
@@ -112,25 +143,36 @@ class KvManager {
   void acquire(BlockId block);   // one more reference to an existing block
   void drop(BlockId block);      // one reference less; at 0 cached if indexed, else freed
 
-  // Tiers (kv_tiers.cpp).
-  std::int32_t restore_from_disk(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
-                                 std::int32_t limit);
-  void note_key(BlockId block, const Hash128& key);
-  void forget_key(BlockId block);
-  void spill(BlockId block, const Hash128& key, const Hash128& parent, std::span<const std::int32_t> tokens);
+  // Tiers (kv_tiers.cpp). What the tiers need to know of an indexed device block.
+  struct TierMeta {
+    Hash128 key, parent, tokens_hash;
+    std::int32_t depth = 0;  // index in its chain
+  };
+  std::int32_t restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
+                                  std::int32_t limit);
+  // Loads the block with `meta` into `buffer_` from the host tier, seq's background load or
+  // the disk; 0 when no tier has it, else 1 (host) or 2 (disk).
+  int load_from_tiers(KvSequence& seq, const TierMeta& meta);
+  void note_key(BlockId block, const TierMeta& meta);
+  void on_device_evict(BlockId block);
+  void spill(BlockId block, const TierMeta& meta);
 
   BlockPool pool_;
   PrefixIndex index_;
   CopyBlockFn copy_;
 
   AgentIndex* agents_ = nullptr;
+  HostStore* host_ = nullptr;
   DiskStore* disk_ = nullptr;
+  Restorer* restorer_ = nullptr;
   KvBlockIo io_;
   std::unique_ptr<BlockKeyer> own_keyer_;  // without a disk tier (no secret to share)
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached
-  std::vector<Hash128> block_key_;         // [n_blocks] key of an indexed block, with tiers
+  std::vector<TierMeta> block_meta_;       // [n_blocks] of an indexed block, with tiers (key 0: none)
+  bool demote_on_evict_ = true;            // evict_keys turns it off: those blocks leave memory
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
-  std::vector<std::byte> buffer_;          // one raw block
+  std::vector<std::byte> buffer_;          // one raw block on its way in
+  std::vector<std::byte> demote_buffer_;   // one raw block on its way to the host tier
 };
 
 }  // namespace akv

@@ -1,11 +1,15 @@
 // KvManager's tier and agent hooks: keys of indexed blocks, spilling newly indexed blocks to the
-// disk tier, restoring a prefix from it at match, agents' chains, eviction by key.
+// disk tier, demoting evicted blocks to the host tier, restoring a prefix from the host and disk
+// tiers at match (with the disk part loaded in the background first), agents' chains, eviction
+// and retention by key.
 #include <chrono>
 
 #include "base/check.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
+#include "kv/host_store.h"
 #include "kv/kv_manager.h"
+#include "kv/restorer.h"
 
 namespace akv {
 
@@ -18,11 +22,14 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
       .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
 }
 
-void KvManager::attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io) {
+void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   AKV_CHECK(keyer_ == nullptr, "attach_tiers called twice");
   AKV_CHECK(pool_.n_free() == pool_.n_blocks(), "attach_tiers after blocks were used");
-  agents_ = agents;
-  disk_ = disk;
+  AKV_CHECK(tiers.restorer == nullptr || tiers.disk != nullptr, "a restorer needs the disk tier");
+  agents_ = tiers.agents;
+  host_ = tiers.host;
+  disk_ = tiers.disk;
+  restorer_ = tiers.restorer;
   io_ = std::move(io);
   if (disk_ != nullptr) {
     AKV_CHECK(io_.block_bytes == disk_->shape().raw_bytes(),
@@ -33,54 +40,104 @@ void KvManager::attach_tiers(AgentIndex* agents, DiskStore* disk, KvBlockIo io) 
     keyer_ = own_keyer_.get();
   }
   buffer_.resize(io_.block_bytes);
-  block_key_.assign(static_cast<std::size_t>(pool_.n_blocks()), Hash128{});
-  index_.set_evict_listener([this](BlockId b, std::uint64_t) { forget_key(b); });
+  if (host_ != nullptr) demote_buffer_.resize(io_.block_bytes);
+  block_meta_.assign(static_cast<std::size_t>(pool_.n_blocks()), TierMeta{});
+  index_.set_evict_listener([this](BlockId b, std::uint64_t) { on_device_evict(b); });
 }
 
-void KvManager::note_key(BlockId block, const Hash128& key) {
-  block_key_[block] = key;
-  by_key_[key] = block;
-  if (agents_ != nullptr) agents_->set_resident(key, true);
+void KvManager::note_key(BlockId block, const TierMeta& meta) {
+  block_meta_[block] = meta;
+  by_key_[meta.key] = block;
+  if (agents_ != nullptr) agents_->set_resident(meta.key, true);
 }
 
-void KvManager::forget_key(BlockId block) {
-  const Hash128 key = block_key_[block];
-  if (key.is_zero()) return;
-  block_key_[block] = Hash128{};
-  if (auto it = by_key_.find(key); it != by_key_.end() && it->second == block) by_key_.erase(it);
-  if (agents_ != nullptr) agents_->set_resident(key, false);
+void KvManager::on_device_evict(BlockId block) {
+  const TierMeta meta = block_meta_[block];
+  if (meta.key.is_zero()) return;
+  block_meta_[block] = TierMeta{};
+  if (auto it = by_key_.find(meta.key); it != by_key_.end() && it->second == block) by_key_.erase(it);
+  if (agents_ != nullptr) agents_->set_resident(meta.key, false);
+  if (host_ == nullptr || !demote_on_evict_) return;
+  const HostBlockMeta host_meta{.parent = meta.parent,
+                                .tokens_hash = meta.tokens_hash,
+                                .depth = meta.depth,
+                                .retention = index_.retention_of(block)};
+  if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
+  io_.read(block, demote_buffer_);
+  host_->put(meta.key, host_meta, demote_buffer_);
 }
 
-void KvManager::spill(BlockId block, const Hash128& key, const Hash128& parent,
-                      std::span<const std::int32_t> tokens) {
-  if (disk_ == nullptr || disk_->has(key)) return;
+void KvManager::spill(BlockId block, const TierMeta& meta) {
+  if (disk_ == nullptr || disk_->has(meta.key)) return;
   std::vector<std::byte> raw(io_.block_bytes);
   io_.read(block, raw);
-  disk_->put(key, parent, keyer_->tokens_hash(tokens), std::move(raw));
+  disk_->put(meta.key, meta.parent, meta.tokens_hash, std::move(raw));
 }
 
-std::int32_t KvManager::restore_from_disk(KvSequence& seq, std::span<const std::int32_t> tokens,
-                                          std::int32_t matched, std::int32_t limit) {
+bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns) {
+  AKV_CHECK(!seq.open_, "restore_pending on an open sequence");
+  if (restorer_ == nullptr) return false;
+  if (seq.restore_) return !seq.restore_->done();
+  if (seq.restore_planned_) return false;
+  seq.restore_planned_ = true;
+  // The blocks of the prefix that neither device memory nor the host tier holds, up to the
+  // first one the disk lacks (match stops there too).
+  const std::int32_t bs = pool_.block_size();
+  const auto limit = static_cast<std::int32_t>(tokens.size()) - 1;
+  std::vector<RestoreJob::Block> wanted;
+  Hash128 parent = keyer_->root(ns);
+  for (std::int32_t at = 0; at + bs <= limit; at += bs) {
+    const auto block_tokens = tokens.subspan(at, bs);
+    const Hash128 key = keyer_->next(parent, block_tokens);
+    if (!by_key_.contains(key) && (host_ == nullptr || !host_->contains(key))) {
+      if (!disk_->on_disk(key)) break;
+      wanted.push_back({.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens)});
+    }
+    parent = key;
+  }
+  if (wanted.empty()) return false;
+  seq.restore_ = std::make_shared<RestoreJob>(std::move(wanted), io_.block_bytes);
+  restorer_->submit(seq.restore_);
+  return true;
+}
+
+int KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta) {
+  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return 1;
+  if (disk_ == nullptr || !disk_->on_disk(meta.key)) return 0;
+  if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
+    const auto blocks = job->blocks();
+    for (std::int32_t i = 0; i < job->n_loaded(); ++i) {
+      if (!(blocks[i].key == meta.key)) continue;
+      const auto raw = job->raw(i);
+      std::copy(raw.begin(), raw.end(), buffer_.begin());
+      return 2;
+    }
+  }
+  return disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_) ? 2 : 0;
+}
+
+std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
+                                           std::int32_t matched, std::int32_t limit) {
   const std::int32_t bs = pool_.block_size();
   while (matched + bs <= limit && n_available() > 0) {
     const auto block_tokens = tokens.subspan(matched, bs);
     const Hash128 parent = seq.keys_.empty() ? seq.root_key_ : seq.keys_.back();
-    const Hash128 key = keyer_->next(parent, block_tokens);
-    if (!disk_->on_disk(key)) break;
-    const BlockId b = take_block();
-    if (!disk_->load(key, parent, keyer_->tokens_hash(block_tokens), buffer_)) {
-      drop(b);  // not indexed: back to the free list
-      break;
-    }
+    const TierMeta meta{.key = keyer_->next(parent, block_tokens),
+                        .parent = parent,
+                        .tokens_hash = keyer_->tokens_hash(block_tokens),
+                        .depth = static_cast<std::int32_t>(seq.keys_.size())};
+    const int from = load_from_tiers(seq, meta);
+    if (from == 0) break;
+    const BlockId b = take_block();  // may evict a cached block (demoting it through demote_buffer_)
     io_.write(b, buffer_);
-    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b,
-              "a restored block was already indexed");
-    note_key(b, key);
+    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b, "a restored block was already indexed");
+    index_.set_retention(b, seq.retention_, /*lower=*/true);
+    note_key(b, meta);
     seq.blocks_.push_back(b);
     seq.tail_key_ = index_.key_of(b);
-    seq.keys_.push_back(key);
+    seq.keys_.push_back(meta.key);
     ++seq.n_indexed_;
-    ++seq.n_restored_;
+    ++(from == 1 ? seq.n_host_restored_ : seq.n_restored_);
     matched += bs;
   }
   return matched;
@@ -96,14 +153,16 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
                                              {.chain = seq.keys_,
                                               .n_tokens = n_tokens,
                                               .hit = hit,
-                                              .restored = seq.n_restored_ > 0,
+                                              .restored = seq.n_restored_ + seq.n_host_restored_ > 0,
                                               .now_ms = now});
   if (disk_ != nullptr) disk_->put_manifest(r);
 }
 
 std::int32_t KvManager::evict_keys(std::span<const Hash128> keys) {
   std::int32_t n = 0;
+  demote_on_evict_ = false;
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+    if (host_ != nullptr) host_->erase(*it);
     const auto found = by_key_.find(*it);
     if (found == by_key_.end()) continue;
     const BlockId b = found->second;
@@ -111,7 +170,15 @@ std::int32_t KvManager::evict_keys(std::span<const Hash128> keys) {
     pool_.put_free(b);
     ++n;
   }
+  demote_on_evict_ = true;
   return n;
+}
+
+void KvManager::set_retention(std::span<const Hash128> keys, Retention retention) {
+  for (const Hash128& key : keys)
+    if (const auto found = by_key_.find(key); found != by_key_.end())
+      index_.set_retention(found->second, retention, /*lower=*/true);
+  if (host_ != nullptr) host_->set_retention(keys, retention);
 }
 
 }  // namespace akv

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "base/check.h"
@@ -108,8 +109,20 @@ void PrefixIndex::on_unreferenced(BlockId block) {
   e.evictable = true;
   ++n_evictable_;
   // An orphan (its parent was evicted) can never be matched again: evict it first.
-  if (e.parent_id != 0 && e.parent_block == -1) lru_push_front(block);
-  else lru_push_back(block);
+  const bool orphan = e.parent_id != 0 && e.parent_block == -1;
+  lru_push_back(block, orphan ? kOrphanList : list_of(e.retention));
+}
+
+void PrefixIndex::set_retention(BlockId block, Retention retention, bool lower) {
+  Entry& e = entries_[block];
+  AKV_CHECK(e.id != 0, "set_retention on a block that is not indexed");
+  const Retention r = lower ? retention : max_retention(e.retention, retention);
+  if (r == e.retention) return;
+  e.retention = r;
+  if (e.evictable && e.lru_list != kOrphanList) {
+    lru_remove(block);
+    lru_push_back(block, list_of(r));
+  }
 }
 
 void PrefixIndex::on_referenced(BlockId block) {
@@ -121,8 +134,9 @@ void PrefixIndex::on_referenced(BlockId block) {
 }
 
 std::optional<BlockId> PrefixIndex::evict_one() {
-  if (lru_head_ == -1) return std::nullopt;
-  const BlockId b = lru_head_;
+  const BlockId* head = std::find_if(std::begin(lru_head_), std::end(lru_head_), [](BlockId b) { return b != -1; });
+  if (head == std::end(lru_head_)) return std::nullopt;
+  const BlockId b = *head;
   if (on_evict_) on_evict_(b, entries_[b].hash);
   lru_remove(b);
   entries_[b].evictable = false;
@@ -152,7 +166,7 @@ void PrefixIndex::remove(BlockId b) {
     ce.prev_sibling = ce.next_sibling = -1;
     if (ce.evictable) {
       lru_remove(c);
-      lru_push_front(c);
+      lru_push_back(c, kOrphanList);
     }
     c = next;
   }
@@ -182,28 +196,23 @@ void PrefixIndex::unlink_sibling(BlockId b) {
   e.prev_sibling = e.next_sibling = -1;
 }
 
-void PrefixIndex::lru_push_back(BlockId b) {
-  entries_[b].lru_prev = lru_tail_;
-  entries_[b].lru_next = -1;
-  if (lru_tail_ != -1) entries_[lru_tail_].lru_next = b;
-  else lru_head_ = b;
-  lru_tail_ = b;
-}
-
-void PrefixIndex::lru_push_front(BlockId b) {
-  entries_[b].lru_prev = -1;
-  entries_[b].lru_next = lru_head_;
-  if (lru_head_ != -1) entries_[lru_head_].lru_prev = b;
-  else lru_tail_ = b;
-  lru_head_ = b;
+void PrefixIndex::lru_push_back(BlockId b, int list) {
+  Entry& e = entries_[b];
+  e.lru_list = static_cast<std::uint8_t>(list);
+  e.lru_prev = lru_tail_[list];
+  e.lru_next = -1;
+  if (lru_tail_[list] != -1) entries_[lru_tail_[list]].lru_next = b;
+  else lru_head_[list] = b;
+  lru_tail_[list] = b;
 }
 
 void PrefixIndex::lru_remove(BlockId b) {
   Entry& e = entries_[b];
+  const int list = e.lru_list;
   if (e.lru_prev != -1) entries_[e.lru_prev].lru_next = e.lru_next;
-  else lru_head_ = e.lru_next;
+  else lru_head_[list] = e.lru_next;
   if (e.lru_next != -1) entries_[e.lru_next].lru_prev = e.lru_prev;
-  else lru_tail_ = e.lru_prev;
+  else lru_tail_[list] = e.lru_prev;
   e.lru_prev = e.lru_next = -1;
 }
 

@@ -2,7 +2,8 @@
 // H(parent key, the block's token ids), rooted at H(namespace), so equal prefixes in one
 // namespace (tenant) map to one block and other namespaces never see it. Lookups always verify
 // token ids, parent identity and namespace: a hash match alone is never a hit.
-// Indexed blocks whose ref count is 0 stay cached and evictable, least recently released first.
+// Indexed blocks whose ref count is 0 stay cached and evictable: Low retention before Normal
+// before High (retention.h), each least recently released first; orphans before all.
 // Engine thread only. Memory per block is preallocated; only the hash map and new namespaces
 // allocate.
 #pragma once
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/retention.h"
 
 namespace akv {
 
@@ -59,9 +61,13 @@ class PrefixIndex {
   // Ref count reached 0 / rose from 0: the block becomes evictable / stops being evictable.
   void on_unreferenced(BlockId block);
   void on_referenced(BlockId block);
-  // Drops the least recently released evictable block from the index and returns it (now an
-  // ordinary unreferenced block); nullopt when nothing is evictable. Calls the evict listener
-  // first (the seam where a host tier will save the block instead of losing it).
+  // Raises (or, with `lower`, sets) an indexed block's retention class.
+  void set_retention(BlockId block, Retention retention, bool lower = false);
+  Retention retention_of(BlockId block) const { return entries_[block].retention; }
+  // Drops the first evictable block (orphans, then Low, Normal, High retention, each least
+  // recently released first) from the index and returns it (now an ordinary unreferenced
+  // block); nullopt when nothing is evictable. Calls the evict listener first (the host tier
+  // saves the block there).
   std::optional<BlockId> evict_one();
   // Drops `block` from the index like evict_one (listener first) if it is evictable; false when
   // it is not indexed or still referenced.
@@ -81,15 +87,20 @@ class PrefixIndex {
     BlockId first_child = -1, next_sibling = -1, prev_sibling = -1;
     BlockId lru_prev = -1, lru_next = -1;
     bool evictable = false;
+    Retention retention = Retention::Normal;
+    std::uint8_t lru_list = 0;  // which of lru_head_/lru_tail_ holds it while evictable
   };
+  // One LRU list per retention class, plus one for orphans (evicted first).
+  static constexpr int kOrphanList = 0;
+  static constexpr int kLruLists = 1 + kRetentionLevels;
+  static int list_of(Retention r) { return 1 + retention_index(r); }
 
   std::span<const std::int32_t> tokens_of(BlockId b) const;
   // The head of `parent`'s child list; nullptr when `parent` is no longer indexed.
   BlockId* first_child_of(const ChainKey& parent);
   const BlockId* first_child_of(const ChainKey& parent) const;
   void unlink_sibling(BlockId b);
-  void lru_push_back(BlockId b);
-  void lru_push_front(BlockId b);
+  void lru_push_back(BlockId b, int list);
   void lru_remove(BlockId b);
   void remove(BlockId b);
 
@@ -101,7 +112,7 @@ class PrefixIndex {
   std::unordered_map<std::string, std::uint32_t> ns_ids_;
   std::vector<std::uint64_t> ns_hash_;            // [n_namespaces]
   std::vector<BlockId> ns_first_child_;           // [n_namespaces]
-  BlockId lru_head_ = -1, lru_tail_ = -1;
+  BlockId lru_head_[kLruLists] = {-1, -1, -1, -1}, lru_tail_[kLruLists] = {-1, -1, -1, -1};
   std::int32_t n_evictable_ = 0, n_indexed_ = 0;
   std::uint64_t next_id_ = 1;
   std::function<void(BlockId, std::uint64_t)> on_evict_;

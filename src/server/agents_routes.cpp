@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
+#include "kv/host_store.h"
 #include "server/request_identity.h"
 #include "server/routes.h"
 #include "server/serving.h"
@@ -48,12 +49,13 @@ std::string agent_id_of(const httplib::Request& req) {
 json agent_json(const ServingContext& ctx, const AgentRecord& r) {
   const std::int64_t device =
       ctx.memory.agents->n_resident(r.chain) * ctx.memory.device_block_bytes;
+  const std::int64_t host = ctx.memory.host != nullptr ? ctx.memory.host->stored_bytes(r.chain) : 0;
   const std::int64_t disk = ctx.memory.disk != nullptr ? ctx.memory.disk->stored_bytes(r.chain) : 0;
   return {{"id", r.agent},
           {"object", "agent"},
           {"tokens", r.n_tokens},
           {"blocks", r.chain.size()},
-          {"bytes", {{"device", device}, {"host", 0}, {"disk", disk}}},
+          {"bytes", {{"device", device}, {"host", host}, {"disk", disk}}},
           {"requests", r.n_requests},
           {"hits", r.hits},
           {"restores", r.restores},
@@ -91,9 +93,10 @@ void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httpl
     std::optional<AgentRecord> updated = agents_of(ctx).set_pinned(tenant, id, action == "pin");
     if (!updated) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
     if (ctx.memory.disk != nullptr) ctx.memory.disk->put_manifest(*updated);
+    ctx.engine.set_retention(updated->chain, updated->pinned ? Retention::High : Retention::Normal);
     r = *updated;
   } else if (action == "evict") {
-    // Device memory only: blocks on disk stay, so the agent's next request restores them.
+    // Device memory and the host tier: blocks on disk stay, so the next request restores them.
     ctx.engine.evict_blocks(r.chain);
   } else {
     throw Error(ErrorKind::NotFound, "no agent action '" + action + "'");

@@ -9,6 +9,7 @@
 #include "server/chat_generation.h"
 #include "server/json_fields.h"
 #include "server/request_identity.h"
+#include "server/retention_policy.h"
 #include "server/routes.h"
 
 namespace akv {
@@ -44,6 +45,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, /*anthropic_zero_is_prewarm=*/true));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
+  prep->job.request.retention = retention_for(chat, ctx.memory.agents, who.tenant, who.agent);
   const std::string id = random_id("msg_");
   const std::string model = chat.model;
 

@@ -10,6 +10,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_identity.h"
+#include "server/retention_policy.h"
 #include "server/routes.h"
 
 namespace akv {
@@ -85,6 +86,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, /*anthropic_zero_is_prewarm=*/false));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
+  prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);
   const std::string id = random_id("chatcmpl-");
   const std::string model = parsed.chat.model;
   const std::int64_t created = unix_now();

@@ -28,9 +28,10 @@ struct ServerOptions {
   std::int64_t created_unix = 0;        // model "created" time for /v1/models
 };
 
-// Agent memory as the agents API sees it (both may be null: off / no disk tier).
+// Agent memory as the agents API sees it (any may be null: off / no such tier).
 struct AgentMemoryRefs {
   AgentIndex* agents = nullptr;
+  HostStore* host = nullptr;
   DiskStore* disk = nullptr;
   std::int64_t device_block_bytes = 0;
 };

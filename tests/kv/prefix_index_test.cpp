@@ -92,6 +92,25 @@ TEST(PrefixIndex, EvictsLeastRecentlyReleasedAndTellsTheListener) {
   EXPECT_TRUE(index.find(root, Tokens{1, 1}).has_value());
 }
 
+TEST(PrefixIndex, EvictsLowRetentionBeforeNormalBeforeHighWhateverTheRecency) {
+  PrefixIndex index(8, 2);
+  const ChainKey root = index.root("");
+  for (BlockId b = 0; b < 6; ++b) index.insert(root, Tokens{b, b}, b);
+  index.set_retention(0, Retention::High);
+  index.set_retention(1, Retention::Low, /*lower=*/true);
+  index.set_retention(2, Retention::High);
+  index.set_retention(2, Retention::Low);  // raising only: stays High
+  index.set_retention(4, Retention::Low, /*lower=*/true);
+  for (BlockId b = 0; b < 6; ++b) index.on_unreferenced(b);  // released in id order
+  index.set_retention(3, Retention::High);  // while evictable: moves to the High list's tail
+  index.set_retention(5, Retention::Low, /*lower=*/true);  // an unpin lowers
+  EXPECT_EQ(index.retention_of(2), Retention::High);
+  std::vector<BlockId> order;
+  while (std::optional<BlockId> b = index.evict_one()) order.push_back(*b);
+  // Low (1, 4, 5), then High in release order (0, 2), then 3 (raised last).
+  EXPECT_EQ(order, (std::vector<BlockId>{1, 4, 5, 0, 2, 3}));
+}
+
 TEST(PrefixIndex, ChildrenOfAnEvictedBlockAreUnreachableAndEvictedFirst) {
   PrefixIndex index(8, 2);
   const ChainKey root = index.root("");

@@ -1,0 +1,216 @@
+// KvManager with tiers: device evictions demote to the host tier and a match restores from it,
+// evict_keys empties both, retention protects a conversation from side requests, and a prefix
+// on disk is loaded by the restorer in the background before the match copies it in.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "kv/agent_index.h"
+#include "kv/disk_store.h"
+#include "kv/host_store.h"
+#include "kv/kv_manager.h"
+#include "kv/restorer.h"
+#include "tier_test_util.h"
+
+namespace akv {
+namespace {
+
+using Tokens = std::vector<std::int32_t>;
+constexpr std::int32_t kBs = 4;
+constexpr BlockShape kShape{.n_rows = 4, .row_width = 4, .dtype = DType::F32};  // 64 bytes
+
+Tokens iota_tokens(std::int32_t n, std::int32_t first) {
+  Tokens t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+// What "the model" writes into a block: a function of the tokens up to its end, so a block
+// restored into the wrong place shows.
+std::vector<std::byte> content(std::span<const std::int32_t> prefix) {
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  std::uint32_t h = 2166136261u;
+  for (std::int32_t t : prefix) h = (h ^ static_cast<std::uint32_t>(t)) * 16777619u;
+  for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<std::byte>((h >> (i % 24)) + i);
+  return raw;
+}
+
+// A KV manager over an in-memory "device" of n_blocks blocks.
+struct Device {
+  explicit Device(std::int32_t n_blocks)
+      : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
+        kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }) {}
+  KvBlockIo io() {
+    return {.read = [this](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
+            .write = [this](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+            .block_bytes = kShape.raw_bytes()};
+  }
+  // Match, compute what is missing (fill blocks), commit, release. Returns the tokens matched.
+  std::int32_t run(const Tokens& tokens, Retention retention = Retention::Normal) {
+    KvSequence seq;
+    const std::int32_t hit = kv.match(seq, tokens, "", retention);
+    EXPECT_TRUE(check(seq, tokens, hit / kBs)) << "matched blocks hold the wrong KV";
+    const auto n = static_cast<std::int32_t>(tokens.size());
+    EXPECT_TRUE(kv.allocate(seq, n));
+    for (std::int32_t b = hit / kBs; b * kBs < n; ++b)
+      mem[seq.block_table()[b]] = content(std::span(tokens).first(std::min(n, (b + 1) * kBs)));
+    kv.commit(seq, tokens, n);
+    last_host_restored = seq.n_host_restored_blocks();
+    last_disk_restored = seq.n_restored_blocks();
+    kv.release(seq);
+    return hit;
+  }
+  bool check(const KvSequence& seq, const Tokens& tokens, std::int32_t n_blocks) const {
+    for (std::int32_t b = 0; b < n_blocks; ++b)
+      if (mem[seq.block_table()[b]] != content(std::span(tokens).first((b + 1) * kBs))) return false;
+    return true;
+  }
+  std::vector<std::vector<std::byte>> mem;
+  KvManager kv;
+  std::int32_t last_host_restored = 0, last_disk_restored = 0;
+};
+
+HostStoreOptions host_options(std::size_t n_blocks) {
+  HostStoreOptions o;
+  o.max_bytes = n_blocks * kShape.raw_bytes();
+  o.shape = kShape;
+  o.block_size = kBs;
+  return o;
+}
+
+TEST(KvTiers, DeviceEvictionsDemoteToTheHostAndAMatchRestoresFromIt) {
+  Device d(6);
+  HostStore host(host_options(16));
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents, .host = &host}, d.io());
+  const Tokens a = iota_tokens(13, 100);  // 3 full blocks and one token
+  EXPECT_EQ(d.run(a), 0);
+  for (int i = 0; i < 3; ++i) d.run(iota_tokens(12, 1000 + 100 * i));  // pushes a out
+  EXPECT_EQ(host.stats().n_put, 3 + 3);  // a's 3 blocks, then the first other chain's
+  EXPECT_EQ(d.run(a), 12);  // every full block, from the host, verified against its content
+  EXPECT_EQ(d.last_host_restored, 3);
+}
+
+TEST(KvTiers, ARestoredBlockKeepsItsHostCopySoDemotingItAgainCopiesNothing) {
+  Device d(4);
+  HostStore host(host_options(16));
+  d.kv.attach_tiers({.host = &host}, d.io());
+  const Tokens a = iota_tokens(9, 100);  // 2 full blocks and one token
+  d.run(a);
+  d.run(iota_tokens(8, 200));  // fills the device
+  d.run(iota_tokens(8, 300));  // evicts a's 2 blocks: copied down
+  EXPECT_EQ(host.stats().n_put, 2);
+  EXPECT_EQ(d.run(a), 8);  // from the host; makes room by demoting 3 more blocks
+  EXPECT_EQ(d.last_host_restored, 2);
+  EXPECT_EQ(host.stats().n_put, 5);
+  d.run(iota_tokens(8, 400));  // evicts the last never-demoted block (1 copy)
+  EXPECT_EQ(host.stats().n_put, 6);
+  d.run(iota_tokens(8, 500));  // evicts a's restored blocks again: no copy
+  EXPECT_EQ(host.stats().n_put, 6);
+  EXPECT_EQ(d.run(a), 8);
+  EXPECT_EQ(host.stats().n_hits, 4);
+}
+
+TEST(KvTiers, EvictKeysEmptiesDeviceAndHost) {
+  Device d(8);
+  HostStore host(host_options(16));
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents, .host = &host}, d.io());
+  const Tokens a = iota_tokens(13, 100);
+  KvSequence seq;
+  d.kv.match(seq, a, "");
+  ASSERT_TRUE(d.kv.allocate(seq, 13));
+  d.kv.commit(seq, a, 13);
+  d.kv.remember_agent(seq, "", "agent", 13, false);
+  d.kv.release(seq);
+  const std::vector<Hash128> chain = agents.find("", "agent")->chain;
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(d.kv.evict_keys(chain), 3);
+  EXPECT_EQ(host.stats().n_blocks, 0);  // not demoted: the agent asked for them to go
+  EXPECT_EQ(agents.n_resident(chain), 0);
+  EXPECT_EQ(d.run(a), 0);
+}
+
+TEST(KvTiers, SideRequestsDoNotPushOutTheMainConversation) {
+  Device d(8);
+  const Tokens main_chat = iota_tokens(13, 100);  // 4 blocks held after release: 3 indexed
+  d.run(main_chat, Retention::Normal);
+  for (int i = 0; i < 6; ++i) d.run(iota_tokens(9, 2000 + 100 * i), Retention::Low);
+  EXPECT_EQ(d.run(main_chat), 12);  // still all on the device
+  // Without the distinction the side requests would have evicted it.
+  Device plain(8);
+  plain.run(main_chat);
+  for (int i = 0; i < 6; ++i) plain.run(iota_tokens(9, 2000 + 100 * i));
+  EXPECT_LT(plain.run(main_chat), 12);
+}
+
+TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
+  test::ScratchDir dir;
+  DiskStoreOptions o;
+  o.dir = dir.path;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
+  {
+    Device first(8);
+    first.kv.attach_tiers({.disk = disk.get()}, first.io());
+    first.run(a);
+    disk->flush();
+  }
+  std::atomic<int> done{0};
+  Restorer restorer(*disk, [&] { ++done; });
+  Device d(8);
+  d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
+  d.run(iota_tokens(8, 100));  // 2 blocks on the device again (the first loaded by this match)
+  const std::int64_t loads = disk->stats().n_loaded;
+  KvSequence seq;
+  ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
+  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_FALSE(d.kv.restore_pending(seq, a, ""));
+  EXPECT_EQ(done.load(), 1);
+  EXPECT_EQ(disk->stats().n_loaded, loads + 2);  // only the 2 blocks the device lacks
+  EXPECT_EQ(d.kv.match(seq, a, ""), 16);
+  EXPECT_EQ(seq.n_restored_blocks(), 2);
+  EXPECT_EQ(disk->stats().n_loaded, loads + 2);  // the match read nothing itself
+  EXPECT_TRUE(d.check(seq, a, 4));
+  d.kv.release(seq);
+  // Nothing left on disk only: no background load, match straight away.
+  KvSequence again;
+  EXPECT_FALSE(d.kv.restore_pending(again, a, ""));
+  EXPECT_EQ(d.kv.match(again, a, ""), 16);
+  d.kv.release(again);
+}
+
+TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
+  test::ScratchDir dir;
+  DiskStoreOptions o;
+  o.dir = dir.path;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  const Tokens a = iota_tokens(17, 100);
+  {
+    Device first(8);
+    first.kv.attach_tiers({.disk = disk.get()}, first.io());
+    first.run(a);
+    disk->flush();
+  }
+  Restorer restorer(*disk, {});
+  Device d(8);
+  d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
+  KvSequence cancelled;
+  d.kv.restore_pending(cancelled, a, "");
+  d.kv.release(cancelled);  // the request went away: its load is dropped, nothing leaks
+  EXPECT_EQ(d.kv.usage().n_free, 8);
+}
+
+}  // namespace
+}  // namespace akv
