@@ -35,10 +35,10 @@ void EngineMonitor::loop() {
       prefill += m.recent[i].prefill_tokens;
       decode += m.recent[i].decode_tokens;
     }
-    log_info("engine running={} waiting={} batch={} steps={} avg_step_ms={:.1f} prefill_tokens={} decode_tokens={} "
-             "kv_blocks_used={} kv_blocks_cached={} kv_blocks_free={}",
-             s.running, s.waiting, s.batch_size, steps, n ? step_ms / static_cast<double>(n) : 0.0, prefill, decode,
-             s.kv.n_used, s.kv.n_cached, s.kv.n_free);
+    log_info("engine running={} waiting={} restoring={} batch={} steps={} avg_step_ms={:.1f} prefill_tokens={} "
+             "decode_tokens={} kv_blocks_used={} kv_blocks_cached={} kv_blocks_free={}",
+             s.running, s.waiting, s.restoring, s.batch_size, steps, n ? step_ms / static_cast<double>(n) : 0.0,
+             prefill, decode, s.kv.n_used, s.kv.n_cached, s.kv.n_free);
   }
 }
 

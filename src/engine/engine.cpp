@@ -219,6 +219,7 @@ bool Engine::step() {
 
   st.running = scheduler_.n_running();
   st.waiting = scheduler_.n_waiting();
+  st.restoring = scheduler_.n_restoring();
   st.kv = kv_.usage();
   st.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);

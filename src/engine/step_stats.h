@@ -18,6 +18,7 @@ struct StepStats {
   std::int32_t decode_tokens = 0;
   std::int32_t prefix_hit_tokens = 0;
   std::int32_t running = 0, waiting = 0;
+  std::int32_t restoring = 0;        // of waiting: their prefix is being loaded from disk
   std::int32_t preempted = 0;
   KvUsage kv;
   double step_ms = 0.0;

@@ -1,12 +1,17 @@
-// Prometheus text for the engine's counters and its latest step (GET /metrics).
+// Prometheus text for the engine's counters and its latest step, and the KV tiers' sizes and
+// counters (GET /metrics).
 #pragma once
 
 #include <string>
 
 #include "engine/step_stats.h"
+#include "kv/disk_store.h"
+#include "kv/host_store.h"
 
 namespace akv {
 
 void append_engine_metrics(const EngineMetrics& m, std::string& out);
+// Either may be null (no such tier): its metrics are left out.
+void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out);
 
 }  // namespace akv

@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include <ctime>
+#include <optional>
 
 #include "base/error.h"
 #include "server/metrics.h"
@@ -75,6 +76,11 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
   };
   gauge("agentkv_requests_in_flight", "HTTP requests holding an admission slot", ctx.in_flight.load());
   append_engine_metrics(m, out);
+  const std::optional<HostStoreStats> host =
+      ctx.memory.host != nullptr ? std::optional(ctx.memory.host->stats()) : std::nullopt;
+  const std::optional<DiskStoreStats> disk =
+      ctx.memory.disk != nullptr ? std::optional(ctx.memory.disk->stats()) : std::nullopt;
+  append_tier_metrics(host ? &*host : nullptr, disk ? &*disk : nullptr, out);
   res.set_content(out, "text/plain; version=0.0.4");
 }
 

@@ -2,7 +2,7 @@
 # End-to-end: `agentkv serve --kv-dir` keeps an agent's KV across a restart. Serve, run an
 # agent's turn, stop, start, same request -> cached tokens cover the prompt's full blocks and the
 # text is identical; the agents API shows the agent to its own tenant only; bad ids are refused;
-# DELETE erases its files.
+# DELETE erases its files; /metrics reports the host and disk tiers.
 set -euo pipefail
 agentkv="$1"
 testdata="$2"
@@ -13,8 +13,8 @@ cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 port=""
-start() {
-  "$agentkv" serve --model "$model" --port 0 --kv-dir "$tmp/kv" --block-size 16 --api-key k1 --api-key k2 \
+start() {  # extra flags
+  "$agentkv" serve --model "$model" --port 0 --kv-dir "$tmp/kv" --block-size 16 --api-key k1 --api-key k2 "$@" \
     >"$tmp/log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
@@ -43,7 +43,7 @@ expect "cold turn has no cache" "$(echo "$first" | json 'd["usage"]["prompt_toke
 n_prompt="$(echo "$first" | json 'd["usage"]["prompt_tokens"]')"
 stop
 
-start
+start --kv-host-bytes 4M
 again="$(complete k1 alice)"
 expect "restart: cached tokens = full blocks of the prompt" \
   "$(echo "$again" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" "$(( (n_prompt - 1) / 16 * 16 ))"
@@ -51,6 +51,12 @@ expect "restart: identical text" "$(echo "$again" | json 'd["choices"][0]["text"
   "$(echo "$first" | json 'd["choices"][0]["text"]')"
 expect "agents list" "$(api k1 "localhost:$port/v1/agents"; json '[(a["id"], a["restores"]) for a in d["data"]]' <"$tmp/body")" \
   "200[('alice', 1)]"
+metric() { curl -s "localhost:$port/metrics" -H "x-api-key: k1" | sed -n "s/^$1 //p"; }
+expect "metrics: blocks restored from disk" "$(metric agentkv_kv_disk_restored_total | cut -d. -f1)" \
+  "$(( (n_prompt - 1) / 16 ))"
+expect "metrics: the host tier's budget" "$(( $(metric agentkv_kv_host_max_bytes | cut -d. -f1) > 4000000 ))" 1
+expect "agents API: bytes per tier" "$(api k1 "localhost:$port/v1/agents/alice"; json 'sorted(d["bytes"])' <"$tmp/body")" \
+  "200['device', 'disk', 'host']"
 expect "another tenant sees no agents" "$(api k2 "localhost:$port/v1/agents"; json 'len(d["data"])' <"$tmp/body")" "2000"
 expect "another tenant cannot read it" "$(api k2 "localhost:$port/v1/agents/alice")" 404
 other="$(complete k2 alice)"
