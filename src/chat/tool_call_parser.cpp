@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/check.h"
+
 namespace akv {
 
 namespace {
@@ -99,6 +101,270 @@ std::size_t find_closer_outside_strings(std::string_view s, std::string_view clo
   return std::string_view::npos;
 }
 
+// Receives the structure of the text a JsonScanner is fed. Offsets are positions in that text;
+// `depth` is the number of containers around the key or value (0: the top-level value).
+class JsonListener {
+ public:
+  virtual void on_key(std::size_t begin, std::size_t end, std::size_t depth) = 0;  // quotes included
+  virtual void on_value_begin(std::size_t pos, std::size_t depth, char first) = 0;
+  virtual void on_value_end(std::size_t end, std::size_t depth) = 0;
+
+ protected:
+  ~JsonListener() = default;
+};
+
+// Incremental syntax check of one JSON value fed byte by byte, as strict as nlohmann's parser
+// (escapes, surrogate pairs, UTF-8, number grammar), so that what it accepts parses. Also tells
+// whether the text so far can be closed into a valid value, and how.
+class JsonScanner {
+ public:
+  enum class Status { InValue, Done, Error };
+
+  // Bytes after the value (Done) or an error are ignored.
+  Status feed(char ch, std::size_t pos, JsonListener* l) {
+    if (status_ != Status::InValue) return status_;
+    const auto c = static_cast<unsigned char>(ch);
+    switch (token_) {
+      case Token::String: {
+        bool ended = false;
+        if (!string_byte(c, ended)) return fail();
+        if (!ended) return status_;
+        token_ = Token::None;
+        if (key_) {
+          expect_ = Expect::Colon;
+          if (l) l->on_key(token_begin_, pos + 1, stack_.size());
+        } else {
+          end_value(pos + 1, l);
+        }
+        return status_;
+      }
+      case Token::Number:
+        if (number_byte(c)) return status_;
+        if (num_ != Num::Zero && num_ != Num::Int && num_ != Num::Frac && num_ != Num::Exp) return fail();
+        token_ = Token::None;
+        end_value(pos, l);
+        if (status_ != Status::InValue) return status_;
+        break;  // the byte after the number is structural
+      case Token::Literal:
+        if (c != static_cast<unsigned char>(*literal_)) return fail();
+        if (*++literal_ == '\0') {
+          token_ = Token::None;
+          end_value(pos + 1, l);
+        }
+        return status_;
+      case Token::None:
+        break;
+    }
+    if (is_ws(static_cast<char>(c))) return status_;
+    switch (expect_) {
+      case Expect::Value:
+        return begin_value(c, pos, l);
+      case Expect::ValueOrEnd:
+        return c == ']' ? close(c, pos, l) : begin_value(c, pos, l);
+      case Expect::KeyOrEnd:
+        if (c == '}') return close(c, pos, l);
+        [[fallthrough]];
+      case Expect::Key:
+        if (c != '"') return fail();
+        begin_string(pos, /*key=*/true);
+        return status_;
+      case Expect::Colon:
+        if (c != ':') return fail();
+        expect_ = Expect::Value;
+        return status_;
+      case Expect::CommaOrEnd:
+        if (c == ',') {
+          expect_ = stack_.back() == '{' ? Expect::Key : Expect::Value;
+          after_comma_ = true;
+          return status_;
+        }
+        return c == '}' || c == ']' ? close(c, pos, l) : fail();
+    }
+    return fail();
+  }
+
+  Status status() const { return status_; }
+
+  // Whether closing_suffix() turns the text fed so far into a valid value: not inside a number,
+  // literal, escape or UTF-8 character, nor just after a comma.
+  bool closable() const {
+    if (status_ != Status::InValue) return status_ == Status::Done;
+    switch (token_) {
+      case Token::String: return esc_ == 0 && utf8_left_ == 0 && !need_low_surrogate_;
+      case Token::Number:
+      case Token::Literal: return false;
+      case Token::None: return !stack_.empty() && !after_comma_;
+    }
+    return false;
+  }
+
+  // Closes an open string (a key gets a null value), gives a missing value null, closes the
+  // containers. Only meaningful when closable().
+  std::string closing_suffix() const {
+    std::string s;
+    if (status_ == Status::Done) return s;
+    if (token_ == Token::String) {
+      s += key_ ? "\":null" : "\"";
+    } else if (expect_ == Expect::Colon) {
+      s += ":null";
+    } else if (expect_ == Expect::Value) {
+      s += "null";
+    }
+    for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) s += *it == '{' ? '}' : ']';
+    return s;
+  }
+
+ private:
+  enum class Expect { Value, ValueOrEnd, KeyOrEnd, Key, Colon, CommaOrEnd };
+  enum class Token { None, String, Number, Literal };
+  enum class Num { Minus, Zero, Int, Dot, Frac, E, ESign, Exp };
+
+  Status fail() { return status_ = Status::Error; }
+
+  Status begin_value(unsigned char c, std::size_t pos, JsonListener* l) {
+    const bool number = c == '-' || (c >= '0' && c <= '9');
+    const char* literal = c == 't' ? "rue" : c == 'f' ? "alse" : c == 'n' ? "ull" : nullptr;
+    if (c != '{' && c != '[' && c != '"' && !number && !literal) return fail();
+    after_comma_ = false;
+    if (l) l->on_value_begin(pos, stack_.size(), static_cast<char>(c));
+    if (c == '{' || c == '[') {
+      stack_.push_back(static_cast<char>(c));
+      expect_ = c == '{' ? Expect::KeyOrEnd : Expect::ValueOrEnd;
+    } else if (c == '"') {
+      begin_string(pos, /*key=*/false);
+    } else if (number) {
+      token_ = Token::Number;
+      num_ = c == '-' ? Num::Minus : c == '0' ? Num::Zero : Num::Int;
+    } else {
+      token_ = Token::Literal;
+      literal_ = literal;
+    }
+    return status_;
+  }
+
+  void begin_string(std::size_t pos, bool key) {
+    after_comma_ = false;
+    token_ = Token::String;
+    key_ = key;
+    token_begin_ = pos;
+  }
+
+  Status close(unsigned char c, std::size_t pos, JsonListener* l) {
+    if (stack_.empty() || (c == '}') != (stack_.back() == '{')) return fail();
+    stack_.pop_back();
+    end_value(pos + 1, l);
+    return status_;
+  }
+
+  void end_value(std::size_t end, JsonListener* l) {
+    if (l) l->on_value_end(end, stack_.size());
+    if (stack_.empty())
+      status_ = Status::Done;
+    else
+      expect_ = Expect::CommaOrEnd;
+  }
+
+  bool string_byte(unsigned char c, bool& ended) {
+    if (utf8_left_ > 0) {
+      if (c < utf8_lo_ || c > utf8_hi_) return false;
+      --utf8_left_;
+      utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+      return true;
+    }
+    if (esc_ == 1) {
+      if (c == 'u') {
+        esc_ = 2, hex_ = 0;
+        return true;
+      }
+      if (need_low_surrogate_ || std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) == std::string_view::npos)
+        return false;
+      esc_ = 0;
+      return true;
+    }
+    if (esc_ >= 2) {  // \uXXXX: esc_ - 2 hex digits read
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (v < 0) return false;
+      hex_ = hex_ * 16 + static_cast<unsigned>(v);
+      if (++esc_ < 6) return true;
+      esc_ = 0;
+      const bool high = hex_ >= 0xD800 && hex_ <= 0xDBFF, low = hex_ >= 0xDC00 && hex_ <= 0xDFFF;
+      if (need_low_surrogate_ != low) return false;
+      need_low_surrogate_ = high;
+      return true;
+    }
+    if (need_low_surrogate_) {  // a high surrogate must be followed by \u and a low one
+      if (c != '\\') return false;
+      esc_ = 1;
+      return true;
+    }
+    if (c == '\\') {
+      esc_ = 1;
+      return true;
+    }
+    if (c == '"') {
+      ended = true;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c < 0x80) return true;
+    // A UTF-8 lead byte (RFC 3629): how many continuation bytes, and the range of the first.
+    utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+      utf8_left_ = 1;
+    else if (c == 0xE0)
+      utf8_left_ = 2, utf8_lo_ = 0xA0;
+    else if (c == 0xED)
+      utf8_left_ = 2, utf8_hi_ = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF)
+      utf8_left_ = 2;
+    else if (c == 0xF0)
+      utf8_left_ = 3, utf8_lo_ = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3)
+      utf8_left_ = 3;
+    else if (c == 0xF4)
+      utf8_left_ = 3, utf8_hi_ = 0x8F;
+    else
+      return false;
+    return true;
+  }
+
+  // Whether `c` continues the number (JSON grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?).
+  bool number_byte(unsigned char c) {
+    const bool digit = c >= '0' && c <= '9';
+    const bool exp = c == 'e' || c == 'E';
+    auto to = [this](Num n) {
+      num_ = n;
+      return true;
+    };
+    switch (num_) {
+      case Num::Minus: return digit && to(c == '0' ? Num::Zero : Num::Int);
+      case Num::Zero: return c == '.' ? to(Num::Dot) : exp && to(Num::E);
+      case Num::Int: return digit || (c == '.' ? to(Num::Dot) : exp && to(Num::E));
+      case Num::Dot: return digit && to(Num::Frac);
+      case Num::Frac: return digit || (exp && to(Num::E));
+      case Num::E: return c == '+' || c == '-' ? to(Num::ESign) : digit && to(Num::Exp);
+      case Num::ESign: return digit && to(Num::Exp);
+      case Num::Exp: return digit;
+    }
+    return false;
+  }
+
+  Status status_ = Status::InValue;
+  std::vector<char> stack_;  // '{' / '['
+  Expect expect_ = Expect::Value;
+  bool after_comma_ = false;
+  Token token_ = Token::None;
+  std::size_t token_begin_ = 0;
+  bool key_ = false;                 // String: an object key
+  int esc_ = 0;                      // String: 1 after '\\', 2..5 inside \uXXXX
+  unsigned hex_ = 0;
+  bool need_low_surrogate_ = false;
+  int utf8_left_ = 0;                // String: continuation bytes still due
+  unsigned char utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+  Num num_ = Num::Int;
+  const char* literal_ = nullptr;    // Literal: the bytes still due
+};
+
 struct ParsedCall {
   std::string name;
   ojson arguments;
@@ -131,6 +397,213 @@ std::optional<ParsedCall> parse_call_object(const ojson& v, bool require_argumen
 
 }  // namespace
 
+// The current call body seen incrementally: streams each call's arguments while the model writes
+// them (see the header's contract). Fed the body's bytes as they arrive; adds events to `out`.
+class ToolCallParser::CallStream final : public JsonListener {
+ public:
+  // `origin`: where the body's JSON starts in the parser's buffer. `fixed_name`: Mistral's
+  // name[ARGS]{...} form, whose whole value is the arguments. `strict`: a bare Llama reply is a
+  // call only with arguments.
+  CallStream(ToolCallParser& parser, std::size_t origin, std::string fixed_name, bool strict)
+      : parser_(parser), origin_(origin), fixed_name_(std::move(fixed_name)), strict_(strict) {}
+
+  std::size_t origin() const { return origin_; }
+  // Still inside a valid JSON prefix: the body has not ended.
+  bool scanning() const { return scan_.status() == JsonScanner::Status::InValue; }
+  bool yielded_calls() const { return n_yielded_ > 0; }
+
+  // Scans what `buf` holds beyond what was fed before.
+  void feed(std::vector<OutputEvent>& out, std::string_view buf) {
+    bind(out, buf);
+    for (; fed_ < body_.size() && scanning(); ++fed_) {
+      if (scan_.feed(body_[fed_], fed_, this) == JsonScanner::Status::Error) {
+        if (streaming_) cut_call();
+        break;
+      }
+      if (args_open_ && scan_.closable()) safe_end_ = fed_ + 1;
+    }
+    if (args_open_) send_args(safe_end_);
+    out_ = nullptr;
+  }
+
+  // The body ended (or the reply did): a call still open is cut short.
+  void close(std::vector<OutputEvent>& out, std::string_view buf) {
+    bind(out, buf);
+    if (streaming_) cut_call();
+    out_ = nullptr;
+  }
+
+  void on_key(std::size_t begin, std::size_t end, std::size_t depth) override {
+    if (in_object_ && depth == call_depth_) key_ = json_string(body_.substr(begin, end - begin)).value_or("");
+  }
+
+  void on_value_begin(std::size_t pos, std::size_t depth, char first) override {
+    if (!fixed_name_.empty()) {
+      if (depth == 0 && first == '{') start_call(fixed_name_, pos);
+      return;
+    }
+    if (depth == 0) {
+      call_depth_ = first == '{' ? 1 : first == '[' ? 2 : 0;
+      if (first == '{') begin_object(pos);
+      return;
+    }
+    if (call_depth_ == 2 && depth == 1) {  // an element of an array of calls
+      in_object_ = first == '{';
+      if (in_object_) begin_object(pos);
+      return;
+    }
+    if (!in_object_ || depth != call_depth_) return;
+    if (key_ == "name") {
+      if (first == '"' && !name_) name_begin_ = pos;
+    } else if ((key_ == "arguments" || key_ == "parameters") && !args_begin_) {
+      if (first != '{') return;  // e.g. a string holding JSON: the call comes out whole
+      args_begin_ = pos;
+      if (name_) start_call(*name_, pos);
+    }
+  }
+
+  void on_value_end(std::size_t end, std::size_t depth) override {
+    if (!fixed_name_.empty()) {
+      if (depth == 0 && streaming_) {
+        end_args(end);
+        end_call();
+      }
+      return;
+    }
+    if (in_object_ && depth == call_depth_) {
+      if (key_ == "name" && name_begin_ && !name_) name_ = json_string(body_.substr(*name_begin_, end - *name_begin_));
+      if ((key_ == "arguments" || key_ == "parameters") && args_begin_ && args_end_ == 0) end_args(end);
+      name_begin_.reset();
+    } else if (in_object_ && depth + 1 == call_depth_) {
+      end_object(end);
+    }
+  }
+
+ private:
+  void bind(std::vector<OutputEvent>& out, std::string_view buf) {
+    out_ = &out;
+    body_ = buf.substr(origin_);
+  }
+
+  static std::optional<std::string> json_string(std::string_view raw) {
+    const ojson v = ojson::parse(raw, nullptr, /*allow_exceptions=*/false);
+    if (!v.is_string()) return std::nullopt;
+    return v.get<std::string>();
+  }
+
+  void begin_object(std::size_t pos) {
+    in_object_ = true;
+    object_begin_ = pos;
+    key_.clear();
+    name_begin_.reset();
+    name_.reset();
+    args_begin_.reset();
+    args_end_ = 0;
+  }
+
+  void yield_start(const std::string& name) {
+    parser_.pending_ws_.clear();  // whitespace before a call is dropped
+    parser_.ws_before_call_.clear();
+    out_->push_back({.kind = OutputEvent::Kind::ToolCallStart, .name = name, .id = parser_.options_.make_call_id()});
+    ++parser_.n_calls_;
+    ++n_yielded_;
+  }
+
+  void yield_args(std::string_view text) {
+    if (text.empty()) return;
+    if (!out_->empty() && out_->back().kind == OutputEvent::Kind::ToolCallArgsDelta)
+      out_->back().text += text;
+    else
+      out_->push_back({.kind = OutputEvent::Kind::ToolCallArgsDelta, .text = std::string(text)});
+  }
+
+  void start_call(const std::string& name, std::size_t args_begin) {
+    yield_start(name);
+    streaming_ = args_open_ = true;
+    args_begin_ = args_begin;
+    args_sent_ = safe_end_ = args_begin;
+  }
+
+  void send_args(std::size_t end) {
+    if (end <= args_sent_) return;
+    yield_args(body_.substr(args_sent_, end - args_sent_));
+    args_sent_ = end;
+  }
+
+  void end_args(std::size_t end) {
+    args_end_ = end;
+    if (!args_open_) return;
+    send_args(end);
+    args_open_ = false;
+  }
+
+  void end_call() {
+    out_->push_back({.kind = OutputEvent::Kind::ToolCallEnd});
+    streaming_ = false;
+  }
+
+  // Closes the streamed call where it stands: what was sent of its arguments ends at a closable
+  // point (send_args only goes that far), so the closing suffix makes the fragments valid JSON.
+  void cut_call() {
+    if (args_open_) {
+      send_args(safe_end_);
+      JsonScanner sent;
+      for (std::size_t i = *args_begin_; i < args_sent_; ++i) sent.feed(body_[i], i, nullptr);
+      AKV_CHECK(args_sent_ == *args_begin_ || sent.closable(), "streamed arguments end where they can be closed");
+      yield_args(args_sent_ == *args_begin_ ? "{}" : sent.closing_suffix());
+      args_open_ = false;
+    }
+    end_call();
+    ++parser_.n_cut_calls_;
+  }
+
+  void end_object(std::size_t end) {
+    in_object_ = false;
+    if (streaming_) {
+      end_call();
+      return;
+    }
+    // Not streamed: the call comes out whole if the object is one.
+    const ojson v = ojson::parse(body_.substr(object_begin_, end - object_begin_), nullptr, false);
+    std::optional<ParsedCall> call = parse_call_object(v, strict_);
+    if (!call) return;
+    std::string args = call->arguments.dump();
+    if (args_begin_ && args_end_ > *args_begin_) {  // the model's own text when it is the same object
+      const std::string_view raw = body_.substr(*args_begin_, args_end_ - *args_begin_);
+      if (ojson::parse(raw, nullptr, false) == call->arguments) args = raw;
+    }
+    yield_start(call->name);
+    yield_args(args);
+    end_call();
+  }
+
+  ToolCallParser& parser_;
+  const std::size_t origin_;
+  const std::string fixed_name_;
+  const bool strict_;
+  JsonScanner scan_;
+  std::size_t fed_ = 0;  // body bytes scanned
+  int n_yielded_ = 0;    // calls started from this body
+  // Bound while feeding.
+  std::vector<OutputEvent>* out_ = nullptr;
+  std::string_view body_;
+  // The shape: a call object's keys are at depth 1 (one object) or 2 (an array of them); 0: neither.
+  std::size_t call_depth_ = 0;
+  // The call object being read.
+  bool in_object_ = false;
+  std::size_t object_begin_ = 0;
+  std::string key_;
+  std::optional<std::size_t> name_begin_;
+  std::optional<std::string> name_;
+  std::optional<std::size_t> args_begin_;  // an object-valued "arguments"/"parameters"
+  std::size_t args_end_ = 0;
+  // The call being streamed: started, not yet ended.
+  bool streaming_ = false;
+  bool args_open_ = false;     // its arguments object has not closed yet
+  std::size_t args_sent_ = 0;  // arguments sent up to here
+  std::size_t safe_end_ = 0;   // the last point the arguments so far can be closed
+};
+
 ToolCallParser::ToolCallParser(ToolCallParserOptions options) : options_(std::move(options)) {
   if (!options_.make_call_id) options_.make_call_id = random_call_id;
   switch (options_.format) {
@@ -148,6 +621,10 @@ ToolCallParser::ToolCallParser(ToolCallParserOptions options) : options_(std::mo
   }
   if (options_.starts_in_thinking && options_.parse_thinking) mode_ = Mode::Thinking;
 }
+
+ToolCallParser::~ToolCallParser() = default;
+ToolCallParser::ToolCallParser(ToolCallParser&&) noexcept = default;
+ToolCallParser& ToolCallParser::operator=(ToolCallParser&&) noexcept = default;
 
 std::vector<OutputEvent> ToolCallParser::feed(std::string_view delta) {
   std::vector<OutputEvent> out;
@@ -268,23 +745,13 @@ bool ToolCallParser::step_thinking(std::vector<OutputEvent>& out, bool final) {
 }
 
 bool ToolCallParser::step_call(std::vector<OutputEvent>& out, bool final) {
-  if (call_opener_ == kHermesOpen) {
-    const std::size_t pos = find_closer_outside_strings(buf_, kHermesClose);
-    if (pos == std::string::npos && !final) return false;
-    const std::size_t body_end = pos == std::string::npos ? buf_.size() : pos;
-    const std::size_t consumed = pos == std::string::npos ? buf_.size() : pos + kHermesClose.size();
-    const std::string raw = call_opener_ + buf_.substr(0, consumed);
-    const std::string body = buf_.substr(0, body_end);
-    buf_.erase(0, consumed);
-    end_call(out, body, raw);
-    return true;
-  }
   // Mistral's newer form: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}
   std::size_t json_from = 0;
   std::string name_prefix;
   if (call_opener_ == kMistralOpen) {
     std::size_t i = 0;
     while (i < buf_.size() && is_ws(buf_[i])) ++i;
+    if (i == buf_.size() && !final) return false;  // which form is not known yet
     if (i < buf_.size() && buf_[i] != '[' && buf_[i] != '{') {
       const std::size_t args = buf_.find(kMistralArgs);
       if (args == std::string::npos) {
@@ -297,16 +764,40 @@ bool ToolCallParser::step_call(std::vector<OutputEvent>& out, bool final) {
       }
     }
   }
-  bool invalid = false;
-  std::size_t end = json_value_end(std::string_view(buf_).substr(json_from), invalid);
-  if (end == std::string::npos && !invalid && !final) return false;
-  if (invalid && !final) return false;  // not JSON: keep it all, it becomes text at the end
-  const std::size_t consumed = end == std::string::npos ? buf_.size() : json_from + end;
+  if (!stream_)
+    stream_ = std::make_unique<CallStream>(*this, json_from, name_prefix, /*strict=*/call_opener_.empty());
+  AKV_CHECK(stream_->origin() == json_from, "a call body's JSON starts where it started");
+  stream_->feed(out, buf_);
+  // A valid JSON prefix has not ended: the closer outside strings, or the value's end, would
+  // have ended (or broken) it.
+  if (stream_->scanning() && !final) return false;
+
+  std::size_t consumed = 0;
+  std::string body;
+  if (call_opener_ == kHermesOpen) {
+    const std::size_t pos = find_closer_outside_strings(buf_, kHermesClose);
+    if (pos == std::string::npos && !final) return false;
+    body = buf_.substr(0, pos == std::string::npos ? buf_.size() : pos);
+    consumed = pos == std::string::npos ? buf_.size() : pos + kHermesClose.size();
+  } else {
+    bool invalid = false;
+    const std::size_t end = json_value_end(std::string_view(buf_).substr(json_from), invalid);
+    if (end == std::string::npos && !final) return false;  // incomplete, or not JSON (text at the end)
+    consumed = end == std::string::npos ? buf_.size() : json_from + end;
+    body = buf_.substr(json_from, consumed - json_from);
+    if (!name_prefix.empty())
+      body = R"({"name": )" + ojson(name_prefix).dump() + R"(, "arguments": )" + body + "}";
+  }
   const std::string raw = call_opener_ + buf_.substr(0, consumed);
-  std::string body = buf_.substr(json_from, consumed - json_from);
-  if (!name_prefix.empty())
-    body = R"({"name": )" + ojson(name_prefix).dump() + R"(, "arguments": )" + body + "}";
+  std::unique_ptr<CallStream> stream = std::move(stream_);
+  stream->close(out, buf_);
   buf_.erase(0, consumed);
+  if (stream->yielded_calls()) {  // what of the body was not a call is dropped
+    mode_ = Mode::Text;
+    skip_ws_ = true;
+    ws_before_call_.clear();
+    return true;
+  }
   end_call(out, body, raw);
   return true;
 }

@@ -16,7 +16,8 @@ class OutputParser {
   // Returns false when the sink reports the client gone.
   virtual bool feed(std::string_view text, OutputSink& sink) = 0;
   virtual bool finish(OutputSink& sink) = 0;
-  // Whether a complete tool call was emitted (the reply's stop reason becomes tool_use).
+  // Whether tool calls were emitted, all of them complete (the reply's stop reason becomes
+  // tool_use).
   virtual bool saw_tool_call() const = 0;
 };
 

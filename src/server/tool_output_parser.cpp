@@ -12,7 +12,10 @@ class ToolOutputParser final : public OutputParser {
 
   bool feed(std::string_view text, OutputSink& sink) override { return forward(parser_.feed(text), sink); }
   bool finish(OutputSink& sink) override { return forward(parser_.finish(), sink); }
-  bool saw_tool_call() const override { return parser_.n_tool_calls() > 0; }
+  // A call cut short (max_tokens, a stop sequence) makes the reply's stop reason that cut's.
+  bool saw_tool_call() const override {
+    return parser_.n_tool_calls() > 0 && parser_.n_complete_calls() == parser_.n_tool_calls();
+  }
 
  private:
   static bool forward(const std::vector<OutputEvent>& events, OutputSink& sink) {

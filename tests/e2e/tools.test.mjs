@@ -28,6 +28,26 @@ const weatherTool = {
   },
 };
 
+// Arguments long enough to arrive over many tokens: every property is required.
+const formTool = {
+  name: 'fill_form',
+  description: 'Fill in a delivery form',
+  input_schema: {
+    type: 'object',
+    properties: {
+      name: { type: 'string', minLength: 8, maxLength: 16 },
+      street: { type: 'string', minLength: 8, maxLength: 24 },
+      zip: { type: 'integer' },
+      country: { type: 'string', enum: ['NO', 'FR', 'PE'] },
+      gift: { type: 'boolean' },
+      notes: { type: 'string', minLength: 30, maxLength: 40 },
+      items: { type: 'array', minItems: 2, maxItems: 3, items: { type: 'object', properties: { sku: { type: 'string', minLength: 4, maxLength: 6 }, n: { type: 'integer' } }, required: ['sku', 'n'] } },
+    },
+    required: ['name', 'street', 'zip', 'country', 'gift', 'notes', 'items'],
+    additionalProperties: false,
+  },
+};
+
 before(async () => {
   server = await startServer(['--model', `${MODELS}/qwen3-tiny`, '--served-model-name', model, '--max-batch-tokens', '2048', '--prefill-chunk', '2048']);
   anthropic = new Anthropic({ baseURL: server.url, apiKey: 'any', maxRetries: 0 });
@@ -122,4 +142,68 @@ test('T5 the real Claude Code request (about 12K tokens): count_tokens, then a s
   assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
   await new Promise((r) => setTimeout(r, 300));  // the request's log line follows its last byte
   assert.match(server.log(), /agent=cc-session-1/);
+});
+
+test('T6 a long forced call streams its input in many input_json_delta pieces that add up to the non-streamed input', async () => {
+  const body = {
+    model, max_tokens: 400, temperature: 0, tools: [formTool], tool_choice: { type: 'tool', name: 'fill_form' },
+    messages: [{ role: 'user', content: 'Send the parcel to Oslo.' }],
+  };
+  const stream = anthropic.messages.stream(body);
+  const snapshots = [];
+  stream.on('inputJson', (_partial, snapshot) => snapshots.push(snapshot));
+  const events = [];
+  for await (const ev of stream) events.push(ev);
+  const final = await stream.finalMessage();
+  const starts = events.filter((e) => e.type === 'content_block_start');
+  const toolStart = starts.find((e) => e.content_block.type === 'tool_use');
+  assert.deepEqual(toolStart.content_block.input, {});
+  assert.equal(toolStart.content_block.name, 'fill_form');
+  assert.deepEqual(starts.map((e) => e.index), [...starts.keys()]);  // indexes 0, 1, 2...
+  const deltas = events.filter((e) => e.type === 'content_block_delta' && e.delta.type === 'input_json_delta');
+  assert.ok(deltas.length > 5, `only ${deltas.length} input_json_delta events`);
+  assert.ok(deltas.every((d) => d.index === toolStart.index));
+  const joined = deltas.map((d) => d.delta.partial_json).join('');
+  const call = final.content.find((b) => b.type === 'tool_use');
+  assert.deepEqual(JSON.parse(joined), call.input);
+  assert.deepEqual(snapshots.at(-1), call.input);
+  assert.ok(snapshots.length > 1);
+  assert.equal(final.stop_reason, 'tool_use');
+  assert.ok(call.input.notes.length >= 30 && call.input.items.length >= 2, JSON.stringify(call.input));
+  const plain = await anthropic.messages.create(body);
+  assert.deepEqual(plain.content.find((b) => b.type === 'tool_use').input, call.input);
+});
+
+test('T7 OpenAI: the first tool_calls delta names the call, argument fragments follow and add up to the non-streamed arguments', async () => {
+  const body = {
+    model, max_tokens: 400, temperature: 0, tool_choice: { type: 'function', function: { name: 'fill_form' } },
+    tools: [{ type: 'function', function: { name: formTool.name, description: formTool.description, parameters: formTool.input_schema } }],
+    messages: [{ role: 'user', content: 'Send the parcel to Lima.' }],
+  };
+  const stream = await openai.chat.completions.create({ ...body, stream: true });
+  const toolDeltas = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (choice?.delta?.tool_calls) toolDeltas.push(...choice.delta.tool_calls);
+    if (choice?.finish_reason) finish = choice.finish_reason;
+  }
+  assert.equal(finish, 'tool_calls');
+  const [first, ...rest] = toolDeltas;
+  assert.equal(first.index, 0);
+  assert.match(first.id, /^call_/);
+  assert.equal(first.type, 'function');
+  assert.equal(first.function.name, 'fill_form');
+  assert.equal(first.function.arguments, '');
+  assert.ok(rest.length > 5, `only ${rest.length} argument fragments`);
+  for (const d of rest) {
+    assert.equal(d.index, 0);
+    assert.equal(d.id, undefined);
+    assert.equal(d.function.name, undefined);
+  }
+  const args = rest.map((d) => d.function.arguments).join('');
+  const plain = await openai.chat.completions.create(body);
+  const call = plain.choices[0].message.tool_calls[0];
+  assert.equal(args, call.function.arguments);
+  assert.equal(typeof JSON.parse(args), 'object');
 });
