@@ -51,11 +51,15 @@ TEST(CudaOps, RmsNormRowsAndHeadsInPlace) {
   }
 }
 
+// The GEMV and the skinny GEMM (n <= 8) keep f32 activations; cuBLAS rounds them to the
+// weight dtype.
+bool keeps_f32_activations(DType, std::int64_t n, std::int64_t) { return n <= 8; }
+
 TEST(CudaOps, MatmulGemvAndGemm) {
   AKV_SKIP_WITHOUT_CUDA();
   for (DType t : kFloatTypes) {
-    for (std::int64_t n : {1, 2, 3, 5, 8, 9, 40}) {
-      for (std::int64_t k : {64, 200, 512, 1000}) {
+    for (std::int64_t n : {1, 2, 3, 5, 8, 9, 17, 40, 64, 65}) {
+      for (std::int64_t k : {64, 200, 512, 999, 1000}) {
         const std::int64_t m = 72 + (k % 7);
         auto w = WeightPair::random(t, m, k, 1.0f / std::sqrt(float(k)));
         auto bias = WeightPair::random(t, 1, m, 0.1f, true);
@@ -64,8 +68,7 @@ TEST(CudaOps, MatmulGemvAndGemm) {
         out.poison_gpu();
         backends().ref.matmul(x.cpu, w->cpu, with_bias ? &bias->cpu : nullptr, out.cpu);
         backends().gpu.matmul(x.gpu, w->gpu, with_bias ? &bias->gpu : nullptr, out.gpu);
-        // The GEMV keeps f32 activations; cuBLAS rounds them to the weight dtype.
-        const double tol = n <= 8 ? 1e-5 : tolerance(t);
+        const double tol = keeps_f32_activations(t, n, k) ? 1e-5 : tolerance(t);
         EXPECT_LE(out.error(), tol) << dtype_name(t) << " n " << n << " k " << k;
       }
     }
@@ -77,7 +80,7 @@ TEST(CudaOps, MatmulGemvAndGemm) {
 TEST(CudaOps, MatmulMultiQkv) {
   AKV_SKIP_WITHOUT_CUDA();
   for (DType t : kFloatTypes) {
-    for (std::int64_t n : {1, 2, 4, 7, 12}) {
+    for (std::int64_t n : {1, 2, 4, 7, 12, 33, 64}) {
       for (std::int64_t k : {256, 1000, 4096}) {
         const std::int64_t mq = 200 + (k % 5), mkv = 37;
         auto wq = WeightPair::random(t, mq, k, 1.0f / std::sqrt(float(k)));
@@ -101,9 +104,27 @@ TEST(CudaOps, MatmulMultiQkv) {
         const auto gpu_t = targets([](auto& p) -> auto& { return p.gpu; });
         backends().ref.matmul_multi(x.cpu, cpu_t);
         backends().gpu.matmul_multi(x.gpu, gpu_t);
-        const double tol = n <= 8 ? 1e-5 : tolerance(t);
+        const double tol = keeps_f32_activations(t, n, k) ? 1e-5 : tolerance(t);
         EXPECT_LE(out.error(), tol) << dtype_name(t) << " n " << n << " k " << k;
       }
+    }
+  }
+}
+
+// The skinny GEMM (2..8 rows, BF16 weights) over many row tiles, with and without k split over
+// blocks (k 4096 splits, the 9000-row weight fills the GPU unsplit), k not a multiple of its
+// 64-wide steps, rows of x at a stride; 17-64 rows on cuBLAS.
+TEST(CudaOps, MatmulSkinnyRows) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (std::int64_t n : {2, 3, 5, 8, 17, 32, 64}) {
+    for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{517, 4096}, {9000, 264}, {301, 1032}}) {
+      auto w = WeightPair::random(DType::BF16, m, k, 1.0f / std::sqrt(float(k)));
+      Pair x = Pair::random(n, k, 8), out = Pair::make(n, m, 12);
+      out.poison_gpu();
+      backends().ref.matmul(x.cpu, w->cpu, nullptr, out.cpu);
+      backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+      EXPECT_LE(out.error(), keeps_f32_activations(DType::BF16, n, k) ? 1e-5 : tolerance(DType::BF16))
+          << "n " << n << " m " << m << " k " << k;
     }
   }
 }

@@ -111,6 +111,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   AKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32 for F32 weights
   AKV_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
   AKV_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
+  AKV_CUDA_CHECK(cudaMalloc(&skinny_counters_, cuda::kSkinnyCounters * sizeof(unsigned)));
+  AKV_CUDA_CHECK(cudaMemset(skinny_counters_, 0, cuda::kSkinnyCounters * sizeof(unsigned)));
   const char* graphs = std::getenv("AGENTKV_CUDA_GRAPHS");
   graphs_on_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
   slots_.resize(kUploadSlots);
@@ -123,6 +125,7 @@ CudaBackend::~CudaBackend() {
   graphs_.clear();
   cublasDestroy(blas_);
   cudaFree(blas_workspace_);
+  cudaFree(skinny_counters_);
   for (void* p : weights_) cudaFree(p);
   for (void* p : staging_) cudaFreeHost(p);
   for (cudaEvent_t e : staging_free_) cudaEventDestroy(e);
@@ -419,6 +422,22 @@ void CudaBackend::gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRe
   }
 }
 
+void CudaBackend::skinny(TensorRef x, std::span<const MatmulTarget> targets) {
+  cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+  std::int64_t rows[cuda::kGemvMaxTargets];
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    outs[i] = {targets[i].w, targets[i].out};
+    rows[i] = targets[i].w->rows;
+  }
+  cuda::SkinnyScratch sc;
+  sc.partial_floats = cuda::skinny_gemm_partial_floats(x.rows, x.cols, {rows, targets.size()});
+  if (sc.partial_floats > 0) {
+    sc.partial = static_cast<float*>(scratch(sc.partial_floats * sizeof(float), 2));
+    sc.counters = skinny_counters_;
+  }
+  cuda::launch_skinny_gemm(x, {outs, targets.size()}, sc, stream());
+}
+
 void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
   const MatmulTarget t{&w, bias, out};
   matmul_multi(x, {&t, 1});
@@ -439,8 +458,15 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     for (const MatmulTarget& t : targets) sig.w(*t.w).p(t.bias != nullptr ? t.bias->data : nullptr).t(t.out);
     if (replaying(sig.h)) return;
   }
-  if (x.rows <= cuda::kGemvMaxRows) {
-    cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+  cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+  bool skinny_ok = one_launch && x.rows >= 2;
+  if (skinny_ok) {
+    for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].out};
+    skinny_ok = cuda::skinny_gemm_supported(x, {outs, targets.size()});
+  }
+  if (skinny_ok) {
+    skinny(x, targets);
+  } else if (x.rows <= cuda::kGemvMaxRows) {
     if (one_launch) {
       for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].out};
       cuda::launch_gemv(x, {outs, targets.size()}, stream());

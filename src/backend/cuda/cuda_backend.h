@@ -1,8 +1,10 @@
 // The CUDA backend: weights, activations and paged KV in device memory; ops enqueued on one
 // stream (asynchronous to the caller; download() waits). Activations are f32; weights keep their
 // checkpoint dtype (F32/BF16/F16); KV is F32, BF16 or F16 per KvLayout::dtype. Matmuls of at most
-// kGemvMaxRows rows use our GEMV kernel (matmul_multi: one launch for q/k/v), larger ones cuBLAS (F32 weights: SGEMM; BF16/F16
-// weights: activations rounded to the weight dtype, f32 accumulate and output). Attention uses
+// kGemvMaxRows rows use our GEMV kernel (matmul_multi: one launch for q/k/v), with BF16 weights
+// and 2 to kSkinnyMaxRows rows our tensor-core skinny GEMM (f32 activations kept); larger ones
+// cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
+// dtype, f32 accumulate and output). Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. Engine thread only, like every
@@ -112,6 +114,8 @@ class CudaBackend final : public Backend {
   const void* step_upload(const void* data, std::size_t bytes);
   void drop_graphs(bool stale_only);
   void launch_step(cuda::StepGraph& g);
+  // out = x @ w^T for every target through the skinny GEMM (one launch).
+  void skinny(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
   void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
 
@@ -135,7 +139,9 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[2];                      // 0: half-precision matmul input, 1: attention partials
+  Scratch scratch_[3];                      // 0: half-precision matmul input, 1: attention partials,
+                                            // 2: skinny GEMM partial sums
+  unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
   bool graphs_on_ = true;

@@ -4,6 +4,7 @@
 // Tensors are f32 activations unless a dtype says otherwise; weights and KV keep their dtype.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -79,6 +80,24 @@ struct GemvOutput {
   TensorRef out;  // [n, w->rows]
 };
 void launch_gemv(TensorRef x, std::span<const GemvOutput> outs, Stream s);
+
+// skinny_gemm.cu: the same product for 2..kSkinnyMaxRows rows of x and BF16 weights on the
+// tensor cores (f32 activations kept: x enters as two bf16 halves). A 16-64-row version (more
+// 8-token tiles per warp) measured slower than cuBLAS at 32 rows, so larger batches stay there. Supported when k % 8 == 0 and
+// x's rows are 16-byte aligned. When the rows alone do not fill the GPU, k is split over blocks:
+// `partial` (at least skinny_gemm_partial_floats(...) floats; none: no split) holds the splits and
+// `counters` (kSkinnyCounters, zero, left zero) elects the block that adds them.
+inline constexpr int kSkinnyMaxRows = 8;
+inline constexpr int kSkinnyCounters = 4096;
+struct SkinnyScratch {
+  float* partial = nullptr;
+  std::size_t partial_floats = 0;
+  unsigned* counters = nullptr;
+};
+bool skinny_gemm_supported(TensorRef x, std::span<const GemvOutput> outs);
+// Floats of partial sums a launch over weights of `rows` rows each may need (0: it never splits).
+std::size_t skinny_gemm_partial_floats(std::int64_t n, std::int64_t k, std::span<const std::int64_t> rows);
+void launch_skinny_gemm(TensorRef x, std::span<const GemvOutput> outs, const SkinnyScratch& scratch, Stream s);
 
 // attention.cu: CUDA-core attention, split over the keys (flash-decoding) when n_splits > 1.
 // Token t uses min(n_splits, max(1, keys_t / kMinSplitKeys)) of the splits, decided on the device.
