@@ -1,8 +1,9 @@
 // CUDA backend benchmark (docs/perf/cuda.md): measures the device copy bandwidth and the cuBLAS
 // bf16 GEMM rate, then runs an 8B Llama-3.1-shaped model with random bf16 weights generated on
 // the GPU through the backend's ops (the model blocks of src/models): decode at 1, 8 and 32
-// sequences against the bandwidth bound, eagerly and as CUDA graphs (recorded steps), a 4K-token
-// prefill and the cold time to first token from 1K to 32K tokens.
+// sequences against the bandwidth bound, eagerly and as CUDA graphs (recorded steps), per-op GPU
+// time at 1, 8 and 32 sequences, a 4K-token prefill and the cold time to first token from 1K to
+// 32K tokens.
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -487,6 +488,16 @@ int run(int argc, char** argv) {
     be.set_step_graphs(false);
     batch_step(0, multi_ctx);
     Multi m{n_seqs, run_decode(false), run_decode(true), 0};
+    // Per-op GPU time of these steps (eager, events around every op).
+    model.set_ops(timer);
+    timer.reset();
+    for (int i = 0; i < 8; ++i) {
+      batch_step(multi_ctx + 8 + steps + i, 1);
+      timer.collect_step();
+    }
+    const std::string what = std::to_string(n_seqs) + "-sequence decode op (per step)";
+    timer.print(what.c_str());
+    model.set_ops(be);
     const double kv_bytes = double(n_seqs) * double(multi_ctx + 8 + steps / 2) * double(kv_bytes_per_pos);
     m.bound_step_s = (double(model.decode_bytes()) + kv_bytes) / bw;
     be.set_step_graphs(true);
