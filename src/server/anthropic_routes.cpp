@@ -7,6 +7,7 @@
 #include "server/api_error.h"
 #include "server/anthropic_response.h"
 #include "server/chat_generation.h"
+#include "server/connection_watch.h"
 #include "server/json_fields.h"
 #include "server/request_identity.h"
 #include "server/retention_policy.h"
@@ -74,8 +75,11 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
 
   if (!chat.stream) {
     CollectingSink sink;
-    const ReplyFinish f = run_generation(ctx.engine, ctx.tokenizer, std::move(prep->job), sink);
+    const ReplyFinish f =
+        run_generation_collected(ctx.engine, ctx.tokenizer, std::move(prep->job), sink, client_gone_check(req));
     log_request("messages", who.agent, f);
+    if (f.reason == StopReason::Cancelled)
+      throw Error(ErrorKind::InvalidArgument, "the client closed the connection before the reply was ready");
     if (f.reason == StopReason::Error) throw Error(ErrorKind::Internal, "generation failed: " + f.error_message);
     res.set_content(anthropic_message(id, model, sink).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

@@ -31,6 +31,28 @@ class TeeSink final : public OutputSink {
   CollectingSink copy_;
 };
 
+// Collects the reply and reports the client gone when asked.
+class WatchedSink final : public OutputSink {
+ public:
+  WatchedSink(CollectingSink& inner, std::function<bool()> client_gone)
+      : inner_(inner), client_gone_(std::move(client_gone)) {}
+  bool start(const ReplyUsage& u) override { return inner_.start(u) && alive(); }
+  bool text(std::string_view d) override { return inner_.text(d) && alive(); }
+  bool thinking(std::string_view d) override { return inner_.thinking(d) && alive(); }
+  bool tool_start(const std::string& id, const std::string& name) override {
+    return inner_.tool_start(id, name) && alive();
+  }
+  bool tool_args(std::string_view f) override { return inner_.tool_args(f) && alive(); }
+  bool tool_end() override { return inner_.tool_end() && alive(); }
+  bool finish(const ReplyFinish& f) override { return inner_.finish(f); }
+  bool ping() override { return alive(); }
+
+ private:
+  bool alive() const { return !client_gone_ || !client_gone_(); }
+  CollectingSink& inner_;
+  std::function<bool()> client_gone_;
+};
+
 class PlainOutputParser final : public OutputParser {
  public:
   bool feed(std::string_view text, OutputSink& sink) override { return sink.text(text); }
@@ -122,20 +144,25 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
 
   bool started = false;
   bool cancelled = false;
+  bool client_left = false;  // found by a failed start or ping (the driver notices its own)
   auto cancel_once = [&] {
     if (!cancelled) engine.cancel(id);
     cancelled = true;
+  };
+  auto leave = [&] {
+    client_left = true;
+    cancel_once();
   };
   ReplyFinish finish;
   for (;;) {
     std::optional<EngineEvent> e = queue->pop_for(job.ping_interval);
     if (!e) {
-      if (!cancelled && !sink.ping()) cancel_once();
+      if (!cancelled && !sink.ping()) leave();
       continue;
     }
     if (e->kind == EventKind::Started) {
       usage.cached_tokens = e->usage.cached_tokens;
-      if (!started && !sink.start(usage)) cancel_once();
+      if (!started && !sink.start(usage)) leave();
       started = true;
       continue;
     }
@@ -144,7 +171,7 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
       if (!t_first) t_first = t_last;
       if (!started) {
         started = true;
-        if (!sink.start(usage)) cancel_once();
+        if (!sink.start(usage)) leave();
       }
       if (!cancelled && !driver.on_token(e->token)) cancel_once();
       continue;
@@ -160,7 +187,7 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
   usage.output_tokens = driver.n_tokens();
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (t_first) finish.timing = {.ttft_ms = ms(*t_first - t_submit), .decode_ms = ms(*t_last - *t_first)};
-  if (driver.client_gone()) {
+  if (client_left || driver.client_gone()) {
     finish.reason = StopReason::Cancelled;
     finish.usage = usage;
     return finish;
@@ -182,6 +209,13 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
                     driver.ids());
   if (finish.reason != StopReason::Error && finish.reason != StopReason::Cancelled) sink.finish(finish);
   return finish;
+}
+
+ReplyFinish run_generation_collected(Engine& engine, const Tokenizer& tokenizer, GenerationJob job,
+                                     CollectingSink& sink, std::function<bool()> client_gone) {
+  job.ping_interval = std::min(job.ping_interval, kClientPollInterval);
+  WatchedSink watched(sink, std::move(client_gone));
+  return run_generation(engine, tokenizer, std::move(job), watched);
 }
 
 }  // namespace akv

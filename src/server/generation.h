@@ -38,4 +38,11 @@ struct GenerationJob {
 
 ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink);
 
+// A non-streaming generation into `sink`. `client_gone` (may be empty) is asked at each token
+// and every kClientPollInterval while waiting (prefill, queueing); once it says yes the engine
+// request is cancelled and the reply ends as StopReason::Cancelled.
+inline constexpr std::chrono::milliseconds kClientPollInterval{100};
+ReplyFinish run_generation_collected(Engine& engine, const Tokenizer& tokenizer, GenerationJob job,
+                                     CollectingSink& sink, std::function<bool()> client_gone);
+
 }  // namespace akv

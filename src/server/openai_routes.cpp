@@ -6,6 +6,7 @@
 
 #include "server/api_error.h"
 #include "server/chat_generation.h"
+#include "server/connection_watch.h"
 #include "server/json_fields.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -93,8 +94,11 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
 
   if (!parsed.chat.stream) {
     CollectingSink sink;
-    const ReplyFinish f = run_generation(ctx.engine, ctx.tokenizer, std::move(prep->job), sink);
+    const ReplyFinish f =
+        run_generation_collected(ctx.engine, ctx.tokenizer, std::move(prep->job), sink, client_gone_check(req));
     log_request("chat.completions", who.agent, f);
+    if (f.reason == StopReason::Cancelled)
+      throw Error(ErrorKind::InvalidArgument, "the client closed the connection before the reply was ready");
     if (f.reason == StopReason::Error) throw Error(ErrorKind::Internal, "generation failed: " + f.error_message);
     res.set_content(openai_chat_completion(id, model, created, sink).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
@@ -134,8 +138,11 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
 
   if (!parsed.options.stream) {
     CollectingSink sink;
-    const ReplyFinish f = run_generation(ctx.engine, ctx.tokenizer, std::move(prep->job), sink);
+    const ReplyFinish f =
+        run_generation_collected(ctx.engine, ctx.tokenizer, std::move(prep->job), sink, client_gone_check(req));
     log_request("completions", who.agent, f);
+    if (f.reason == StopReason::Cancelled)
+      throw Error(ErrorKind::InvalidArgument, "the client closed the connection before the reply was ready");
     if (f.reason == StopReason::Error) throw Error(ErrorKind::Internal, "generation failed: " + f.error_message);
     std::string text = echo;
     for (const OutputBlock& b : sink.blocks()) text += b.text;

@@ -28,3 +28,30 @@ test('Q1 queue full: 529 overloaded_error / 429, then served again', async () =>
   const again = await post('/v1/messages', { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(again.status, 200);
 });
+
+// cpp-httplib tells a handler nothing about a client that leaves; the server watches the socket
+// of a non-streaming request and cancels its generation within a step or so, in prefill (a long
+// prompt) as in decoding (a short one).
+for (const [route, prompt] of [['/v1/messages', 'word '.repeat(3000)], ['/v1/chat/completions', 'hi']]) {
+  test(`Q2 an aborted non-streaming request (${route}, ${prompt.length} chars) is cancelled, and its slot is free again`, async () => {
+    const finished = () => [...server.log().matchAll(/output_tokens=(\d+) .*finish=(\w+)/g)].map((m) => ({ output: +m[1], finish: m[2] }));
+    const before = finished().length;
+    const controller = new AbortController();
+    const body = { model: 'm', max_tokens: 4000, temperature: 0, messages: [{ role: 'user', content: prompt }] };
+    const request = fetch(`${server.url}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: controller.signal });
+    await new Promise((r) => setTimeout(r, 400));
+    assert.equal(finished().length, before, 'the request ended before the abort; make it longer');
+    const abortedAt = Date.now();
+    controller.abort();
+    await assert.rejects(request, { name: 'AbortError' });
+    while (finished().length === before && Date.now() - abortedAt < 5000) await new Promise((r) => setTimeout(r, 20));
+    const elapsed = Date.now() - abortedAt;
+    const last = finished().at(-1);
+    assert.equal(finished().length, before + 1, server.log());
+    assert.equal(last.finish, 'cancelled');
+    assert.ok(last.output < 4000, JSON.stringify(last));
+    assert.ok(elapsed < 2000, `cancelled ${elapsed} ms after the abort`);
+    const again = await post(route, { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(again.status, 200);
+  });
+}
