@@ -177,4 +177,11 @@ ChatRequest parse_anthropic_messages(const json& body) {
 
 ChatRequest parse_anthropic_count_tokens(const json& body) { return parse_common(body); }
 
+bool thinking_display_omitted(const json& body) {
+  const auto t = body.find("thinking");
+  if (t == body.end() || !t->is_object()) return false;
+  const auto d = t->find("display");
+  return d != t->end() && d->is_string() && d->get<std::string>() == "omitted";
+}
+
 }  // namespace akv

@@ -13,5 +13,7 @@ namespace akv {
 ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body);
 // POST /v1/messages/count_tokens: the same body without max_tokens.
 ChatRequest parse_anthropic_count_tokens(const nlohmann::ordered_json& body);
+// `thinking.display` is "omitted": the reply leaves reasoning out (api-notes §6).
+bool thinking_display_omitted(const nlohmann::ordered_json& body);
 
 }  // namespace akv

@@ -46,6 +46,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, /*anthropic_zero_is_prewarm=*/true));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
+  prep->job.omit_thinking = thinking_display_omitted(body);
   prep->job.request.retention = retention_for(chat, ctx.memory.agents, who.tenant, who.agent);
   const std::string id = random_id("msg_");
   const std::string model = chat.model;

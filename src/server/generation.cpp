@@ -13,10 +13,10 @@ namespace {
 // Forwards to the client's sink and keeps a copy of the reply's blocks.
 class TeeSink final : public OutputSink {
  public:
-  explicit TeeSink(OutputSink& client) : client_(client) {}
+  TeeSink(OutputSink& client, bool omit_thinking) : client_(client), omit_thinking_(omit_thinking) {}
   bool start(const ReplyUsage& u) override { return client_.start(u); }
   bool text(std::string_view d) override { return copy_.text(d) && client_.text(d); }
-  bool thinking(std::string_view d) override { return copy_.thinking(d) && client_.thinking(d); }
+  bool thinking(std::string_view d) override { return omit_thinking_ || (copy_.thinking(d) && client_.thinking(d)); }
   bool tool_start(const std::string& id, const std::string& name) override {
     return copy_.tool_start(id, name) && client_.tool_start(id, name);
   }
@@ -28,6 +28,7 @@ class TeeSink final : public OutputSink {
 
  private:
   OutputSink& client_;
+  const bool omit_thinking_;
   CollectingSink copy_;
 };
 
@@ -133,7 +134,7 @@ ReplyUsage reply_usage(const Usage& u) {
 std::unique_ptr<OutputParser> make_plain_output_parser() { return std::make_unique<PlainOutputParser>(); }
 
 ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& client) {
-  TeeSink sink(client);
+  TeeSink sink(client, job.omit_thinking);
   using Clock = std::chrono::steady_clock;
   const auto t_submit = Clock::now();
   std::optional<Clock::time_point> t_first, t_last;

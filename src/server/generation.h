@@ -34,6 +34,9 @@ struct GenerationJob {
   std::chrono::milliseconds ping_interval{5000};
   // Special tokens reach the parser as text (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]).
   bool keep_special_tokens = false;
+  // Reasoning is generated but not sent (nor among the blocks on_complete gets, so the turn the
+  // client sends back still matches).
+  bool omit_thinking = false;
 };
 
 ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink);

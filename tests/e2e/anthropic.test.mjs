@@ -179,6 +179,49 @@ test('A15 an aborted stream cancels generation and the server keeps serving', as
   assert.equal(msg.type, 'message');
 });
 
+test('A16 message_start carries the full, real usage (not zeros, no missing cache fields)', async () => {
+  const res = await fetch(`${server.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': 'test-key', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model, max_tokens: 3, stream: true, temperature: 0, messages: user('Lily and Tom went out') }),
+  });
+  const events = await readSse(res);
+  assert.equal(events[0].event, 'message_start');
+  const u = events[0].data.message.usage;
+  for (const k of ['input_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens', 'output_tokens'])
+    assert.equal(typeof u[k], 'number', k);
+  assert.ok(u.input_tokens + u.cache_read_input_tokens > 5, JSON.stringify(u));
+  const { input_tokens } = await client.messages.countTokens({ model, messages: user('Lily and Tom went out') });
+  assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
+});
+
+test('A17 any anthropic-version (or none) is accepted; x-api-key wins over a Bearer token', async () => {
+  for (const version of ['2099-12-31', 'garbage', null]) {
+    const headers = { 'content-type': 'application/json', 'x-api-key': 'test-key', authorization: 'Bearer wrong-token' };
+    if (version) headers['anthropic-version'] = version;
+    const res = await fetch(`${server.url}/v1/messages`, { method: 'POST', headers, body: JSON.stringify({ model, max_tokens: 1, messages: user('x') }) });
+    assert.equal(res.status, 200, `anthropic-version ${version}`);
+  }
+});
+
+test('A18 cache_control on short prefixes, with ttl, and at the top level is a no-op, never an error', async () => {
+  const msg = await client.messages.create({
+    model, max_tokens: 2, temperature: 0, cache_control: { type: 'ephemeral', ttl: '1h' },
+    system: [{ type: 'text', text: 'Hi.', cache_control: { type: 'ephemeral', ttl: '5m' } }],
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'a', cache_control: { type: 'ephemeral', ttl: '1h' } }] }],
+  });
+  assert.equal(msg.type, 'message');
+});
+
+test('A19 a changing billing-header nonce does not bust the prefix cache', async () => {
+  const system = (nonce) => [{ type: 'text', text: `x-anthropic-billing-header: cc_version=2.1.332; cch=${nonce};` }, { type: 'text', text: 'You tell short stories about a girl named Lily and her dog.' }];
+  const messages = user('Lily found a red ball in the garden and gave it to her dog.');
+  await client.messages.create({ model, max_tokens: 1, temperature: 0, system: system('aaaa1111'), messages });
+  const again = await client.messages.create({ model, max_tokens: 1, temperature: 0, system: system('bbbb2222'), messages });
+  const total = again.usage.input_tokens + again.usage.cache_read_input_tokens;
+  assert.ok(again.usage.cache_read_input_tokens >= total - 16, JSON.stringify(again.usage));
+});
+
 test('E1 bad JSON is a 400 invalid_request_error', async () => {
   const res = await fetch(`${server.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': 'test-key', 'content-type': 'application/json' }, body: '{"model": ' });
   assert.equal(res.status, 400);

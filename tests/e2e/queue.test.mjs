@@ -2,11 +2,12 @@
 // overloaded_error (Anthropic) / 429 (OpenAI) with retry headers, and is served once the first ends.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODELS } from './server.mjs';
+import { startServer, readSse, MODELS } from './server.mjs';
 
 let server;
 before(async () => {
-  server = await startServer(['--model', `${MODELS}/qwen3-tiny`, '--max-queue', '1', '--prefill-chunk', '256', '--max-batch-tokens', '256']);
+  server = await startServer(['--model', `${MODELS}/qwen3-tiny`, '--max-queue', '1', '--prefill-chunk', '256', '--max-batch-tokens', '256',
+    '--ping-interval-ms', '200']);
 });
 after(async () => server && server.stop());
 
@@ -55,3 +56,15 @@ for (const [route, prompt] of [['/v1/messages', 'word '.repeat(3000)], ['/v1/cha
     assert.equal(again.status, 200);
   });
 }
+
+test('Q3 a long prefill is kept alive with ping events after message_start', async () => {
+  const res = await post('/v1/messages', { model: 'm', max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'ping '.repeat(10000) }] });
+  assert.equal(res.status, 200);
+  const events = await readSse(res);
+  assert.equal(events[0].event, 'message_start');
+  const firstBlock = events.findIndex((e) => e.event === 'content_block_start');
+  const pings = events.slice(0, firstBlock).filter((e) => e.event === 'ping');
+  assert.ok(pings.length >= 1, events.map((e) => e.event).join(','));
+  for (const p of pings) assert.deepEqual(p.data, { type: 'ping' });
+  assert.equal(events.at(-1).event, 'message_stop');
+});

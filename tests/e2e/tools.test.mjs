@@ -207,3 +207,85 @@ test('T7 OpenAI: the first tool_calls delta names the call, argument fragments f
   assert.equal(args, call.function.arguments);
   assert.equal(typeof JSON.parse(args), 'object');
 });
+
+// A prefill that opens <think> makes even the random model reason (the Qwen3 template's tags).
+const thinkingTurn = [{ role: 'user', content: 'Think first.' }, { role: 'assistant', content: '<think>\n' }];
+
+test('T8 reasoning streams in a thinking block only, with one signature_delta just before its stop', async () => {
+  const stream = anthropic.messages.stream({ model, max_tokens: 12, temperature: 0, messages: thinkingTurn });
+  const events = [];
+  for await (const ev of stream) events.push(ev);
+  const final = await stream.finalMessage();
+  const open = new Map();
+  for (const [i, ev] of events.entries()) {
+    if (ev.type === 'content_block_start') open.set(ev.index, ev.content_block.type);
+    if (ev.type === 'content_block_delta') {
+      const want = { text_delta: 'text', thinking_delta: 'thinking', signature_delta: 'thinking', input_json_delta: 'tool_use' }[ev.delta.type];
+      assert.equal(open.get(ev.index), want, JSON.stringify(ev));
+      if (ev.delta.type === 'signature_delta') assert.equal(events[i + 1].type, 'content_block_stop');
+    }
+  }
+  const thinking = events.filter((e) => e.type === 'content_block_delta' && e.delta.type === 'thinking_delta');
+  assert.ok(thinking.length > 0);
+  assert.equal(events.filter((e) => e.type === 'content_block_delta' && e.delta.type === 'signature_delta').length, 1);
+  assert.equal(final.content[0].type, 'thinking');
+  assert.equal(final.content[0].thinking, thinking.map((e) => e.delta.thinking).join(''));
+});
+
+test('T9 thinking display "omitted": no reasoning is sent, streamed or not', async () => {
+  const body = { model, max_tokens: 12, temperature: 0, thinking: { type: 'adaptive', display: 'omitted' }, messages: thinkingTurn };
+  const plain = await anthropic.messages.create(body);
+  assert.ok(plain.content.every((b) => b.type !== 'thinking'), JSON.stringify(plain.content));
+  assert.equal(plain.usage.output_tokens, 12);
+  const stream = anthropic.messages.stream(body);
+  const types = [];
+  for await (const ev of stream) types.push(ev.delta?.type ?? ev.content_block?.type ?? ev.type);
+  assert.ok(!types.includes('thinking') && !types.includes('thinking_delta'), types.join(','));
+  assert.equal(types.at(-1), 'message_stop');
+});
+
+test('T10 tool results: text and tool_result in one user turn, array content, is_error, empty signatures in history', async () => {
+  const messages = [
+    { role: 'user', content: 'List the files.' },
+    { role: 'assistant', content: [
+      { type: 'thinking', thinking: 'use the tool', signature: '' },
+      { type: 'redacted_thinking', data: '' },
+      { type: 'text', text: 'Listing.' },
+      { type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { city: 'Oslo', unit: 'c' } },
+      { type: 'tool_use', id: 'toolu_02', name: 'get_weather', input: { city: 'Rome', unit: 'f' } },
+    ] },
+    { role: 'user', content: [
+      { type: 'text', text: 'Here you go:' },
+      { type: 'tool_result', tool_use_id: 'toolu_01', content: [{ type: 'text', text: 'sunny' }, { type: 'text', text: '24C' }] },
+      { type: 'tool_result', tool_use_id: 'toolu_02', content: 'no such city', is_error: true, cache_control: { type: 'ephemeral', ttl: '1h' } },
+    ] },
+  ];
+  const msg = await anthropic.messages.create({ model, max_tokens: 3, temperature: 0, tools: [weatherTool], messages });
+  const { input_tokens } = await anthropic.messages.countTokens({ model, tools: [weatherTool], messages });
+  const u = msg.usage;
+  assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
+  const s = await anthropic.messages.stream({ model, max_tokens: 3, temperature: 0, tools: [weatherTool], messages }).finalMessage();
+  assert.equal(s.usage.output_tokens, 3);
+});
+
+test('T11 schemas with format, propertyNames, $schema and \\p{..} patterns compile for a forced call', async () => {
+  const tool = {
+    name: 'Edit',
+    input_schema: {
+      $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object', additionalProperties: false,
+      propertyNames: { pattern: '^[a-z_]+$' },
+      properties: {
+        file_path: { type: 'string', format: 'uri-reference', maxLength: 30 },
+        label: { type: 'string', pattern: '^\\p{L}+$', maxLength: 10 },
+        when: { type: 'string', format: 'date-time', maxLength: 25 },
+      },
+      required: ['file_path', 'label'],
+    },
+  };
+  const msg = await anthropic.messages.create({ model, max_tokens: 120, temperature: 0, tools: [tool], tool_choice: { type: 'tool', name: 'Edit' }, messages: [{ role: 'user', content: 'Edit a.txt' }] });
+  const call = msg.content.find((b) => b.type === 'tool_use');
+  assert.equal(call.name, 'Edit');
+  assert.equal(typeof call.input.file_path, 'string');
+  assert.equal(typeof call.input.label, 'string');
+  assert.equal(msg.stop_reason, 'tool_use');
+});

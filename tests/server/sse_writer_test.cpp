@@ -100,6 +100,41 @@ TEST(AnthropicSse, BlocksAreSequentialTypedAndClosed) {
   EXPECT_EQ(ev.back().name, "message_stop");
 }
 
+TEST(AnthropicSse, AFailureAfterTheStartIsAnErrorEvent) {
+  std::string wire;
+  AnthropicSseWriter w("msg_1", "m", [&wire](std::string_view s) {
+    wire += s;
+    return true;
+  });
+  w.start({.prompt_tokens = 10});
+  w.text("partial");
+  w.error("overloaded_error", "Overloaded");
+  const std::vector<Event> ev = parse_sse(wire);
+  ASSERT_EQ(ev.size(), 4u);  // message_start, block start, delta, error (the stream then ends)
+  EXPECT_EQ(ev[0].name, "message_start");
+  EXPECT_EQ(ev.back().name, "error");
+  EXPECT_EQ(ev.back().data["error"]["type"], "overloaded_error");
+  EXPECT_EQ(ev.back().data["error"]["message"], "Overloaded");
+}
+
+TEST(OpenAiChunks, AFailureAfterTheStartIsAnErrorChunkThenDone) {
+  std::string wire;
+  OpenAiChunkWriter w("chatcmpl-1", "m", 1, /*include_usage=*/false, [&wire](std::string_view s) {
+    wire += s;
+    return true;
+  });
+  w.start({});
+  w.error("server_error", "boom");
+  const std::string expected_tail = "data: [DONE]\n\n";
+  ASSERT_GE(wire.size(), expected_tail.size());
+  EXPECT_EQ(wire.substr(wire.size() - expected_tail.size()), expected_tail);
+  const std::size_t at = wire.find("data: {\"error\"");
+  ASSERT_NE(at, std::string::npos);
+  const json e = json::parse(wire.substr(at + 6, wire.find("\n\n", at) - at - 6));
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_EQ(e["error"]["message"], "boom");
+}
+
 TEST(OpenAiChunks, RoleFirstToolCallsIndexedUsageLastThenDone) {
   std::string wire;
   OpenAiChunkWriter w("chatcmpl-1", "m", 1, /*include_usage=*/true, [&wire](std::string_view s) {
