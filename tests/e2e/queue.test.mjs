@@ -68,3 +68,16 @@ test('Q3 a long prefill is kept alive with ping events after message_start', asy
   for (const p of pings) assert.deepEqual(p.data, { type: 'ping' });
   assert.equal(events.at(-1).event, 'message_stop');
 });
+
+test('Q4 a burst of 25 count_tokens calls (Claude Code\'s /context) is answered while a generation holds the only slot', async () => {
+  const first = post('/v1/messages', { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'other '.repeat(6000) }] });
+  await new Promise((r) => setTimeout(r, 150));
+  const busy = await post('/v1/messages', { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(busy.status, 529);  // the slot is taken
+  const counts = await Promise.all(Array.from({ length: 25 }, (_, i) =>
+    post('/v1/messages/count_tokens?beta=true', { model: 'm', tools: [], messages: [{ role: 'user', content: `section ${i} `.repeat(i + 1) }] })));
+  for (const r of counts) assert.equal(r.status, 200);
+  const tokens = await Promise.all(counts.map((r) => r.json()));
+  for (let i = 1; i < tokens.length; ++i) assert.ok(tokens[i].input_tokens > tokens[i - 1].input_tokens);
+  assert.equal((await first).status, 200);
+});
