@@ -404,17 +404,17 @@ class ToolCallParser::CallStream final : public JsonListener {
   // `origin`: where the body's JSON starts in the parser's buffer. `fixed_name`: Mistral's
   // name[ARGS]{...} form, whose whole value is the arguments. `strict`: a bare Llama reply is a
   // call only with arguments.
-  CallStream(ToolCallParser& parser, std::size_t origin, std::string fixed_name, bool strict)
-      : parser_(parser), origin_(origin), fixed_name_(std::move(fixed_name)), strict_(strict) {}
+  CallStream(std::size_t origin, std::string fixed_name, bool strict)
+      : origin_(origin), fixed_name_(std::move(fixed_name)), strict_(strict) {}
 
   std::size_t origin() const { return origin_; }
   // Still inside a valid JSON prefix: the body has not ended.
   bool scanning() const { return scan_.status() == JsonScanner::Status::InValue; }
   bool yielded_calls() const { return n_yielded_ > 0; }
 
-  // Scans what `buf` holds beyond what was fed before.
-  void feed(std::vector<OutputEvent>& out, std::string_view buf) {
-    bind(out, buf);
+  // Scans what `buf` (the parser's buffer) holds beyond what was fed before.
+  void feed(ToolCallParser& parser, std::vector<OutputEvent>& out, std::string_view buf) {
+    bind(parser, out, buf);
     for (; fed_ < body_.size() && scanning(); ++fed_) {
       if (scan_.feed(body_[fed_], fed_, this) == JsonScanner::Status::Error) {
         if (streaming_) cut_call();
@@ -423,14 +423,14 @@ class ToolCallParser::CallStream final : public JsonListener {
       if (args_open_ && scan_.closable()) safe_end_ = fed_ + 1;
     }
     if (args_open_) send_args(safe_end_);
-    out_ = nullptr;
+    unbind();
   }
 
   // The body ended (or the reply did): a call still open is cut short.
-  void close(std::vector<OutputEvent>& out, std::string_view buf) {
-    bind(out, buf);
+  void close(ToolCallParser& parser, std::vector<OutputEvent>& out, std::string_view buf) {
+    bind(parser, out, buf);
     if (streaming_) cut_call();
-    out_ = nullptr;
+    unbind();
   }
 
   void on_key(std::size_t begin, std::size_t end, std::size_t depth) override {
@@ -480,9 +480,16 @@ class ToolCallParser::CallStream final : public JsonListener {
   }
 
  private:
-  void bind(std::vector<OutputEvent>& out, std::string_view buf) {
+  void bind(ToolCallParser& parser, std::vector<OutputEvent>& out, std::string_view buf) {
+    parser_ = &parser;
     out_ = &out;
     body_ = buf.substr(origin_);
+  }
+
+  void unbind() {
+    parser_ = nullptr;
+    out_ = nullptr;
+    body_ = {};
   }
 
   static std::optional<std::string> json_string(std::string_view raw) {
@@ -502,10 +509,10 @@ class ToolCallParser::CallStream final : public JsonListener {
   }
 
   void yield_start(const std::string& name) {
-    parser_.pending_ws_.clear();  // whitespace before a call is dropped
-    parser_.ws_before_call_.clear();
-    out_->push_back({.kind = OutputEvent::Kind::ToolCallStart, .name = name, .id = parser_.options_.make_call_id()});
-    ++parser_.n_calls_;
+    parser_->pending_ws_.clear();  // whitespace before a call is dropped
+    parser_->ws_before_call_.clear();
+    out_->push_back({.kind = OutputEvent::Kind::ToolCallStart, .name = name, .id = parser_->options_.make_call_id()});
+    ++parser_->n_calls_;
     ++n_yielded_;
   }
 
@@ -554,7 +561,7 @@ class ToolCallParser::CallStream final : public JsonListener {
       args_open_ = false;
     }
     end_call();
-    ++parser_.n_cut_calls_;
+    ++parser_->n_cut_calls_;
   }
 
   void end_object(std::size_t end) {
@@ -577,7 +584,6 @@ class ToolCallParser::CallStream final : public JsonListener {
     end_call();
   }
 
-  ToolCallParser& parser_;
   const std::size_t origin_;
   const std::string fixed_name_;
   const bool strict_;
@@ -585,6 +591,7 @@ class ToolCallParser::CallStream final : public JsonListener {
   std::size_t fed_ = 0;  // body bytes scanned
   int n_yielded_ = 0;    // calls started from this body
   // Bound while feeding.
+  ToolCallParser* parser_ = nullptr;
   std::vector<OutputEvent>* out_ = nullptr;
   std::string_view body_;
   // The shape: a call object's keys are at depth 1 (one object) or 2 (an array of them); 0: neither.
@@ -765,9 +772,9 @@ bool ToolCallParser::step_call(std::vector<OutputEvent>& out, bool final) {
     }
   }
   if (!stream_)
-    stream_ = std::make_unique<CallStream>(*this, json_from, name_prefix, /*strict=*/call_opener_.empty());
+    stream_ = std::make_unique<CallStream>(json_from, name_prefix, /*strict=*/call_opener_.empty());
   AKV_CHECK(stream_->origin() == json_from, "a call body's JSON starts where it started");
-  stream_->feed(out, buf_);
+  stream_->feed(*this, out, buf_);
   // A valid JSON prefix has not ended: the closer outside strings, or the value's end, would
   // have ended (or broken) it.
   if (stream_->scanning() && !final) return false;
@@ -790,7 +797,7 @@ bool ToolCallParser::step_call(std::vector<OutputEvent>& out, bool final) {
   }
   const std::string raw = call_opener_ + buf_.substr(0, consumed);
   std::unique_ptr<CallStream> stream = std::move(stream_);
-  stream->close(out, buf_);
+  stream->close(*this, out, buf_);
   buf_.erase(0, consumed);
   if (stream->yielded_calls()) {  // what of the body was not a call is dropped
     mode_ = Mode::Text;

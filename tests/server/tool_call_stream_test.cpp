@@ -237,6 +237,19 @@ TEST(ToolCallStream, RandomArgumentsAnyPieces) {
   }
 }
 
+TEST(ToolCallStream, AParserMovedInsideACallCarriesOn) {
+  ToolCallParser first({.format = ToolCallFormat::Hermes});
+  std::vector<OutputEvent> ev = first.feed("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"b");
+  ToolCallParser moved(std::move(first));
+  const std::vector<OutputEvent> more = moved.feed("c\"}}</tool_call>");
+  ev.insert(ev.end(), more.begin(), more.end());
+  std::string args;
+  for (const OutputEvent& e : ev)
+    if (e.kind == Kind::ToolCallArgsDelta) args += e.text;
+  EXPECT_EQ(args, R"({"a": "bc"})");
+  EXPECT_EQ(moved.n_complete_calls(), 1);
+}
+
 TEST(ToolOutputParser, ACutCallIsNoToolUse) {
   auto complete = make_tool_output_parser({.format = ToolCallFormat::Hermes});
   CollectingSink sink;
