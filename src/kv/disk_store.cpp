@@ -202,10 +202,10 @@ void DiskStore::scan_blocks() {
       check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
-        files_[*key] = {.bytes = st.st_size,
-                        .last_use_ms = std::int64_t{st.st_mtim.tv_sec} * 1000 +
-                                       st.st_mtim.tv_nsec / 1000000,
-                        .parent = h.parent};
+        files_[*key] = {
+            .bytes = st.st_size,
+            .last_use_ms = std::int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000,
+            .parent = h.parent};
         ++stats_.n_blocks;
         stats_.bytes += st.st_size;
         break;
@@ -418,6 +418,7 @@ DiskStoreStats DiskStore::stats() const {
   std::lock_guard lock(mu_);
   DiskStoreStats s = stats_;
   s.paused = now_ms() < paused_until_ms_;
+  s.max_bytes = options_.max_bytes;
   return s;
 }
 
@@ -621,8 +622,8 @@ bool DiskStore::make_room(std::int64_t incoming) {
   {
     std::lock_guard lock(mu_);
     if (stats_.bytes + incoming <= options_.max_bytes) return true;
-    const auto low_bytes = static_cast<std::int64_t>(options_.low_water *
-                                                     static_cast<double>(options_.max_bytes));
+    const auto low_bytes =
+        static_cast<std::int64_t>(options_.low_water * static_cast<double>(options_.max_bytes));
     victims = pick_victims(Sweep::Budget, low_bytes - incoming);
     std::int64_t freed = 0;
     for (const Hash128& k : victims) freed += files_.at(k).bytes;

@@ -57,8 +57,9 @@ struct DiskStoreOptions {
 };
 
 struct DiskStoreStats {
-  std::int64_t n_blocks = 0;  // usable block files
-  std::int64_t bytes = 0;     // their total size
+  std::int64_t n_blocks = 0;   // usable block files
+  std::int64_t bytes = 0;      // their total size
+  std::int64_t max_bytes = 0;  // DiskStoreOptions::max_bytes (0: unlimited)
   std::int64_t n_manifests = 0;
   std::int64_t rejected_foreign = 0;  // another model, tokenizer, template, layout or codec
   std::int64_t rejected_version = 0;

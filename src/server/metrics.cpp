@@ -47,6 +47,7 @@ void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk,
   if (disk != nullptr) {
     metric(out, "gauge", "agentkv_kv_disk_blocks", "usable KV block files", d(disk->n_blocks));
     metric(out, "gauge", "agentkv_kv_disk_bytes", "bytes of the usable block files", d(disk->bytes));
+    metric(out, "gauge", "agentkv_kv_disk_max_bytes", "the disk tier's budget (0: unlimited)", d(disk->max_bytes));
     metric(out, "counter", "agentkv_kv_disk_written_total", "block files written", d(disk->n_written));
     metric(out, "counter", "agentkv_kv_disk_restored_total", "blocks loaded from disk", d(disk->n_loaded));
     metric(out, "counter", "agentkv_kv_disk_dropped_total", "blocks not spilled (queue full, paused, over budget)",
@@ -55,8 +56,12 @@ void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk,
            d(disk->n_write_errors));
     metric(out, "counter", "agentkv_kv_disk_rejected_total", "files of another model or version, or damaged",
            d(disk->rejected_foreign + disk->rejected_version + disk->rejected_corrupt));
-    metric(out, "counter", "agentkv_kv_disk_evicted_total", "block files deleted to keep the budget or for age",
-           d(disk->n_evicted + disk->n_gc));
+    metric(out, "counter", "agentkv_kv_disk_evicted_total", "block files deleted to keep the budget",
+           d(disk->n_evicted));
+    metric(out, "counter", "agentkv_kv_disk_collected_total", "block files no agent names, deleted for age",
+           d(disk->n_gc));
+    metric(out, "counter", "agentkv_kv_disk_over_budget_total",
+           "blocks not spilled: the budget is full of pinned blocks", d(disk->n_over_budget));
     metric(out, "gauge", "agentkv_kv_disk_paused", "1 while spilling is paused after an error", disk->paused ? 1 : 0);
   }
 }

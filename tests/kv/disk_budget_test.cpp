@@ -185,13 +185,14 @@ TEST(DiskBudget, AWriteThatCannotFitIsDroppedCountedAndPausesSpilling) {
 TEST(DiskBudget, OldBlocksNoManifestNamesAreCollected) {
   Fixture f;
   auto store = DiskStore::open_or_throw(f.options(0));  // no budget
-  f.write(*store, key(0));               // unnamed, will be old
-  f.write(*store, key(1));               // named, will be old
-  f.write(*store, key(2));               // unnamed head, old ...
+  // Old: key(0) unnamed, key(1) named, key(2) unnamed with a young tail key(3). Young: key(4).
+  f.write(*store, key(0));
+  f.write(*store, key(1));
+  f.write(*store, key(2));
   store->put_manifest(agent("a", {key(1)}, false));
   f.now_ms += kHourMs - 10'000;
-  f.write(*store, key(3), key(2));       // ... with a young tail
-  f.write(*store, key(4));               // unnamed, young
+  f.write(*store, key(3), key(2));
+  f.write(*store, key(4));
   f.now_ms += 20'000;
   store->collect_garbage();
   store->flush();
