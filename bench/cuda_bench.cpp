@@ -3,8 +3,8 @@
 // the GPU through the backend's ops (the model blocks of src/models): decode at 1, 8 and 32
 // sequences against the bandwidth bound, eagerly and as CUDA graphs (recorded steps), per-op GPU
 // time at 1, 8 and 32 sequences, a 4K-token prefill and the cold time to first token from 1K to
-// 32K tokens.
-// Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N]
+// 32K tokens. --prefill-only 1 measures only the prefill, its per-op table and the cold TTFT.
+// Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -349,7 +349,7 @@ struct DecodeTime {
 };
 
 int run(int argc, char** argv) {
-  std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768;
+  std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -357,6 +357,7 @@ int run(int argc, char** argv) {
     else if (a == "--prefill") prefill = v;
     else if (a == "--steps") steps = v;
     else if (a == "--ttft-max") ttft_max = v;
+    else if (a == "--prefill-only") prefill_only = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -407,6 +408,41 @@ int run(int argc, char** argv) {
   std::vector<double> pt;
   for (int i = 0; i < 3; ++i) pt.push_back(step(0, prefill));
   const double prefill_s = median(pt);
+
+  // Cold time to first token: one prefill chunk from position 0 (warm-up, then median).
+  auto measure_ttft = [&] {
+    std::vector<std::pair<std::int64_t, double>> ttft;
+    for (std::int64_t n = 1024; n <= ttft_max; n *= 2) {
+      if (n == 2048) continue;
+      step(0, n);
+      std::vector<double> t;
+      for (int i = 0; i < (n <= 8192 ? 3 : 2); ++i) t.push_back(step(0, n));
+      ttft.push_back({n, median(t)});
+    }
+    return ttft;
+  };
+  auto print_ttft = [](const std::vector<std::pair<std::int64_t, double>>& ttft) {
+    for (const auto& [n, t] : ttft)
+      std::printf("| cold TTFT, %lld-token prompt (one chunk) | %.1f ms (%.0f tok/s) |\n", static_cast<long long>(n),
+                  t * 1e3, double(n) / t);
+  };
+  if (prefill_only != 0) {
+    OpTimer timer(be);
+    model.set_ops(timer);
+    step(0, prefill);
+    timer.collect_step();
+    timer.reset();  // the first pass is warm-up
+    step(0, prefill);
+    timer.collect_step();
+    timer.print("prefill op (4K tokens)");
+    model.set_ops(be);
+    const auto ttft = measure_ttft();
+    std::printf("\n| measurement | value |\n| --- | --- |\n");
+    std::printf("| prefill %lld tokens | %.0f tok/s (%.1f ms) |\n", static_cast<long long>(prefill),
+                double(prefill) / prefill_s, prefill_s * 1e3);
+    print_ttft(ttft);
+    return 0;
+  }
 
   // Batch-1 decode after a prompt of `ctx` tokens: eager, then as graphs, from the same prompt.
   auto decode = [&](std::int64_t ctx, bool graphs) {
@@ -505,15 +541,7 @@ int run(int argc, char** argv) {
   };
   const Multi m8 = multi(8), m32 = multi(32);
 
-  // Cold time to first token: one prefill chunk from position 0 (warm-up, then median).
-  std::vector<std::pair<std::int64_t, double>> ttft;
-  for (std::int64_t n = 1024; n <= ttft_max; n *= 2) {
-    if (n == 2048) continue;
-    step(0, n);
-    std::vector<double> t;
-    for (int i = 0; i < (n <= 8192 ? 3 : 2); ++i) t.push_back(step(0, n));
-    ttft.push_back({n, median(t)});
-  }
+  const auto ttft = measure_ttft();
 
   std::printf("\n| measurement | value |\n| --- | --- |\n");
   std::printf("| device copy bandwidth (read + write) | %.0f GB/s |\n", bw * 1e-9);
@@ -547,9 +575,7 @@ int run(int argc, char** argv) {
               static_cast<long long>(prefill), double(prefill) / prefill_s, prefill_s * 1e3);
   const double prefill_flops = 2.0 * double(model.decode_bytes()) / 2.0 * double(prefill);
   std::printf("| prefill matmul rate (2 * params * tokens / time) | %.0f TFLOP/s |\n", prefill_flops / prefill_s * 1e-12);
-  for (const auto& [n, t] : ttft)
-    std::printf("| cold TTFT, %lld-token prompt (one chunk) | %.1f ms (%.0f tok/s) |\n", static_cast<long long>(n),
-                t * 1e3, double(n) / t);
+  print_ttft(ttft);
   return 0;
 }
 

@@ -277,6 +277,25 @@ TEST(CudaOps, AttentionPrefillDecodeMixed) {
   }
 }
 
+// Tensor-core prefill tiles: chunks not a multiple of the tile, continuing a cached prefix
+// (start > 0), windows crossing tile edges, GQA groups of 4 (two heads per block), 1 and 3 (one).
+TEST(CudaOps, AttentionPrefillTiles) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::vector<SeqSpec> chunks = {{0, 300}, {200, 130}, {5, 129}, {64, 64}, {1000, 77}};
+  struct Heads {
+    std::int64_t h, kv, d;
+  };
+  for (Heads hd : {Heads{16, 4, 128}, Heads{8, 2, 64}, Heads{4, 4, 128}, Heads{6, 2, 64}}) {
+    for (std::int64_t window : {0, 63, 64, 129}) {
+      for (double cap : {0.0, 30.0}) {
+        if (cap > 0.0 && window != 64) continue;
+        EXPECT_LE(attention_error(DType::BF16, hd.h, hd.kv, hd.d, window, cap, chunks), 1e-2)
+            << "heads " << hd.h << "/" << hd.kv << " d " << hd.d << " window " << window << " cap " << cap;
+      }
+    }
+  }
+}
+
 TEST(CudaOps, StoreAndCopyKvBlock) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();

@@ -1,8 +1,10 @@
 // Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16 with
 // f32 accumulators) for BF16 KV and head_dim 64 or 128. One block = 64 query rows of one
-// sequence chunk and one head, 4 warps of 16 rows; key/value tiles of 64 positions are gathered
-// through the block table with cp.async into padded shared memory, two stages deep. Causal and
-// sliding-window masks and the logit softcap are applied to the f32 scores; P stays in registers.
+// sequence chunk for one query head (4 warps of 16 rows) or two heads of one GQA group (8 warps:
+// each K/V tile in shared memory serves both); key/value tiles of 64 positions are gathered
+// through the block table with cp.async into padded shared memory, two stages deep.
+// Causal and sliding-window masks and the logit softcap are applied to the f32 scores; P stays in
+// registers.
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
@@ -13,7 +15,9 @@ namespace {
 
 constexpr int kRows = kPrefillTileRows;  // query rows per block (4 warps x 16)
 constexpr int kKeys = 64;                // keys per tile
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;           // per query head of a block
+constexpr int kGroupHeads = 2;          // query heads per block when the GQA group is even
+constexpr int kStages = 2;              // K/V tiles in flight (3 measured no faster on an H100)
 constexpr int kPad = 8;                  // bf16 elements of row padding: conflict-free fragments
 
 using bf16 = __nv_bfloat16;
@@ -52,25 +56,32 @@ __device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
   return y;
 }
 
-template <int D>
+template <int D, int kHeads>
 constexpr int smem_bytes() {
-  return (kRows + 4 * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
+  return (kHeads * kRows + 2 * kStages * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// One block: query tile `tile` (kRows positions of one chunk) for kHeads consecutive query heads
+// that share one KV head (GQA), so every K/V tile brought into shared memory serves
+// kHeads * kRows query rows. Warp w takes rows 16 (w % 4).. of head h0 + w / 4.
+template <int D, int kHeads>
+__global__ void __launch_bounds__(kHeads * kThreads, 1)
     prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
                              std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
   pdl_trigger();
   pdl_wait();
   constexpr int LD = D + kPad;
+  constexpr int kBlockThreads = kHeads * kThreads;
+  constexpr int kChunks = D / 8;                          // 16-byte pieces of one K/V row
+  constexpr int kRowsPerPass = kBlockThreads / kChunks;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [kRows][LD]
-  bf16* Ks = Qs + kRows * LD;                 // [2][kKeys][LD]
-  bf16* Vs = Ks + 2 * kKeys * LD;             // [2][kKeys][LD]
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [kHeads * kRows][LD]
+  bf16* Ks = Qs + kHeads * kRows * LD;        // [kStages][kKeys][LD]
+  bf16* Vs = Ks + kStages * kKeys * LD;       // [kStages][kKeys][LD]
 
-  const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.x);  // longest tiles first
-  const int h = blockIdx.y;
+  // Heads vary fastest over the grid, so the longest tiles of every head start first.
+  const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.y);
+  const int h0 = blockIdx.x * kHeads;
   const std::int32_t* info = b.seq_info + 4 * b.tiles[2 * tile];
   const int q0 = b.tiles[2 * tile + 1];
   const int first_row = info[0] + q0;
@@ -79,20 +90,24 @@ __global__ void __launch_bounds__(kThreads)
   const int last = pos0 + rows - 1;
   const int lo = a.window > 0 ? max(0, pos0 - a.window + 1) : 0;
   const std::int32_t* table = b.tables + info[3];
-  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const bf16* kc = static_cast<const bf16*>(kv.k);
-  const bf16* vc = static_cast<const bf16*>(kv.v);
+  const int wr = warp % 4;  // row group of this warp within the tile
+  const int h = h0 + warp / 4;
+  const bf16* kc = static_cast<const bf16*>(kv.k) + std::int64_t{kvh} * D + (tid % kChunks) * 8;
+  const bf16* vc = static_cast<const bf16*>(kv.v) + std::int64_t{kvh} * D + (tid % kChunks) * 8;
 
+  // Each thread copies one fixed 16-byte column of every kRowsPerPass-th key row.
   auto load_kv = [&](int buf, int kb) {
-    for (int i = tid; i < kKeys * (D / 8); i += kThreads) {
-      const int r = i / (D / 8), c8 = (i % (D / 8)) * 8;
+    const int c8 = (tid % kChunks) * 8;
+#pragma unroll
+    for (int r = tid / kChunks; r < kKeys; r += kRowsPerPass) {
       const int p = kb + r;
       bf16* kd = Ks + (buf * kKeys + r) * LD + c8;
       bf16* vd = Vs + (buf * kKeys + r) * LD + c8;
       if (p <= last) {
-        const std::int64_t row = std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
-        const std::int64_t off = row * kv.row_width + std::int64_t{kvh} * D + c8;
+        const std::int64_t off =
+            (std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * kv.row_width;
         cp_async16(kd, kc + off);
         cp_async16(vd, vc + off);
       } else {
@@ -100,16 +115,21 @@ __global__ void __launch_bounds__(kThreads)
         *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
       }
     }
-    cp_async_commit();
   };
 
   const int n_kt = (last - lo + kKeys) / kKeys;
-  load_kv(0, lo);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_kt) load_kv(s, lo + s * kKeys);
+    cp_async_commit();
+  }
 
-  for (int i = tid; i < kRows * (D / 4); i += kThreads) {
+  for (int i = tid; i < kHeads * kRows * (D / 4); i += kBlockThreads) {
     const int r = i / (D / 4), c4 = (i % (D / 4)) * 4;
+    const int hl = r / kRows, rr = r % kRows;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows) v = *reinterpret_cast<const float4*>(q + (first_row + r) * qs + std::int64_t{h} * D + c4);
+    if (rr < rows)
+      v = *reinterpret_cast<const float4*>(q + (first_row + rr) * qs + std::int64_t{h0 + hl} * D + c4);
     *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4) = pack_bf16(v.x, v.y);
     *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4 + 2) = pack_bf16(v.z, v.w);
   }
@@ -130,20 +150,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  const int qpos[2] = {pos0 + warp * 16 + g, pos0 + warp * 16 + g + 8};
+  const int qpos[2] = {pos0 + wr * 16 + g, pos0 + wr * 16 + g + 8};
   const float scale_log2 = a.scale * kLog2e;
 
   for (int it = 0; it < n_kt; ++it) {
     const int kb = lo + it * kKeys;
-    if (it + 1 < n_kt) {
-      load_kv((it + 1) & 1, kb + kKeys);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    // Tile `it` has landed (one group is committed per iteration); after the barrier every warp
+    // is done with the buffer the prefetch below overwrites (read in iteration it - 1).
+    cp_async_wait<kStages - 2>();
     __syncthreads();
-    const bf16* Kt = Ks + (it & 1) * kKeys * LD;
-    const bf16* Vt = Vs + (it & 1) * kKeys * LD;
+    if (it + kStages - 1 < n_kt) load_kv((it + kStages - 1) % kStages, kb + (kStages - 1) * kKeys);
+    cp_async_commit();
+    const bf16* Kt = Ks + (it % kStages) * kKeys * LD;
+    const bf16* Vt = Vs + (it % kStages) * kKeys * LD;
 
     float sc[kKeys / 8][4];
 #pragma unroll
@@ -165,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query, and
     // sliding windows, need the mask.
-    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + warp * 16;
+    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * 16;
     float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
@@ -231,37 +250,53 @@ __global__ void __launch_bounds__(kThreads)
         mma_bf16(o[dt + 1], pa, r2, r3);
       }
     }
-    __syncthreads();
   }
+  cp_async_wait<0>();
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = warp * 16 + g + 8 * r;
+    const int row = wr * 16 + g + 8 * r;
     if (row >= rows) continue;
     const float inv = 1.0f / l;
     float* orow = out + (first_row + row) * os + std::int64_t{h} * D + 2 * c;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      orow[dt * 8] = o[dt][2 * r] * inv;
-      orow[dt * 8 + 1] = o[dt][2 * r + 1] * inv;
-    }
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
   }
 }
 
+template <int D, int kHeads>
+void launch_dh(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
+               Stream s) {
+  static bool attribute_set = false;  // the engine thread is the only caller
+  if (!attribute_set) {
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kHeads>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
+    attribute_set = true;
+  }
+  launch(prefill_attention_kernel<D, kHeads>, dim3(a.n_heads / kHeads, b.n_tiles), kHeads * kThreads,
+         smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data),
+         out.stride, kv, b, a);
+}
+
+// Two query heads per block when the GQA group and the shared memory allow it (104 KB for
+// head_dim 128: sm_80/sm_90); else one head (87 KB: sm_86/sm_89 too).
 template <int D>
 void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
               Stream s) {
-  static bool attribute_set = false;  // the engine thread is the only caller
-  if (!attribute_set) {
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        smem_bytes<D>()));
-    attribute_set = true;
+  static int smem_optin = -1;  // the engine thread is the only caller
+  if (smem_optin < 0) {
+    int dev = 0;
+    AKV_CUDA_CHECK(cudaGetDevice(&dev));
+    AKV_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
-  launch(prefill_attention_kernel<D>, dim3(b.n_tiles, a.n_heads), kThreads, smem_bytes<D>(), s,
-      static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride, kv, b, a);
+  if ((a.n_heads / a.n_kv_heads) % kGroupHeads == 0 && smem_bytes<D, kGroupHeads>() <= smem_optin)
+    launch_dh<D, kGroupHeads>(q, kv, b, a, out, s);
+  else
+    launch_dh<D, 1>(q, kv, b, a, out, s);
 }
 
 }  // namespace
@@ -276,6 +311,7 @@ void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& 
   AKV_CHECK(reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0 && kv.row_width % 8 == 0,
             "prefill attention: q rows and KV rows must be 16-byte aligned");
   if (b.n_tiles == 0) return;
+  AKV_CHECK(b.n_tiles <= 65535, "prefill attention: at most 65535 query tiles per launch");
   if (a.head_dim == 64)
     launch_d<64>(q, kv, b, a, out, s);
   else

@@ -107,7 +107,8 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
                             int n_splits, float* partial, TensorRef out, Stream s);
 
 // attention_prefill.cu: tensor-core (mma.sync bf16) flash attention over kPrefillTileRows query
-// tiles; only for BF16 KV and head_dim 64 or 128.
+// tiles, two query heads of a GQA group per block where the group is even; only for BF16 KV and
+// head_dim 64 or 128.
 bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim);
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                               TensorRef out, Stream s);
