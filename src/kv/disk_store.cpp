@@ -64,11 +64,11 @@ bool write_all(int fd, std::span<const std::byte> bytes) {
 }
 
 // The whole file, or empty with ok=false.
-std::vector<std::byte> read_all(const std::string& path, bool& ok) {
-  std::vector<std::byte> out;
-  ok = false;
+// Reads the whole file into `out` (resized to it; its capacity is reused). False on any error.
+bool read_file_into(const std::string& path, std::vector<std::byte>& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
+  if (fd < 0) return false;
+  bool ok = false;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && st.st_size >= 0) {
     out.resize(static_cast<std::size_t>(st.st_size));
@@ -82,6 +82,12 @@ std::vector<std::byte> read_all(const std::string& path, bool& ok) {
     ok = done == out.size();
   }
   ::close(fd);
+  return ok;
+}
+
+std::vector<std::byte> read_all(const std::string& path, bool& ok) {
+  std::vector<std::byte> out;
+  ok = read_file_into(path, out);
   return out;
 }
 
@@ -355,8 +361,9 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
                      std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "load: raw block size");
   if (!on_disk(key)) return false;
-  bool ok = false;
-  const std::vector<std::byte> bytes = read_all(block_path(key), ok);
+  // One file buffer per loading thread, reused: restores read many blocks of one size.
+  thread_local std::vector<std::byte> bytes;
+  const bool ok = read_file_into(block_path(key), bytes);
   BlockHeader h;
   const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
   bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok &&

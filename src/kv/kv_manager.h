@@ -150,9 +150,10 @@ class KvManager {
   };
   std::int32_t restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
                                   std::int32_t limit);
-  // Loads the block with `meta` into `buffer_` from the host tier, seq's background load or
-  // the disk; 0 when no tier has it, else 1 (host) or 2 (disk).
-  int load_from_tiers(KvSequence& seq, const TierMeta& meta);
+  // The raw bytes of the block with `meta` from the host tier, seq's background load (searched
+  // from `cursor` on) or the disk; `from` is 1 (host), 2 (disk) or 0 (none has it: empty).
+  // Valid until the next call.
+  std::span<const std::byte> load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from, std::int32_t& cursor);
   void note_key(BlockId block, const TierMeta& meta);
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);

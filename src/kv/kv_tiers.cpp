@@ -101,24 +101,29 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   return true;
 }
 
-int KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta) {
-  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return 1;
-  if (disk_ == nullptr || !disk_->on_disk(meta.key)) return 0;
+std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
+                                                      std::int32_t& cursor) {
+  from = 1;
+  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
+  from = 2;
+  // The background load's blocks are verified already (its file may be gone by now: fine).
   if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
     const auto blocks = job->blocks();
-    for (std::int32_t i = 0; i < job->n_loaded(); ++i) {
+    for (std::int32_t i = cursor; i < job->n_loaded(); ++i) {
       if (!(blocks[i].key == meta.key)) continue;
-      const auto raw = job->raw(i);
-      std::copy(raw.begin(), raw.end(), buffer_.begin());
-      return 2;
+      cursor = i + 1;  // the job's blocks are in chain order
+      return job->raw(i);
     }
   }
-  return disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_) ? 2 : 0;
+  if (disk_ != nullptr && disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
+  from = 0;
+  return {};
 }
 
 std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
                                            std::int32_t matched, std::int32_t limit) {
   const std::int32_t bs = pool_.block_size();
+  std::int32_t cursor = 0;  // into seq's background load
   while (matched + bs <= limit && n_available() > 0) {
     const auto block_tokens = tokens.subspan(matched, bs);
     const Hash128 parent = seq.keys_.empty() ? seq.root_key_ : seq.keys_.back();
@@ -126,10 +131,11 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
                         .parent = parent,
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
                         .depth = static_cast<std::int32_t>(seq.keys_.size())};
-    const int from = load_from_tiers(seq, meta);
+    int from = 0;
+    const std::span<const std::byte> raw = load_from_tiers(seq, meta, from, cursor);
     if (from == 0) break;
     const BlockId b = take_block();  // may evict a cached block (demoting it through demote_buffer_)
-    io_.write(b, buffer_);
+    io_.write(b, raw);
     AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b, "a restored block was already indexed");
     index_.set_retention(b, seq.retention_, /*lower=*/true);
     note_key(b, meta);

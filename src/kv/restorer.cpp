@@ -1,69 +1,111 @@
 #include "kv/restorer.h"
 
-#include <chrono>
-
 #include "base/check.h"
 #include "kv/disk_store.h"
 
 namespace akv {
 
 RestoreJob::RestoreJob(std::vector<Block> blocks, std::size_t block_bytes)
-    : blocks_(std::move(blocks)), block_bytes_(block_bytes) {}
+    : blocks_(std::move(blocks)),
+      block_bytes_(block_bytes),
+      limit_(static_cast<std::int32_t>(blocks_.size())),
+      loaded_(blocks_.size(), false) {}
 
 std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
   AKV_CHECK(i >= 0 && i < n_loaded(), "restore job block not loaded");
   return {bytes_.get() + static_cast<std::size_t>(i) * block_bytes_, block_bytes_};
 }
 
-Restorer::Restorer(DiskStore& disk, std::function<void()> on_done)
-    : disk_(disk), on_done_(std::move(on_done)), thread_([this] { loop(); }) {}
+Restorer::Restorer(DiskStore& disk, std::function<void()> on_done, int n_threads)
+    : disk_(disk), on_done_(std::move(on_done)) {
+  AKV_CHECK(n_threads >= 1, "a restorer needs a thread");
+  for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { loop(); });
+}
 
 Restorer::~Restorer() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
-    for (const auto& job : queue_) job->cancel();
   }
   wake_.notify_all();
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void Restorer::submit(std::shared_ptr<RestoreJob> job) {
+  if (job->blocks_.empty()) {
+    job->done_.store(true, std::memory_order_release);
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));
   }
-  wake_.notify_one();
+  wake_.notify_all();
+}
+
+bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job, std::int32_t& index) {
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return false;
+    std::shared_ptr<RestoreJob>& front = queue_.front();
+    if (front->cancelled_.load(std::memory_order_relaxed)) front->limit_ = std::min(front->limit_, front->next_);
+    if (front->next_ >= front->limit_) {  // nothing left to hand out: whoever loads its last block ends it
+      std::shared_ptr<RestoreJob> drained = std::move(front);
+      queue_.pop_front();
+      if (drained->in_flight_ == 0 && !drained->done()) {
+        drained->done_.store(true, std::memory_order_release);
+        lock.unlock();
+        if (on_done_) on_done_();
+        lock.lock();
+      }
+      continue;
+    }
+    // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
+    if (!front->bytes_)
+      front->bytes_ = std::make_unique_for_overwrite<std::byte[]>(front->blocks_.size() * front->block_bytes_);
+    job = front;
+    index = front->next_++;
+    ++front->in_flight_;
+    return true;
+  }
+}
+
+bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
+  --job.in_flight_;
+  if (ok) {
+    job.loaded_[static_cast<std::size_t>(index)] = true;
+    std::int32_t n = job.n_loaded_.load(std::memory_order_relaxed);
+    while (n < job.limit_ && job.loaded_[static_cast<std::size_t>(n)]) ++n;
+    job.n_loaded_.store(n, std::memory_order_release);
+  } else {
+    job.limit_ = std::min(job.limit_, index);  // the chain breaks here
+  }
+  const bool finished = job.in_flight_ == 0 && (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
+  if (finished && !job.done()) {
+    job.done_.store(true, std::memory_order_release);
+    return true;
+  }
+  return false;
 }
 
 void Restorer::loop() {
   std::unique_lock lock(mu_);
-  while (true) {
-    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, nothing left
-    std::shared_ptr<RestoreJob> job = std::move(queue_.front());
-    queue_.pop_front();
+  std::shared_ptr<RestoreJob> job;
+  std::int32_t index = 0;
+  while (claim(lock, job, index)) {
     lock.unlock();
-    run(*job);
-    if (on_done_) on_done_();
+    const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
+    const std::span<std::byte> out{job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_,
+                                   job->block_bytes_};
+    const bool ok = disk_.load(b.key, b.parent, b.tokens_hash, out);
     lock.lock();
+    if (settle(*job, index, ok)) {
+      lock.unlock();
+      if (on_done_) on_done_();
+      lock.lock();
+    }
+    job.reset();
   }
-}
-
-void Restorer::run(RestoreJob& job) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto n = static_cast<std::int32_t>(job.blocks_.size());
-  // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
-  job.bytes_ = std::make_unique_for_overwrite<std::byte[]>(job.blocks_.size() * job.block_bytes_);
-  for (std::int32_t i = 0; i < n && !job.cancelled_.load(std::memory_order_relaxed); ++i) {
-    const RestoreJob::Block& b = job.blocks_[i];
-    const std::span<std::byte> out{job.bytes_.get() + static_cast<std::size_t>(i) * job.block_bytes_,
-                                   job.block_bytes_};
-    if (!disk_.load(b.key, b.parent, b.tokens_hash, out)) break;
-    job.n_loaded_.store(i + 1, std::memory_order_release);
-  }
-  job.seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  job.done_.store(true, std::memory_order_release);
 }
 
 }  // namespace akv

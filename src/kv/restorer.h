@@ -1,9 +1,11 @@
 // Background loads from the disk tier (architecture.md §4): when a waiting request's prefix
-// continues on disk, the KV manager hands the blocks it needs to the restorer, whose thread
-// reads, verifies and decodes them into host memory while the engine keeps stepping the other
-// sequences; the request is admitted once its own blocks are in (KvManager::restore_pending),
-// and the match then only copies them to the device.
-// Thread-safe: submit from the engine thread; one worker thread does the IO.
+// continues on disk, the KV manager hands the blocks it needs to the restorer, whose threads
+// read, verify and decode them into memory of the job's own while the engine keeps stepping the
+// other sequences; the request is admitted once its own blocks are in
+// (KvManager::restore_pending), and the match then only copies them to the device.
+// Several threads work on one job's blocks at once (each file is one read; keeping several in
+// flight is what approaches the disk's bandwidth); jobs are served in arrival order.
+// Thread-safe: submit from the engine thread.
 #pragma once
 
 #include <atomic>
@@ -23,9 +25,9 @@ namespace akv {
 
 class DiskStore;
 
-// One sequence's blocks to load, in chain order. The restorer fills `raw` front to back;
-// `n_loaded` leading blocks are verified and decoded. A block that is missing or bad ends the
-// job there (the request recomputes from that block on).
+// One sequence's blocks to load, in chain order. A block that is missing or bad ends the job
+// there (the request recomputes from that block on); `n_loaded` leading blocks are verified and
+// decoded.
 class RestoreJob {
  public:
   struct Block {
@@ -40,26 +42,28 @@ class RestoreJob {
   std::int32_t n_loaded() const { return n_loaded_.load(std::memory_order_acquire); }
   // Block i's raw bytes (i < n_loaded()).
   std::span<const std::byte> raw(std::int32_t i) const;
-  // The request went away: the restorer stops at the next block.
+  // The request went away: the restorer stops taking its blocks.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
-  // Seconds the load took (valid once done()).
-  double seconds() const { return seconds_; }
 
  private:
   friend class Restorer;
   std::vector<Block> blocks_;
   std::size_t block_bytes_;
   std::unique_ptr<std::byte[]> bytes_;  // blocks_.size() * block_bytes_, allocated by the restorer
+  // Under the restorer's mutex:
+  std::int32_t next_ = 0;       // next block to hand to a thread
+  std::int32_t limit_ = 0;      // blocks_.size(), or the first block that failed
+  std::int32_t in_flight_ = 0;  // blocks being loaded
+  std::vector<bool> loaded_;
   std::atomic<std::int32_t> n_loaded_{0};
   std::atomic<bool> done_{false}, cancelled_{false};
-  double seconds_ = 0.0;
 };
 
 class Restorer {
  public:
-  // `on_done` runs on the restorer thread after each job finishes (the engine wakes up).
-  Restorer(DiskStore& disk, std::function<void()> on_done);
-  // Cancels what is queued and joins the thread.
+  // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
+  Restorer(DiskStore& disk, std::function<void()> on_done, int n_threads = 4);
+  // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
   Restorer& operator=(const Restorer&) = delete;
@@ -67,16 +71,19 @@ class Restorer {
   void submit(std::shared_ptr<RestoreJob> job);
 
  private:
+  // Takes the next block of the oldest job with one left; false when stopping.
+  bool claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job, std::int32_t& index);
   void loop();
-  void run(RestoreJob& job);
+  // Records block `index` of `job` (loaded or not); true when that finished the job.
+  bool settle(RestoreJob& job, std::int32_t index, bool ok);
 
   DiskStore& disk_;
   std::function<void()> on_done_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<RestoreJob>> queue_;
+  std::deque<std::shared_ptr<RestoreJob>> queue_;  // jobs with blocks not yet handed out
   bool stop_ = false;
-  std::thread thread_;  // last: starts after everything above exists
+  std::vector<std::thread> threads_;  // last: start after everything above exists
 };
 
 }  // namespace akv

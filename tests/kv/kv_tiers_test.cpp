@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -196,20 +197,33 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   o.shape = kShape;
   o.block_size = kBs;
   std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
-  const Tokens a = iota_tokens(17, 100);
+  const Tokens a = iota_tokens(33, 100);  // 8 full blocks and one token
   {
-    Device first(8);
+    Device first(12);
     first.kv.attach_tiers({.disk = disk.get()}, first.io());
     first.run(a);
     disk->flush();
   }
-  Restorer restorer(*disk, {});
-  Device d(8);
+  // Block 5's file goes missing (the store still lists it).
+  Hash128 key = disk->keyer().root("");
+  for (int b = 0; b <= 5; ++b) key = disk->keyer().next(key, std::span(a).subspan(b * kBs, kBs));
+  ASSERT_TRUE(std::filesystem::remove(dir.path + "/blocks/" + key.hex() + ".kvb"));
+
+  Restorer restorer(*disk, {}, /*n_threads=*/3);
+  Device d(12);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   KvSequence cancelled;
   d.kv.restore_pending(cancelled, a, "");
   d.kv.release(cancelled);  // the request went away: its load is dropped, nothing leaks
-  EXPECT_EQ(d.kv.usage().n_free, 8);
+  EXPECT_EQ(d.kv.usage().n_free, 12);
+
+  KvSequence seq;
+  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(d.kv.match(seq, a, ""), 5 * kBs);  // the chain breaks at the missing block
+  EXPECT_EQ(seq.n_restored_blocks(), 5);
+  EXPECT_TRUE(d.check(seq, a, 5));
+  d.kv.release(seq);
 }
 
 }  // namespace
