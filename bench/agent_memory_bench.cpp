@@ -353,7 +353,14 @@ struct LengthRow {
   std::vector<double> cached_tokens_host, cached_tokens_disk;
   std::int64_t host_hits = 0, disk_loaded = 0;  // blocks restored by the warm runs, all runs
   double page_cached_after_drop = 0.0;           // max over runs
-  bool same_tokens = true;                       // every warm run generated what its cold run did
+  // Every warm run generated what its cold run did: the restored KV is the cold run's, and both
+  // compute the prompt's last block through a multi-token (prefill) step ...
+  bool same_tokens = true;
+  // ... and every hot run what its cold run did. The hot run computes only the last token (its
+  // last block is copied on write), a one-row step: on the CPU backends that is the same
+  // arithmetic; on CUDA with bf16 weights prefill GEMMs round activations to bf16 and one-row
+  // GEMVs do not, which can flip a near-tied greedy token of a random model at long contexts.
+  bool hot_equals_cold = true;
   Ids last_prompt;                               // for the restore anatomy
   std::vector<Hash128> last_chain;
 };
@@ -384,8 +391,9 @@ LengthRow measure_length(const Options& o, Backend& backend, const std::string& 
     const Outcome hot = run_request(served->engine(), prompts.back(), agent(prompts.size() - 1), o.gen);
     row.cold.push_back(cold.ttft_ms);
     row.hot.push_back(hot.ttft_ms);
-    row.same_tokens = row.same_tokens && hot.tokens == cold.tokens;
-    fmt::print(stderr, "  {} tokens run {}: cold {:.0f} ms, hot {:.0f} ms\n", n_tokens, r, cold.ttft_ms, hot.ttft_ms);
+    row.hot_equals_cold = row.hot_equals_cold && hot.tokens == cold.tokens;
+    fmt::print(stderr, "  {} tokens run {}: cold {:.0f} ms, hot {:.0f} ms; tokens cold {} hot {}\n", n_tokens, r, cold.ttft_ms,
+               hot.ttft_ms, fmt::join(cold.tokens, ","), fmt::join(hot.tokens, ","));
     if (host && r > 0) {
       const std::int64_t hits0 = host_hits();
       const Outcome warm = run_request(served->engine(), prompts[r - 1], agent(r - 1), o.gen);
@@ -421,8 +429,9 @@ LengthRow measure_length(const Options& o, Backend& backend, const std::string& 
       } else {
         row.warm_disk_cached.push_back(warm.ttft_ms);
       }
-      fmt::print(stderr, "  {} tokens run {}: warm from disk{} {:.0f} ms ({} cached tokens) [{:.3f}, {:.3f}]\n",
-                 n_tokens, r, pass == 0 ? "" : " (page cache)", warm.ttft_ms, warm.cached_tokens, warm.submit_s,
+      fmt::print(stderr, "  {} tokens run {}: warm from disk{} {:.0f} ms ({} cached tokens; tokens {}) [{:.3f}, {:.3f}]\n",
+                 n_tokens, r, pass == 0 ? "" : " (page cache)", warm.ttft_ms, warm.cached_tokens, fmt::join(warm.tokens, ","),
+                 warm.submit_s,
                  warm.first_s);
       row.last_prompt = prompts[r];
       row.last_chain = chain;
@@ -502,12 +511,12 @@ void print_length_report(const Options& o, const std::vector<LengthRow>& rows, c
                          const BlockBytes& bytes) {
   fmt::print("\n## TTFT by prompt length (ms, median of {} runs)\n", o.runs);
   fmt::print("| prompt tokens | cold | hot | warm-from-host | warm-from-disk | warm-from-disk, files in page cache | "
-             "cold / warm-disk | same tokens |\n|---|---|---|---|---|---|---|---|\n");
+             "cold / warm-disk | warm tokens = cold | hot tokens = cold |\n|---|---|---|---|---|---|---|---|---|\n");
   auto cell = [](const std::vector<double>& v) { return v.empty() ? std::string("not measured") : fmt::format("{:.0f}", median(v)); };
   for (const LengthRow& r : rows)
-    fmt::print("| {} | {:.0f} | {:.0f} | {} | {:.0f} | {:.0f} | {:.1f}x | {} |\n", r.tokens, median(r.cold), median(r.hot),
-               cell(r.warm_host), median(r.warm_disk), median(r.warm_disk_cached), median(r.cold) / median(r.warm_disk),
-               r.same_tokens ? "yes" : "NO");
+    fmt::print("| {} | {:.0f} | {:.0f} | {} | {:.0f} | {:.0f} | {:.1f}x | {} | {} |\n", r.tokens, median(r.cold),
+               median(r.hot), cell(r.warm_host), median(r.warm_disk), median(r.warm_disk_cached),
+               median(r.cold) / median(r.warm_disk), r.same_tokens ? "yes" : "NO", r.hot_equals_cold ? "yes" : "no");
 
   fmt::print("\n## Restore bandwidth: bytes restored per warm request / (warm TTFT - hot TTFT)\n");
   fmt::print("| prompt tokens | from | blocks | MB | restore ms | GB/s | / disk read | / memcpy |\n"
