@@ -242,17 +242,39 @@ void CudaBackend::upload(std::span<const float> host, TensorRef x) {
   synchronize();  // the caller may free `host` on return
 }
 
+void CudaBackend::copy_kv_segments(const KvStorage& kv, KvCopy how, std::int32_t block, std::int32_t other,
+                                   void* staging) {
+  const KvLayout& L = kv.layout;
+  const std::size_t bytes = static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
+  const auto n = static_cast<std::size_t>(2 * L.n_layers);
+  std::vector<void*> rows(n), others(n);  // block's rows; the other side's segments
+  for (std::int64_t l = 0; l < L.n_layers; ++l) {
+    for (int side = 0; side < 2; ++side) {
+      const TensorRef& t = side == 0 ? kv.k[l] : kv.v[l];
+      const std::size_t i = static_cast<std::size_t>(2 * l + side);
+      rows[i] = t.row<char>(std::int64_t{block} * L.block_size);
+      others[i] = how == KvCopy::BlockToBlock ? t.row<char>(std::int64_t{other} * L.block_size)
+                                              : static_cast<char*>(staging) + i * bytes;
+    }
+  }
+  bool aligned = bytes % 16 == 0;
+  for (std::size_t i = 0; i < n; ++i)
+    aligned = aligned && reinterpret_cast<std::uintptr_t>(rows[i]) % 16 == 0 &&
+              reinterpret_cast<std::uintptr_t>(others[i]) % 16 == 0;
+  const auto* d_rows = static_cast<void* const*>(upload_small(rows.data(), n * sizeof(void*)));
+  const auto* d_others = static_cast<void* const*>(upload_small(others.data(), n * sizeof(void*)));
+  // Gather: block -> staging. Scatter: staging -> block. BlockToBlock: block -> other.
+  if (how == KvCopy::Scatter)
+    cuda::launch_copy_segments(d_rows, d_others, bytes, static_cast<int>(n), aligned, stream());
+  else
+    cuda::launch_copy_segments(d_others, d_rows, bytes, static_cast<int>(n), aligned, stream());
+}
+
 void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) {
   const KvLayout& L = kv.layout;
   AKV_CHECK(src >= 0 && dst >= 0 && src < L.n_blocks && dst < L.n_blocks, "block id out of range");
   AKV_CHECK(!in_step_, "copy_kv_block inside a recorded step");
-  const std::size_t bytes = static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
-  for (std::int64_t l = 0; l < L.n_layers; ++l) {
-    for (const TensorRef* side : {&kv.k[l], &kv.v[l]})
-      AKV_CUDA_CHECK(cudaMemcpyAsync(side->row<char>(std::int64_t{dst} * L.block_size),
-                                     side->row<char>(std::int64_t{src} * L.block_size), bytes,
-                                     cudaMemcpyDeviceToDevice, stream()));
-  }
+  copy_kv_segments(kv, KvCopy::BlockToBlock, src, dst, nullptr);
 }
 
 void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
@@ -260,15 +282,9 @@ void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::sp
   AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
   AKV_CHECK(!in_step_, "read_kv_block inside a recorded step");
-  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
-  std::byte* out = host.data();
-  for (std::int64_t l = 0; l < L.n_layers; ++l) {
-    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
-      AKV_CUDA_CHECK(cudaMemcpyAsync(out, side->row<char>(std::int64_t{block} * L.block_size), bytes,
-                                     cudaMemcpyDeviceToHost, stream()));
-      out += bytes;
-    }
-  }
+  void* staging = scratch(host.size(), 3);
+  copy_kv_segments(kv, KvCopy::Gather, block, -1, staging);
+  AKV_CUDA_CHECK(cudaMemcpyAsync(host.data(), staging, host.size(), cudaMemcpyDeviceToHost, stream()));
   synchronize();
 }
 
@@ -277,15 +293,9 @@ void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<co
   AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "write_kv_block: host size");
   AKV_CHECK(!in_step_, "write_kv_block inside a recorded step");
-  const std::size_t bytes = host.size() / static_cast<std::size_t>(2 * L.n_layers);
-  const std::byte* in = host.data();
-  for (std::int64_t l = 0; l < L.n_layers; ++l) {
-    for (const TensorRef* side : {&kv.k[l], &kv.v[l]}) {
-      AKV_CUDA_CHECK(cudaMemcpyAsync(side->row<char>(std::int64_t{block} * L.block_size), in, bytes,
-                                     cudaMemcpyHostToDevice, stream()));
-      in += bytes;
-    }
-  }
+  void* staging = scratch(host.size(), 3);
+  AKV_CUDA_CHECK(cudaMemcpyAsync(staging, host.data(), host.size(), cudaMemcpyHostToDevice, stream()));
+  copy_kv_segments(kv, KvCopy::Scatter, block, -1, staging);
   synchronize();  // the caller may free `host` on return
 }
 

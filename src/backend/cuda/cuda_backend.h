@@ -104,6 +104,11 @@ class CudaBackend final : public Backend {
   cuda::DeviceBatch build_batch(const ForwardBatch& batch, const std::int32_t* base);
   cuda::DeviceBatch upload_batch(const ForwardBatch& batch);
   void* scratch(std::size_t bytes, int which);
+  // One KV block's layer segments (read_kv_block's layout) gathered from, or scattered to, a
+  // contiguous device buffer, or from one block to another: one launch instead of a copy per
+  // layer, K and V.
+  enum class KvCopy { Gather, Scatter, BlockToBlock };
+  void copy_kv_segments(const KvStorage& kv, KvCopy how, std::int32_t block, std::int32_t other, void* staging);
 
   // Recorded steps (step_graph.cpp).
   enum class StepMode { Eager, Capture, Replay };
@@ -139,8 +144,8 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[3];                      // 0: half-precision matmul input, 1: attention partials,
-                                            // 2: skinny GEMM partial sums
+  Scratch scratch_[4];                      // 0: half-precision matmul input, 1: attention partials,
+                                            // 2: skinny GEMM partial sums, 3: one KV block (tier copies)
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions

@@ -1,5 +1,6 @@
 // Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU, softcap,
-// row gather, f32 -> half conversion (cuBLAS inputs) and the KV append.
+// row gather, f32 -> half conversion (cuBLAS inputs), the KV append and KV block copies.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
@@ -112,6 +113,20 @@ __global__ void store_kv_kernel(T* kc, T* vc, std::int64_t row_width, std::int32
   }
 }
 
+// One segment per blockIdx.y; the x blocks stride over its bytes.
+__global__ void copy_segments_kernel(char* const* dst, const char* const* src, std::size_t bytes, bool aligned) {
+  char* d = dst[blockIdx.y];
+  const char* from = src[blockIdx.y];
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (aligned) {
+    for (std::size_t i = first; i < bytes / 16; i += stride)
+      reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(from)[i];
+  } else {
+    for (std::size_t i = first; i < bytes; i += stride) d[i] = from[i];
+  }
+}
+
 }  // namespace
 
 void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, TensorRef out, Stream s) {
@@ -200,6 +215,17 @@ void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row
         static_cast<T*>(k_cache), static_cast<T*>(v_cache), row_width, block_size,
         static_cast<const float*>(k.data), k.stride, static_cast<const float*>(v.data), v.stride, b);
   });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_copy_segments(void* const* dst, const void* const* src, std::size_t bytes, int n_segments, bool aligned,
+                          Stream s) {
+  if (n_segments == 0 || bytes == 0) return;
+  AKV_CHECK(n_segments < 65536, "too many segments for one launch");
+  const std::size_t units = aligned ? bytes / 16 : bytes;
+  const unsigned x_blocks = static_cast<unsigned>(std::min<std::size_t>((units + kThreads - 1) / kThreads, 64));
+  launch(copy_segments_kernel, dim3(x_blocks, static_cast<unsigned>(n_segments)), kThreads, 0, s,
+         reinterpret_cast<char* const*>(dst), reinterpret_cast<const char* const*>(src), bytes, aligned);
   AKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -63,6 +63,11 @@ void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, St
 void launch_to_half(TensorRef x, DType dtype, void* dst, Stream s);
 void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row_width,
                      std::int32_t block_size, TensorRef k, TensorRef v, const DeviceBatch& b, Stream s);
+// n_segments copies of `bytes` each, dst[i] <- src[i] (device pointer arrays in device memory),
+// in one launch: a KV block's layers gathered into or scattered from one contiguous buffer.
+// `aligned`: every pointer and `bytes` are multiples of 16 (16-byte loads), else byte copies.
+void launch_copy_segments(void* const* dst, const void* const* src, std::size_t bytes, int n_segments, bool aligned,
+                          Stream s);
 
 // norm_rope.cu
 void launch_rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out, Stream s);
