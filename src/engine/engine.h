@@ -33,8 +33,8 @@ struct EngineConfig {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
-  // Load a prefix found on disk on a restore thread while other sequences decode (else at
-  // admission, on the engine thread).
+  // Load a prefix found in the host tier or on disk on restore threads while other sequences
+  // decode (else at admission, on the engine thread).
   bool background_restore = true;
 };
 

@@ -75,7 +75,7 @@ struct KvTiers {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
-  Restorer* restorer = nullptr;  // loads from `disk` in the background; null: match loads
+  Restorer* restorer = nullptr;  // loads from `host` and `disk` in the background; null: match loads
 };
 
 class KvManager {
@@ -96,8 +96,8 @@ class KvManager {
   std::int32_t match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
                      Retention retention = Retention::Normal);
   // Before match, for a sequence that holds nothing: true while the blocks of its prefix that
-  // only the disk tier holds are being loaded in the background (the first call starts the
-  // load); call it again later. False when there is nothing (more) to wait for: match now.
+  // device memory lacks are being loaded from the host tier and the disk in the background (the
+  // first call starts the load); call it again later. False when there is nothing (more) to wait for: match now.
   // Always false without a restorer.
   bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
   // Grows seq's blocks to cover positions [0, n_positions), evicting cached blocks if needed.

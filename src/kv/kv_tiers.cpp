@@ -25,7 +25,6 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
 void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   AKV_CHECK(keyer_ == nullptr, "attach_tiers called twice");
   AKV_CHECK(pool_.n_free() == pool_.n_blocks(), "attach_tiers after blocks were used");
-  AKV_CHECK(tiers.restorer == nullptr || tiers.disk != nullptr, "a restorer needs the disk tier");
   agents_ = tiers.agents;
   host_ = tiers.host;
   disk_ = tiers.disk;
@@ -80,8 +79,8 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   if (seq.restore_) return !seq.restore_->done();
   if (seq.restore_planned_) return false;
   seq.restore_planned_ = true;
-  // The blocks of the prefix that neither device memory nor the host tier holds, up to the
-  // first one the disk lacks (match stops there too).
+  // The blocks of the prefix that device memory does not hold, from the host tier or the disk,
+  // up to the first one neither has (match stops there too).
   const std::int32_t bs = pool_.block_size();
   const auto limit = static_cast<std::int32_t>(tokens.size()) - 1;
   std::vector<RestoreJob::Block> wanted;
@@ -89,9 +88,11 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   for (std::int32_t at = 0; at + bs <= limit; at += bs) {
     const auto block_tokens = tokens.subspan(at, bs);
     const Hash128 key = keyer_->next(parent, block_tokens);
-    if (!by_key_.contains(key) && (host_ == nullptr || !host_->contains(key))) {
-      if (!disk_->on_disk(key)) break;
-      wanted.push_back({.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens)});
+    if (!by_key_.contains(key)) {
+      const bool in_host = host_ != nullptr && host_->contains(key);
+      if (!in_host && (disk_ == nullptr || !disk_->on_disk(key))) break;
+      wanted.push_back(
+          {.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens), .from_host = in_host});
     }
     parent = key;
   }
@@ -103,18 +104,19 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
 
 std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
                                                       std::int32_t& cursor) {
-  from = 1;
-  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
-  from = 2;
-  // The background load's blocks are verified already (its file may be gone by now: fine).
+  // The background load's blocks are verified already (their source may be gone by now: fine).
   if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
     const auto blocks = job->blocks();
     for (std::int32_t i = cursor; i < job->n_loaded(); ++i) {
       if (!(blocks[i].key == meta.key)) continue;
       cursor = i + 1;  // the job's blocks are in chain order
+      from = blocks[i].from_host ? 1 : 2;
       return job->raw(i);
     }
   }
+  from = 1;
+  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
+  from = 2;
   if (disk_ != nullptr && disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
   from = 0;
   return {};

@@ -2,6 +2,7 @@
 
 #include "base/check.h"
 #include "kv/disk_store.h"
+#include "kv/host_store.h"
 
 namespace akv {
 
@@ -16,8 +17,9 @@ std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
   return {bytes_.get() + static_cast<std::size_t>(i) * block_bytes_, block_bytes_};
 }
 
-Restorer::Restorer(DiskStore& disk, std::function<void()> on_done, int n_threads)
-    : disk_(disk), on_done_(std::move(on_done)) {
+Restorer::Restorer(DiskStore* disk, HostStore* host, std::function<void()> on_done, int n_threads)
+    : disk_(disk), host_(host), on_done_(std::move(on_done)) {
+  AKV_CHECK(disk_ != nullptr || host_ != nullptr, "a restorer needs a tier to load from");
   AKV_CHECK(n_threads >= 1, "a restorer needs a thread");
   for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { loop(); });
 }
@@ -97,7 +99,8 @@ void Restorer::loop() {
     const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
     const std::span<std::byte> out{job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_,
                                    job->block_bytes_};
-    const bool ok = disk_.load(b.key, b.parent, b.tokens_hash, out);
+    const bool ok = b.from_host ? host_ != nullptr && host_->get(b.key, b.parent, b.tokens_hash, out)
+                                : disk_ != nullptr && disk_->load(b.key, b.parent, b.tokens_hash, out);
     lock.lock();
     if (settle(*job, index, ok)) {
       lock.unlock();

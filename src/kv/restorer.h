@@ -1,8 +1,9 @@
-// Background loads from the disk tier (architecture.md §4): when a waiting request's prefix
-// continues on disk, the KV manager hands the blocks it needs to the restorer, whose threads
-// read, verify and decode them into memory of the job's own while the engine keeps stepping the
-// other sequences; the request is admitted once its own blocks are in
-// (KvManager::restore_pending), and the match then only copies them to the device.
+// Background loads from the host and disk tiers (architecture.md §4): when a waiting request's
+// prefix continues outside device memory, the KV manager hands the blocks it needs to the
+// restorer, whose threads decode them from the host tier or read, verify and decode them from
+// disk into memory of the job's own while the engine keeps stepping the other sequences; the
+// request is admitted once its own blocks are in (KvManager::restore_pending), and the match
+// then only copies them to the device.
 // Several threads work on one job's blocks at once (each file is one read; keeping several in
 // flight is what approaches the disk's bandwidth); jobs are served in arrival order.
 // Thread-safe: submit from the engine thread.
@@ -24,6 +25,7 @@
 namespace akv {
 
 class DiskStore;
+class HostStore;
 
 // One sequence's blocks to load, in chain order. A block that is missing or bad ends the job
 // there (the request recomputes from that block on); `n_loaded` leading blocks are verified and
@@ -32,6 +34,7 @@ class RestoreJob {
  public:
   struct Block {
     Hash128 key, parent, tokens_hash;
+    bool from_host = false;  // else from disk
   };
   RestoreJob(std::vector<Block> blocks, std::size_t block_bytes);
 
@@ -61,8 +64,9 @@ class RestoreJob {
 
 class Restorer {
  public:
-  // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
-  Restorer(DiskStore& disk, std::function<void()> on_done, int n_threads = 4);
+  // `on_done` runs on a restorer thread after each job finishes (the engine wakes up). `host`
+  // may be null (no host tier).
+  Restorer(DiskStore* disk, HostStore* host, std::function<void()> on_done, int n_threads = 4);
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
@@ -77,7 +81,8 @@ class Restorer {
   // Records block `index` of `job` (loaded or not); true when that finished the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);
 
-  DiskStore& disk_;
+  DiskStore* disk_;
+  HostStore* host_;
   std::function<void()> on_done_;
   std::mutex mu_;
   std::condition_variable wake_;

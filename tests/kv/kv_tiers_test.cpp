@@ -116,6 +116,28 @@ TEST(KvTiers, ARestoredBlockKeepsItsHostCopySoDemotingItAgainCopiesNothing) {
   EXPECT_EQ(host.stats().n_hits, 4);
 }
 
+TEST(KvTiers, HostBlocksAreDecodedInTheBackgroundToo) {
+  Device d(6);
+  HostStore host(host_options(16));
+  Restorer restorer(nullptr, &host, {});
+  d.kv.attach_tiers({.host = &host, .restorer = &restorer}, d.io());
+  const Tokens a = iota_tokens(13, 100);
+  d.run(a);
+  for (int i = 0; i < 2; ++i) d.run(iota_tokens(12, 1000 + 100 * i));  // a goes to the host tier
+  ASSERT_EQ(host.stats().n_put, 3);
+  KvSequence seq;
+  ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
+  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const std::int64_t hits = host.stats().n_hits;
+  EXPECT_EQ(hits, 3);  // decoded by the restorer
+  EXPECT_EQ(d.kv.match(seq, a, ""), 12);
+  EXPECT_EQ(seq.n_host_restored_blocks(), 3);
+  EXPECT_EQ(host.stats().n_hits, hits);  // the match only copied
+  EXPECT_TRUE(d.check(seq, a, 3));
+  d.kv.release(seq);
+}
+
 TEST(KvTiers, EvictKeysEmptiesDeviceAndHost) {
   Device d(8);
   HostStore host(host_options(16));
@@ -165,7 +187,7 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
     disk->flush();
   }
   std::atomic<int> done{0};
-  Restorer restorer(*disk, [&] { ++done; });
+  Restorer restorer(disk.get(), nullptr, [&] { ++done; });
   Device d(8);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   d.run(iota_tokens(8, 100));  // 2 blocks on the device again (the first loaded by this match)
@@ -209,7 +231,7 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   for (int b = 0; b <= 5; ++b) key = disk->keyer().next(key, std::span(a).subspan(b * kBs, kBs));
   ASSERT_TRUE(std::filesystem::remove(dir.path + "/blocks/" + key.hex() + ".kvb"));
 
-  Restorer restorer(*disk, {}, /*n_threads=*/3);
+  Restorer restorer(disk.get(), nullptr, {}, /*n_threads=*/3);
   Device d(12);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   KvSequence cancelled;
