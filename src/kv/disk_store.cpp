@@ -295,14 +295,37 @@ bool DiskStore::on_disk(const Hash128& key) const {
   return files_.contains(key);
 }
 
+namespace {
+constexpr std::size_t kMaxSpareBuffers = 32;
+}  // namespace
+
+std::vector<std::byte> DiskStore::take_raw_buffer() {
+  {
+    std::lock_guard lock(mu_);
+    if (!spare_raw_.empty()) {
+      std::vector<std::byte> raw = std::move(spare_raw_.back());
+      spare_raw_.pop_back();
+      return raw;
+    }
+  }
+  return std::vector<std::byte>(options_.shape.raw_bytes());
+}
+
 bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                     std::vector<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put: raw block size");
   {
     std::lock_guard lock(mu_);
-    if (files_.contains(key) || pending_.contains(key)) return false;
+    const auto keep_buffer = [&] {
+      if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(raw));
+    };
+    if (files_.contains(key) || pending_.contains(key)) {
+      keep_buffer();
+      return false;
+    }
     if (now_ms() < paused_until_ms_ || queued_bytes_ + raw.size() > options_.max_queue_bytes) {
       ++stats_.n_dropped;
+      keep_buffer();
       return false;
     }
     auto job = std::make_unique<Job>();
@@ -501,7 +524,8 @@ void DiskStore::write_block(Job& job) {
   const bool fits = !paused && make_room(static_cast<std::int64_t>(file_bytes));
   if (!paused && !fits) on_over_budget();
   if (fits) {
-    std::vector<std::byte> payload(encoded_bytes(options_.codec, options_.shape));
+    std::vector<std::byte>& payload = payload_;
+    payload.resize(encoded_bytes(options_.codec, options_.shape));
     encode_block(options_.codec, options_.shape, job.raw, payload);
     BlockHeader h{.fingerprint = options_.fingerprint,
                   .key = job.key,
@@ -521,6 +545,7 @@ void DiskStore::write_block(Job& job) {
     std::lock_guard lock(mu_);
     pending_.erase(job.key);
     queued_bytes_ -= job.raw.size();
+    if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(job.raw));
     if (written) {
       const BlockFile f{
           .bytes = static_cast<std::int64_t>(file_bytes), .last_use_ms = now, .parent = job.parent};

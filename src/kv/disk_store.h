@@ -95,6 +95,9 @@ class DiskStore {
   bool has(const Hash128& key) const;
   // On disk (durable).
   bool on_disk(const Hash128& key) const;
+  // A buffer of the shape's raw size for put(), recycled from blocks already written when one
+  // is spare (so spilling allocates nothing once warm); its contents are unspecified.
+  std::vector<std::byte> take_raw_buffer();
   // Queues a block (raw bytes in the shape's layout) for encoding and writing. False when it
   // was dropped (paused after an error, or the queue is full) or is already stored/queued.
   bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -174,10 +177,12 @@ class DiskStore {
   std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;
   std::size_t queued_bytes_ = 0;
+  std::vector<std::vector<std::byte>> spare_raw_;  // written blocks' buffers, for take_raw_buffer
   bool busy_ = false, stop_ = false;
   std::int64_t paused_until_ms_ = 0;
   DiskStoreStats stats_;
   std::uint64_t tmp_serial_ = 0;  // IO thread only
+  std::vector<std::byte> payload_;  // IO thread only: the encoded block being written
 
   std::thread io_;  // last: starts after everything above exists
 };

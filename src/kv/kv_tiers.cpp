@@ -68,7 +68,7 @@ void KvManager::on_device_evict(BlockId block) {
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
   if (disk_ == nullptr || disk_->has(meta.key)) return;
-  std::vector<std::byte> raw(io_.block_bytes);
+  std::vector<std::byte> raw = disk_->take_raw_buffer();  // recycled: no allocation once warm
   io_.read(block, raw);
   disk_->put(meta.key, meta.parent, meta.tokens_hash, std::move(raw));
 }

@@ -70,6 +70,24 @@ TEST(DiskStore, BlocksSurviveReopenAndLoadExactly) {
   EXPECT_FALSE(store->load(k2, root, keys.tokens_hash(t2), raw)) << "parent must match";
 }
 
+TEST(DiskStore, SpillBuffersAreRecycledOnceWritten) {
+  ScratchDir dir;
+  auto store = DiskStore::open_or_throw(options(dir.path));
+  std::vector<std::byte> raw = store->take_raw_buffer();  // none spare yet: a new one
+  ASSERT_EQ(raw.size(), kShape.raw_bytes());
+  const std::vector<std::byte> content = block_content(kShape, 3);
+  std::copy(content.begin(), content.end(), raw.begin());
+  const std::byte* memory = raw.data();
+  ASSERT_TRUE(store->put({9, 9}, {0, 1}, {0, 2}, std::move(raw)));
+  store->flush();
+  const std::vector<std::byte> again = store->take_raw_buffer();
+  EXPECT_EQ(again.data(), memory);  // the written block's buffer, handed out again
+  EXPECT_EQ(again.size(), kShape.raw_bytes());
+  std::vector<std::byte> out(kShape.raw_bytes());
+  ASSERT_TRUE(store->load({9, 9}, {0, 1}, {0, 2}, out));
+  EXPECT_EQ(out, content);
+}
+
 TEST(DiskStore, AnotherModelsBlocksAreCountedAndNeverUsed) {
   ScratchDir dir;
   Hash128 key;
