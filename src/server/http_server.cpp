@@ -88,7 +88,10 @@ void HttpServer::register_routes() {
     if (res.status == 413) {
       send_error(req, res, api_error(413, "request body exceeds the size limit"));
     } else if (res.status == 404) {
-      send_error(req, res, api_error(404, "no route for " + req.method + " " + req.path));
+      std::string message = "no route for " + req.method + " " + req.path;
+      if (req.path.starts_with("/v1/v1/"))  // a client whose base URL already ends in /v1
+        message += "; the base URL should not end in /v1 (e.g. ANTHROPIC_BASE_URL=http://host:port)";
+      send_error(req, res, api_error(404, message));
     } else if (res.status == 405) {
       send_error(req, res, api_error(404, "method " + req.method + " not allowed on " + req.path));
     } else if (res.status >= 400) {

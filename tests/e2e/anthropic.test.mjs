@@ -251,6 +251,10 @@ test('E4 unknown route is a 404 in the error envelope', async () => {
   const res = await fetch(`${server.url}/v1/nothing`, { headers: { 'x-api-key': 'test-key', 'anthropic-version': '2023-06-01' } });
   assert.equal(res.status, 404);
   assert.equal((await res.json()).error.type, 'not_found_error');
+  // A base URL ending in /v1 (a common setup mistake) gets told so.
+  const doubled = await fetch(`${server.url}/v1/v1/messages`, { method: 'POST', headers: { 'x-api-key': 'test-key' }, body: '{}' });
+  assert.equal(doubled.status, 404);
+  assert.match((await doubled.json()).error.message, /base URL should not end in \/v1/);
 });
 
 test('E5 an oversized body is a 413', async () => {
