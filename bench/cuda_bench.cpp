@@ -3,8 +3,10 @@
 // the GPU through the backend's ops (the model blocks of src/models): decode at 1, 8 and 32
 // sequences against the bandwidth bound, eagerly and as CUDA graphs (recorded steps), per-op GPU
 // time at 1, 8 and 32 sequences, a 4K-token prefill and the cold time to first token from 1K to
-// 32K tokens. --prefill-only 1 measures only the prefill, its per-op table and the cold TTFT.
-// Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1]
+// 32K tokens. --prefill-only 1 measures only the prefill, its per-op table and the cold TTFT;
+// --decode-only 1 only the 8- and 32-sequence decode (logits copied back, then greedy ids picked
+// on the device, alternating in one run).
+// Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -183,6 +185,10 @@ class OpTimer final : public Backend {
     Scope s(*this, "gather_rows");
     b_.gather_rows(x, r, o);
   }
+  void argmax_rows(TensorRef x, std::span<std::int32_t> ids) override {
+    Scope s(*this, "argmax_rows + ids download");
+    b_.argmax_rows(x, ids);
+  }
 
   // Adds the step's event times (the step ended with a download, so all events completed).
   void collect_step() {
@@ -284,7 +290,9 @@ class RandomLlama {
   // Weight bytes one decode step reads (all but the embedding table).
   std::int64_t decode_bytes() const { return decode_bytes_; }
 
-  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) {
+  // Ends with the logits downloaded, or (greedy_ids non-empty) with only their argmax ids.
+  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits,
+               std::span<std::int32_t> greedy_ids = {}) {
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
     const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
     ws_.reserve(c_, n);
@@ -293,7 +301,7 @@ class RandomLlama {
       out_ = b_.alloc(DType::F32, n_logits, c_.vocab_size);
       logits_capacity_ = n_logits;
     }
-    ops_->begin_step(batch, kv, this);
+    ops_->begin_step(batch, kv, greedy_ids.empty() ? static_cast<const void*>(this) : &greedy_key_);
     ops_->embed(embed_, batch.tokens, 1.0f, ws_.x);
     const float eps = static_cast<float>(c_.rms_norm_eps);
     for (std::int64_t l = 0; l < c_.n_layers; ++l) {
@@ -316,7 +324,10 @@ class RandomLlama {
     ops_->gather_rows(ws_.x, batch.logit_rows, hidden);
     ops_->rms_norm(hidden, final_norm_, eps, 0.0f, hidden);
     ops_->matmul(hidden, lm_head_, nullptr, out);
-    ops_->download(out, logits);
+    if (greedy_ids.empty())
+      ops_->download(out, logits);
+    else
+      ops_->argmax_rows(out, greedy_ids);
     ops_->end_step();
   }
 
@@ -331,6 +342,7 @@ class RandomLlama {
   std::int64_t decode_bytes_ = 0;
   std::unique_ptr<DeviceBuffer> hidden_, out_;
   std::int64_t logits_capacity_ = 0;
+  char greedy_key_ = 0;  // recorded steps that end in argmax_rows
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -349,7 +361,7 @@ struct DecodeTime {
 };
 
 int run(int argc, char** argv) {
-  std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0;
+  std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -358,6 +370,7 @@ int run(int argc, char** argv) {
     else if (a == "--steps") steps = v;
     else if (a == "--ttft-max") ttft_max = v;
     else if (a == "--prefill-only") prefill_only = v;
+    else if (a == "--decode-only") decode_only = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -403,6 +416,95 @@ int run(int argc, char** argv) {
     return seconds_since(t);
   };
 
+  OpTimer timer(be);
+  // n_seqs sequences decoding together after 1K-token prompts (each its own scattered blocks):
+  // tok/s and the ratio to the bound (weights once per step + every sequence's KV).
+  struct Multi {
+    std::int64_t n_seqs;
+    DecodeTime eager, graph, graph_ids, graph_again, graph_ids_again;
+    double bound_step_s;
+  };
+  auto multi = [&](std::int64_t n_seqs) {
+    const std::int64_t per = n_blocks / n_seqs;
+    std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(n_seqs));
+    for (std::int64_t i = 0; i < n_seqs; ++i)
+      tables[i].assign(table.begin() + i * per, table.begin() + (i + 1) * per);
+    std::vector<std::int32_t> greedy(static_cast<std::size_t>(n_seqs));
+    bool use_ids = false;  // end each step with argmax_rows (ids back) instead of the logits download
+    // One forward of n_seqs chunks of `n` tokens each at `start`.
+    auto batch_step = [&](std::int64_t start, std::int64_t n) {
+      std::vector<std::int32_t> ids, rows;
+      std::vector<SequenceChunk> chunks;
+      for (std::int64_t i = 0; i < n_seqs; ++i) {
+        chunks.push_back({.first_row = static_cast<std::int32_t>(ids.size()), .n_tokens = static_cast<std::int32_t>(n),
+                          .start_pos = static_cast<std::int32_t>(start), .block_table = tables[i]});
+        const std::vector<std::int32_t> more = ids_at(start + 977 * i, n, c.vocab_size);
+        ids.insert(ids.end(), more.begin(), more.end());
+        rows.push_back(static_cast<std::int32_t>(ids.size() - 1));
+      }
+      const std::vector<std::int32_t> pos = positions_for(chunks);
+      const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = chunks, .logit_rows = rows};
+      const auto t = std::chrono::steady_clock::now();
+      model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(n_seqs * c.vocab_size)),
+                    use_ids ? std::span<std::int32_t>(greedy) : std::span<std::int32_t>());
+      return seconds_since(t);
+    };
+    auto run_decode = [&](bool graphs, bool ids = false) {
+      be.set_step_graphs(graphs);
+      use_ids = ids;
+      for (int i = 0; i < 8; ++i) batch_step(multi_ctx + i, 1);
+      std::vector<double> t;
+      for (std::int64_t i = 0; i < steps; ++i) t.push_back(batch_step(multi_ctx + 8 + i, 1));
+      double sum = 0;
+      for (double x : t) sum += x;
+      return DecodeTime{median(t), sum / double(t.size())};
+    };
+    be.set_step_graphs(false);
+    batch_step(0, multi_ctx);
+    Multi m{n_seqs, run_decode(false), run_decode(true), run_decode(true, true), run_decode(true), run_decode(true, true), 0};
+    use_ids = false;
+    // Per-op GPU time of these steps (eager, events around every op).
+    model.set_ops(timer);
+    timer.reset();
+    for (int i = 0; i < 8; ++i) {
+      batch_step(multi_ctx + 8 + steps + i, 1);
+      timer.collect_step();
+    }
+    const std::string what = std::to_string(n_seqs) + "-sequence decode op (per step)";
+    timer.print(what.c_str());
+    use_ids = true;  // the same steps ending in argmax_rows
+    timer.reset();
+    for (int i = 0; i < 8; ++i) {
+      batch_step(multi_ctx + 8 + steps + i, 1);
+      timer.collect_step();
+    }
+    const std::string what_ids = what + ", greedy ids picked on the GPU";
+    timer.print(what_ids.c_str());
+    use_ids = false;
+    model.set_ops(be);
+    const double kv_bytes = double(n_seqs) * double(multi_ctx + 8 + steps / 2) * double(kv_bytes_per_pos);
+    m.bound_step_s = (double(model.decode_bytes()) + kv_bytes) / bw;
+    be.set_step_graphs(true);
+    return m;
+  };
+  auto print_multi = [&](const Multi& m) {
+    for (const auto& [what, d] : {std::pair{"eager", m.eager}, std::pair{"graph", m.graph},
+                                  std::pair{"graph, greedy ids", m.graph_ids}, std::pair{"graph (again)", m.graph_again},
+                                  std::pair{"graph, greedy ids (again)", m.graph_ids_again}})
+      std::printf("| %lld sequences decoding, context ~%lld, %s | %.0f tok/s (step %.3f ms; bound step %.3f ms) = "
+                  "%.1f%% of bound |\n",
+                  static_cast<long long>(m.n_seqs), static_cast<long long>(multi_ctx + 8 + steps / 2), what,
+                  double(m.n_seqs) / d.median_s, d.median_s * 1e3, m.bound_step_s * 1e3,
+                  100.0 * m.bound_step_s / d.median_s);
+  };
+  if (decode_only != 0) {
+    const Multi d8 = multi(8), d32 = multi(32);
+    std::printf("\n| measurement | value |\n| --- | --- |\n");
+    print_multi(d8);
+    print_multi(d32);
+    return 0;
+  }
+
   // Prefill of `prefill` tokens from position 0 (one warm-up, median of 3).
   step(0, prefill);
   std::vector<double> pt;
@@ -427,7 +529,6 @@ int run(int argc, char** argv) {
                   t * 1e3, double(n) / t);
   };
   if (prefill_only != 0) {
-    OpTimer timer(be);
     model.set_ops(timer);
     step(0, prefill);
     timer.collect_step();
@@ -464,7 +565,6 @@ int run(int argc, char** argv) {
   const double long_bound = bw / double(model.decode_bytes() + (prefill + 8 + steps / 2) * kv_bytes_per_pos);
 
   // Per-op GPU time of decode steps (events around every op; context ~200; eager).
-  OpTimer timer(be);
   model.set_ops(timer);
   for (int i = 0; i < 24; ++i) {
     step(200 + i, 1);
@@ -483,62 +583,6 @@ int run(int argc, char** argv) {
   timer.print("prefill op (4K tokens)");
   model.set_ops(be);
 
-  // n_seqs sequences decoding together after 1K-token prompts (each its own scattered blocks):
-  // tok/s and the ratio to the bound (weights once per step + every sequence's KV).
-  struct Multi {
-    std::int64_t n_seqs;
-    DecodeTime eager, graph;
-    double bound_step_s;
-  };
-  auto multi = [&](std::int64_t n_seqs) {
-    const std::int64_t per = n_blocks / n_seqs;
-    std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(n_seqs));
-    for (std::int64_t i = 0; i < n_seqs; ++i)
-      tables[i].assign(table.begin() + i * per, table.begin() + (i + 1) * per);
-    // One forward of n_seqs chunks of `n` tokens each at `start`.
-    auto batch_step = [&](std::int64_t start, std::int64_t n) {
-      std::vector<std::int32_t> ids, rows;
-      std::vector<SequenceChunk> chunks;
-      for (std::int64_t i = 0; i < n_seqs; ++i) {
-        chunks.push_back({.first_row = static_cast<std::int32_t>(ids.size()), .n_tokens = static_cast<std::int32_t>(n),
-                          .start_pos = static_cast<std::int32_t>(start), .block_table = tables[i]});
-        const std::vector<std::int32_t> more = ids_at(start + 977 * i, n, c.vocab_size);
-        ids.insert(ids.end(), more.begin(), more.end());
-        rows.push_back(static_cast<std::int32_t>(ids.size() - 1));
-      }
-      const std::vector<std::int32_t> pos = positions_for(chunks);
-      const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = chunks, .logit_rows = rows};
-      const auto t = std::chrono::steady_clock::now();
-      model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(n_seqs * c.vocab_size)));
-      return seconds_since(t);
-    };
-    auto run_decode = [&](bool graphs) {
-      be.set_step_graphs(graphs);
-      for (int i = 0; i < 8; ++i) batch_step(multi_ctx + i, 1);
-      std::vector<double> t;
-      for (std::int64_t i = 0; i < steps; ++i) t.push_back(batch_step(multi_ctx + 8 + i, 1));
-      double sum = 0;
-      for (double x : t) sum += x;
-      return DecodeTime{median(t), sum / double(t.size())};
-    };
-    be.set_step_graphs(false);
-    batch_step(0, multi_ctx);
-    Multi m{n_seqs, run_decode(false), run_decode(true), 0};
-    // Per-op GPU time of these steps (eager, events around every op).
-    model.set_ops(timer);
-    timer.reset();
-    for (int i = 0; i < 8; ++i) {
-      batch_step(multi_ctx + 8 + steps + i, 1);
-      timer.collect_step();
-    }
-    const std::string what = std::to_string(n_seqs) + "-sequence decode op (per step)";
-    timer.print(what.c_str());
-    model.set_ops(be);
-    const double kv_bytes = double(n_seqs) * double(multi_ctx + 8 + steps / 2) * double(kv_bytes_per_pos);
-    m.bound_step_s = (double(model.decode_bytes()) + kv_bytes) / bw;
-    be.set_step_graphs(true);
-    return m;
-  };
   const Multi m8 = multi(8), m32 = multi(32);
 
   const auto ttft = measure_ttft();
@@ -563,14 +607,8 @@ int run(int argc, char** argv) {
   std::printf("| recorded steps in batch-1 decode | %lld captured, %lld replayed, %lld eager |\n",
               static_cast<long long>(stats.captured), static_cast<long long>(stats.replayed),
               static_cast<long long>(stats.eager));
-  for (const Multi& m : {m8, m32}) {
-    for (const auto& [what, d] : {std::pair{"eager", m.eager}, std::pair{"graph", m.graph}})
-      std::printf("| %lld sequences decoding, context ~%lld, %s | %.0f tok/s (step %.3f ms; bound step %.3f ms) = "
-                  "%.1f%% of bound |\n",
-                  static_cast<long long>(m.n_seqs), static_cast<long long>(multi_ctx + 8 + steps / 2), what,
-                  double(m.n_seqs) / d.median_s, d.median_s * 1e3, m.bound_step_s * 1e3,
-                  100.0 * m.bound_step_s / d.median_s);
-  }
+  print_multi(m8);
+  print_multi(m32);
   std::printf("| prefill %lld tokens (tensor-core flash attention, cuBLAS bf16 GEMMs) | %.0f tok/s (%.1f ms) |\n",
               static_cast<long long>(prefill), double(prefill) / prefill_s, prefill_s * 1e3);
   const double prefill_flops = 2.0 * double(model.decode_bytes()) / 2.0 * double(prefill);

@@ -25,6 +25,7 @@ struct Engine::Active : Sequence {
   EventCallback on_event;
   Sampler sampler;
   bool started_sent = false;  // the Started event went out
+  std::int32_t greedy_id = -1;  // this step's token when the runner picked it (GreedyIds), for advance()
 };
 
 namespace {
@@ -198,9 +199,17 @@ bool Engine::step() {
   for (Active* a : finishing_) finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
 
   if (!plan.chunks.empty()) {
+    // Only ids come back when every token due this step is a plain greedy pick (issue #7: the
+    // logits rows are vocab floats each).
+    bool greedy_ids = true;
+    for (const ScheduledChunk& c : plan.chunks) {
+      const Active& a = static_cast<const Active&>(*c.seq);
+      if (c.n_tokens == a.remaining() && (a.request.n_logprobs > 0 || !a.sampler.picks_raw_argmax()))
+        greedy_ids = false;
+    }
     bool ran = false;
     try {
-      runner_.run(plan);
+      runner_.run(plan, greedy_ids ? StepRunner::Output::GreedyIds : StepRunner::Output::Logits);
       ran = true;
     } catch (const std::exception& e) {
       finishing_.clear();
@@ -212,7 +221,10 @@ bool Engine::step() {
         Active& a = static_cast<Active&>(*plan.chunks[i].seq);
         a.n_computed += plan.chunks[i].n_tokens;
         kv_.commit(a.kv, a.tokens, a.n_computed);
-        if (a.remaining() == 0) advance(a, runner_.logits_for(i));
+        if (a.remaining() == 0) {
+          a.greedy_id = runner_.greedy_id_for(i);
+          advance(a, runner_.logits_for(i));
+        }
       }
     }
   }
@@ -248,7 +260,13 @@ void Engine::announce_started(const StepPlan& plan) {
 void Engine::advance(Active& a, std::span<const float> logits) {
   SampleResult r;
   try {
-    r = a.sampler.sample(logits, a.request.n_logprobs, event_.top_logprobs);
+    if (a.greedy_id >= 0) {
+      r = a.sampler.take_argmax(a.greedy_id);
+      event_.top_logprobs.clear();
+    } else {
+      r = a.sampler.sample(logits, a.request.n_logprobs, event_.top_logprobs);
+    }
+    a.greedy_id = -1;
   } catch (const std::exception& e) {
     finish(a, FinishReason::Error, e.what());
     return;

@@ -5,9 +5,10 @@
 namespace akv {
 
 StepRunner::StepRunner(Model& model, KvStorage& kv)
-    : model_(model), kv_(kv), vocab_(model.config().vocab_size) {}
+    : model_(model), decoder_(dynamic_cast<DecoderModel*>(&model)), kv_(kv), vocab_(model.config().vocab_size) {}
 
-void StepRunner::run(const StepPlan& plan) {
+void StepRunner::run(const StepPlan& plan, Output output) {
+  output_ = output;
   tokens_.clear();
   positions_.clear();
   logit_rows_.clear();
@@ -29,17 +30,33 @@ void StepRunner::run(const StepPlan& plan) {
     chunk_logit_index_.push_back(wants_logits ? static_cast<std::int32_t>(logit_rows_.size()) : -1);
     if (wants_logits) logit_rows_.push_back(first_row + c.n_tokens - 1);
   }
-  const std::size_t n_logits = logit_rows_.size() * static_cast<std::size_t>(vocab_);
-  if (logits_.size() < n_logits) logits_.resize(n_logits);
   const ForwardBatch batch{
       .tokens = tokens_, .positions = positions_, .sequences = chunks_, .logit_rows = logit_rows_};
+  greedy_ids_.resize(logit_rows_.size());
+  if (output == Output::GreedyIds && decoder_ != nullptr) {
+    decoder_->forward_greedy(batch, kv_, greedy_ids_);
+    return;
+  }
+  const std::size_t n_logits = logit_rows_.size() * static_cast<std::size_t>(vocab_);
+  if (logits_.size() < n_logits) logits_.resize(n_logits);
   model_.forward(batch, kv_, std::span<float>(logits_).first(n_logits));
+  if (output == Output::GreedyIds) {  // a model without forward_greedy: the same pick on the host
+    const auto vocab = static_cast<std::size_t>(vocab_);
+    for (std::size_t i = 0; i < greedy_ids_.size(); ++i)
+      greedy_ids_[i] = argmax_row(std::span<const float>(logits_).subspan(i * vocab, vocab));
+  }
 }
 
 std::span<const float> StepRunner::logits_for(std::size_t chunk) const {
   const std::int32_t i = chunk_logit_index_.at(chunk);
-  if (i < 0) return {};
+  if (i < 0 || output_ != Output::Logits) return {};
   return std::span<const float>(logits_).subspan(static_cast<std::size_t>(i) * vocab_, vocab_);
+}
+
+std::int32_t StepRunner::greedy_id_for(std::size_t chunk) const {
+  const std::int32_t i = chunk_logit_index_.at(chunk);
+  if (i < 0 || output_ != Output::GreedyIds) return -1;
+  return greedy_ids_[static_cast<std::size_t>(i)];
 }
 
 }  // namespace akv

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "base/check.h"
 
 namespace akv {
@@ -49,8 +51,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, 
   if (constraint_ != nullptr) constraint_->mask(work_);
   std::int32_t token = 0;
   if (params_.temperature <= 0.0f || params_.top_k == 1) {
-    for (std::int32_t i = 1; i < vocab; ++i)
-      if (work_[i] > work_[token]) token = i;
+    token = argmax_row(work_);
   } else {
     token = draw(work_);
   }
@@ -58,6 +59,20 @@ SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, 
   ++generated_count_[token];
   seen_[token] = true;
   return {token, logprobs_[token]};
+}
+
+bool Sampler::picks_raw_argmax() const {
+  const SamplingParams& p = params_;
+  return (p.temperature <= 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && constraint_ == nullptr;
+}
+
+SampleResult Sampler::take_argmax(std::int32_t token) {
+  AKV_CHECK(picks_raw_argmax(), "take_argmax: the sampler does more than a raw argmax");
+  AKV_CHECK(token >= 0 && token < static_cast<std::int32_t>(work_.size()), "take_argmax: token outside the vocabulary");
+  ++generated_count_[token];
+  seen_[token] = true;
+  return {token, std::numeric_limits<float>::quiet_NaN()};
 }
 
 void Sampler::apply_penalties(std::vector<float>& x) const {

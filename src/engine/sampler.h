@@ -29,6 +29,14 @@ class Sampler {
   // Records the chosen token for the penalties of later steps.
   SampleResult sample(std::span<const float> logits, std::int32_t n_top, std::vector<TokenLogprob>& top);
 
+  // True when sample() picks argmax_row (backend.h) of the raw logits: greedy (temperature 0 or
+  // top_k 1), no penalties, no constraint. The caller may then pick the id where the logits are
+  // (Backend::argmax_rows) and hand it to take_argmax() instead of copying the row out.
+  bool picks_raw_argmax() const;
+  // Records `token`, the argmax_row of this step's logits, as sample() would have (the penalty
+  // history). Requires picks_raw_argmax(). The logprob is not computed: it is NaN.
+  SampleResult take_argmax(std::int32_t token);
+
   // Restricts every later sample to the tokens `constraint` allows (applied after penalties,
   // before temperature and the filters). Not owned; must outlive the sampler. nullptr: none.
   void set_constraint(TokenConstraint* constraint) { constraint_ = constraint; }

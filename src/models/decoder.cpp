@@ -34,12 +34,29 @@ void DecoderModel::update_rope(const ForwardBatch& batch) {
 }
 
 void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) {
+  AKV_CHECK(static_cast<std::int64_t>(logits.size()) ==
+                static_cast<std::int64_t>(batch.logit_rows.size()) * config_.vocab_size,
+            "logits buffer size");
+  if (batch.tokens.empty()) return;
+  const TensorRef out = run_to_logits(batch, kv, this);
+  if (out.rows > 0) backend_.download(out, logits);
+  backend_.end_step();  // the logits are in place when it returns
+}
+
+void DecoderModel::forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids) {
+  AKV_CHECK(ids.size() == batch.logit_rows.size(), "one id per logits row");
+  if (batch.tokens.empty()) return;
+  // Its own recording key: the step ends in argmax_rows, not download (Backend::begin_step).
+  const TensorRef out = run_to_logits(batch, kv, &greedy_step_key_);
+  if (out.rows > 0) backend_.argmax_rows(out, ids);
+  backend_.end_step();  // the ids are in place when it returns
+}
+
+TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, const void* step_key) {
   const ModelConfig& c = config_;
   const auto n = static_cast<std::int64_t>(batch.tokens.size());
   const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
-  AKV_CHECK(static_cast<std::int64_t>(logits.size()) == n_logits * c.vocab_size, "logits buffer size");
   AKV_CHECK(static_cast<std::int64_t>(batch.positions.size()) == n, "one position per token");
-  if (n == 0) return;
   update_rope(batch);
   ws_.reserve(c, n);
   if (n_logits > logits_capacity_) {  // before begin_step: a recorded step allocates nothing
@@ -47,7 +64,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
     logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
     logits_capacity_ = n_logits;
   }
-  backend_.begin_step(batch, kv, this);
+  backend_.begin_step(batch, kv, step_key);
   backend_.embed(embed_, batch.tokens, static_cast<float>(c.embedding_multiplier), ws_.x);
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
@@ -71,18 +88,14 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
     };
     run_layer(ctx);
   }
-  if (n_logits == 0) {
-    backend_.end_step();
-    return;
-  }
+  if (n_logits == 0) return {};
   TensorRef hidden = last_hidden_->tensor().rows_slice(0, n_logits);
   TensorRef out = logits_->tensor().rows_slice(0, n_logits);
   backend_.gather_rows(ws_.x, batch.logit_rows, hidden);
   backend_.rms_norm(hidden, final_norm_, static_cast<float>(c.rms_norm_eps), norm_offset_, hidden);
   backend_.matmul(hidden, lm_head_, nullptr, out);
   if (c.final_logit_softcap > 0) backend_.softcap(out, static_cast<float>(c.final_logit_softcap));
-  backend_.download(out, logits);
-  backend_.end_step();  // the logits are in place when it returns
+  return out;
 }
 
 KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype) {

@@ -18,6 +18,9 @@ class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
   void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) override;
+  // forward() for greedy decoding: ids[i] = argmax_row of logits row i (Backend::argmax_rows),
+  // picked where the logits are; only the ids reach the host.
+  void forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids);
 
  protected:
   // Loads the embedding, final norm and LM head; `norm_offset` is added to norm weights.
@@ -35,6 +38,9 @@ class DecoderModel : public Model {
 
  private:
   void update_rope(const ForwardBatch& batch);
+  // Everything of a forward up to the logits [logit_rows, vocab] in backend memory (no rows if
+  // the batch asks for none), inside begin_step(batch, kv, step_key); the caller ends the step.
+  TensorRef run_to_logits(const ForwardBatch& batch, KvStorage& kv, const void* step_key);
 
   SafetensorsReader reader_;  // keeps the mmap alive for zero-copy CPU weights
   WeightLoader loader_;
@@ -42,6 +48,7 @@ class DecoderModel : public Model {
   Workspace ws_;
   std::unique_ptr<DeviceBuffer> last_hidden_, logits_;
   std::int64_t logits_capacity_ = 0;
+  char greedy_step_key_ = 0;  // its address keys the recorded steps of forward_greedy
   RopeFrequencies rope_full_, rope_sliding_;
 };
 

@@ -2,6 +2,7 @@
 // (relative norm error: f32 1e-5, f16 2e-3, bf16 1e-2). GPU outputs are poisoned with NaN first,
 // so an element a kernel forgets to write fails the comparison.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include <cuda_runtime.h>
@@ -177,6 +178,38 @@ TEST(CudaOps, AddGluSoftcapGather) {
   b.ref.gather_rows(src.cpu, rows, dst.cpu);
   b.gpu.gather_rows(src.gpu, rows, dst.gpu);
   EXPECT_LE(dst.error(), 0.0);
+}
+
+// Greedy ids on the device against the reference (backend.h's argmax_row rule): random rows of
+// few distinct values (many ties for the maximum), -inf and NaN sprinkled in, NaN at id 0, all
+// NaN, all -inf; a vocabulary row as wide as Llama 3's and narrow ones, strided views.
+TEST(CudaOps, ArgmaxRows) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t cols : {1, 31, 1000, 4099, 128256}) {
+    const std::int64_t rows = 40;
+    std::vector<float> v(static_cast<std::size_t>(rows * cols));
+    std::uniform_int_distribution<int> level(-8, 8), col(0, static_cast<int>(cols) - 1);
+    for (float& x : v) x = static_cast<float>(level(rng())) * 0.25f;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = v.data() + r * cols;
+      for (int k = 0; k < 20; ++k) row[col(rng())] = k % 2 ? nan : -inf;
+      if (r == 1) row[0] = nan;
+      if (r == 2) std::fill(row, row + cols, nan);
+      if (r == 3) std::fill(row, row + cols, -inf);
+      if (r == 4) row[cols - 1] = inf;
+      if (r == 5) std::fill(row, row + cols, 1.5f);
+    }
+    Pair p = Pair::make(rows, cols, 6);
+    p.set(v);
+    std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), got(static_cast<std::size_t>(rows), -7);
+    b.ref.argmax_rows(p.cpu, want);
+    b.gpu.argmax_rows(p.gpu, got);
+    EXPECT_EQ(got, want) << "cols " << cols;
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(want[r], argmax_row({v.data() + r * cols, static_cast<std::size_t>(cols)})) << "row " << r;
+  }
 }
 
 TEST(CudaOps, RopeFullAndPartial) {

@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 
+#include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
 #include "models/sequence_runner.h"
@@ -91,6 +93,61 @@ TEST_P(BatchedGreedy, EqualsEachSequenceRunAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchedGreedy,
                          ::testing::Values("stories260K", "qwen3-qknorm-tied", "gemma3-text-swa8"));
+
+// A step whose due tokens are all plain greedy picks brings back only ids (Backend::argmax_rows);
+// a request with logprobs keeps the logits path for its steps. The tokens must not depend on
+// the path, alone or in a batch that mixes both, on either CPU backend.
+class GreedyIds : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(GreedyIds, SameTokensWithAndWithoutTheShortcut) {
+  const auto& [name, fast] = GetParam();
+  const std::string dir = name == "stories260K" ? kStories : tiny(name);
+  std::mt19937 rng(23);
+  std::vector<Ids> prompts;
+  for (int len : {3, 12, 40, 7, 65, 1}) prompts.push_back(random_ids(rng, len));
+  const int n_new = 12;
+  // Every prompt batched in one engine; n_logprobs(i) and sampling(i) per request.
+  auto run = [&](auto n_logprobs, SamplingParams sampling) {
+    std::unique_ptr<Backend> backend;
+    if (fast) backend = std::make_unique<FastBackend>(2);
+    else backend = std::make_unique<ReferenceBackend>();
+    Engine engine(load_model(dir, *backend), *backend, small_steps());
+    Collector out;
+    std::vector<RequestId> ids;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      GenerateRequest r;
+      r.prompt = prompts[i];
+      r.max_tokens = n_new;
+      r.n_logprobs = n_logprobs(i);
+      r.sampling = sampling;
+      ids.push_back(engine.submit(std::move(r), out.callback()));
+    }
+    std::vector<Collector::Result> results;
+    for (RequestId id : ids) results.push_back(out.wait(id));
+    return results;
+  };
+  const auto ids_path = run([](std::size_t) { return 0; }, {});
+  const auto logits_path = run([](std::size_t) { return 1; }, {});
+  const auto mixed = run([](std::size_t i) { return i % 3 == 0 ? 2 : 0; }, {});
+  const auto top_k1 = run([](std::size_t) { return 0; }, {.temperature = 0.8f, .top_k = 1});
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(ids_path[i].tokens.size(), static_cast<std::size_t>(n_new));
+    EXPECT_EQ(ids_path[i].tokens, logits_path[i].tokens) << "prompt " << i;
+    EXPECT_EQ(mixed[i].tokens, logits_path[i].tokens) << "prompt " << i;
+    EXPECT_EQ(top_k1[i].tokens, logits_path[i].tokens) << "prompt " << i;
+    // The paths really differ: a picked id comes without a logprob.
+    for (float lp : ids_path[i].logprobs) EXPECT_TRUE(std::isnan(lp));
+    for (float lp : top_k1[i].logprobs) EXPECT_TRUE(std::isnan(lp));
+    for (float lp : logits_path[i].logprobs) EXPECT_TRUE(std::isfinite(lp));
+  }
+  if (!fast) {
+    EXPECT_EQ(ids_path[2].tokens, greedy_alone(dir, prompts[2], n_new));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GreedyIds,
+                         ::testing::Combine(::testing::Values("stories260K", "qwen3-qknorm-tied", "llama3-rope-scaled"),
+                                            ::testing::Bool()));
 
 TEST(EngineModel, Stories260KGreedyFromBosMatchesReferenceWhileSharingTheBatch) {
   std::ifstream f(kStories + "/reference.json");

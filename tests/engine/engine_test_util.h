@@ -25,6 +25,7 @@ class Collector {
  public:
   struct Result {
     Ids tokens;
+    std::vector<float> logprobs;  // of each token (NaN where the backend picked a greedy id)
     std::vector<std::vector<TokenLogprob>> top;
     bool finished = false;
     bool started = false;
@@ -45,6 +46,7 @@ class Collector {
       } else if (e.kind == EventKind::Token) {
         EXPECT_TRUE(r.started) << "a token before Started";
         r.tokens.push_back(e.token);
+        r.logprobs.push_back(e.logprob);
         r.top.push_back(e.top_logprobs);
       } else if (e.kind == EventKind::Error) {
         r.error = e.error;

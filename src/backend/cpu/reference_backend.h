@@ -35,6 +35,7 @@ class ReferenceBackend : public Backend {
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
+  void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
 };
 
 // Scalar helpers shared by the CPU backends (the fast path uses them for its tails).

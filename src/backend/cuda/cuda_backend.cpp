@@ -91,7 +91,7 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload };
+                              kSoftcap, kGather, kDownload, kArgmax };
 
 }  // namespace
 
@@ -210,25 +210,33 @@ KvStorage CudaBackend::alloc_kv(const KvLayout& layout) {
 void CudaBackend::download(TensorRef x, std::span<float> host) {
   AKV_CHECK(x.dtype == DType::F32, "download: F32 tensors only");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "download size mismatch");
+  const std::size_t row_bytes = static_cast<std::size_t>(x.cols) * sizeof(float);
+  copy_out(x.data, static_cast<std::size_t>(x.stride) * sizeof(float), x.cols > 0 ? row_bytes : 0,
+           static_cast<std::size_t>(x.rows), std::as_writable_bytes(host), Sig().u(kDownload).t(x).h);
+}
+
+void CudaBackend::copy_out(const void* device, std::size_t stride_bytes, std::size_t row_bytes, std::size_t rows,
+                           std::span<std::byte> host, std::uint64_t signature) {
+  const std::size_t bytes = row_bytes * rows;
   if (recording()) {  // the data arrives at end_step
-    if (replaying(Sig().u(kDownload).t(x).h)) {
-      AKV_CHECK(step_download_ < step_->downloads.size() && step_->downloads[step_download_].n == host.size(),
+    if (replaying(signature)) {
+      AKV_CHECK(step_download_ < step_->downloads.size() && step_->downloads[step_download_].bytes == bytes,
                 "recorded step: downloads differ from the recording");
     } else {
-      cuda::StepGraph::Download d{nullptr, host.size()};
-      AKV_CUDA_CHECK(cudaMallocHost(&d.pinned, std::max<std::size_t>(d.n, 1) * sizeof(float)));
+      cuda::StepGraph::Download d{nullptr, bytes};
+      AKV_CUDA_CHECK(cudaMallocHost(&d.pinned, std::max<std::size_t>(bytes, 1)));
       step_->downloads.push_back(d);
-      if (d.n > 0)
-        AKV_CUDA_CHECK(cudaMemcpy2DAsync(d.pinned, x.cols * sizeof(float), x.data, x.stride * sizeof(float),
-                                         x.cols * sizeof(float), x.rows, cudaMemcpyDeviceToHost, stream_));
+      if (bytes > 0)
+        AKV_CUDA_CHECK(cudaMemcpy2DAsync(d.pinned, row_bytes, device, stride_bytes, row_bytes, rows,
+                                         cudaMemcpyDeviceToHost, stream_));
     }
     ++step_download_;
     step_out_.push_back(host);
     return;
   }
-  if (x.rows > 0 && x.cols > 0)
-    AKV_CUDA_CHECK(cudaMemcpy2DAsync(host.data(), x.cols * sizeof(float), x.data, x.stride * sizeof(float),
-                                     x.cols * sizeof(float), x.rows, cudaMemcpyDeviceToHost, stream()));
+  if (bytes > 0)
+    AKV_CUDA_CHECK(cudaMemcpy2DAsync(host.data(), row_bytes, device, stride_bytes, row_bytes, rows,
+                                     cudaMemcpyDeviceToHost, stream()));
   synchronize();
 }
 
@@ -606,6 +614,18 @@ void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, T
   const auto* d_rows = static_cast<const std::int32_t*>(upload_small(rows.data(), rows.size_bytes()));
   if (recording() && replaying(Sig().u(kGather).t(x).p(d_rows).t(out).h)) return;
   cuda::launch_gather_rows(x, d_rows, out, stream());
+}
+
+void CudaBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
+  AKV_CHECK(logits.dtype == DType::F32, "argmax_rows: F32 logits");
+  AKV_CHECK(static_cast<std::int64_t>(out.size()) == logits.rows, "argmax_rows: one id per row");
+  std::int32_t* ids = nullptr;  // a replayed step's graph holds the kernel, its scratch and the copy
+  if (!(recording() && replaying(Sig().u(kArgmax).t(logits).h))) {
+    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 4));
+    cuda::launch_argmax_rows(logits, ids, stream());
+  }
+  copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),
+           Sig().u(kDownload).u(kArgmax).t(logits).h);
 }
 
 }  // namespace akv

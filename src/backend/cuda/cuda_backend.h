@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
+  // One block per row on the device; only the ids are copied back (at end_step inside a step).
+  void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
 
   // Decode-only batches of at most kMaxGraphTokens tokens are captured once per key
   // (cuda::StepKey) and replayed; other steps, and all steps while graphs are off, run eagerly.
@@ -119,6 +121,11 @@ class CudaBackend final : public Backend {
   const void* step_upload(const void* data, std::size_t bytes);
   void drop_graphs(bool stale_only);
   void launch_step(cuda::StepGraph& g);
+  // A device-to-host copy of `rows` rows of `row_bytes` (source rows `stride_bytes` apart) into
+  // `host`: queued now and synchronised, or, inside a recorded step, recorded and handed out at
+  // end_step. `signature` identifies the op.
+  void copy_out(const void* device, std::size_t stride_bytes, std::size_t row_bytes, std::size_t rows,
+                std::span<std::byte> host, std::uint64_t signature);
   // out = x @ w^T for every target through the skinny GEMM (one launch).
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
@@ -144,8 +151,9 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[4];                      // 0: half-precision matmul input, 1: attention partials,
-                                            // 2: skinny GEMM partial sums, 3: one KV block (tier copies)
+  Scratch scratch_[5];                      // 0: half-precision matmul input, 1: attention partials,
+                                            // 2: skinny GEMM partial sums, 3: one KV block (tier copies),
+                                            // 4: argmax_rows ids
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
@@ -159,7 +167,7 @@ class CudaBackend final : public Backend {
   const SequenceChunk* step_seqs_ = nullptr;  // the step's batch, as store_kv/attention see it
   std::int32_t step_keys_bound_ = 0;
   cuda::DeviceBatch step_batch_;            // in the step graph's arena
-  std::vector<std::span<float>> step_out_;  // download targets, filled at end_step
+  std::vector<std::span<std::byte>> step_out_;  // download targets, filled at end_step
   StepStats step_stats_;
 };
 

@@ -35,9 +35,11 @@ struct StepGraph {
     const void* seen = nullptr;
     std::uint64_t seen_step = 0;
   };
+  // A device-to-host copy of the step (logits rows, or greedy ids): lands here, then in the
+  // caller's span at end_step.
   struct Download {
-    float* pinned = nullptr;
-    std::size_t n = 0;
+    void* pinned = nullptr;
+    std::size_t bytes = 0;
   };
   // Device scratch of one kind (see CudaBackend::scratch), owned by this graph.
   struct Scratch {
@@ -55,7 +57,7 @@ struct StepGraph {
   std::vector<std::uint32_t> upload_slots;  // [upload call of the step] its slot
   std::vector<std::uint64_t> ops;           // [op call of the step] its signature
   std::vector<Download> downloads;
-  Scratch scratch[3];
+  Scratch scratch[5];  // indexed like CudaBackend::scratch_ (3, the tier block, is never used in a step)
   std::vector<void*> retired;  // scratch outgrown during the capture (still in the graph)
   std::uint64_t last_use = 0;
 };
