@@ -13,22 +13,24 @@ after(async () => server && server.stop());
 
 const post = (path, body) => fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
-// Resolves once the server reports one request holding the admission slot (a fixed sleep is
-// not enough on a loaded machine: the first request may not have arrived yet).
-async function slotTaken() {
-  for (let i = 0; i < 500; ++i) {
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
-    if (/^agentkv_requests_in_flight 1(\.0+)?$/m.test(metrics)) return;
+// Resolves once the server reports `n` requests holding an admission slot. A fixed sleep is not
+// enough on a loaded machine: the previous test's request may still be letting go of its slot,
+// or the next one may not have arrived yet.
+async function inFlight(n) {
+  const want = new RegExp(`^agentkv_requests_in_flight ${n}(\\.0+)?$`, 'm');
+  for (let i = 0; i < 1000; ++i) {
+    if (want.test(await (await fetch(`${server.url}/metrics`)).text())) return;
     await new Promise((r) => setTimeout(r, 10));
   }
-  throw new Error('the first request never took the admission slot');
+  throw new Error(`never saw ${n} request(s) holding the admission slot`);
 }
 
 test('Q1 queue full: 529 overloaded_error / 429, then served again', async () => {
   // A long prompt keeps the first request busy in prefill for a while.
   const long = 'word '.repeat(6000);
+  await inFlight(0);
   const first = post('/v1/messages', { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: long }] });
-  await slotTaken();
+  await inFlight(1);
   const second = await post('/v1/messages', { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(second.status, 529);
   assert.equal((await second.json()).error.type, 'overloaded_error');
@@ -81,8 +83,9 @@ test('Q3 a long prefill is kept alive with ping events after message_start', asy
 });
 
 test('Q4 a burst of 25 count_tokens calls (Claude Code\'s /context) is answered while a generation holds the only slot', async () => {
+  await inFlight(0);
   const first = post('/v1/messages', { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'other '.repeat(6000) }] });
-  await slotTaken();
+  await inFlight(1);
   const busy = await post('/v1/messages', { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(busy.status, 529);  // the slot is taken
   const counts = await Promise.all(Array.from({ length: 25 }, (_, i) =>
