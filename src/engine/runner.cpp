@@ -5,7 +5,7 @@
 namespace akv {
 
 StepRunner::StepRunner(Model& model, KvStorage& kv)
-    : model_(model), decoder_(dynamic_cast<DecoderModel*>(&model)), kv_(kv), vocab_(model.config().vocab_size) {}
+    : model_(model), kv_(kv), vocab_(model.config().vocab_size) {}
 
 void StepRunner::run(const StepPlan& plan, Output output) {
   output_ = output;
@@ -33,18 +33,13 @@ void StepRunner::run(const StepPlan& plan, Output output) {
   const ForwardBatch batch{
       .tokens = tokens_, .positions = positions_, .sequences = chunks_, .logit_rows = logit_rows_};
   greedy_ids_.resize(logit_rows_.size());
-  if (output == Output::GreedyIds && decoder_ != nullptr) {
-    decoder_->forward_greedy(batch, kv_, greedy_ids_);
+  if (output == Output::GreedyIds) {
+    model_.forward_greedy(batch, kv_, greedy_ids_);
     return;
   }
   const std::size_t n_logits = logit_rows_.size() * static_cast<std::size_t>(vocab_);
   if (logits_.size() < n_logits) logits_.resize(n_logits);
   model_.forward(batch, kv_, std::span<float>(logits_).first(n_logits));
-  if (output == Output::GreedyIds) {  // a model without forward_greedy: the same pick on the host
-    const auto vocab = static_cast<std::size_t>(vocab_);
-    for (std::size_t i = 0; i < greedy_ids_.size(); ++i)
-      greedy_ids_[i] = argmax_row(std::span<const float>(logits_).subspan(i * vocab, vocab));
-  }
 }
 
 std::span<const float> StepRunner::logits_for(std::size_t chunk) const {

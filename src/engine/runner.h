@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "engine/scheduler.h"
-#include "models/decoder.h"
 #include "models/model.h"
 
 namespace akv {
@@ -33,7 +32,6 @@ class StepRunner {
 
  private:
   Model& model_;
-  DecoderModel* decoder_;  // model_ when it can pick greedy ids itself, else null
   KvStorage& kv_;
   std::int64_t vocab_;
   std::vector<std::int32_t> tokens_, positions_, logit_rows_, chunk_logit_index_;

@@ -18,9 +18,7 @@ class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
   void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) override;
-  // forward() for greedy decoding: ids[i] = argmax_row of logits row i (Backend::argmax_rows),
-  // picked where the logits are; only the ids reach the host.
-  void forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids);
+  void forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids) override;
 
  protected:
   // Loads the embedding, final norm and LM head; `norm_offset` is added to norm weights.
