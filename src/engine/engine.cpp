@@ -12,7 +12,9 @@ namespace akv {
 
 struct Engine::Active : Sequence {
   Active(RequestId rid, GenerateRequest r, EventCallback cb, std::int32_t vocab, std::uint64_t seed)
-      : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling, vocab, seed, request.prompt) {
+      : request(std::move(r)),
+        on_event(std::move(cb)),
+        sampler(request.sampling, vocab, seed, request.prompt) {
     id = arrival = rid;
     ns = request.ns;
     retention = request.retention;
@@ -25,7 +27,8 @@ struct Engine::Active : Sequence {
   EventCallback on_event;
   Sampler sampler;
   bool started_sent = false;  // the Started event went out
-  std::int32_t greedy_id = -1;  // this step's token when the runner picked it (GreedyIds), for advance()
+  std::int32_t greedy_id =
+      -1;  // this step's token when the runner picked it (GreedyIds), for advance()
 };
 
 namespace {
@@ -39,7 +42,8 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 std::int32_t context_limit(const ModelConfig& c, const EngineConfig& e) {
   const std::int64_t kv_positions = std::int64_t{e.n_blocks} * e.block_size;
-  const std::int64_t model = c.max_position_embeddings > 0 ? c.max_position_embeddings : kv_positions;
+  const std::int64_t model =
+      c.max_position_embeddings > 0 ? c.max_position_embeddings : kv_positions;
   return static_cast<std::int32_t>(std::min(kv_positions, model));
 }
 
@@ -50,7 +54,8 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       backend_(backend),
       config_(config),
       max_context_(context_limit(model_->config(), config_)),
-      kv_storage_(backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size))),
+      kv_storage_(
+          backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size))),
       kv_(config_.n_blocks, config_.block_size, KvManager::backend_copier(backend_, kv_storage_)),
       scheduler_(config_.scheduler, kv_),
       runner_(*model_, kv_storage_),
@@ -67,7 +72,10 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
     });
   }
   if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
-    kv_.attach_tiers({.agents = config_.agents, .host = config_.host, .disk = config_.disk, .restorer = restorer_.get()},
+    kv_.attach_tiers({.agents = config_.agents,
+                      .host = config_.host,
+                      .disk = config_.disk,
+                      .restorer = restorer_.get()},
                      KvBlockIo::for_backend(backend_, kv_storage_));
   thread_ = std::thread([this] { loop(); });
 }
@@ -87,7 +95,8 @@ void Engine::validate(const GenerateRequest& r) const {
   if (r.prompt.empty()) bad("the prompt has no tokens");
   for (std::int32_t t : r.prompt)
     if (t < 0 || t >= vocab)
-      bad("token id " + std::to_string(t) + " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+      bad("token id " + std::to_string(t) + " is outside the vocabulary (size " +
+          std::to_string(vocab) + ")");
   if (static_cast<std::int64_t>(r.prompt.size()) >= max_context_)
     bad("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
         std::to_string(max_context_) + " including at least one generated token");
@@ -140,15 +149,17 @@ void Engine::set_retention(std::vector<Hash128> keys, Retention retention) {
   wake_.notify_one();
 }
 
-EngineMetrics Engine::metrics() const { return {stats_.totals(), stats_.snapshot()}; }
+EngineMetrics Engine::metrics() const {
+  return {stats_.totals(), stats_.snapshot()};
+}
 
 void Engine::loop() {
   std::unique_lock lock(mu_);
   bool idle = false;  // the last step planned nothing: sleep until something changes
   while (true) {
     wake_.wait(lock, [&] {
-      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() || restore_done_ ||
-             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
+      return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() ||
+             restore_done_ || (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
     });
     if (stop_) break;
     restore_done_ = false;
@@ -158,8 +169,10 @@ void Engine::loop() {
     key_ops.swap(keys_inbox_);
     lock.unlock();
     for (const KeysOp& op : key_ops) {
-      if (op.evict) kv_.evict_keys(op.keys);
-      else kv_.set_retention(op.keys, op.retention);
+      if (op.evict)
+        kv_.evict_keys(op.keys);
+      else
+        kv_.set_retention(op.keys, op.retention);
     }
     for (std::unique_ptr<Active>& a : admitted_) {
       scheduler_.add(a.get());
@@ -168,7 +181,8 @@ void Engine::loop() {
     }
     admitted_.clear();
     for (RequestId id : cancelled_)
-      if (auto it = active_.find(id); it != active_.end()) finish(*it->second, FinishReason::Cancelled);
+      if (auto it = active_.find(id); it != active_.end())
+        finish(*it->second, FinishReason::Cancelled);
     cancelled_.clear();
     idle = scheduler_.n_running() + scheduler_.n_waiting() > 0 ? !step() : false;
     lock.lock();
@@ -196,7 +210,8 @@ bool Engine::step() {
   announce_started(plan);
   finishing_.clear();
   for (Sequence* s : plan.failed) finishing_.push_back(static_cast<Active*>(s));
-  for (Active* a : finishing_) finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
+  for (Active* a : finishing_)
+    finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
 
   if (!plan.chunks.empty()) {
     // Only ids come back when every token due this step is a plain greedy pick (issue #7: the
@@ -204,7 +219,8 @@ bool Engine::step() {
     bool greedy_ids = true;
     for (const ScheduledChunk& c : plan.chunks) {
       const Active& a = static_cast<const Active&>(*c.seq);
-      if (c.n_tokens == a.remaining() && (a.request.n_logprobs > 0 || !a.sampler.picks_raw_argmax()))
+      if (c.n_tokens == a.remaining() &&
+          (a.request.n_logprobs > 0 || !a.sampler.picks_raw_argmax()))
         greedy_ids = false;
     }
     bool ran = false;
@@ -233,7 +249,8 @@ bool Engine::step() {
   st.waiting = scheduler_.n_waiting();
   st.restoring = scheduler_.n_restoring();
   st.kv = kv_.usage();
-  st.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  st.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);
   stats_.steps.fetch_add(1, std::memory_order_relaxed);
   stats_.record(st);
@@ -249,7 +266,9 @@ void Engine::announce_started(const StepPlan& plan) {
     EngineEvent e;
     e.kind = EventKind::Started;
     e.request = a.id;
-    e.usage = {.prompt_tokens = a.n_prompt, .cached_tokens = std::max(0, a.n_cached_prompt), .generated_tokens = 0};
+    e.usage = {.prompt_tokens = a.n_prompt,
+               .cached_tokens = std::max(0, a.n_cached_prompt),
+               .generated_tokens = 0};
     if (!emit(a, e)) finishing_.push_back(&a);
   }
   // A callback that threw cancels its request; the plan still lists it, so it runs this step
@@ -315,9 +334,12 @@ void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
   e.finish_reason = reason;
   emit(a, e);
   stats_.requests_finished.fetch_add(1, std::memory_order_relaxed);
-  stats_.prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.prompt_tokens), std::memory_order_relaxed);
-  stats_.cached_prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.cached_tokens), std::memory_order_relaxed);
-  stats_.generated_tokens.fetch_add(static_cast<std::uint64_t>(usage.generated_tokens), std::memory_order_relaxed);
+  stats_.prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.prompt_tokens),
+                                 std::memory_order_relaxed);
+  stats_.cached_prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.cached_tokens),
+                                        std::memory_order_relaxed);
+  stats_.generated_tokens.fetch_add(static_cast<std::uint64_t>(usage.generated_tokens),
+                                    std::memory_order_relaxed);
   scheduler_.finish(&a);
   active_.erase(a.id);  // destroys `a`
 }

@@ -7,8 +7,9 @@
 namespace akv {
 
 Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), kv_(kv) {
-  AKV_CHECK(config_.max_batch_tokens > 0 && config_.max_prefill_chunk > 0 && config_.max_running > 0,
-            "scheduler limits must be positive");
+  AKV_CHECK(
+      config_.max_batch_tokens > 0 && config_.max_prefill_chunk > 0 && config_.max_running > 0,
+      "scheduler limits must be positive");
   running_.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.chunks.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.preempted.reserve(static_cast<std::size_t>(config_.max_running) + 1);
@@ -21,8 +22,10 @@ void Scheduler::add(Sequence* seq) {
 }
 
 void Scheduler::finish(Sequence* seq) {
-  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
-  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+    running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
+    waiting_.erase(it);
   kv_.release(seq->kv);  // also drops a background load still running for it
   seq->state = SeqState::Finished;
 }
@@ -113,8 +116,10 @@ bool Scheduler::allocate_or_preempt(std::size_t i, std::int32_t n) {
   Sequence* seq = running_[i];
   while (!kv_.allocate(seq->kv, seq->n_computed + n)) {
     if (running_.back() == seq) {
-      if (running_.size() == 1) fail(seq);
-      else preempt_newest();
+      if (running_.size() == 1)
+        fail(seq);
+      else
+        preempt_newest();
       return false;
     }
     preempt_newest();
@@ -152,8 +157,9 @@ void Scheduler::add_chunk(Sequence* seq, std::int32_t n) {
 }
 
 void Scheduler::insert_running(Sequence* seq) {
-  auto at = std::upper_bound(running_.begin(), running_.end(), seq,
-                             [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
+  auto at = std::upper_bound(
+      running_.begin(), running_.end(), seq,
+      [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
   running_.insert(at, seq);
 }
 

@@ -75,7 +75,8 @@ bool HostStore::put(const Hash128& key, const HostBlockMeta& meta, std::span<con
   if (touch_locked(key, meta)) return true;
   const std::int32_t slot = take_slot_locked();
   encode_block(options_.codec, options_.shape, raw, {slots_[slot].get(), slot_bytes_});
-  Entry& e = entries_.emplace(key, Entry{.meta = meta, .slot = slot, .order = order_.end()}).first->second;
+  Entry& e =
+      entries_.emplace(key, Entry{.meta = meta, .slot = slot, .order = order_.end()}).first->second;
   reprioritise_locked(key, e);
   ++stats_.n_put;
   return true;

@@ -34,7 +34,7 @@ namespace akv {
 struct HostStoreOptions {
   std::size_t max_bytes = 0;  // encoded bytes held at most; a budget below one block holds none
   SpillCodec codec = SpillCodec::Native;
-  BlockShape shape;            // of one block's raw bytes (Backend::read_kv_block layout)
+  BlockShape shape;             // of one block's raw bytes (Backend::read_kv_block layout)
   std::int32_t block_size = 0;  // tokens per block
   // Context length at which one token's attention costs as much as its matmuls
   // (~ parameters / (2 * n_layers * hidden)); deeper blocks cost more to recompute.
@@ -47,15 +47,15 @@ struct HostStoreOptions {
 
 // What a block needs besides its bytes: the chain check and the inputs of its cost.
 struct HostBlockMeta {
-  Hash128 parent;       // key of the previous block (or the root)
-  Hash128 tokens_hash;  // BlockKeyer::tokens_hash of its tokens
+  Hash128 parent;          // key of the previous block (or the root)
+  Hash128 tokens_hash;     // BlockKeyer::tokens_hash of its tokens
   std::int32_t depth = 0;  // its index in the chain (0: first block)
   Retention retention = Retention::Normal;
 };
 
 struct HostStoreStats {
   std::int64_t n_blocks = 0;
-  std::int64_t bytes = 0;      // encoded bytes held
+  std::int64_t bytes = 0;  // encoded bytes held
   std::int64_t max_bytes = 0;
   std::int64_t n_put = 0;      // blocks demoted into the tier
   std::int64_t n_hits = 0;     // blocks restored from it
@@ -77,7 +77,8 @@ class HostStore {
   bool put(const Hash128& key, const HostBlockMeta& meta, std::span<const std::byte> raw);
   // Decodes the block into `raw` if held with this parent and tokens hash, refreshing its
   // priority; false otherwise (nothing changes).
-  bool get(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash, std::span<std::byte> raw);
+  bool get(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+           std::span<std::byte> raw);
   void erase(const Hash128& key);
   // Sets the retention of the blocks held with these keys (pins and unpins).
   void set_retention(std::span<const Hash128> keys, Retention retention);

@@ -11,11 +11,12 @@ KvManager::CopyBlockFn KvManager::backend_copier(Backend& backend, KvStorage& kv
   return [&backend, &kv](BlockId src, BlockId dst) { backend.copy_kv_block(kv, src, dst); };
 }
 
-KvManager::KvManager(std::int32_t n_blocks, std::int32_t block_size, CopyBlockFn copy, ChainHashFn hash)
+KvManager::KvManager(std::int32_t n_blocks, std::int32_t block_size, CopyBlockFn copy,
+                     ChainHashFn hash)
     : pool_(n_blocks, block_size), index_(n_blocks, block_size, hash), copy_(std::move(copy)) {}
 
-std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
-                             Retention retention) {
+std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tokens,
+                              std::string_view ns, Retention retention) {
   AKV_CHECK(!seq.open_ && seq.blocks_.empty(), "match on a sequence that already holds blocks");
   seq.open_ = true;
   seq.retention_ = retention;
@@ -41,11 +42,13 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
     seq.tail_key_ = index_.key_of(*b);
     ++seq.n_indexed_;
     if (keyer_ != nullptr)
-      seq.keys_.push_back(keyer_->next(seq.keys_.empty() ? seq.root_key_ : seq.keys_.back(), tokens.subspan(matched, bs)));
+      seq.keys_.push_back(keyer_->next(seq.keys_.empty() ? seq.root_key_ : seq.keys_.back(),
+                                       tokens.subspan(matched, bs)));
     matched += bs;
   }
   // Phase 1b: whole blocks the host or disk tier holds, loaded into blocks of our own.
-  if (host_ != nullptr || disk_ != nullptr) matched = restore_from_tiers(seq, tokens, matched, limit);
+  if (host_ != nullptr || disk_ != nullptr)
+    matched = restore_from_tiers(seq, tokens, matched, limit);
   seq.restore_.reset();
   // Phase 2: the longest partial match of the next block, copied into a block of our own.
   if (matched < limit) {
@@ -74,7 +77,8 @@ bool KvManager::allocate(KvSequence& seq, std::int32_t n_positions) {
   return true;
 }
 
-void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t n_computed) {
+void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens,
+                       std::int32_t n_computed) {
   AKV_CHECK(seq.open_, "commit before match");
   AKV_CHECK(n_computed <= static_cast<std::int32_t>(tokens.size()), "commit beyond the tokens");
   const std::int32_t bs = pool_.block_size();
@@ -144,8 +148,10 @@ void KvManager::acquire(BlockId block) {
 
 void KvManager::drop(BlockId block) {
   if (pool_.drop_ref(block) > 0) return;
-  if (index_.contains(block)) index_.on_unreferenced(block);
-  else pool_.put_free(block);
+  if (index_.contains(block))
+    index_.on_unreferenced(block);
+  else
+    pool_.put_free(block);
 }
 
 }  // namespace akv

@@ -75,7 +75,8 @@ struct KvTiers {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
-  Restorer* restorer = nullptr;  // loads from `host` and `disk` in the background; null: match loads
+  Restorer* restorer =
+      nullptr;  // loads from `host` and `disk` in the background; null: match loads
 };
 
 class KvManager {
@@ -97,8 +98,8 @@ class KvManager {
                      Retention retention = Retention::Normal);
   // Before match, for a sequence that holds nothing: true while the blocks of its prefix that
   // device memory lacks are being loaded from the host tier and the disk in the background (the
-  // first call starts the load); call it again later. False when there is nothing (more) to wait for: match now.
-  // Always false without a restorer.
+  // first call starts the load); call it again later. False when there is nothing (more) to wait
+  // for: match now. Always false without a restorer.
   bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
   // Grows seq's blocks to cover positions [0, n_positions), evicting cached blocks if needed.
   // All or nothing: false (and no change) when not enough blocks are free or evictable.
@@ -120,8 +121,8 @@ class KvManager {
   void attach_tiers(KvTiers tiers, KvBlockIo io);
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. Call before release.
-  void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent, std::int64_t n_tokens,
-                      bool hit);
+  void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent,
+                      std::int64_t n_tokens, bool hit);
   // Drops the blocks with these keys from device memory where no sequence holds them (last key
   // first, so a chain's tail goes before its head), and from the host tier; their disk copies
   // stay. Returns how many device blocks were dropped.
@@ -139,21 +140,22 @@ class KvManager {
   const BlockPool& pool() const { return pool_; }
 
  private:
-  BlockId take_block();          // free or evicted; ref count 1. Caller checked n_available().
-  void acquire(BlockId block);   // one more reference to an existing block
-  void drop(BlockId block);      // one reference less; at 0 cached if indexed, else freed
+  BlockId take_block();         // free or evicted; ref count 1. Caller checked n_available().
+  void acquire(BlockId block);  // one more reference to an existing block
+  void drop(BlockId block);     // one reference less; at 0 cached if indexed, else freed
 
   // Tiers (kv_tiers.cpp). What the tiers need to know of an indexed device block.
   struct TierMeta {
     Hash128 key, parent, tokens_hash;
     std::int32_t depth = 0;  // index in its chain
   };
-  std::int32_t restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t matched,
-                                  std::int32_t limit);
+  std::int32_t restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
+                                  std::int32_t matched, std::int32_t limit);
   // The raw bytes of the block with `meta` from the host tier, seq's background load (searched
   // from `cursor` on) or the disk; `from` is 1 (host), 2 (disk) or 0 (none has it: empty).
   // Valid until the next call.
-  std::span<const std::byte> load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from, std::int32_t& cursor);
+  std::span<const std::byte> load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
+                                             std::int32_t& cursor);
   void note_key(BlockId block, const TierMeta& meta);
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
@@ -169,11 +171,11 @@ class KvManager {
   KvBlockIo io_;
   std::unique_ptr<BlockKeyer> own_keyer_;  // without a disk tier (no secret to share)
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached
-  std::vector<TierMeta> block_meta_;       // [n_blocks] of an indexed block, with tiers (key 0: none)
-  bool demote_on_evict_ = true;            // evict_keys turns it off: those blocks leave memory
+  std::vector<TierMeta> block_meta_;  // [n_blocks] of an indexed block, with tiers (key 0: none)
+  bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
-  std::vector<std::byte> buffer_;          // one raw block on its way in
-  std::vector<std::byte> demote_buffer_;   // one raw block on its way to the host tier
+  std::vector<std::byte> buffer_;         // one raw block on its way in
+  std::vector<std::byte> demote_buffer_;  // one raw block on its way to the host tier
 };
 
 }  // namespace akv

@@ -54,7 +54,8 @@ void KvManager::on_device_evict(BlockId block) {
   const TierMeta meta = block_meta_[block];
   if (meta.key.is_zero()) return;
   block_meta_[block] = TierMeta{};
-  if (auto it = by_key_.find(meta.key); it != by_key_.end() && it->second == block) by_key_.erase(it);
+  if (auto it = by_key_.find(meta.key); it != by_key_.end() && it->second == block)
+    by_key_.erase(it);
   if (agents_ != nullptr) agents_->set_resident(meta.key, false);
   if (host_ == nullptr || !demote_on_evict_) return;
   const HostBlockMeta host_meta{.parent = meta.parent,
@@ -73,7 +74,8 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
   disk_->put(meta.key, meta.parent, meta.tokens_hash, std::move(raw));
 }
 
-bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns) {
+bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens,
+                                std::string_view ns) {
   AKV_CHECK(!seq.open_, "restore_pending on an open sequence");
   if (restorer_ == nullptr) return false;
   if (seq.restore_) return !seq.restore_->done();
@@ -91,8 +93,10 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
     if (!by_key_.contains(key)) {
       const bool in_host = host_ != nullptr && host_->contains(key);
       if (!in_host && (disk_ == nullptr || !disk_->on_disk(key))) break;
-      wanted.push_back(
-          {.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens), .from_host = in_host});
+      wanted.push_back({.key = key,
+                        .parent = parent,
+                        .tokens_hash = keyer_->tokens_hash(block_tokens),
+                        .from_host = in_host});
     }
     parent = key;
   }
@@ -102,8 +106,8 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   return true;
 }
 
-std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
-                                                      std::int32_t& cursor) {
+std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta,
+                                                      int& from, std::int32_t& cursor) {
   // The background load's blocks are verified already (their source may be gone by now: fine).
   if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
     const auto blocks = job->blocks();
@@ -115,9 +119,11 @@ std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const Tie
     }
   }
   from = 1;
-  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
+  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_))
+    return buffer_;
   from = 2;
-  if (disk_ != nullptr && disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_)) return buffer_;
+  if (disk_ != nullptr && disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_))
+    return buffer_;
   from = 0;
   return {};
 }
@@ -136,9 +142,11 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     int from = 0;
     const std::span<const std::byte> raw = load_from_tiers(seq, meta, from, cursor);
     if (from == 0) break;
-    const BlockId b = take_block();  // may evict a cached block (demoting it through demote_buffer_)
+    const BlockId b =
+        take_block();  // may evict a cached block (demoting it through demote_buffer_)
     io_.write(b, raw);
-    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b, "a restored block was already indexed");
+    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b,
+              "a restored block was already indexed");
     index_.set_retention(b, seq.retention_, /*lower=*/true);
     note_key(b, meta);
     seq.blocks_.push_back(b);
@@ -157,12 +165,13 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
   const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  const AgentRecord r = agents_->record_turn(ns, agent,
-                                             {.chain = seq.keys_,
-                                              .n_tokens = n_tokens,
-                                              .hit = hit,
-                                              .restored = seq.n_restored_ + seq.n_host_restored_ > 0,
-                                              .now_ms = now});
+  const AgentRecord r =
+      agents_->record_turn(ns, agent,
+                           {.chain = seq.keys_,
+                            .n_tokens = n_tokens,
+                            .hit = hit,
+                            .restored = seq.n_restored_ + seq.n_host_restored_ > 0,
+                            .now_ms = now});
   if (disk_ != nullptr) disk_->put_manifest(r);
 }
 

@@ -35,11 +35,13 @@ ChainKey PrefixIndex::root(std::string_view ns) {
 }
 
 std::span<const std::int32_t> PrefixIndex::tokens_of(BlockId b) const {
-  return {tokens_.data() + static_cast<std::size_t>(b) * block_size_, static_cast<std::size_t>(block_size_)};
+  return {tokens_.data() + static_cast<std::size_t>(b) * block_size_,
+          static_cast<std::size_t>(block_size_)};
 }
 
 const BlockId* PrefixIndex::first_child_of(const ChainKey& parent) const {
-  if (parent.entry == 0) return parent.ns < ns_first_child_.size() ? &ns_first_child_[parent.ns] : nullptr;
+  if (parent.entry == 0)
+    return parent.ns < ns_first_child_.size() ? &ns_first_child_[parent.ns] : nullptr;
   const Entry& e = entries_[parent.block];
   return e.id == parent.entry ? &e.first_child : nullptr;
 }
@@ -48,7 +50,8 @@ BlockId* PrefixIndex::first_child_of(const ChainKey& parent) {
   return const_cast<BlockId*>(std::as_const(*this).first_child_of(parent));
 }
 
-std::optional<BlockId> PrefixIndex::find(const ChainKey& parent, std::span<const std::int32_t> tokens) const {
+std::optional<BlockId> PrefixIndex::find(const ChainKey& parent,
+                                         std::span<const std::int32_t> tokens) const {
   AKV_CHECK(static_cast<std::int32_t>(tokens.size()) == block_size_, "find takes one full block");
   const std::uint64_t h = hash_(parent.hash, tokens);
   auto [it, end] = by_hash_.equal_range(h);
@@ -68,7 +71,8 @@ ChainKey PrefixIndex::key_of(BlockId block) const {
   return {e.hash, e.id, e.ns, block};
 }
 
-PartialMatch PrefixIndex::find_partial(const ChainKey& parent, std::span<const std::int32_t> tokens) const {
+PartialMatch PrefixIndex::find_partial(const ChainKey& parent,
+                                       std::span<const std::int32_t> tokens) const {
   PartialMatch best;
   const BlockId* head = first_child_of(parent);
   if (head == nullptr) return best;
@@ -82,7 +86,8 @@ PartialMatch PrefixIndex::find_partial(const ChainKey& parent, std::span<const s
   return best;
 }
 
-BlockId PrefixIndex::insert(const ChainKey& parent, std::span<const std::int32_t> tokens, BlockId block) {
+BlockId PrefixIndex::insert(const ChainKey& parent, std::span<const std::int32_t> tokens,
+                            BlockId block) {
   if (std::optional<BlockId> existing = find(parent, tokens)) return *existing;
   Entry& e = entries_[block];
   AKV_CHECK(e.id == 0, "block indexed twice");
@@ -97,7 +102,8 @@ BlockId PrefixIndex::insert(const ChainKey& parent, std::span<const std::int32_t
   e.next_sibling = *head;
   if (*head != -1) entries_[*head].prev_sibling = block;
   *head = block;
-  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(block) * block_size_);
+  std::copy(tokens.begin(), tokens.end(),
+            tokens_.begin() + static_cast<std::ptrdiff_t>(block) * block_size_);
   by_hash_.emplace(e.hash, block);
   ++n_indexed_;
   return block;
@@ -134,7 +140,8 @@ void PrefixIndex::on_referenced(BlockId block) {
 }
 
 std::optional<BlockId> PrefixIndex::evict_one() {
-  const BlockId* head = std::find_if(std::begin(lru_head_), std::end(lru_head_), [](BlockId b) { return b != -1; });
+  const BlockId* head =
+      std::find_if(std::begin(lru_head_), std::end(lru_head_), [](BlockId b) { return b != -1; });
   if (head == std::end(lru_head_)) return std::nullopt;
   const BlockId b = *head;
   if (on_evict_) on_evict_(b, entries_[b].hash);
@@ -201,18 +208,24 @@ void PrefixIndex::lru_push_back(BlockId b, int list) {
   e.lru_list = static_cast<std::uint8_t>(list);
   e.lru_prev = lru_tail_[list];
   e.lru_next = -1;
-  if (lru_tail_[list] != -1) entries_[lru_tail_[list]].lru_next = b;
-  else lru_head_[list] = b;
+  if (lru_tail_[list] != -1)
+    entries_[lru_tail_[list]].lru_next = b;
+  else
+    lru_head_[list] = b;
   lru_tail_[list] = b;
 }
 
 void PrefixIndex::lru_remove(BlockId b) {
   Entry& e = entries_[b];
   const int list = e.lru_list;
-  if (e.lru_prev != -1) entries_[e.lru_prev].lru_next = e.lru_next;
-  else lru_head_[list] = e.lru_next;
-  if (e.lru_next != -1) entries_[e.lru_next].lru_prev = e.lru_prev;
-  else lru_tail_[list] = e.lru_prev;
+  if (e.lru_prev != -1)
+    entries_[e.lru_prev].lru_next = e.lru_next;
+  else
+    lru_head_[list] = e.lru_next;
+  if (e.lru_next != -1)
+    entries_[e.lru_next].lru_prev = e.lru_prev;
+  else
+    lru_tail_[list] = e.lru_prev;
   e.lru_prev = e.lru_next = -1;
 }
 

@@ -31,11 +31,12 @@ struct ChainKey {
 };
 
 // H(parent hash, token ids of one block). Replaceable so tests can force collisions.
-using ChainHashFn = std::uint64_t (*)(std::uint64_t parent_hash, std::span<const std::int32_t> tokens);
+using ChainHashFn = std::uint64_t (*)(std::uint64_t parent_hash,
+                                      std::span<const std::int32_t> tokens);
 std::uint64_t xxh3_chain_hash(std::uint64_t parent_hash, std::span<const std::int32_t> tokens);
 
 struct PartialMatch {
-  BlockId block = -1;      // -1: no child shares a first token
+  BlockId block = -1;  // -1: no child shares a first token
   std::int32_t n_tokens = 0;
 };
 
@@ -72,7 +73,9 @@ class PrefixIndex {
   // Drops `block` from the index like evict_one (listener first) if it is evictable; false when
   // it is not indexed or still referenced.
   bool evict(BlockId block);
-  void set_evict_listener(std::function<void(BlockId, std::uint64_t hash)> fn) { on_evict_ = std::move(fn); }
+  void set_evict_listener(std::function<void(BlockId, std::uint64_t hash)> fn) {
+    on_evict_ = std::move(fn);
+  }
 
   std::int32_t n_evictable() const { return n_evictable_; }
   std::int32_t n_indexed() const { return n_indexed_; }
@@ -106,12 +109,12 @@ class PrefixIndex {
 
   std::int32_t block_size_;
   ChainHashFn hash_;
-  std::vector<Entry> entries_;                    // [n_blocks]
-  std::vector<std::int32_t> tokens_;              // [n_blocks * block_size]
+  std::vector<Entry> entries_;        // [n_blocks]
+  std::vector<std::int32_t> tokens_;  // [n_blocks * block_size]
   std::unordered_multimap<std::uint64_t, BlockId> by_hash_;
   std::unordered_map<std::string, std::uint32_t> ns_ids_;
-  std::vector<std::uint64_t> ns_hash_;            // [n_namespaces]
-  std::vector<BlockId> ns_first_child_;           // [n_namespaces]
+  std::vector<std::uint64_t> ns_hash_;   // [n_namespaces]
+  std::vector<BlockId> ns_first_child_;  // [n_namespaces]
   BlockId lru_head_[kLruLists] = {-1, -1, -1, -1}, lru_tail_[kLruLists] = {-1, -1, -1, -1};
   std::int32_t n_evictable_ = 0, n_indexed_ = 0;
   std::uint64_t next_id_ = 1;

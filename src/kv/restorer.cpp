@@ -45,13 +45,16 @@ void Restorer::submit(std::shared_ptr<RestoreJob> job) {
   wake_.notify_all();
 }
 
-bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job, std::int32_t& index) {
+bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job,
+                     std::int32_t& index) {
   while (true) {
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return false;
     std::shared_ptr<RestoreJob>& front = queue_.front();
-    if (front->cancelled_.load(std::memory_order_relaxed)) front->limit_ = std::min(front->limit_, front->next_);
-    if (front->next_ >= front->limit_) {  // nothing left to hand out: whoever loads its last block ends it
+    if (front->cancelled_.load(std::memory_order_relaxed))
+      front->limit_ = std::min(front->limit_, front->next_);
+    if (front->next_ >=
+        front->limit_) {  // nothing left to hand out: whoever loads its last block ends it
       std::shared_ptr<RestoreJob> drained = std::move(front);
       queue_.pop_front();
       if (drained->in_flight_ == 0 && !drained->done()) {
@@ -64,7 +67,8 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
     }
     // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
     if (!front->bytes_)
-      front->bytes_ = std::make_unique_for_overwrite<std::byte[]>(front->blocks_.size() * front->block_bytes_);
+      front->bytes_ =
+          std::make_unique_for_overwrite<std::byte[]>(front->blocks_.size() * front->block_bytes_);
     job = front;
     index = front->next_++;
     ++front->in_flight_;
@@ -82,7 +86,8 @@ bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
   } else {
     job.limit_ = std::min(job.limit_, index);  // the chain breaks here
   }
-  const bool finished = job.in_flight_ == 0 && (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
+  const bool finished = job.in_flight_ == 0 &&
+                        (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
   if (finished && !job.done()) {
     job.done_.store(true, std::memory_order_release);
     return true;
@@ -97,10 +102,11 @@ void Restorer::loop() {
   while (claim(lock, job, index)) {
     lock.unlock();
     const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
-    const std::span<std::byte> out{job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_,
-                                   job->block_bytes_};
-    const bool ok = b.from_host ? host_ != nullptr && host_->get(b.key, b.parent, b.tokens_hash, out)
-                                : disk_ != nullptr && disk_->load(b.key, b.parent, b.tokens_hash, out);
+    const std::span<std::byte> out{
+        job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_, job->block_bytes_};
+    const bool ok = b.from_host
+                        ? host_ != nullptr && host_->get(b.key, b.parent, b.tokens_hash, out)
+                        : disk_ != nullptr && disk_->load(b.key, b.parent, b.tokens_hash, out);
     lock.lock();
     if (settle(*job, index, ok)) {
       lock.unlock();

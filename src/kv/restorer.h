@@ -76,7 +76,8 @@ class Restorer {
 
  private:
   // Takes the next block of the oldest job with one left; false when stopping.
-  bool claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job, std::int32_t& index);
+  bool claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job,
+             std::int32_t& index);
   void loop();
   // Records block `index` of `job` (loaded or not); true when that finished the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);

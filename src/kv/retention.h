@@ -16,7 +16,9 @@ namespace akv {
 enum class Retention : std::uint8_t { Low = 0, Normal = 1, High = 2 };
 inline constexpr int kRetentionLevels = 3;
 
-inline constexpr int retention_index(Retention r) { return static_cast<int>(r); }
+inline constexpr int retention_index(Retention r) {
+  return static_cast<int>(r);
+}
 
 // The weight the host tier multiplies a block's reload cost by.
 inline constexpr double retention_weight(Retention r) {

@@ -12,57 +12,71 @@ void metric(std::string& out, const char* type, const char* name, const char* he
 
 void append_engine_metrics(const EngineMetrics& m, std::string& out) {
   const EngineTotals& t = m.totals;
-  metric(out, "counter", "agentkv_engine_steps_total", "engine steps run", static_cast<double>(t.steps));
-  metric(out, "counter", "agentkv_requests_finished_total", "requests finished", static_cast<double>(t.requests_finished));
-  metric(out, "counter", "agentkv_prompt_tokens_total", "prompt tokens received", static_cast<double>(t.prompt_tokens));
-  metric(out, "counter", "agentkv_cached_prompt_tokens_total", "prompt tokens served from the KV cache",
-         static_cast<double>(t.cached_prompt_tokens));
-  metric(out, "counter", "agentkv_generated_tokens_total", "tokens generated", static_cast<double>(t.generated_tokens));
-  metric(out, "counter", "agentkv_preemptions_total", "sequences preempted for KV memory", static_cast<double>(t.preemptions));
+  metric(out, "counter", "agentkv_engine_steps_total", "engine steps run",
+         static_cast<double>(t.steps));
+  metric(out, "counter", "agentkv_requests_finished_total", "requests finished",
+         static_cast<double>(t.requests_finished));
+  metric(out, "counter", "agentkv_prompt_tokens_total", "prompt tokens received",
+         static_cast<double>(t.prompt_tokens));
+  metric(out, "counter", "agentkv_cached_prompt_tokens_total",
+         "prompt tokens served from the KV cache", static_cast<double>(t.cached_prompt_tokens));
+  metric(out, "counter", "agentkv_generated_tokens_total", "tokens generated",
+         static_cast<double>(t.generated_tokens));
+  metric(out, "counter", "agentkv_preemptions_total", "sequences preempted for KV memory",
+         static_cast<double>(t.preemptions));
   if (m.recent.empty()) return;
   const StepStats& s = m.recent.back();
   metric(out, "gauge", "agentkv_running_sequences", "sequences holding KV", s.running);
   metric(out, "gauge", "agentkv_waiting_sequences", "sequences waiting for admission", s.waiting);
-  metric(out, "gauge", "agentkv_restoring_sequences", "waiting sequences whose prefix is loading from disk",
-         s.restoring);
+  metric(out, "gauge", "agentkv_restoring_sequences",
+         "waiting sequences whose prefix is loading from disk", s.restoring);
   metric(out, "gauge", "agentkv_last_step_batch_size", "sequences in the last step", s.batch_size);
   metric(out, "gauge", "agentkv_last_step_ms", "duration of the last step", s.step_ms);
   metric(out, "gauge", "agentkv_kv_blocks_used", "KV blocks referenced by sequences", s.kv.n_used);
-  metric(out, "gauge", "agentkv_kv_blocks_cached", "KV blocks kept for prefix reuse", s.kv.n_cached);
+  metric(out, "gauge", "agentkv_kv_blocks_cached", "KV blocks kept for prefix reuse",
+         s.kv.n_cached);
   metric(out, "gauge", "agentkv_kv_blocks_free", "KV blocks free", s.kv.n_free);
 }
 
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out) {
   const auto d = [](std::int64_t v) { return static_cast<double>(v); };
   if (host != nullptr) {
-    metric(out, "gauge", "agentkv_kv_host_blocks", "KV blocks held by the host tier", d(host->n_blocks));
+    metric(out, "gauge", "agentkv_kv_host_blocks", "KV blocks held by the host tier",
+           d(host->n_blocks));
     metric(out, "gauge", "agentkv_kv_host_bytes", "bytes held by the host tier", d(host->bytes));
     metric(out, "gauge", "agentkv_kv_host_max_bytes", "the host tier's budget", d(host->max_bytes));
-    metric(out, "counter", "agentkv_kv_host_demoted_total", "blocks copied from the device into the host tier",
-           d(host->n_put));
-    metric(out, "counter", "agentkv_kv_host_restored_total", "blocks restored from the host tier", d(host->n_hits));
-    metric(out, "counter", "agentkv_kv_host_evicted_total", "blocks dropped from the host tier for room",
-           d(host->n_evicted));
+    metric(out, "counter", "agentkv_kv_host_demoted_total",
+           "blocks copied from the device into the host tier", d(host->n_put));
+    metric(out, "counter", "agentkv_kv_host_restored_total", "blocks restored from the host tier",
+           d(host->n_hits));
+    metric(out, "counter", "agentkv_kv_host_evicted_total",
+           "blocks dropped from the host tier for room", d(host->n_evicted));
   }
   if (disk != nullptr) {
     metric(out, "gauge", "agentkv_kv_disk_blocks", "usable KV block files", d(disk->n_blocks));
-    metric(out, "gauge", "agentkv_kv_disk_bytes", "bytes of the usable block files", d(disk->bytes));
-    metric(out, "gauge", "agentkv_kv_disk_max_bytes", "the disk tier's budget (0: unlimited)", d(disk->max_bytes));
-    metric(out, "counter", "agentkv_kv_disk_written_total", "block files written", d(disk->n_written));
-    metric(out, "counter", "agentkv_kv_disk_restored_total", "blocks loaded from disk", d(disk->n_loaded));
-    metric(out, "counter", "agentkv_kv_disk_dropped_total", "blocks not spilled (queue full, paused, over budget)",
-           d(disk->n_dropped));
+    metric(out, "gauge", "agentkv_kv_disk_bytes", "bytes of the usable block files",
+           d(disk->bytes));
+    metric(out, "gauge", "agentkv_kv_disk_max_bytes", "the disk tier's budget (0: unlimited)",
+           d(disk->max_bytes));
+    metric(out, "counter", "agentkv_kv_disk_written_total", "block files written",
+           d(disk->n_written));
+    metric(out, "counter", "agentkv_kv_disk_restored_total", "blocks loaded from disk",
+           d(disk->n_loaded));
+    metric(out, "counter", "agentkv_kv_disk_dropped_total",
+           "blocks not spilled (queue full, paused, over budget)", d(disk->n_dropped));
     metric(out, "counter", "agentkv_kv_disk_write_errors_total", "failed block or manifest writes",
            d(disk->n_write_errors));
-    metric(out, "counter", "agentkv_kv_disk_rejected_total", "files of another model or version, or damaged",
+    metric(out, "counter", "agentkv_kv_disk_rejected_total",
+           "files of another model or version, or damaged",
            d(disk->rejected_foreign + disk->rejected_version + disk->rejected_corrupt));
-    metric(out, "counter", "agentkv_kv_disk_evicted_total", "block files deleted to keep the budget",
-           d(disk->n_evicted));
-    metric(out, "counter", "agentkv_kv_disk_collected_total", "block files no agent names, deleted for age",
-           d(disk->n_gc));
+    metric(out, "counter", "agentkv_kv_disk_evicted_total",
+           "block files deleted to keep the budget", d(disk->n_evicted));
+    metric(out, "counter", "agentkv_kv_disk_collected_total",
+           "block files no agent names, deleted for age", d(disk->n_gc));
     metric(out, "counter", "agentkv_kv_disk_over_budget_total",
            "blocks not spilled: the budget is full of pinned blocks", d(disk->n_over_budget));
-    metric(out, "gauge", "agentkv_kv_disk_paused", "1 while spilling is paused after an error", disk->paused ? 1 : 0);
+    metric(out, "gauge", "agentkv_kv_disk_paused", "1 while spilling is paused after an error",
+           disk->paused ? 1 : 0);
   }
 }
 

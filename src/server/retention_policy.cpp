@@ -9,7 +9,8 @@ namespace akv {
 namespace {
 
 bool has_breakpoint(const std::vector<ContentBlock>& blocks) {
-  return std::any_of(blocks.begin(), blocks.end(), [](const ContentBlock& b) { return b.cache_breakpoint; });
+  return std::any_of(blocks.begin(), blocks.end(),
+                     [](const ContentBlock& b) { return b.cache_breakpoint; });
 }
 
 bool has_breakpoint(const ChatRequest& chat) {
@@ -26,7 +27,8 @@ Retention retention_for(const ChatRequest& chat, const AgentIndex* agents, std::
     const std::optional<AgentRecord> r = agents->find(tenant, agent);
     if (r && r->pinned) return Retention::High;
   }
-  const bool side = chat.tools.empty() && chat.max_tokens > 0 && chat.max_tokens <= kSideRequestMaxTokens;
+  const bool side =
+      chat.tools.empty() && chat.max_tokens > 0 && chat.max_tokens <= kSideRequestMaxTokens;
   if (side) return Retention::Low;
   return has_breakpoint(chat) ? Retention::High : Retention::Normal;
 }

@@ -14,7 +14,9 @@ namespace {
 
 constexpr BlockShape kShape{.n_rows = 8, .row_width = 16, .dtype = DType::F32};  // 512 bytes
 
-Hash128 key(std::uint64_t i) { return {.hi = 7, .lo = i}; }
+Hash128 key(std::uint64_t i) {
+  return {.hi = 7, .lo = i};
+}
 HostBlockMeta meta(std::uint64_t i, std::int32_t depth = 0, Retention r = Retention::Normal) {
   return {.parent = key(1000 + i), .tokens_hash = key(2000 + i), .depth = depth, .retention = r};
 }
@@ -51,7 +53,8 @@ TEST(HostStore, GetReturnsTheBytesOnlyWithTheRightParentAndTokens) {
 
 TEST(HostStore, StaysWithinItsBudgetAndRecyclesSlots) {
   HostStore store(options(3));
-  for (std::uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(store.put(key(i), meta(i), test::block_content(kShape, i)));
+  for (std::uint64_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(store.put(key(i), meta(i), test::block_content(kShape, i)));
   const HostStoreStats s = store.stats();
   EXPECT_EQ(s.n_blocks, 3);
   EXPECT_EQ(s.bytes, 3 * 512);
@@ -102,7 +105,8 @@ TEST(HostStore, AgeWinsOverCostEventually) {
   HostStore store(options(2));
   store.put(key(0), meta(0, /*depth=*/8), test::block_content(kShape, 0));
   std::uint64_t i = 1;
-  for (; i < 100 && store.contains(key(0)); ++i) store.put(key(i), meta(i), test::block_content(kShape, i));
+  for (; i < 100 && store.contains(key(0)); ++i)
+    store.put(key(i), meta(i), test::block_content(kShape, i));
   EXPECT_FALSE(store.contains(key(0)));
   EXPECT_GT(i, 3u);  // but it outlived several cheap ones
 }

@@ -46,8 +46,14 @@ struct Device {
       : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
         kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }) {}
   KvBlockIo io() {
-    return {.read = [this](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
-            .write = [this](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+    return {.read =
+                [this](BlockId b, std::span<std::byte> out) {
+                  std::memcpy(out.data(), mem[b].data(), out.size());
+                },
+            .write =
+                [this](BlockId b, std::span<const std::byte> in) {
+                  std::memcpy(mem[b].data(), in.data(), in.size());
+                },
             .block_bytes = kShape.raw_bytes()};
   }
   // Match, compute what is missing (fill blocks), commit, release. Returns the tokens matched.
@@ -67,7 +73,8 @@ struct Device {
   }
   bool check(const KvSequence& seq, const Tokens& tokens, std::int32_t n_blocks) const {
     for (std::int32_t b = 0; b < n_blocks; ++b)
-      if (mem[seq.block_table()[b]] != content(std::span(tokens).first((b + 1) * kBs))) return false;
+      if (mem[seq.block_table()[b]] != content(std::span(tokens).first((b + 1) * kBs)))
+        return false;
     return true;
   }
   std::vector<std::vector<std::byte>> mem;

@@ -12,17 +12,19 @@ ChatRequest chat(bool tools, std::int64_t max_tokens, bool breakpoint) {
   ChatRequest c;
   c.max_tokens = max_tokens;
   if (tools) c.tools.push_back({.name = "Bash"});
-  c.messages.push_back({.role = ChatRole::User, .blocks = {{.text = "hi", .cache_breakpoint = breakpoint}}});
+  c.messages.push_back(
+      {.role = ChatRole::User, .blocks = {{.text = "hi", .cache_breakpoint = breakpoint}}});
   return c;
 }
 
 TEST(RetentionPolicy, SideRequestsAreLowMainConversationsNormalOrHigh) {
-  EXPECT_EQ(retention_for(chat(false, 1, false), nullptr, "", ""), Retention::Low);      // quota probe
-  EXPECT_EQ(retention_for(chat(false, 512, true), nullptr, "", ""), Retention::Low);     // title call
-  EXPECT_EQ(retention_for(chat(false, 0, false), nullptr, "", ""), Retention::Normal);   // no limit
+  EXPECT_EQ(retention_for(chat(false, 1, false), nullptr, "", ""), Retention::Low);   // quota probe
+  EXPECT_EQ(retention_for(chat(false, 512, true), nullptr, "", ""), Retention::Low);  // title call
+  EXPECT_EQ(retention_for(chat(false, 0, false), nullptr, "", ""), Retention::Normal);  // no limit
   EXPECT_EQ(retention_for(chat(false, 4096, false), nullptr, "", ""), Retention::Normal);
-  EXPECT_EQ(retention_for(chat(true, 1, false), nullptr, "", ""), Retention::Normal);    // has tools
-  EXPECT_EQ(retention_for(chat(true, 32000, true), nullptr, "", ""), Retention::High);   // breakpoints
+  EXPECT_EQ(retention_for(chat(true, 1, false), nullptr, "", ""), Retention::Normal);  // has tools
+  EXPECT_EQ(retention_for(chat(true, 32000, true), nullptr, "", ""),
+            Retention::High);  // breakpoints
 }
 
 TEST(RetentionPolicy, APinnedAgentIsHighWhateverItSends) {
