@@ -27,8 +27,6 @@ struct Engine::Active : Sequence {
   EventCallback on_event;
   Sampler sampler;
   bool started_sent = false;  // the Started event went out
-  std::int32_t greedy_id =
-      -1;  // this step's token when the runner picked it (GreedyIds), for advance()
 };
 
 namespace {
@@ -237,10 +235,7 @@ bool Engine::step() {
         Active& a = static_cast<Active&>(*plan.chunks[i].seq);
         a.n_computed += plan.chunks[i].n_tokens;
         kv_.commit(a.kv, a.tokens, a.n_computed);
-        if (a.remaining() == 0) {
-          a.greedy_id = runner_.greedy_id_for(i);
-          advance(a, runner_.logits_for(i));
-        }
+        if (a.remaining() == 0) advance(a, runner_.logits_for(i), runner_.greedy_id_for(i));
       }
     }
   }
@@ -276,16 +271,15 @@ void Engine::announce_started(const StepPlan& plan) {
   for (Active* a : finishing_) cancel(a->id);
 }
 
-void Engine::advance(Active& a, std::span<const float> logits) {
+void Engine::advance(Active& a, std::span<const float> logits, std::int32_t greedy_id) {
   SampleResult r;
   try {
-    if (a.greedy_id >= 0) {
-      r = a.sampler.take_argmax(a.greedy_id);
+    if (greedy_id >= 0) {
+      r = a.sampler.take_argmax(greedy_id);
       event_.top_logprobs.clear();
     } else {
       r = a.sampler.sample(logits, a.request.n_logprobs, event_.top_logprobs);
     }
-    a.greedy_id = -1;
   } catch (const std::exception& e) {
     finish(a, FinishReason::Error, e.what());
     return;

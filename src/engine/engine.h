@@ -78,7 +78,8 @@ class Engine {
   bool step();
   // Sends Started to requests whose first chunk is in `plan`.
   void announce_started(const StepPlan& plan);
-  void advance(Active& a, std::span<const float> logits);
+  // Samples a's next token from `logits`, or takes `greedy_id` (>= 0) when the runner picked it.
+  void advance(Active& a, std::span<const float> logits, std::int32_t greedy_id);
   bool emit(Active& a, const EngineEvent& e);
   void finish(Active& a, FinishReason reason, std::string_view error = {});
 

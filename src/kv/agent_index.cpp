@@ -77,6 +77,12 @@ std::optional<std::vector<Hash128>> AgentIndex::erase(std::string_view tenant,
   return mine;
 }
 
+bool AgentIndex::is_pinned(std::string_view tenant, std::string_view agent) const {
+  std::lock_guard lock(mu_);
+  const auto it = records_.find(id_of(tenant, agent));
+  return it != records_.end() && it->second.pinned;
+}
+
 bool AgentIndex::is_pinned_key(const Hash128& key) const {
   std::lock_guard lock(mu_);
   for (const auto& [id, r] : records_)

@@ -57,6 +57,8 @@ class AgentIndex {
   // Removes the record and returns the keys of its chain that no other agent's chain holds
   // (those blocks may go); nullopt for an unknown agent.
   std::optional<std::vector<Hash128>> erase(std::string_view tenant, std::string_view agent);
+  // True when the agent is known and pinned.
+  bool is_pinned(std::string_view tenant, std::string_view agent) const;
   // True when some pinned agent's chain holds `key`.
   bool is_pinned_key(const Hash128& key) const;
 

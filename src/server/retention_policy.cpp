@@ -23,10 +23,8 @@ bool has_breakpoint(const ChatRequest& chat) {
 
 Retention retention_for(const ChatRequest& chat, const AgentIndex* agents, std::string_view tenant,
                         std::string_view agent) {
-  if (agents != nullptr && !agent.empty()) {
-    const std::optional<AgentRecord> r = agents->find(tenant, agent);
-    if (r && r->pinned) return Retention::High;
-  }
+  if (agents != nullptr && !agent.empty() && agents->is_pinned(tenant, agent))
+    return Retention::High;
   const bool side =
       chat.tools.empty() && chat.max_tokens > 0 && chat.max_tokens <= kSideRequestMaxTokens;
   if (side) return Retention::Low;

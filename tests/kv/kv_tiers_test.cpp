@@ -90,6 +90,27 @@ HostStoreOptions host_options(std::size_t n_blocks) {
   return o;
 }
 
+// A disk tier in `dir` holding the full blocks of `tokens`, written by an earlier "server".
+std::unique_ptr<DiskStore> disk_holding(const std::string& dir, const Tokens& tokens) {
+  DiskStoreOptions o;
+  o.dir = dir;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  Device first(static_cast<std::int32_t>(tokens.size()) / kBs + 4);
+  first.kv.attach_tiers({.disk = disk.get()}, first.io());
+  first.run(tokens);
+  disk->flush();
+  return disk;
+}
+
+// Polls restore_pending until seq's background load is done (2 s at most).
+void wait_for_restore(KvManager& kv, KvSequence& seq, const Tokens& tokens) {
+  for (int i = 0; i < 1000 && kv.restore_pending(seq, tokens, ""); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
 TEST(KvTiers, DeviceEvictionsDemoteToTheHostAndAMatchRestoresFromIt) {
   Device d(6);
   HostStore host(host_options(16));
@@ -134,8 +155,7 @@ TEST(KvTiers, HostBlocksAreDecodedInTheBackgroundToo) {
   ASSERT_EQ(host.stats().n_put, 3);
   KvSequence seq;
   ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
-  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  wait_for_restore(d.kv, seq, a);
   const std::int64_t hits = host.stats().n_hits;
   EXPECT_EQ(hits, 3);  // decoded by the restorer
   EXPECT_EQ(d.kv.match(seq, a, ""), 12);
@@ -180,19 +200,8 @@ TEST(KvTiers, SideRequestsDoNotPushOutTheMainConversation) {
 
 TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
   test::ScratchDir dir;
-  DiskStoreOptions o;
-  o.dir = dir.path;
-  o.fingerprint = {3, 4};
-  o.shape = kShape;
-  o.block_size = kBs;
-  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
   const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
-  {
-    Device first(8);
-    first.kv.attach_tiers({.disk = disk.get()}, first.io());
-    first.run(a);
-    disk->flush();
-  }
+  std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
   std::atomic<int> done{0};
   Restorer restorer(disk.get(), nullptr, [&] { ++done; });
   Device d(8);
@@ -201,8 +210,7 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
   const std::int64_t loads = disk->stats().n_loaded;
   KvSequence seq;
   ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
-  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  wait_for_restore(d.kv, seq, a);
   EXPECT_FALSE(d.kv.restore_pending(seq, a, ""));
   EXPECT_EQ(done.load(), 1);
   EXPECT_EQ(disk->stats().n_loaded, loads + 2);  // only the 2 blocks the device lacks
@@ -220,19 +228,8 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
 
 TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   test::ScratchDir dir;
-  DiskStoreOptions o;
-  o.dir = dir.path;
-  o.fingerprint = {3, 4};
-  o.shape = kShape;
-  o.block_size = kBs;
-  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
   const Tokens a = iota_tokens(33, 100);  // 8 full blocks and one token
-  {
-    Device first(12);
-    first.kv.attach_tiers({.disk = disk.get()}, first.io());
-    first.run(a);
-    disk->flush();
-  }
+  std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
   // Block 5's file goes missing (the store still lists it).
   Hash128 key = disk->keyer().root("");
   for (int b = 0; b <= 5; ++b) key = disk->keyer().next(key, std::span(a).subspan(b * kBs, kBs));
@@ -247,8 +244,7 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   EXPECT_EQ(d.kv.usage().n_free, 12);
 
   KvSequence seq;
-  for (int i = 0; i < 1000 && d.kv.restore_pending(seq, a, ""); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  wait_for_restore(d.kv, seq, a);
   EXPECT_EQ(d.kv.match(seq, a, ""), 5 * kBs);  // the chain breaks at the missing block
   EXPECT_EQ(seq.n_restored_blocks(), 5);
   EXPECT_TRUE(d.check(seq, a, 5));
