@@ -1,7 +1,9 @@
 // Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16 with
 // f32 accumulators) for BF16 KV and head_dim 64 or 128. One block = 64 query rows of one
-// sequence chunk for one query head (4 warps of 16 rows) or two heads of one GQA group (8 warps:
-// each K/V tile in shared memory serves both); key/value tiles of 64 positions are gathered
+// sequence chunk for two query heads of one GQA group (4 warps; each K/V tile in shared memory
+// serves both), or for one head (2 warps) when the group is odd. Each warp takes 32 rows of one
+// head as two m16 tiles, so every K and V fragment read from shared memory feeds two mma chains;
+// Q stays in shared memory and is read per k-step. Key/value tiles of 64 positions are gathered
 // through the block table with cp.async into padded shared memory, two stages deep.
 // Causal and sliding-window masks and the logit softcap are applied to the f32 scores; P stays in
 // registers.
@@ -13,11 +15,12 @@
 namespace akv::cuda {
 namespace {
 
-constexpr int kRows = kPrefillTileRows;  // query rows per block (4 warps x 16)
+constexpr int kRows = kPrefillTileRows;  // query rows of one head per block
+constexpr int kWarpRows = 32;            // query rows per warp: two m16 tiles
+constexpr int kWarpsPerHead = kRows / kWarpRows;
 constexpr int kKeys = 64;                // keys per tile
-constexpr int kThreads = 128;           // per query head of a block
-constexpr int kGroupHeads = 2;          // query heads per block when the GQA group is even
-constexpr int kStages = 2;              // K/V tiles in flight (3 measured no faster on an H100)
+constexpr int kGroupHeads = 2;           // query heads per block when the GQA group is even
+constexpr int kStages = 2;               // K/V tiles in flight (3 measured no faster on an H100)
 constexpr int kPad = 8;                  // bf16 elements of row padding: conflict-free fragments
 
 using bf16 = __nv_bfloat16;
@@ -61,19 +64,25 @@ constexpr int smem_bytes() {
   return (kHeads * kRows + 2 * kStages * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
 }
 
+template <int kHeads>
+__host__ __device__ constexpr int block_threads() {
+  return kHeads * kWarpsPerHead * 32;
+}
+
 // One block: query tile `tile` (kRows positions of one chunk) for kHeads consecutive query heads
 // that share one KV head (GQA), so every K/V tile brought into shared memory serves
-// kHeads * kRows query rows. Warp w takes rows 16 (w % 4).. of head h0 + w / 4.
-template <int D, int kHeads>
-__global__ void __launch_bounds__(kHeads * kThreads, 1)
+// kHeads * kRows query rows. Warp w takes rows 32 (w % 2).. of head h0 + w / 2.
+template <int D, int kHeads, bool kSoftcap>
+__global__ void __launch_bounds__(block_threads<kHeads>(), 2)
     prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
                              std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
   pdl_trigger();
   pdl_wait();
   constexpr int LD = D + kPad;
-  constexpr int kBlockThreads = kHeads * kThreads;
-  constexpr int kChunks = D / 8;                          // 16-byte pieces of one K/V row
+  constexpr int kBlockThreads = block_threads<kHeads>();
+  constexpr int kChunks = D / 8;  // 16-byte pieces of one K/V row
   constexpr int kRowsPerPass = kBlockThreads / kChunks;
+  constexpr int kKt = kKeys / 8;  // n8 tiles of scores per tile of keys
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // [kHeads * kRows][LD]
   bf16* Ks = Qs + kHeads * kRows * LD;        // [kStages][kKeys][LD]
@@ -92,8 +101,8 @@ __global__ void __launch_bounds__(kHeads * kThreads, 1)
   const std::int32_t* table = b.tables + info[3];
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int wr = warp % 4;  // row group of this warp within the tile
-  const int h = h0 + warp / 4;
+  const int wr = warp % kWarpsPerHead;  // row group of this warp within its head's tile
+  const int hl = warp / kWarpsPerHead;  // head of this warp within the block
   const bf16* kc = static_cast<const bf16*>(kv.k) + std::int64_t{kvh} * D + (tid % kChunks) * 8;
   const bf16* vc = static_cast<const bf16*>(kv.v) + std::int64_t{kvh} * D + (tid % kChunks) * 8;
 
@@ -124,33 +133,33 @@ __global__ void __launch_bounds__(kHeads * kThreads, 1)
     cp_async_commit();
   }
 
+  // Q rounded to bf16 into shared memory; the barrier at the top of the first key tile orders
+  // these stores before any warp reads them.
   for (int i = tid; i < kHeads * kRows * (D / 4); i += kBlockThreads) {
     const int r = i / (D / 4), c4 = (i % (D / 4)) * 4;
-    const int hl = r / kRows, rr = r % kRows;
+    const int rh = r / kRows, rr = r % kRows;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (rr < rows)
-      v = *reinterpret_cast<const float4*>(q + (first_row + rr) * qs + std::int64_t{h0 + hl} * D + c4);
+      v = *reinterpret_cast<const float4*>(q + (first_row + rr) * qs + std::int64_t{h0 + rh} * D + c4);
     *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4) = pack_bf16(v.x, v.y);
     *reinterpret_cast<std::uint32_t*>(Qs + r * LD + c4 + 2) = pack_bf16(v.z, v.w);
   }
-  __syncthreads();
-  std::uint32_t qf[D / 16][4];
-  {
-    const bf16* qw = Qs + warp * 16 * LD;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      qf[ks][0] = *reinterpret_cast<const std::uint32_t*>(qw + g * LD + ks * 16 + 2 * c);
-      qf[ks][1] = *reinterpret_cast<const std::uint32_t*>(qw + (g + 8) * LD + ks * 16 + 2 * c);
-      qf[ks][2] = *reinterpret_cast<const std::uint32_t*>(qw + g * LD + ks * 16 + 8 + 2 * c);
-      qf[ks][3] = *reinterpret_cast<const std::uint32_t*>(qw + (g + 8) * LD + ks * 16 + 8 + 2 * c);
-    }
-  }
+  // ldmatrix.x4 of an m16k16 A fragment: lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8.
+  const bf16* qa = Qs + (hl * kRows + wr * kWarpRows + (lane & 15)) * LD + (lane >> 4) * 8;
 
-  float o[D / 8][4];
+  // Accumulator rows: r = 2 * m-tile + half, row wr * 32 + 16 * (r / 2) + g + 8 * (r % 2).
+  float o[2][D / 8][4];
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  const int qpos[2] = {pos0 + wr * 16 + g, pos0 + wr * 16 + g + 8};
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+  float m_run[4], l_run[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    m_run[r] = -INFINITY;
+    l_run[r] = 0.0f;
+  }
+  const int qpos0 = pos0 + wr * kWarpRows + g;  // position of accumulator row r: qpos0 + 8 * r
   const float scale_log2 = a.scale * kLog2e;
 
   for (int it = 0; it < n_kt; ++it) {
@@ -164,81 +173,105 @@ __global__ void __launch_bounds__(kHeads * kThreads, 1)
     const bf16* Kt = Ks + (it % kStages) * kKeys * LD;
     const bf16* Vt = Vs + (it % kStages) * kKeys * LD;
 
-    float sc[kKeys / 8][4];
+    float sc[2][kKt][4];
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-      // One ldmatrix.x4 gives the B fragments of two k-steps: lanes 8i..8i+7 address the 8 keys
-      // at head dims 8i.. of the pair.
-      const bf16* krow = Kt + (nt * 8 + (lane & 7)) * LD + (lane >> 3) * 8;
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ks += 2) {
+      for (int nt = 0; nt < kKt; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+    // One ldmatrix.x4 of K gives the B fragments of two n8 tiles at one k-step: lanes 0-7 and
+    // 8-15 address keys nt*8.. at k 0 and 8, lanes 16-31 the same for keys (nt+1)*8...
+    const bf16* kb_addr = Kt + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      std::uint32_t qf[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(qf[mt][0]), "=r"(qf[mt][1]), "=r"(qf[mt][2]), "=r"(qf[mt][3])
+                     : "r"(smem_addr(qa + mt * 16 * LD + ks * 16)));
+#pragma unroll
+      for (int nt = 0; nt < kKt; nt += 2) {
         std::uint32_t r0, r1, r2, r3;
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                     : "r"(smem_addr(krow + ks * 16)));
-        mma_bf16(sc[nt], qf[ks], r0, r1);
-        mma_bf16(sc[nt], qf[ks + 1], r2, r3);
+                     : "r"(smem_addr(kb_addr + nt * 8 * LD + ks * 16)));
+        mma_bf16(sc[0][nt], qf[0], r0, r1);
+        mma_bf16(sc[1][nt], qf[1], r0, r1);
+        mma_bf16(sc[0][nt + 1], qf[0], r2, r3);
+        mma_bf16(sc[1][nt + 1], qf[1], r2, r3);
       }
     }
 
     // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query, and
     // sliding windows, need the mask.
-    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * 16;
-    float mx[2] = {m_run[0], m_run[1]};
+    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * kWarpRows;
+    float mx[4];
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
+    for (int r = 0; r < 4; ++r) mx[r] = m_run[r];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        float s;
-        if (a.softcap > 0.0f)
-          s = a.softcap * tanhf(sc[nt][e] * a.scale / a.softcap) * kLog2e;
-        else
-          s = sc[nt][e] * scale_log2;
-        if (masked) {
-          const int key = kb + nt * 8 + 2 * c + (e & 1);
-          const bool ok = key <= qpos[r] && (a.window <= 0 || key > qpos[r] - a.window);
-          s = ok ? s : -INFINITY;
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kKt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 2 * mt + (e >> 1);
+          float s;
+          if constexpr (kSoftcap)
+            s = a.softcap * tanhf(sc[mt][nt][e] * a.scale / a.softcap) * kLog2e;
+          else
+            s = sc[mt][nt][e] * scale_log2;
+          if (masked) {
+            const int key = kb + nt * 8 + 2 * c + (e & 1);
+            const int qp = qpos0 + 8 * r;
+            const bool ok = key <= qp && (a.window <= 0 || key > qp - a.window);
+            s = ok ? s : -INFINITY;
+          }
+          sc[mt][nt][e] = s;
+          mx[r] = fmaxf(mx[r], s);
         }
-        sc[nt][e] = s;
-        mx[r] = fmaxf(mx[r], s);
-      }
-    }
-    float base[2], corr[2];
+    float base[4], corr[4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
       corr[r] = fast_exp2(m_run[r] - base[r]);
       m_run[r] = mx[r];
     }
-    float rs[2] = {0.0f, 0.0f};
+    float rs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = fast_exp2(sc[nt][e] - base[e >> 1]);
-        sc[nt][e] = p;
-        rs[e >> 1] += p;
+      for (int nt = 0; nt < kKt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 2 * mt + (e >> 1);
+          const float p = fast_exp2(sc[mt][nt][e] - base[r]);
+          sc[mt][nt][e] = p;
+          rs[r] += p;
+        }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) l_run[r] = l_run[r] * corr[r] + rs[r];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[mt][dt][0] *= corr[2 * mt];
+        o[mt][dt][1] *= corr[2 * mt];
+        o[mt][dt][2] *= corr[2 * mt + 1];
+        o[mt][dt][3] *= corr[2 * mt + 1];
       }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * corr[r] + rs[r];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][0] *= corr[0];
-      o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1];
-      o[dt][3] *= corr[1];
-    }
 
 #pragma unroll
     for (int j = 0; j < kKeys / 16; ++j) {
-      const std::uint32_t pa[4] = {pack_bf16(sc[2 * j][0], sc[2 * j][1]), pack_bf16(sc[2 * j][2], sc[2 * j][3]),
-                                   pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]),
-                                   pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+      std::uint32_t pa[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        pa[mt][0] = pack_bf16(sc[mt][2 * j][0], sc[mt][2 * j][1]);
+        pa[mt][1] = pack_bf16(sc[mt][2 * j][2], sc[mt][2 * j][3]);
+        pa[mt][2] = pack_bf16(sc[mt][2 * j + 1][0], sc[mt][2 * j + 1][1]);
+        pa[mt][3] = pack_bf16(sc[mt][2 * j + 1][2], sc[mt][2 * j + 1][3]);
+      }
       const bf16* vrow = Vt + (j * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt += 2) {
@@ -246,40 +279,52 @@ __global__ void __launch_bounds__(kHeads * kThreads, 1)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                      : "r"(smem_addr(vrow + dt * 8)));
-        mma_bf16(o[dt], pa, r0, r1);
-        mma_bf16(o[dt + 1], pa, r2, r3);
+        mma_bf16(o[0][dt], pa[0], r0, r1);
+        mma_bf16(o[1][dt], pa[1], r0, r1);
+        mma_bf16(o[0][dt + 1], pa[0], r2, r3);
+        mma_bf16(o[1][dt + 1], pa[1], r2, r3);
       }
     }
   }
   cp_async_wait<0>();
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 4; ++r) {
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = wr * 16 + g + 8 * r;
+    const int row = wr * kWarpRows + 16 * (r / 2) + g + 8 * (r % 2);
     if (row >= rows) continue;
     const float inv = 1.0f / l;
-    float* orow = out + (first_row + row) * os + std::int64_t{h} * D + 2 * c;
+    float* orow = out + (first_row + row) * os + std::int64_t{h0 + hl} * D + 2 * c;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+      *reinterpret_cast<float2*>(orow + dt * 8) =
+          make_float2(o[r / 2][dt][2 * (r % 2)] * inv, o[r / 2][dt][2 * (r % 2) + 1] * inv);
   }
+}
+
+template <int D, int kHeads, bool kSoftcap>
+void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
+                Stream s) {
+  static bool attribute_set = false;  // the engine thread is the only caller
+  if (!attribute_set) {
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kHeads, kSoftcap>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
+    attribute_set = true;
+  }
+  launch(prefill_attention_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles),
+         block_threads<kHeads>(), smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride,
+         static_cast<float*>(out.data), out.stride, kv, b, a);
 }
 
 template <int D, int kHeads>
 void launch_dh(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
                Stream s) {
-  static bool attribute_set = false;  // the engine thread is the only caller
-  if (!attribute_set) {
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kHeads>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
-    attribute_set = true;
-  }
-  launch(prefill_attention_kernel<D, kHeads>, dim3(a.n_heads / kHeads, b.n_tiles), kHeads * kThreads,
-         smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data),
-         out.stride, kv, b, a);
+  if (a.softcap > 0.0f)
+    launch_dhs<D, kHeads, true>(q, kv, b, a, out, s);
+  else
+    launch_dhs<D, kHeads, false>(q, kv, b, a, out, s);
 }
 
 // Two query heads per block when the GQA group and the shared memory allow it (104 KB for
