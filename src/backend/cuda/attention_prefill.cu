@@ -11,6 +11,9 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#ifdef AKV_HAVE_WGMMA
+#include "backend/cuda/attention_prefill_wgmma.h"
+#endif
 
 namespace akv::cuda {
 namespace {
@@ -357,6 +360,12 @@ void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& 
             "prefill attention: q rows and KV rows must be 16-byte aligned");
   if (b.n_tiles == 0) return;
   AKV_CHECK(b.n_tiles <= 65535, "prefill attention: at most 65535 query tiles per launch");
+#ifdef AKV_HAVE_WGMMA
+  if (prefill_attention_wgmma_supported(a)) {
+    launch_attention_prefill_wgmma(q, kv, b, a, out, s);
+    return;
+  }
+#endif
   if (a.head_dim == 64)
     launch_d<64>(q, kv, b, a, out, s);
   else
