@@ -180,6 +180,12 @@ class OpTimer final : public Backend {
     Scope s(*this, "glu");
     b_.glu(g, u, a, o);
   }
+  // One row for the whole MLP: without this forward the default would run the unfused ops.
+  void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation a, TensorRef gu, TensorRef act,
+                 TensorRef o) override {
+    Scope s(*this, "gated_mlp");
+    b_.gated_mlp(x, w, a, gu, act, o);
+  }
   void softcap(TensorRef x, float c) override { b_.softcap(x, c); }
   void gather_rows(TensorRef x, std::span<const std::int32_t> r, TensorRef o) override {
     Scope s(*this, "gather_rows");

@@ -56,6 +56,14 @@ struct MatmulTarget {
   TensorRef out;
 };
 
+// The weights of a gated MLP (Llama, Gemma, Phi-3): either gate and up fused in one matrix
+// (gate rows first) or the two apart; down always apart.
+struct GatedMlpWeights {
+  WeightRef gate_up;   // fused [2 * inter, k]; empty: gate and up below
+  WeightRef gate, up;  // [inter, k] each
+  WeightRef down;      // [hidden, inter]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -118,6 +126,27 @@ class Backend {
                          const ForwardBatch& batch, const AttentionParams& p, TensorRef out) = 0;
   // out[n, c] = act(gate[n, c]) * up[n, c]
   virtual void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) = 0;
+  // out[n, hidden] = down(act(gate(x)) * up(x)) for x [n, k]: the whole gated MLP as one op, so a
+  // backend may keep the intermediates in a narrower type (CUDA: bf16/f16 for half weights on
+  // its cuBLAS path). gate_up [n, 2 * inter] and act_out [n, inter] are the caller's f32 scratch:
+  // their contents are unspecified afterwards (a backend may store other types in their memory).
+  // None of x, gate_up, act_out and out may overlap. The default is the unfused composition:
+  // matmul (fused weights) or matmul_multi into gate_up's two halves, glu into act_out, matmul
+  // down into out.
+  virtual void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up,
+                         TensorRef act_out, TensorRef out) {
+    const std::int64_t inter = act_out.cols;
+    const TensorRef gate = gate_up.cols_slice(0, inter);
+    const TensorRef up = gate_up.cols_slice(inter, inter);
+    if (!w.gate_up.empty()) {
+      matmul(x, w.gate_up, nullptr, gate_up);
+    } else {
+      const MatmulTarget targets[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
+      matmul_multi(x, targets);
+    }
+    glu(gate, up, act, act_out);
+    matmul(act_out, w.down, nullptr, out);
+  }
   // x = cap * tanh(x / cap)
   virtual void softcap(TensorRef x, float cap) = 0;
   // out[i, :] = x[rows[i], :]

@@ -85,18 +85,8 @@ void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
 }
 
 void run_mlp(const MlpWeights& w, LayerContext& ctx, TensorRef xn, GluActivation act) {
-  Backend& b = ctx.backend;
-  const std::int64_t inter = ctx.ws.act.cols;
-  TensorRef gate = ctx.ws.gate_up.cols_slice(0, inter);
-  TensorRef up = ctx.ws.gate_up.cols_slice(inter, inter);
-  if (!w.gate_up.empty()) {
-    b.matmul(xn, w.gate_up, nullptr, ctx.ws.gate_up);
-  } else {
-    const MatmulTarget gate_up[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
-    b.matmul_multi(xn, gate_up);
-  }
-  b.glu(gate, up, act, ctx.ws.act);
-  b.matmul(ctx.ws.act, w.down, nullptr, ctx.ws.y);
+  const GatedMlpWeights gw{w.gate_up, w.gate, w.up, w.down};
+  ctx.backend.gated_mlp(xn, gw, act, ctx.ws.gate_up, ctx.ws.act, ctx.ws.y);
 }
 
 }  // namespace akv

@@ -180,6 +180,123 @@ TEST(CudaOps, AddGluSoftcapGather) {
   EXPECT_LE(dst.error(), 0.0);
 }
 
+// The gated MLP as one op: out = down(act(gate(x)) * up(x)), gate and up fused in one weight or
+// apart. Scratch (gate_up, act) and out are poisoned on the GPU first; `pad` > 0 makes the
+// scratch strided column slices (the CUDA half path then uses its own scratch), and x and out
+// are strided for odd n.
+double gated_mlp_error(DType t, bool fused, GluActivation act, std::int64_t n, std::int64_t inter,
+                       std::int64_t pad = 0) {
+  const std::int64_t k = 256, hidden = 200;
+  Backends& b = backends();
+  const float in_scale = 1.0f / std::sqrt(float(k)), down_scale = 1.0f / std::sqrt(float(inter));
+  std::unique_ptr<WeightPair> gate_up, gate, up;
+  if (fused) {
+    gate_up = WeightPair::random(t, 2 * inter, k, in_scale);
+  } else {
+    gate = WeightPair::random(t, inter, k, in_scale);
+    up = WeightPair::random(t, inter, k, in_scale);
+  }
+  auto down = WeightPair::random(t, hidden, inter, down_scale);
+  auto weights = [&](auto side) {
+    GatedMlpWeights w;
+    if (fused) {
+      w.gate_up = side(*gate_up);
+    } else {
+      w.gate = side(*gate);
+      w.up = side(*up);
+    }
+    w.down = side(*down);
+    return w;
+  };
+  const GatedMlpWeights w_cpu = weights([](const WeightPair& p) { return p.cpu; });
+  const GatedMlpWeights w_gpu = weights([](const WeightPair& p) { return p.gpu; });
+  Pair x = Pair::random(n, k, (n % 2) * 8), out = Pair::make(n, hidden, (n % 2) * 4);
+  Pair gu = Pair::make(n, 2 * inter, pad), a = Pair::make(n, inter, pad);
+  out.poison_gpu();
+  gu.poison_gpu();
+  a.poison_gpu();
+  b.ref.gated_mlp(x.cpu, w_cpu, act, gu.cpu, a.cpu, out.cpu);
+  b.gpu.gated_mlp(x.gpu, w_gpu, act, gu.gpu, a.gpu, out.gpu);
+  return out.error();
+}
+
+// BF16 weights, fused and apart: up to 8 rows the f32 GEMV / skinny GEMM composition, above
+// that cuBLAS with bf16 intermediates; inter 344 takes the vectorised half GLU, 203 the scalar one.
+TEST(CudaOps, GatedMlpBf16) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (bool fused : {true, false}) {
+    for (GluActivation act : {GluActivation::Silu, GluActivation::GeluTanh}) {
+      for (std::int64_t n : {1, 5, 8, 9, 64, 300}) {
+        for (std::int64_t inter : {344, 203}) {
+          const double tol = keeps_f32_activations(DType::BF16, n, 256) ? 1e-5 : tolerance(DType::BF16);
+          EXPECT_LE(gated_mlp_error(DType::BF16, fused, act, n, inter), tol)
+              << (fused ? "fused" : "apart") << " gelu " << (act == GluActivation::GeluTanh) << " n " << n
+              << " inter " << inter;
+        }
+      }
+    }
+  }
+}
+
+// F16 weights (f16 intermediates), F32 weights (the unfused composition on SGEMM), and BF16 with
+// strided scratch (the half intermediates in the backend's own scratch).
+TEST(CudaOps, GatedMlpF16F32AndStridedScratch) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (std::int64_t n : {64, 300}) {
+    EXPECT_LE(gated_mlp_error(DType::F16, false, GluActivation::Silu, n, 344), tolerance(DType::F16)) << "f16 n " << n;
+    EXPECT_LE(gated_mlp_error(DType::F32, true, GluActivation::GeluTanh, n, 344), 1e-5) << "f32 n " << n;
+    for (bool fused : {true, false})
+      EXPECT_LE(gated_mlp_error(DType::BF16, fused, GluActivation::Silu, n, 344, 8), tolerance(DType::BF16))
+          << "strided scratch, " << (fused ? "fused" : "apart") << " n " << n;
+  }
+}
+
+// The fused op inside recorded decode steps (9-64 rows take cuBLAS there): the first step of a
+// batch size is captured, the next two replay it on new inputs; contiguous and strided scratch
+// (the graph's own scratch buffers).
+TEST(CudaOps, GatedMlpRecordedStep) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  b.gpu.set_step_graphs(true);
+  for (const auto& [n, pad] : {std::pair<std::int32_t, std::int64_t>{16, 0}, {33, 8}}) {
+    const std::int64_t k = 256, inter = 344, hidden = 200;
+    auto gate = WeightPair::random(DType::BF16, inter, k, 1.0f / std::sqrt(float(k)));
+    auto up = WeightPair::random(DType::BF16, inter, k, 1.0f / std::sqrt(float(k)));
+    auto down = WeightPair::random(DType::BF16, hidden, inter, 1.0f / std::sqrt(float(inter)));
+    const GatedMlpWeights w_cpu{.gate_up = {}, .gate = gate->cpu, .up = up->cpu, .down = down->cpu};
+    const GatedMlpWeights w_gpu{.gate_up = {}, .gate = gate->gpu, .up = up->gpu, .down = down->gpu};
+    Pair x = Pair::make(n, k), out = Pair::make(n, hidden);
+    Pair gu = Pair::make(n, 2 * inter, pad), a = Pair::make(n, inter, pad);
+    // A decode-only batch of n sequences, one token each (what begin_step records).
+    const KvLayout layout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1, .head_dim = 8,
+                          .dtype = DType::F32};
+    KvStorage kv = b.gpu.alloc_kv(layout);
+    std::vector<std::int32_t> tables(static_cast<std::size_t>(n)), tokens(static_cast<std::size_t>(n));
+    std::iota(tables.begin(), tables.end(), 0);
+    std::vector<SequenceChunk> chunks;
+    for (std::int32_t i = 0; i < n; ++i)
+      chunks.push_back({.first_row = i, .n_tokens = 1, .start_pos = 3, .block_table = {&tables[i], 1}});
+    const std::vector<std::int32_t> pos = positions_for(chunks);
+    const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = chunks, .logit_rows = {}};
+
+    const CudaBackend::StepStats before = b.gpu.step_stats();
+    for (int step = 0; step < 3; ++step) {
+      x.set(random_floats(static_cast<std::size_t>(n * k)));
+      out.poison_gpu();
+      std::vector<float> got(static_cast<std::size_t>(n * hidden));
+      b.gpu.begin_step(batch, kv, &layout);
+      b.gpu.gated_mlp(x.gpu, w_gpu, GluActivation::Silu, gu.gpu, a.gpu, out.gpu);
+      b.gpu.download(out.gpu, got);
+      b.gpu.end_step();
+      b.ref.gated_mlp(x.cpu, w_cpu, GluActivation::Silu, gu.cpu, a.cpu, out.cpu);
+      EXPECT_LE(note_error(rel_error(got, out.get_cpu())), tolerance(DType::BF16)) << "n " << n << " step " << step;
+    }
+    const CudaBackend::StepStats after = b.gpu.step_stats();
+    EXPECT_EQ(after.captured - before.captured, 1) << "n " << n;
+    EXPECT_EQ(after.replayed - before.replayed, 2) << "n " << n;
+  }
+}
+
 // Greedy ids on the device against the reference (backend.h's argmax_row rule): random rows of
 // few distinct values (many ties for the maximum), -inf and NaN sprinkled in, NaN at id 0, all
 // NaN, all -inf; a vocabulary row as wide as Llama 3's and narrow ones, strided views.
@@ -311,14 +428,16 @@ TEST(CudaOps, AttentionPrefillDecodeMixed) {
 }
 
 // Tensor-core prefill tiles: chunks not a multiple of the tile, continuing a cached prefix
-// (start > 0), windows crossing tile edges, GQA groups of 4 (two heads per block), 1 and 3 (one).
+// (start > 0), windows crossing tile edges, GQA groups of 4 and 2 (four or two heads per block on
+// wgmma, two on mma.sync), 1 and 3 (one head per block, mma.sync).
 TEST(CudaOps, AttentionPrefillTiles) {
   AKV_SKIP_WITHOUT_CUDA();
   const std::vector<SeqSpec> chunks = {{0, 300}, {200, 130}, {5, 129}, {64, 64}, {1000, 77}};
   struct Heads {
     std::int64_t h, kv, d;
   };
-  for (Heads hd : {Heads{16, 4, 128}, Heads{8, 2, 64}, Heads{4, 4, 128}, Heads{6, 2, 64}}) {
+  for (Heads hd : {Heads{16, 4, 128}, Heads{8, 2, 64}, Heads{8, 4, 128}, Heads{4, 2, 64}, Heads{4, 4, 128},
+                   Heads{6, 2, 64}}) {
     for (std::int64_t window : {0, 63, 64, 129}) {
       for (double cap : {0.0, 30.0}) {
         if (cap > 0.0 && window != 64) continue;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -91,7 +92,15 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kArgmax };
+                              kSoftcap, kGather, kDownload, kArgmax, kGatedMlp };
+
+// Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
+// GEMV takes) with gate/up and down all BF16 or all F16.
+bool half_mlp(TensorRef x, const GatedMlpWeights& w) {
+  const DType t = w.down.dtype;
+  if (x.rows <= cuda::kGemvMaxRows || (t != DType::BF16 && t != DType::F16)) return false;
+  return w.gate_up.empty() ? w.gate.dtype == t && w.up.dtype == t : w.gate_up.dtype == t;
+}
 
 }  // namespace
 
@@ -402,6 +411,9 @@ void* CudaBackend::scratch(std::size_t bytes, int which) {
     }
     return g.ptr;
   }
+  static_assert(std::extent_v<decltype(scratch_)> == std::extent_v<decltype(cuda::StepGraph::scratch)>,
+                "a recorded step has a scratch buffer of each kind");
+  AKV_CHECK(which >= 0 && which < static_cast<int>(std::extent_v<decltype(scratch_)>), "scratch kind");
   Scratch& s = scratch_[which];
   if (s.capacity < bytes) {
     AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -434,10 +446,19 @@ void CudaBackend::gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRe
                                  static_cast<const float*>(x.data), static_cast<int>(x.stride), &zero,
                                  static_cast<float*>(out.data), static_cast<int>(out.stride)));
   } else {
-    AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, cuda_type(w.dtype), k, xh,
-                                  cuda_type(w.dtype), k, &zero, out.data, CUDA_R_32F, static_cast<int>(out.stride),
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_half(xh, k, x.rows, w, out.data, DType::F32, out.stride);
   }
+}
+
+void CudaBackend::gemm_half(const void* a, std::int64_t a_stride, std::int64_t n, const WeightRef& w, void* out,
+                            DType out_dtype, std::int64_t out_stride) {
+  AKV_CHECK(out_dtype == DType::F32 || out_dtype == w.dtype, "gemm_half: f32 or weight-dtype output");
+  const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
+  const float one = 1.0f, zero = 0.0f;
+  AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, static_cast<int>(n), k, &one, w.data,
+                                cuda_type(w.dtype), k, a, cuda_type(w.dtype), static_cast<int>(a_stride), &zero, out,
+                                cuda_type(out_dtype), static_cast<int>(out_stride), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::skinny(TensorRef x, std::span<const MatmulTarget> targets) {
@@ -601,6 +622,46 @@ void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
             "glu shape");
   if (recording() && replaying(Sig().u(kGlu).t(gate).t(up).u(act == GluActivation::GeluTanh).t(out).h)) return;
   cuda::launch_glu(gate, up, act == GluActivation::GeluTanh, out, stream());
+}
+
+void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up,
+                            TensorRef act_out, TensorRef out) {
+  if (!half_mlp(x, w)) {  // the unfused ops, each recorded on its own inside a step
+    Backend::gated_mlp(x, w, act, gate_up, act_out, out);
+    return;
+  }
+  const std::int64_t n = x.rows, k = x.cols, inter = act_out.cols;
+  const bool fused = !w.gate_up.empty();
+  AKV_CHECK(x.dtype == DType::F32 && gate_up.dtype == DType::F32 && act_out.dtype == DType::F32 &&
+                out.dtype == DType::F32, "gated_mlp: f32 activations");
+  AKV_CHECK(gate_up.rows == n && act_out.rows == n && out.rows == n && gate_up.cols == 2 * inter, "gated_mlp shape");
+  AKV_CHECK(fused ? w.gate_up.rows == 2 * inter && w.gate_up.cols == k
+                  : w.gate.rows == inter && w.up.rows == inter && w.gate.cols == k && w.up.cols == k,
+            "gated_mlp: gate/up weight shape");
+  AKV_CHECK(w.down.cols == inter && out.cols == w.down.rows, "gated_mlp: down weight shape");
+  if (recording() && replaying(Sig().u(kGatedMlp).t(x).w(w.gate_up).w(w.gate).w(w.up).w(w.down)
+                                   .u(act == GluActivation::GeluTanh).t(gate_up).t(act_out).t(out).h))
+    return;
+  const DType t = w.down.dtype;
+  constexpr std::size_t kHalfBytes = 2;
+  void* xh = scratch(static_cast<std::size_t>(n * k) * kHalfBytes, 0);
+  cuda::launch_to_half(x, t, xh, stream());
+  // Half data needs half the bytes of the caller's f32 buffers: reuse them when contiguous.
+  void* gu = gate_up.stride == gate_up.cols ? gate_up.data
+                                            : scratch(static_cast<std::size_t>(n * 2 * inter) * kHalfBytes, 5);
+  void* ah = act_out.stride == act_out.cols ? act_out.data
+                                            : scratch(static_cast<std::size_t>(n * inter) * kHalfBytes, 6);
+  const TensorRef gu_h{gu, t, n, 2 * inter, 2 * inter};  // [n, 2 * inter]: gate, then up
+  const TensorRef act_h{ah, t, n, inter, inter};         // [n, inter]
+  if (fused) {
+    gemm_half(xh, k, n, w.gate_up, gu_h.data, t, gu_h.stride);
+  } else {
+    gemm_half(xh, k, n, w.gate, gu_h.cols_slice(0, inter).data, t, gu_h.stride);
+    gemm_half(xh, k, n, w.up, gu_h.cols_slice(inter, inter).data, t, gu_h.stride);
+  }
+  cuda::launch_glu_half(gu_h.cols_slice(0, inter), gu_h.cols_slice(inter, inter), act == GluActivation::GeluTanh,
+                        act_h, stream());
+  gemm_half(act_h.data, act_h.stride, n, w.down, out.data, DType::F32, out.stride);
 }
 
 void CudaBackend::softcap(TensorRef x, float cap) {

@@ -4,7 +4,8 @@
 // kGemvMaxRows rows use our GEMV kernel (matmul_multi: one launch for q/k/v), with BF16 weights
 // and 2 to kSkinnyMaxRows rows our tensor-core skinny GEMM (f32 activations kept); larger ones
 // cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
-// dtype, f32 accumulate and output). Attention uses
+// dtype, f32 accumulate and output; the gated MLP keeps its gate/up and act intermediates in
+// the weight dtype there). Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. Engine thread only, like every
@@ -64,6 +65,12 @@ class CudaBackend final : public Backend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  // With more than kGemvMaxRows rows and gate/up/down all BF16 or all F16: x rounded to half once,
+  // gate/up GEMMs writing half, a half GLU, the down GEMM reading half act (f32 accumulate, f32
+  // out). The half intermediates live in gate_up's and act_out's memory where those are
+  // contiguous, else in scratch. Otherwise the default composition.
+  void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up, TensorRef act_out,
+                 TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // One block per row on the device; only the ids are copied back (at end_step inside a step).
@@ -130,6 +137,10 @@ class CudaBackend final : public Backend {
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
   void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
+  // out[n, w.rows] = a[n, w.cols] @ w^T through cublasGemmEx for half weights: a of w's dtype
+  // (rows a_stride elements apart), out F32 or of w's dtype (rows out_stride apart); f32 accumulate.
+  void gemm_half(const void* a, std::int64_t a_stride, std::int64_t n, const WeightRef& w, void* out,
+                 DType out_dtype, std::int64_t out_stride);
 
   int device_ = 0;
   int sm_count_ = 0;
@@ -151,9 +162,10 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[5];                      // 0: half-precision matmul input, 1: attention partials,
+  Scratch scratch_[7];                      // 0: half-precision matmul input, 1: attention partials,
                                             // 2: skinny GEMM partial sums, 3: one KV block (tier copies),
-                                            // 4: argmax_rows ids
+                                            // 4: argmax_rows ids, 5 and 6: gated_mlp's half gate/up and
+                                            // act when the caller's buffers are strided
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions

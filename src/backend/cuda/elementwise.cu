@@ -1,5 +1,6 @@
-// Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU, softcap,
-// row gather, f32 -> half conversion (cuBLAS inputs), the KV append and KV block copies.
+// Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU (f32, and half
+// for the fused MLP), softcap, row gather, f32 -> half conversion (cuBLAS inputs), the KV append
+// and KV block copies.
 #include <algorithm>
 #include <cmath>
 
@@ -48,15 +49,16 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-template <bool kGelu>
-__global__ void glu_kernel(const float* gate, std::int64_t gs, const float* up, std::int64_t us, float* out,
-                           std::int64_t os, std::int64_t cols) {
+// T: float, or a half type (computed in f32).
+template <typename T, bool kGelu>
+__global__ void glu_kernel(const T* gate, std::int64_t gs, const T* up, std::int64_t us, T* out, std::int64_t os,
+                           std::int64_t cols) {
   pdl_trigger();
   pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= cols) return;
-  const float g = gate[r * gs + c];
-  out[r * os + c] = (kGelu ? gelu_tanh(g) : silu(g)) * up[r * us + c];
+  const float g = to_f32(gate[r * gs + c]);
+  out[r * os + c] = from_f32<T>((kGelu ? gelu_tanh(g) : silu(g)) * to_f32(up[r * us + c]));
 }
 
 // Four columns per thread (cols and strides multiples of 4, 16-byte aligned rows).
@@ -71,6 +73,30 @@ __global__ void glu_vec_kernel(const float* gate, std::int64_t gs, const float* 
   const float4 u = *reinterpret_cast<const float4*>(up + r * us + c);
   auto act = [](float x) { return kGelu ? gelu_tanh(x) : silu(x); };
   *reinterpret_cast<float4*>(out + r * os + c) = make_float4(act(g.x) * u.x, act(g.y) * u.y, act(g.z) * u.z, act(g.w) * u.w);
+}
+
+// Eight half columns per thread, 16-byte loads and stores (cols and strides multiples of 8,
+// 16-byte aligned rows).
+template <typename T, bool kGelu>
+__global__ void glu_half_vec_kernel(const T* gate, std::int64_t gs, const T* up, std::int64_t us, T* out,
+                                    std::int64_t os, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t r = blockIdx.x, c = (blockIdx.y * kThreads + threadIdx.x) * 8;
+  if (c >= cols) return;
+  union Pack {
+    uint4 v;
+    T h[8];
+  };
+  Pack g, u, o;
+  g.v = *reinterpret_cast<const uint4*>(gate + r * gs + c);
+  u.v = *reinterpret_cast<const uint4*>(up + r * us + c);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float x = to_f32(g.h[i]);
+    o.h[i] = from_f32<T>((kGelu ? gelu_tanh(x) : silu(x)) * to_f32(u.h[i]));
+  }
+  *reinterpret_cast<uint4*>(out + r * os + c) = o.v;
 }
 
 __global__ void softcap_kernel(float* x, std::int64_t stride, std::int64_t cols, float cap) {
@@ -173,10 +199,49 @@ void launch_glu(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s
   } else {
     const dim3 g = grid_2d(out.rows, out.cols);
     if (gelu)
-      launch(glu_kernel<true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+      launch(glu_kernel<float, true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
     else
-      launch(glu_kernel<false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+      launch(glu_kernel<float, false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
   }
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+template <typename T>
+void launch_glu_typed(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s) {
+  const auto* gp = static_cast<const T*>(gate.data);
+  const auto* upp = static_cast<const T*>(up.data);
+  auto* op = static_cast<T*>(out.data);
+  const bool vec = out.cols % 8 == 0 && gate.stride % 8 == 0 && up.stride % 8 == 0 && out.stride % 8 == 0 &&
+                   (reinterpret_cast<std::uintptr_t>(gp) | reinterpret_cast<std::uintptr_t>(upp) |
+                    reinterpret_cast<std::uintptr_t>(op)) % 16 == 0;
+  if (vec) {
+    const dim3 g = grid_2d(out.rows, out.cols / 8);
+    if (gelu)
+      launch(glu_half_vec_kernel<T, true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride,
+             out.cols);
+    else
+      launch(glu_half_vec_kernel<T, false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride,
+             out.cols);
+  } else {
+    const dim3 g = grid_2d(out.rows, out.cols);
+    if (gelu)
+      launch(glu_kernel<T, true>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+    else
+      launch(glu_kernel<T, false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
+  }
+}
+}  // namespace
+
+void launch_glu_half(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s) {
+  AKV_CHECK(gate.dtype == out.dtype && up.dtype == out.dtype, "glu_half: one dtype");
+  if (out.rows == 0) return;
+  if (out.dtype == DType::BF16)
+    launch_glu_typed<__nv_bfloat16>(gate, up, gelu, out, s);
+  else if (out.dtype == DType::F16)
+    launch_glu_typed<__half>(gate, up, gelu, out, s);
+  else
+    AKV_CHECK(false, "glu_half: BF16 or F16 only");
   AKV_CUDA_CHECK_LAUNCH();
 }
 

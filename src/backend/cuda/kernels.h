@@ -57,6 +57,9 @@ void launch_embed(const WeightRef& table, const std::int32_t* ids, float scale, 
 void launch_add(TensorRef acc, TensorRef x, Stream s);
 void launch_add_bias(TensorRef out, const WeightRef& bias, Stream s);
 void launch_glu(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out, Stream s);
+// The same with gate, up and out all BF16 or all F16 (computed in f32, rounded once): the fused
+// MLP's intermediates. 16-byte accesses where cols, strides and rows allow.
+void launch_glu_half(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out, Stream s);
 void launch_softcap(TensorRef x, float cap, Stream s);
 void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, Stream s);
 // dst [x.rows, x.cols] contiguous, of dtype BF16 or F16, from the f32 tensor x.
