@@ -24,15 +24,13 @@ namespace {
 
 constexpr int kRows = kPrefillTileRows;  // query rows per head and block (one m64 warpgroup tile)
 constexpr int kKeys = 64;                // keys per tile
-constexpr int kHeads = 2;                // query heads (warpgroups) per block
-constexpr int kThreads = kHeads * 128;
 constexpr int kStages = 2;
 
 using bf16 = __nv_bfloat16;
 
 static_assert(kRows == 64, "one wgmma m64 tile of query rows per head");
 
-template <int D>
+template <int D, int kHeads>
 constexpr int smem_bytes() {
   return (kHeads * kRows + 2 * kStages * kKeys) * D * static_cast<int>(sizeof(bf16));
 }
@@ -136,13 +134,14 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[D / 2], const std::uint32_t 
 
 // Accumulator element (n8 tile j, e) of a thread sits at row 16 * warp + g + 8 * (e / 2),
 // column 8 * j + 2 * c + e % 2 of its warpgroup's m64 tile (g = lane / 4, c = lane % 4).
-template <int D, bool kSoftcap>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int D, int kHeads, bool kSoftcap>
+__global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
     prefill_attention_wgmma_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
                                    std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
 #ifdef AKV_WGMMA_DEVICE
   pdl_trigger();
   pdl_wait();
+  constexpr int kThreads = kHeads * 128;
   constexpr int kChunks = D / 8;                     // 16-byte pieces of a K/V row
   constexpr int kPieces = kKeys * kChunks / kThreads;  // pieces of a K (and a V) tile per thread
   constexpr std::uint32_t kRowGroupBytes = kChunks * 128;
@@ -318,17 +317,29 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
-template <int D, bool kSoftcap>
-void launch_ds(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
+template <int D, int kHeads, bool kSoftcap>
+void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
                Stream s) {
   static bool attribute_set = false;  // the engine thread is the only caller
   if (!attribute_set) {
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<D, kSoftcap>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>()));
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<D, kHeads, kSoftcap>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
     attribute_set = true;
   }
-  launch(prefill_attention_wgmma_kernel<D, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles), kThreads, smem_bytes<D>(),
-         s, static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride, kv, b, a);
+  launch(prefill_attention_wgmma_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles), kHeads * 128,
+         smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data),
+         out.stride, kv, b, a);
+}
+
+// The whole GQA group of four heads per block where it divides (K/V tiles come through L2 once
+// for four heads), else two.
+template <int D, bool kSoftcap>
+void launch_ds(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
+               Stream s) {
+  if ((a.n_heads / a.n_kv_heads) % 4 == 0)
+    launch_dhs<D, 4, kSoftcap>(q, kv, b, a, out, s);
+  else
+    launch_dhs<D, 2, kSoftcap>(q, kv, b, a, out, s);
 }
 
 }  // namespace
@@ -340,11 +351,11 @@ bool prefill_attention_wgmma_supported(const AttentionArgs& a) {
     AKV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     AKV_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     cudaFuncAttributes attr{};
-    const bool loads = cudaFuncGetAttributes(&attr, prefill_attention_wgmma_kernel<128, false>) == cudaSuccess;
+    const bool loads = cudaFuncGetAttributes(&attr, prefill_attention_wgmma_kernel<128, 2, false>) == cudaSuccess;
     (void)cudaGetLastError();  // a failed query must not surface at the next launch check
     return major == 9 && minor == 0 && loads;
   }();
-  return device_ok && (a.head_dim == 64 || a.head_dim == 128) && (a.n_heads / a.n_kv_heads) % kHeads == 0;
+  return device_ok && (a.head_dim == 64 || a.head_dim == 128) && (a.n_heads / a.n_kv_heads) % 2 == 0;
 }
 
 void launch_attention_prefill_wgmma(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
