@@ -1,5 +1,5 @@
-// Device helpers shared by the kernels: element conversions, warp reductions, dtype dispatch,
-// launches with programmatic dependent launch.
+// Device helpers shared by the kernels: element conversions, warp reductions, streaming weight
+// loads, dtype dispatch, launches with programmatic dependent launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,6 +36,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// 16 bytes at p (16-byte aligned) of data no kernel writes (weights), not kept in L1: streamed
+// weights would only evict what the block reuses.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 

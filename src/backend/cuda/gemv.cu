@@ -2,6 +2,7 @@
 // reading w once; up to kGemvMaxTargets weights of one width in one launch (q/k/v, gate/up).
 // w is streamed with 16-byte non-caching loads; x (f32) is read through L1/L2.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv_targets.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace akv::cuda {
@@ -9,14 +10,6 @@ namespace {
 
 constexpr int kWarps = 8;     // per block; they split k between them
 constexpr int kUnroll = 2;    // 16-byte loads per row in flight per lane
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // The 16 bytes of w as floats: 8 for bf16/f16, 4 for f32.
 template <typename W>
@@ -57,44 +50,21 @@ struct Unpack<float> {
   }
 };
 
-// The targets of one launch as the kernel sees them; blocks [first_block[j], first_block[j + 1])
-// belong to target j.
-struct GemvSet {
-  const void* w[kGemvMaxTargets];
-  float* y[kGemvMaxTargets];
-  std::int64_t ys[kGemvMaxTargets];
-  std::int32_t m[kGemvMaxTargets];
-  std::int32_t first_block[kGemvMaxTargets + 1];
-  int count;
-};
-
 // Vectorised path (k % E == 0, rows of w and x 16-byte aligned). A block owns kR rows of one
 // target; its warps take interleaved 32 * E-element chunks of k, so even m = 1024 fills the GPU,
 // and x is read once per kR rows. Partial sums meet in shared memory.
 template <typename W, int kN, int kR>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const float* __restrict__ x, std::int64_t xs,
-                                                            std::int32_t k, std::int32_t n, GemvSet set) {
+                                                            std::int32_t k, std::int32_t n, GemvTargets<W> set) {
   pdl_trigger();
   constexpr int E = Unpack<W>::kN;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int j = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxTargets; ++i)
-    if (i < set.count && static_cast<std::int32_t>(blockIdx.x) >= set.first_block[i]) j = i;
-  const W* w = nullptr;
-  float* y = nullptr;
-  std::int64_t ys = 0;
-  std::int32_t m = 0, first = 0;
-#pragma unroll
-  for (int i = 0; i < kGemvMaxTargets; ++i)  // constant indices keep the parameters out of local memory
-    if (i == j) {
-      w = static_cast<const W*>(set.w[i]);
-      y = set.y[i];
-      ys = set.ys[i];
-      m = set.m[i];
-      first = set.first_block[i];
-    }
-  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) - first) * kR;
+  const GemvTarget<W> tg = set.target_of(static_cast<std::int32_t>(blockIdx.x));
+  const W* w = tg.w;
+  float* y = tg.y;
+  const std::int64_t ys = tg.ys;
+  const std::int32_t m = tg.m;
+  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) - tg.first_block) * kR;
   const W* wr[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) wr[r] = w + std::int64_t{min(row0 + r, m - 1)} * k;
@@ -185,20 +155,8 @@ constexpr int rows_per_block() {
 template <typename W, int kN>
 void launch_vec(TensorRef x, std::span<const GemvOutput> outs, Stream s) {
   constexpr int kR = rows_per_block<kN>();
-  GemvSet set{};
-  set.count = static_cast<int>(outs.size());
-  std::int64_t blocks = 0;
-  for (int i = 0; i < set.count; ++i) {
-    set.w[i] = outs[i].w->data;
-    set.y[i] = static_cast<float*>(outs[i].out.data);
-    set.ys[i] = outs[i].out.stride;
-    set.m[i] = static_cast<std::int32_t>(outs[i].w->rows);
-    set.first_block[i] = static_cast<std::int32_t>(blocks);
-    blocks += blocks_for(outs[i].w->rows, kR);
-  }
-  AKV_CHECK(blocks < (1ll << 31), "gemv: too many blocks");
-  set.first_block[set.count] = static_cast<std::int32_t>(blocks);
-  launch(gemv_kernel<W, kN, kR>, static_cast<unsigned>(blocks), kWarps * 32, 0, s,
+  const GemvTargets<W> set = make_gemv_targets<W>(outs, kR);
+  launch(gemv_kernel<W, kN, kR>, static_cast<unsigned>(set.first_block[set.count]), kWarps * 32, 0, s,
       static_cast<const float*>(x.data), x.stride, static_cast<std::int32_t>(x.cols),
       static_cast<std::int32_t>(x.rows), set);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv_targets.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace akv::cuda {
@@ -19,14 +20,6 @@ constexpr int kChunk = 64;           // k per pipeline step: 128 contiguous byte
 constexpr int kMinSplitK = 4 * kChunk;
 constexpr int kNT = kSkinnyMaxRows / 8;  // 8-token mma tiles (more measured slower than cuBLAS)
 constexpr int kMaxTiles = kSkinnyCounters;  // row tiles that may split k (one counter each)
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void mma_bf16(float* c, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
@@ -46,43 +39,23 @@ __device__ __forceinline__ void split_bf16(float lo, float hi, std::uint32_t& bi
   small = *reinterpret_cast<const std::uint32_t*>(&s);
 }
 
-struct SkinnySet {
-  const __nv_bfloat16* w[kGemvMaxTargets];
-  float* y[kGemvMaxTargets];
-  std::int64_t ys[kGemvMaxTargets];
-  std::int32_t m[kGemvMaxTargets];
-  std::int32_t first_tile[kGemvMaxTargets + 1];
-  int count;
-};
-
 // Grid: (row tiles of all targets, k splits). Lane (g, c) = (lane / 4, lane % 4) loads 16
 // consecutive k of rows g and g + 8 per 32 k; the mma's k order is permuted the same way for w
 // and x (k 2c, 2c+1, 2c+8, 2c+9 of a step are elements 0-3 or 4-7 of the lane's 8), so both
 // fragments come from plain 16-byte loads.
 __global__ void __launch_bounds__(kWarps * 32)
-    skinny_gemm_kernel(const float* __restrict__ x, std::int64_t xs, std::int32_t k, std::int32_t n, SkinnySet set,
-                       std::int32_t k_split, float* __restrict__ partial, unsigned* __restrict__ counters) {
+    skinny_gemm_kernel(const float* __restrict__ x, std::int64_t xs, std::int32_t k, std::int32_t n,
+                       GemvTargets<__nv_bfloat16> set, std::int32_t k_split, float* __restrict__ partial,
+                       unsigned* __restrict__ counters) {
   pdl_trigger();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const int tile = blockIdx.x;
-  int j = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxTargets; ++i)
-    if (i < set.count && tile >= set.first_tile[i]) j = i;
-  const __nv_bfloat16* w = nullptr;
-  float* y = nullptr;
-  std::int64_t ys = 0;
-  std::int32_t m = 0, first = 0;
-#pragma unroll
-  for (int i = 0; i < kGemvMaxTargets; ++i)  // constant indices keep the parameters out of local memory
-    if (i == j) {
-      w = set.w[i];
-      y = set.y[i];
-      ys = set.ys[i];
-      m = set.m[i];
-      first = set.first_tile[i];
-    }
-  const std::int32_t tile_row0 = (tile - first) * kBlockRows;
+  const GemvTarget<__nv_bfloat16> tg = set.target_of(tile);  // a block is a tile of kBlockRows rows
+  const __nv_bfloat16* w = tg.w;
+  float* y = tg.y;
+  const std::int64_t ys = tg.ys;
+  const std::int32_t m = tg.m;
+  const std::int32_t tile_row0 = (tile - tg.first_block) * kBlockRows;
   const std::int32_t warp_row0 = tile_row0 + warp * kTilesM * 16;
   const std::int32_t k0 = static_cast<std::int32_t>(blockIdx.y) * k_split;
   const std::int32_t k1 = min(k, k0 + k_split);
@@ -228,18 +201,8 @@ Occupancy occupancy() {
 }
 
 void launch_skinny(TensorRef x, std::span<const GemvOutput> outs, const SkinnyScratch& scratch, Stream s) {
-  SkinnySet set{};
-  set.count = static_cast<int>(outs.size());
-  std::int32_t tiles = 0;
-  for (int i = 0; i < set.count; ++i) {
-    set.w[i] = static_cast<const __nv_bfloat16*>(outs[i].w->data);
-    set.y[i] = static_cast<float*>(outs[i].out.data);
-    set.ys[i] = outs[i].out.stride;
-    set.m[i] = static_cast<std::int32_t>(outs[i].w->rows);
-    set.first_tile[i] = tiles;
-    tiles += static_cast<std::int32_t>(blocks_for(outs[i].w->rows, kBlockRows));
-  }
-  set.first_tile[set.count] = tiles;
+  const GemvTargets<__nv_bfloat16> set = make_gemv_targets<__nv_bfloat16>(outs, kBlockRows);
+  const std::int32_t tiles = set.first_block[set.count];
   // Split k until one wave of resident blocks is filled, each split keeping kMinSplitK (half a
   // wave measured slower: the kernel needs every resident block's loads in flight).
   const auto k = static_cast<std::int32_t>(x.cols);
