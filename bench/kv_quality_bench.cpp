@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/reference_backend.h"
+#include "codec_eval.h"
 #include "kv/block_codec.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -53,57 +54,6 @@ constexpr const char* kPassages[] = {
 constexpr SpillCodec kCodecs[] = {SpillCodec::Native, SpillCodec::F32, SpillCodec::BF16,
                                   SpillCodec::Int8, SpillCodec::Int4};
 
-// Round-trips KV blocks [0, n_blocks) of `kv` through `codec`, as a restore from disk would.
-void round_trip_blocks(Backend& backend, KvStorage& kv, std::int32_t n_blocks, SpillCodec codec) {
-  const BlockShape shape = block_shape_of(kv.layout);
-  std::vector<std::byte> raw(shape.raw_bytes()), enc(encoded_bytes(codec, shape));
-  for (std::int32_t b = 0; b < n_blocks; ++b) {
-    backend.read_kv_block(kv, b, raw);
-    encode_block(codec, shape, raw, enc);
-    decode_block(codec, shape, enc, raw);
-    backend.write_kv_block(kv, b, raw);
-  }
-}
-
-// Runs `ids` [0, split) (split a multiple of block_size), round-trips those blocks through
-// `codec`, then runs [split, n) and returns the logits of those rows [n - split, vocab].
-std::vector<float> continuation_logits(Model& model, Backend& backend,
-                                       std::span<const std::int32_t> ids, std::int32_t split,
-                                       std::int32_t block_size, SpillCodec codec) {
-  const auto n = static_cast<std::int32_t>(ids.size());
-  const std::int32_t n_blocks = (n + block_size - 1) / block_size;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(model.config(), n_blocks, block_size));
-  std::vector<std::int32_t> table(n_blocks);
-  for (std::int32_t i = 0; i < n_blocks; ++i) table[i] = i;
-  const std::int64_t vocab = model.config().vocab_size;
-  std::vector<float> logits;
-  for (const auto& [from, to] : {std::pair{0, split}, std::pair{split, n}}) {
-    const SequenceChunk chunk{
-        .first_row = 0, .n_tokens = to - from, .start_pos = from, .block_table = table};
-    const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
-    std::vector<std::int32_t> rows(from == 0 ? 1 : chunk.n_tokens);
-    for (std::size_t r = 0; r < rows.size(); ++r)
-      rows[r] = from == 0 ? chunk.n_tokens - 1 : static_cast<std::int32_t>(r);
-    logits.assign(rows.size() * vocab, 0.0f);
-    const ForwardBatch batch{.tokens = ids.subspan(from, to - from),
-                             .positions = positions,
-                             .sequences = {&chunk, 1},
-                             .logit_rows = rows};
-    model.forward(batch, kv, logits);
-    if (from == 0) round_trip_blocks(backend, kv, split / block_size, codec);
-  }
-  return logits;
-}
-
-std::vector<double> log_softmax(std::span<const float> x) {
-  const double m = *std::max_element(x.begin(), x.end());
-  double sum = 0;
-  for (float v : x) sum += std::exp(v - m);
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] - m - std::log(sum);
-  return out;
-}
-
 // Next-token statistics of a codec's run against the native run, over all scored positions.
 struct Quality {
   double sum_kl = 0, max_kl = 0;
@@ -112,8 +62,7 @@ struct Quality {
 
   // One position: logprobs of the native (p) and codec (q) runs, the true next token.
   void add(std::span<const double> p, std::span<const double> q, std::int32_t next) {
-    double kl = 0;
-    for (std::size_t i = 0; i < p.size(); ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
+    const double kl = kl_divergence(p, q);
     sum_kl += kl;
     max_kl = std::max(max_kl, kl);
     sum_nll -= q[next];
@@ -137,8 +86,8 @@ void score(std::span<const float> native, std::span<const float> got,
            std::span<const std::int32_t> ids, std::int32_t split, std::int64_t vocab, Quality& q) {
   const std::int64_t n_scored = static_cast<std::int64_t>(ids.size()) - split - 1;
   for (std::int64_t r = 0; r < n_scored; ++r) {
-    const auto p = log_softmax(native.subspan(r * vocab, vocab));
-    const auto g = log_softmax(got.subspan(r * vocab, vocab));
+    const auto p = log_probs(native.subspan(r * vocab, vocab));
+    const auto g = log_probs(got.subspan(r * vocab, vocab));
     q.add(p, g, ids[split + r + 1]);
   }
 }

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "backend/cpu/reference_backend.h"
+#include "codec_eval.h"
 #include "kv/model_fingerprint.h"
 #include "models/model.h"
 
@@ -227,50 +228,12 @@ std::vector<std::vector<double>> restored_logprobs(Model& model, Backend& backen
                                                    std::span<const std::int32_t> ids,
                                                    std::int32_t split, SpillCodec codec) {
   constexpr std::int32_t kBlock = 16;
-  const auto n = static_cast<std::int32_t>(ids.size());
-  const std::int32_t n_blocks = (n + kBlock - 1) / kBlock;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(model.config(), n_blocks, kBlock));
-  std::vector<std::int32_t> table(n_blocks), rows;
-  for (std::int32_t i = 0; i < n_blocks; ++i) table[i] = i;
   const std::int64_t vocab = model.config().vocab_size;
-  std::vector<float> logits;
-  for (const auto& [from, to] : {std::pair{0, split}, std::pair{split, n}}) {
-    const SequenceChunk chunk{
-        .first_row = 0, .n_tokens = to - from, .start_pos = from, .block_table = table};
-    const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
-    rows.resize(chunk.n_tokens);
-    for (std::int32_t r = 0; r < chunk.n_tokens; ++r) rows[r] = r;
-    logits.assign(rows.size() * vocab, 0.0f);
-    model.forward({.tokens = ids.subspan(from, to - from),
-                   .positions = positions,
-                   .sequences = {&chunk, 1},
-                   .logit_rows = rows},
-                  kv, logits);
-    if (from > 0) break;
-    const BlockShape shape = block_shape_of(kv.layout);
-    std::vector<std::byte> raw(shape.raw_bytes()), enc(encoded_bytes(codec, shape));
-    for (std::int32_t b = 0; b < split / kBlock; ++b) {
-      backend.read_kv_block(kv, b, raw);
-      encode_block(codec, shape, raw, enc);
-      decode_block(codec, shape, enc, raw);
-      backend.write_kv_block(kv, b, raw);
-    }
-  }
-  std::vector<std::vector<double>> out(n - split, std::vector<double>(vocab));
-  for (std::int32_t r = 0; r < n - split; ++r) {
-    const float* l = logits.data() + r * vocab;
-    const double m = *std::max_element(l, l + vocab);
-    double sum = 0;
-    for (std::int64_t i = 0; i < vocab; ++i) sum += std::exp(l[i] - m);
-    for (std::int64_t i = 0; i < vocab; ++i) out[r][i] = l[i] - m - std::log(sum);
-  }
+  const std::vector<float> logits = continuation_logits(model, backend, ids, split, kBlock, codec);
+  std::vector<std::vector<double>> out;
+  for (std::size_t r = 0; r < ids.size() - split; ++r)
+    out.push_back(log_probs(std::span(logits).subspan(r * vocab, vocab)));
   return out;
-}
-
-double kl(const std::vector<double>& p, const std::vector<double>& q) {
-  double d = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) d += std::exp(p[i]) * (p[i] - q[i]);
-  return d;
 }
 
 TEST(BlockCodecOnStories260K, Int8AndInt4RestoresKeepTheGreedyTokens) {
@@ -295,7 +258,7 @@ TEST(BlockCodecOnStories260K, Int8AndInt4RestoresKeepTheGreedyTokens) {
       };
       ASSERT_EQ(argmax(exact[r]), ids[kSplit + r + 1]) << "the text is the model's greedy output";
       EXPECT_EQ(argmax(got[r]), ids[kSplit + r + 1]) << spill_codec_name(codec) << " row " << r;
-      EXPECT_LT(kl(exact[r], got[r]), max_kl) << spill_codec_name(codec) << " row " << r;
+      EXPECT_LT(kl_divergence(exact[r], got[r]), max_kl) << spill_codec_name(codec) << " row " << r;
     }
   }
 }
