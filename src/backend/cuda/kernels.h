@@ -118,9 +118,10 @@ inline constexpr int kMinSplitKeys = 32;
 void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                             int n_splits, float* partial, TensorRef out, Stream s);
 
-// attention_prefill.cu: tensor-core (mma.sync bf16) flash attention over kPrefillTileRows query
-// tiles, two query heads of a GQA group per block where the group is even; only for BF16 KV and
-// head_dim 64 or 128.
+// attention_prefill.cu: tensor-core flash attention over kPrefillTileRows query tiles, only for
+// BF16 KV and head_dim 64 or 128. On a compute capability 9.0 device with an even GQA group it
+// runs the wgmma kernel (attention_prefill_wgmma.h: 2 or 4 heads per block); else mma.sync with
+// 32 query rows per warp and two query heads of a GQA group per block where the group is even.
 bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim);
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                               TensorRef out, Stream s);
