@@ -1,5 +1,6 @@
 // CUDA-core paged attention for any KV dtype and head_dim <= 256: decode tokens and the
-// general fallback. Grid (token, head group, split): a block takes the kG query heads that share
+// general fallback (BF16 KV of head_dim 64/128 with GQA groups of 2, 4, 8 runs on the tensor
+// cores instead: attention_decode.cu, same grid and split contract). Grid (token, head group, split): a block takes the kG query heads that share
 // one KV head, its 4 warps walk the split's keys through the block table with an online softmax,
 // and the warps' states are merged in shared memory. With several splits (flash-decoding for
 // long contexts) each block writes (max, sum, acc) and merge_kernel combines them. How many of the
@@ -7,6 +8,7 @@
 // kMinSplitKeys keys a split), so one launch shape serves every context length (CUDA graphs).
 #include <cmath>
 
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -14,27 +16,6 @@ namespace akv::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-
-struct SplitArgs {
-  const float* q;
-  std::int64_t q_stride;
-  float* out;
-  std::int64_t out_stride;
-  float* partial;  // [n_tokens][n_heads][n_splits][head_dim + 2] when n_splits > 1
-  int n_splits;     // of the grid; token t uses token_keys().splits of them
-};
-
-// Token t's first key and key count, and how many splits it uses.
-struct TokenKeys {
-  int first, count, splits;
-};
-__device__ __forceinline__ TokenKeys token_keys(const DeviceBatch& b, const AttentionArgs& a, int n_splits, int t) {
-  const std::int32_t* info = b.seq_info + 4 * b.token_seq[t];
-  const int pos = info[2] + (t - info[0]);
-  const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int count = pos + 1 - first;
-  return {first, count, min(n_splits, max(1, count / kMinSplitKeys))};
-}
 
 // kE: head dims per lane (dims lane*kE .. lane*kE + kE - 1); kG: query heads per block.
 template <typename T, int kE, int kG>
@@ -169,10 +150,12 @@ __global__ void merge_kernel(DeviceBatch b, AttentionArgs a, SplitArgs sa) {
   }
 }
 
+int heads_per_block(int group) { return group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1; }
+
 template <typename T, int kE>
 void launch_e(const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, const SplitArgs& sa, int group,
               Stream s) {
-  const int g = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int g = heads_per_block(group);
   const dim3 grid(b.n_tokens, a.n_heads / g, sa.n_splits);
   switch (g) {
     case 8: launch(attention_split_kernel<T, kE, 8>, grid, kWarps * 32, 0, s, kv, b, a, sa); break;
@@ -192,7 +175,10 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
   const SplitArgs sa{static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride,
                      partial, n_splits};
   const int group = a.n_heads / a.n_kv_heads;
-  dispatch_float(kv.dtype, [&](auto tag) {
+  if (decode_attention_mma_supported(kv, a, sa, heads_per_block(group))) {
+    launch_attention_decode_mma(kv, b, a, sa, heads_per_block(group), s);
+  } else {
+    dispatch_float(kv.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (a.head_dim <= 32)
       launch_e<T, 1>(kv, b, a, sa, group, s);
@@ -202,8 +188,9 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
       launch_e<T, 4>(kv, b, a, sa, group, s);
     else
       launch_e<T, 8>(kv, b, a, sa, group, s);
-  });
-  AKV_CUDA_CHECK_LAUNCH();
+    });
+    AKV_CUDA_CHECK_LAUNCH();
+  }
   if (n_splits > 1) {
     launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, b, a, sa);
     AKV_CUDA_CHECK_LAUNCH();

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define AKV_WGMMA_DEVICE 1
@@ -41,38 +42,12 @@ __device__ __forceinline__ int core_offset(int row, int col) {
   return ((row >> 3) * (D / 8) + (col >> 3)) * 64 + (row & 7) * 8 + (col & 7);
 }
 
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // A wgmma shared-memory descriptor, no swizzle: start address, K-direction and M/N-direction
 // byte strides between core matrices.
 __device__ __forceinline__ std::uint64_t smem_desc(const void* p, std::uint32_t k_stride, std::uint32_t mn_stride) {
   return static_cast<std::uint64_t>((smem_addr(p) >> 4) & 0x3fff) |
          (static_cast<std::uint64_t>((k_stride >> 4) & 0x3fff) << 16) |
          (static_cast<std::uint64_t>((mn_stride >> 4) & 0x3fff) << 32);
-}
-
-__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kN>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kN) : "memory");
-}
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 #ifdef AKV_WGMMA_DEVICE

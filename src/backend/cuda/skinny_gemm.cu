@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/gemv_targets.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -20,24 +21,6 @@ constexpr int kChunk = 64;           // k per pipeline step: 128 contiguous byte
 constexpr int kMinSplitK = 4 * kChunk;
 constexpr int kNT = kSkinnyMaxRows / 8;  // 8-token mma tiles (more measured slower than cuBLAS)
 constexpr int kMaxTiles = kSkinnyCounters;  // row tiles that may split k (one counter each)
-
-__device__ __forceinline__ void mma_bf16(float* c, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// (lo, hi) rounded to bf16 in one register, and what rounding left over, again as bf16.
-__device__ __forceinline__ void split_bf16(float lo, float hi, std::uint32_t& big, std::uint32_t& small) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-  big = *reinterpret_cast<const std::uint32_t*>(&b);
-  const float2 r = __bfloat1622float2(b);
-  const __nv_bfloat162 s = __floats2bfloat162_rn(lo - r.x, hi - r.y);
-  small = *reinterpret_cast<const std::uint32_t*>(&s);
-}
 
 // Grid: (row tiles of all targets, k splits). Lane (g, c) = (lane / 4, lane % 4) loads 16
 // consecutive k of rows g and g + 8 per 32 k; the mma's k order is permuted the same way for w
@@ -111,10 +94,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int mt = 0; mt < kTilesM; ++mt) {
           const uint4& lo = wc[mt][0][q];
           const uint4& hi = wc[mt][1][q];
-          const std::uint32_t a0 = s % 2 ? lo.z : lo.x, a1 = s % 2 ? hi.z : hi.x;
-          const std::uint32_t a2 = s % 2 ? lo.w : lo.y, a3 = s % 2 ? hi.w : hi.y;
-          mma_bf16(acc[mt][nt], a0, a1, a2, a3, bh0, bh1);
-          mma_bf16(acc[mt][nt], a0, a1, a2, a3, bl0, bl1);
+          const std::uint32_t a[4] = {s % 2 ? lo.z : lo.x, s % 2 ? hi.z : hi.x, s % 2 ? lo.w : lo.y,
+                                      s % 2 ? hi.w : hi.y};
+          mma_bf16(acc[mt][nt], a, bh0, bh1);
+          mma_bf16(acc[mt][nt], a, bl0, bl1);
         }
       }
     }
