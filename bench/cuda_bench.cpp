@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,12 @@ class OpTimer final : public Backend {
     Scope s(*this, "argmax_rows + ids download");
     b_.argmax_rows(x, ids);
   }
+  // Without this forward the default would download the logits and draw on the host.
+  void sample_rows(TensorRef x, std::span<const float> t, std::span<const double> u,
+                   std::span<std::int32_t> ids) override {
+    Scope s(*this, "sample_rows + ids download");
+    b_.sample_rows(x, t, u, ids);
+  }
 
   // Adds the step's event times (the step ended with a download, so all events completed).
   void collect_step() {
@@ -296,9 +303,10 @@ class RandomLlama {
   // Weight bytes one decode step reads (all but the embedding table).
   std::int64_t decode_bytes() const { return decode_bytes_; }
 
-  // Ends with the logits downloaded, or (greedy_ids non-empty) with only their argmax ids.
-  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits,
-               std::span<std::int32_t> greedy_ids = {}) {
+  // Ends with the logits downloaded, or (ids non-empty) with only their ids: argmax ids, or
+  // (temperature non-empty) sample_rows at those temperatures with uniforms u.
+  void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits, std::span<std::int32_t> ids = {},
+               std::span<const float> temperature = {}, std::span<const double> u = {}) {
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
     const auto n_logits = static_cast<std::int64_t>(batch.logit_rows.size());
     ws_.reserve(c_, n);
@@ -307,7 +315,8 @@ class RandomLlama {
       out_ = b_.alloc(DType::F32, n_logits, c_.vocab_size);
       logits_capacity_ = n_logits;
     }
-    ops_->begin_step(batch, kv, greedy_ids.empty() ? static_cast<const void*>(this) : &greedy_key_);
+    const void* key = ids.empty() ? static_cast<const void*>(this) : temperature.empty() ? &greedy_key_ : &sampled_key_;
+    ops_->begin_step(batch, kv, key);
     ops_->embed(embed_, batch.tokens, 1.0f, ws_.x);
     const float eps = static_cast<float>(c_.rms_norm_eps);
     for (std::int64_t l = 0; l < c_.n_layers; ++l) {
@@ -330,10 +339,12 @@ class RandomLlama {
     ops_->gather_rows(ws_.x, batch.logit_rows, hidden);
     ops_->rms_norm(hidden, final_norm_, eps, 0.0f, hidden);
     ops_->matmul(hidden, lm_head_, nullptr, out);
-    if (greedy_ids.empty())
+    if (ids.empty())
       ops_->download(out, logits);
+    else if (temperature.empty())
+      ops_->argmax_rows(out, ids);
     else
-      ops_->argmax_rows(out, greedy_ids);
+      ops_->sample_rows(out, temperature, u, ids);
     ops_->end_step();
   }
 
@@ -348,7 +359,8 @@ class RandomLlama {
   std::int64_t decode_bytes_ = 0;
   std::unique_ptr<DeviceBuffer> hidden_, out_;
   std::int64_t logits_capacity_ = 0;
-  char greedy_key_ = 0;  // recorded steps that end in argmax_rows
+  char greedy_key_ = 0;   // recorded steps that end in argmax_rows
+  char sampled_key_ = 0;  // recorded steps that end in sample_rows
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -427,7 +439,7 @@ int run(int argc, char** argv) {
   // tok/s and the ratio to the bound (weights once per step + every sequence's KV).
   struct Multi {
     std::int64_t n_seqs;
-    DecodeTime eager, graph, graph_ids, graph_again, graph_ids_again;
+    DecodeTime eager, graph, graph_ids, graph_sampled, graph_again, graph_ids_again, graph_sampled_again;
     double bound_step_s;
   };
   auto multi = [&](std::int64_t n_seqs) {
@@ -435,8 +447,13 @@ int run(int argc, char** argv) {
     std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(n_seqs));
     for (std::int64_t i = 0; i < n_seqs; ++i)
       tables[i].assign(table.begin() + i * per, table.begin() + (i + 1) * per);
-    std::vector<std::int32_t> greedy(static_cast<std::size_t>(n_seqs));
-    bool use_ids = false;  // end each step with argmax_rows (ids back) instead of the logits download
+    std::vector<std::int32_t> picked(static_cast<std::size_t>(n_seqs));
+    // How each step ends: the logits download, argmax_rows or sample_rows (ids back).
+    enum class Ending { Logits, GreedyIds, SampledIds };
+    Ending ending = Ending::Logits;
+    const std::vector<float> temperature(static_cast<std::size_t>(n_seqs), 1.0f);
+    std::vector<double> u(static_cast<std::size_t>(n_seqs));
+    std::mt19937_64 uniform_rng(1);
     // One forward of n_seqs chunks of `n` tokens each at `start`.
     auto batch_step = [&](std::int64_t start, std::int64_t n) {
       std::vector<std::int32_t> ids, rows;
@@ -450,14 +467,21 @@ int run(int argc, char** argv) {
       }
       const std::vector<std::int32_t> pos = positions_for(chunks);
       const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = chunks, .logit_rows = rows};
+      for (double& x : u) x = static_cast<double>(uniform_rng() >> 11) * 0x1.0p-53;
       const auto t = std::chrono::steady_clock::now();
-      model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(n_seqs * c.vocab_size)),
-                    use_ids ? std::span<std::int32_t>(greedy) : std::span<std::int32_t>());
+      const auto n_floats = static_cast<std::size_t>(n_seqs * c.vocab_size);
+      const std::span<float> step_logits = std::span<float>(logits).first(n_floats);
+      if (ending == Ending::Logits)
+        model.forward(batch, kv, step_logits);
+      else if (ending == Ending::GreedyIds)
+        model.forward(batch, kv, step_logits, picked);
+      else
+        model.forward(batch, kv, step_logits, picked, temperature, u);
       return seconds_since(t);
     };
-    auto run_decode = [&](bool graphs, bool ids = false) {
+    auto run_decode = [&](bool graphs, Ending how = Ending::Logits) {
       be.set_step_graphs(graphs);
-      use_ids = ids;
+      ending = how;
       for (int i = 0; i < 8; ++i) batch_step(multi_ctx + i, 1);
       std::vector<double> t;
       for (std::int64_t i = 0; i < steps; ++i) t.push_back(batch_step(multi_ctx + 8 + i, 1));
@@ -467,8 +491,16 @@ int run(int argc, char** argv) {
     };
     be.set_step_graphs(false);
     batch_step(0, multi_ctx);
-    Multi m{n_seqs, run_decode(false), run_decode(true), run_decode(true, true), run_decode(true), run_decode(true, true), 0};
-    use_ids = false;
+    Multi m{n_seqs,
+            run_decode(false),
+            run_decode(true),
+            run_decode(true, Ending::GreedyIds),
+            run_decode(true, Ending::SampledIds),
+            run_decode(true),
+            run_decode(true, Ending::GreedyIds),
+            run_decode(true, Ending::SampledIds),
+            0};
+    ending = Ending::Logits;
     // Per-op GPU time of these steps (eager, events around every op).
     model.set_ops(timer);
     timer.reset();
@@ -478,15 +510,17 @@ int run(int argc, char** argv) {
     }
     const std::string what = std::to_string(n_seqs) + "-sequence decode op (per step)";
     timer.print(what.c_str());
-    use_ids = true;  // the same steps ending in argmax_rows
-    timer.reset();
-    for (int i = 0; i < 8; ++i) {
-      batch_step(multi_ctx + 8 + steps + i, 1);
-      timer.collect_step();
+    for (const auto& [how, label] : {std::pair{Ending::GreedyIds, ", greedy ids picked on the GPU"},
+                                     std::pair{Ending::SampledIds, ", ids drawn on the GPU (temperature 1)"}}) {
+      ending = how;  // the same steps ending in argmax_rows or sample_rows
+      timer.reset();
+      for (int i = 0; i < 8; ++i) {
+        batch_step(multi_ctx + 8 + steps + i, 1);
+        timer.collect_step();
+      }
+      timer.print((what + label).c_str());
     }
-    const std::string what_ids = what + ", greedy ids picked on the GPU";
-    timer.print(what_ids.c_str());
-    use_ids = false;
+    ending = Ending::Logits;
     model.set_ops(be);
     const double kv_bytes = double(n_seqs) * double(multi_ctx + 8 + steps / 2) * double(kv_bytes_per_pos);
     m.bound_step_s = (double(model.decode_bytes()) + kv_bytes) / bw;
@@ -495,8 +529,11 @@ int run(int argc, char** argv) {
   };
   auto print_multi = [&](const Multi& m) {
     for (const auto& [what, d] : {std::pair{"eager", m.eager}, std::pair{"graph", m.graph},
-                                  std::pair{"graph, greedy ids", m.graph_ids}, std::pair{"graph (again)", m.graph_again},
-                                  std::pair{"graph, greedy ids (again)", m.graph_ids_again}})
+                                  std::pair{"graph, greedy ids", m.graph_ids},
+                                  std::pair{"graph, sampled ids (temperature 1)", m.graph_sampled},
+                                  std::pair{"graph (again)", m.graph_again},
+                                  std::pair{"graph, greedy ids (again)", m.graph_ids_again},
+                                  std::pair{"graph, sampled ids (temperature 1) (again)", m.graph_sampled_again}})
       std::printf("| %lld sequences decoding, context ~%lld, %s | %.0f tok/s (step %.3f ms; bound step %.3f ms) = "
                   "%.1f%% of bound |\n",
                   static_cast<long long>(m.n_seqs), static_cast<long long>(multi_ctx + 8 + steps / 2), what,

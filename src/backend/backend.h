@@ -4,6 +4,8 @@
 // caller's point of view (a device backend may queue work; download() waits for it).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,27 @@ inline std::int32_t argmax_row(std::span<const float> row) {
   for (std::size_t i = 1; i < row.size(); ++i)
     if (row[i] > row[best]) best = static_cast<std::int32_t>(i);
   return best;
+}
+
+// The plain temperature draw from one logits row, the rule every sample_rows and the Sampler's
+// unfiltered draw follow (u in [0, 1) is the request's uniform): x = logit * (1 / temperature)
+// in float, max = the largest x, total = the sum of exp(double(x) - max) in id order; then the
+// first id at which u * total minus the weights so far (subtracted in id order) drops below 0,
+// which is never an id of zero weight (-inf x). When rounding leaves a sliver (u near 1), the
+// last id, whatever its weight. A NaN or +inf x, or a row all -inf, makes total NaN: the last id.
+inline std::int32_t draw_row(std::span<const float> logits, float temperature, double u) {
+  AKV_CHECK(!logits.empty(), "draw_row: empty row");
+  const float inv_t = 1.0f / temperature;
+  float max = logits[0] * inv_t;
+  for (float l : logits) max = std::max(max, l * inv_t);  // NaN at 0 sticks; later NaN skipped
+  double total = 0.0;
+  for (float l : logits) total += std::exp(static_cast<double>(l * inv_t) - max);
+  double left = u * total;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    left -= std::exp(static_cast<double>(logits[i] * inv_t) - max);
+    if (left < 0) return static_cast<std::int32_t>(i);
+  }
+  return static_cast<std::int32_t>(logits.size() - 1);
 }
 
 enum class GluActivation { Silu, GeluTanh };
@@ -162,6 +185,25 @@ class Backend {
     download(logits, rows);
     const auto cols = static_cast<std::size_t>(logits.cols);
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = argmax_row(std::span<const float>(rows).subspan(i * cols, cols));
+  }
+  // out[i] = argmax_row(logits[i, :]) where temperature[i] <= 0, else
+  // draw_row(logits[i, :], temperature[i], u[i]), for an F32 logits [n, vocab] (temperature, u
+  // and out of size n): greedy and plain temperature sampling without copying the rows to the
+  // host. Waits for queued work, like download(); inside a recorded step `out` is filled when
+  // end_step() returns, and `temperature` and `u` must stay valid and unchanged until then. The
+  // default downloads the rows (one host allocation per call) and picks on the host; the CPU
+  // backends read the rows in place, the CUDA backend picks on the device.
+  virtual void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                           std::span<std::int32_t> out) {
+    const auto n = static_cast<std::size_t>(logits.rows);
+    AKV_CHECK(out.size() == n && temperature.size() == n && u.size() == n, "sample_rows: one value per row");
+    std::vector<float> rows(static_cast<std::size_t>(logits.rows * logits.cols));
+    download(logits, rows);
+    const auto cols = static_cast<std::size_t>(logits.cols);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::span<const float> row = std::span<const float>(rows).subspan(i * cols, cols);
+      out[i] = temperature[i] <= 0.0f ? argmax_row(row) : draw_row(row, temperature[i], u[i]);
+    }
   }
 
   // --- recorded steps (optional: CUDA graphs; the defaults do nothing) ----------------------

@@ -212,18 +212,29 @@ bool Engine::step() {
     finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
 
   if (!plan.chunks.empty()) {
-    // Only ids come back when every token due this step is a plain greedy pick (issue #7: the
-    // logits rows are vocab floats each).
-    bool greedy_ids = true;
+    // Only ids come back when every token due this step is a plain greedy pick or a plain
+    // temperature draw (issue #7: the logits rows are vocab floats each).
+    bool ids = true;
     for (const ScheduledChunk& c : plan.chunks) {
       const Active& a = static_cast<const Active&>(*c.seq);
-      if (c.n_tokens == a.remaining() &&
-          (a.request.n_logprobs > 0 || !a.sampler.picks_raw_argmax()))
-        greedy_ids = false;
+      if (c.n_tokens == a.remaining() && (a.request.n_logprobs > 0 ||
+                                          !(a.sampler.picks_raw_argmax() || a.sampler.draws_plain())))
+        ids = false;
+    }
+    // The draws' uniforms come from each request's RNG, as sample() would take them.
+    picks_.clear();
+    if (ids) {
+      for (const ScheduledChunk& c : plan.chunks) {
+        Active& a = static_cast<Active&>(*c.seq);
+        StepRunner::IdPick p;  // temperature 0: argmax_row
+        if (c.n_tokens == a.remaining() && !a.sampler.picks_raw_argmax())
+          p = {a.sampler.temperature(), a.sampler.draw_uniform()};
+        picks_.push_back(p);
+      }
     }
     bool ran = false;
     try {
-      runner_.run(plan, greedy_ids ? StepRunner::Output::GreedyIds : StepRunner::Output::Logits);
+      runner_.run(plan, ids ? StepRunner::Output::Ids : StepRunner::Output::Logits, picks_);
       ran = true;
     } catch (const std::exception& e) {
       finishing_.clear();
@@ -235,7 +246,7 @@ bool Engine::step() {
         Active& a = static_cast<Active&>(*plan.chunks[i].seq);
         a.n_computed += plan.chunks[i].n_tokens;
         kv_.commit(a.kv, a.tokens, a.n_computed);
-        if (a.remaining() == 0) advance(a, runner_.logits_for(i), runner_.greedy_id_for(i));
+        if (a.remaining() == 0) advance(a, runner_.logits_for(i), runner_.id_for(i));
       }
     }
   }
@@ -271,11 +282,11 @@ void Engine::announce_started(const StepPlan& plan) {
   for (Active* a : finishing_) cancel(a->id);
 }
 
-void Engine::advance(Active& a, std::span<const float> logits, std::int32_t greedy_id) {
+void Engine::advance(Active& a, std::span<const float> logits, std::int32_t picked_id) {
   SampleResult r;
   try {
-    if (greedy_id >= 0) {
-      r = a.sampler.take_argmax(greedy_id);
+    if (picked_id >= 0) {
+      r = a.sampler.picks_raw_argmax() ? a.sampler.take_argmax(picked_id) : a.sampler.take_drawn(picked_id);
       event_.top_logprobs.clear();
     } else {
       r = a.sampler.sample(logits, a.request.n_logprobs, event_.top_logprobs);

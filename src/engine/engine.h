@@ -78,8 +78,8 @@ class Engine {
   bool step();
   // Sends Started to requests whose first chunk is in `plan`.
   void announce_started(const StepPlan& plan);
-  // Samples a's next token from `logits`, or takes `greedy_id` (>= 0) when the runner picked it.
-  void advance(Active& a, std::span<const float> logits, std::int32_t greedy_id);
+  // Samples a's next token from `logits`, or takes `picked_id` (>= 0) when the runner picked it.
+  void advance(Active& a, std::span<const float> logits, std::int32_t picked_id);
   bool emit(Active& a, const EngineEvent& e);
   void finish(Active& a, FinishReason reason, std::string_view error = {});
 
@@ -98,6 +98,7 @@ class Engine {
   std::vector<std::unique_ptr<Active>> admitted_;
   std::vector<RequestId> cancelled_;
   std::vector<Active*> finishing_;
+  std::vector<StepRunner::IdPick> picks_;  // [chunk] of a step that brings back only ids
   EngineEvent event_;
 
   // Shared with submitters, under mu_.

@@ -67,8 +67,8 @@ struct EngineEvent {
   RequestId request = 0;
   std::int32_t token = -1;
   // Of `token` under the model's raw distribution (before sampling filters). NaN when the
-  // request asked for no logprobs and its token was a plain greedy pick made on the device
-  // (only the ids of such steps come back, not the logits).
+  // request asked for no logprobs and its token was a plain greedy pick or a plain temperature
+  // draw made on the device (only the ids of such steps come back, not the logits).
   float logprob = 0.0f;
   std::vector<TokenLogprob> top_logprobs;  // n_logprobs most likely, best first
   FinishReason finish_reason = FinishReason::Stop;

@@ -69,10 +69,38 @@ bool Sampler::picks_raw_argmax() const {
 
 SampleResult Sampler::take_argmax(std::int32_t token) {
   AKV_CHECK(picks_raw_argmax(), "take_argmax: the sampler does more than a raw argmax");
-  AKV_CHECK(token >= 0 && token < static_cast<std::int32_t>(work_.size()), "take_argmax: token outside the vocabulary");
+  return take(token);
+}
+
+bool Sampler::draws_plain() const {
+  const SamplingParams& p = params_;
+  return p.temperature > 0.0f && p.top_k != 1 && !filters(static_cast<std::int32_t>(work_.size())) &&
+         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         constraint_ == nullptr;
+}
+
+double Sampler::draw_uniform() {
+  AKV_CHECK(draws_plain(), "draw_uniform: the sampler does more than a plain draw");
+  AKV_CHECK(!uniform_pending_, "draw_uniform twice for one token");
+  uniform_pending_ = true;
+  return uniform01();
+}
+
+SampleResult Sampler::take_drawn(std::int32_t token) {
+  AKV_CHECK(uniform_pending_, "take_drawn without draw_uniform");
+  uniform_pending_ = false;
+  return take(token);
+}
+
+SampleResult Sampler::take(std::int32_t token) {
+  AKV_CHECK(token >= 0 && token < static_cast<std::int32_t>(work_.size()), "picked token outside the vocabulary");
   ++generated_count_[token];
   seen_[token] = true;
   return {token, std::numeric_limits<float>::quiet_NaN()};
+}
+
+bool Sampler::filters(std::int32_t vocab) const {
+  return (params_.top_k > 0 && params_.top_k < vocab) || params_.top_p < 1.0f || params_.min_p > 0.0f;
 }
 
 void Sampler::apply_penalties(std::vector<float>& x) const {
@@ -90,27 +118,22 @@ void Sampler::apply_penalties(std::vector<float>& x) const {
 
 std::int32_t Sampler::draw(std::vector<float>& x) {
   const auto vocab = static_cast<std::int32_t>(x.size());
+  if (!filters(vocab)) return draw_row(x, params_.temperature, uniform01());  // the one plain draw
   const float inv_t = 1.0f / params_.temperature;
   for (float& v : x) v *= inv_t;
   auto better = [&](std::int32_t a, std::int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
 
-  // Candidates in order_[0, n); sorted best first once any filter needs ranks.
+  // Candidates in order_[0, n), sorted best first (the filters need ranks).
   std::iota(order_.begin(), order_.end(), 0);
   std::int32_t n = vocab;
-  bool sorted = false;
   if (params_.top_k > 0 && params_.top_k < vocab) {
     n = params_.top_k;
     std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), better);
-    sorted = true;
-  }
-  if (!sorted && (params_.top_p < 1.0f || params_.min_p > 0.0f)) {
+  } else {
     std::sort(order_.begin(), order_.end(), better);
-    sorted = true;
   }
-  float max = x[order_[0]];
-  if (!sorted)
-    for (std::int32_t i = 0; i < n; ++i) max = std::max(max, x[order_[i]]);
-  // Unnormalised probabilities; the best candidate has weight 1 when sorted.
+  const float max = x[order_[0]];
+  // Unnormalised probabilities; the best candidate has weight 1.
   double total = 0.0;
   for (std::int32_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(x[order_[i]]) - max);
   if (params_.top_p < 1.0f) {

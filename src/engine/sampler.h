@@ -37,6 +37,20 @@ class Sampler {
   // history). Requires picks_raw_argmax(). The logprob is not computed: it is NaN.
   SampleResult take_argmax(std::int32_t token);
 
+  // True when sample() is draw_row (backend.h) of the raw logits at temperature(): temperature
+  // > 0, top_k 0 or at least the vocabulary (not 1), top_p >= 1, min_p <= 0, no penalties, no
+  // constraint. The caller may then draw where the logits are (Backend::sample_rows) with the
+  // uniform draw_uniform() gives and hand the id to take_drawn() instead of copying the row out.
+  bool draws_plain() const;
+  float temperature() const { return params_.temperature; }
+  // The uniform in [0, 1) that sample() would draw with now: one step of the request's RNG, so
+  // the tokens are those of sample() for the same seed. Requires draws_plain(); once per token,
+  // then take_drawn().
+  double draw_uniform();
+  // Records `token`, draw_row of this step's logits with draw_uniform()'s value, as sample()
+  // would have. The logprob is not computed: it is NaN.
+  SampleResult take_drawn(std::int32_t token);
+
   // Restricts every later sample to the tokens `constraint` allows (applied after penalties,
   // before temperature and the filters). Not owned; must outlive the sampler. nullptr: none.
   void set_constraint(TokenConstraint* constraint) { constraint_ = constraint; }
@@ -45,6 +59,8 @@ class Sampler {
   void apply_penalties(std::vector<float>& x) const;
   std::int32_t draw(std::vector<float>& x);
   double uniform01();
+  bool filters(std::int32_t vocab) const;  // top-k, top-p or min-p narrows the candidates
+  SampleResult take(std::int32_t token);  // records a token picked elsewhere (logprob NaN)
 
   SamplingParams params_;
   TokenConstraint* constraint_ = nullptr;
@@ -54,6 +70,7 @@ class Sampler {
   std::vector<float> work_;                    // [vocab] adjusted logits
   std::vector<float> logprobs_;                // [vocab] raw log-softmax
   std::vector<std::int32_t> order_;            // [vocab] candidate ids
+  bool uniform_pending_ = false;               // draw_uniform() given, take_drawn() not yet
 };
 
 // log_softmax of `logits` into `out` (same size), accumulated in double.

@@ -43,12 +43,14 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
   backend_.end_step();  // the logits are in place when it returns
 }
 
-void DecoderModel::forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids) {
-  AKV_CHECK(ids.size() == batch.logit_rows.size(), "one id per logits row");
+void DecoderModel::forward_ids(const ForwardBatch& batch, KvStorage& kv, std::span<const float> temperature,
+                               std::span<const double> u, std::span<std::int32_t> ids) {
+  AKV_CHECK(ids.size() == batch.logit_rows.size() && temperature.size() == ids.size() && u.size() == ids.size(),
+            "one id, temperature and uniform per logits row");
   if (batch.tokens.empty()) return;
-  // Its own recording key: the step ends in argmax_rows, not download (Backend::begin_step).
-  const TensorRef out = run_to_logits(batch, kv, &greedy_step_key_);
-  if (out.rows > 0) backend_.argmax_rows(out, ids);
+  // Its own recording key: the step ends in sample_rows, not download (Backend::begin_step).
+  const TensorRef out = run_to_logits(batch, kv, &ids_step_key_);
+  if (out.rows > 0) backend_.sample_rows(out, temperature, u, ids);
   backend_.end_step();  // the ids are in place when it returns
 }
 

@@ -18,7 +18,8 @@ class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
   void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) override;
-  void forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids) override;
+  void forward_ids(const ForwardBatch& batch, KvStorage& kv, std::span<const float> temperature,
+                   std::span<const double> u, std::span<std::int32_t> ids) override;
 
  protected:
   // Loads the embedding, final norm and LM head; `norm_offset` is added to norm weights.
@@ -46,7 +47,7 @@ class DecoderModel : public Model {
   Workspace ws_;
   std::unique_ptr<DeviceBuffer> last_hidden_, logits_;
   std::int64_t logits_capacity_ = 0;
-  char greedy_step_key_ = 0;  // its address keys the recorded steps of forward_greedy
+  char ids_step_key_ = 0;  // its address keys the recorded steps of forward_ids
   RopeFrequencies rope_full_, rope_sliding_;
 };
 

@@ -22,9 +22,11 @@ class Model {
   // batch.logit_rows to `logits` [logit_rows.size(), vocab_size] on the host.
   // Token ids must be in [0, vocab_size); callers validate them (Error at the edge).
   virtual void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits) = 0;
-  // forward() for greedy decoding: ids[i] = argmax_row of logits row i (Backend::argmax_rows),
-  // picked where the logits are, so only the ids reach the host.
-  virtual void forward_greedy(const ForwardBatch& batch, KvStorage& kv, std::span<std::int32_t> ids) = 0;
+  // forward() that brings back ids instead of logits: ids[i] = Backend::sample_rows of logits
+  // row i (argmax_row where temperature[i] <= 0, else draw_row with u[i]), picked where the
+  // logits are, so only the ids reach the host. temperature, u and ids: one per logits row.
+  virtual void forward_ids(const ForwardBatch& batch, KvStorage& kv, std::span<const float> temperature,
+                           std::span<const double> u, std::span<std::int32_t> ids) = 0;
 };
 
 // The KV layout a model needs for `n_blocks` blocks of `block_size` positions.

@@ -2,12 +2,18 @@
 // prefix hit whose last block is copied on write and only the last token computed), and the
 // next turn (prompt + reply + new tokens). Every request's greedy tokens must equal the tokens
 // of the prompt run alone on the CPU reference. Greedy steps pick their ids on the GPU; a batch
-// of eight checks them against the logits path too. Skips itself without a GPU.
+// of eight checks them against the logits path too, and so does a batch of seeded temperature-1
+// requests whose ids are drawn on the GPU (checked against the reference token by token, since a
+// draw may flip where rounding moves a boundary). Skips itself without a GPU.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "../engine/engine_test_util.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
+#include "models/sequence_runner.h"
 #include "parity_util.h"
 
 namespace akv::test {
@@ -80,6 +86,93 @@ void check_greedy_ids(const std::string& dir) {
     ASSERT_FALSE(picked[i].logprobs.empty());
     EXPECT_TRUE(std::isnan(picked[i].logprobs.back())) << "the ids path was taken";
   }
+}
+
+// Counts the tokens of a seeded temperature-1 request that the CPU reference, teacher-forced on
+// prompt + `tokens` and drawing with the request's uniforms (a Sampler of the same seed), would
+// not draw. GPU and CPU logits differ by rounding, so a draw may flip where its target lies near
+// a boundary: such a token is allowed when the target is within 1e-4 of the total weight of the
+// token's interval; any other is a failure.
+int reference_flips(const std::string& dir, const Ids& prompt, std::uint64_t seed, const Ids& tokens) {
+  ReferenceBackend ref;
+  auto model = load_model(dir, ref);
+  const std::int32_t vocab = static_cast<std::int32_t>(model->config().vocab_size);
+  SequenceRunner runner(*model, ref, static_cast<std::int64_t>(prompt.size() + tokens.size()));
+  Sampler sampler({.temperature = 1.0f, .seed = seed}, vocab, 0, prompt);
+  std::span<const float> logits = runner.append(prompt);
+  int flips = 0;
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    const double u = sampler.draw_uniform();
+    const std::int32_t got = tokens[k], want = draw_row(logits, 1.0f, u);
+    sampler.take_drawn(got);
+    if (got != want) {
+      double max = logits[0], before = 0.0, total = 0.0;
+      for (float l : logits) max = std::max(max, static_cast<double>(l));
+      for (std::int32_t i = 0; i < vocab; ++i) {
+        const double w = std::exp(static_cast<double>(logits[i]) - max);
+        if (i < got) before += w;
+        total += w;
+      }
+      const double target = u * total, tol = 1e-4 * total, w = std::exp(static_cast<double>(logits[got]) - max);
+      EXPECT_TRUE(target >= before - tol && target < before + w + tol)
+          << dir << ": token " << k << " is " << got << ", the reference draws " << want << " (u " << u << ")";
+      std::printf("%s: token %zu drawn %d, reference %d (u %.9f): within 1e-4 of a boundary\n", dir.c_str(), k, got,
+                  want, u);
+      ++flips;
+    }
+    if (k + 1 < tokens.size()) logits = runner.append(std::span<const std::int32_t>(&tokens[k], 1));
+  }
+  return flips;
+}
+
+// Eight seeded temperature-1 requests decoding together: ids drawn on the GPU (sample_rows in
+// recorded steps) give exactly the tokens of the GPU logits path (a request with logprobs in
+// every batch: draw_row on the host over the same logits). Against the CPU reference the GPU's
+// logits differ by rounding, so those tokens are checked one by one, teacher-forced
+// (reference_flips).
+void check_sampled_ids(const std::string& dir) {
+  CudaBackend& gpu = backends().gpu;
+  std::vector<Ids> prompts;
+  for (std::uint32_t i = 0; i < 8; ++i) prompts.push_back(random_prompt(50 + i, 4 + 6 * static_cast<int>(i), 500));
+  auto seed = [](std::size_t i) { return std::uint64_t{1000} + i; };
+  auto run = [&](std::int32_t n_logprobs) {
+    auto model = load_model(dir, gpu);
+    EngineConfig cfg{.block_size = 16, .n_blocks = 64, .scheduler = {.max_batch_tokens = 128, .max_prefill_chunk = 64}};
+    Engine engine(std::move(model), gpu, cfg);
+    Collector out;
+    std::vector<RequestId> ids;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      GenerateRequest r;
+      r.prompt = prompts[i];
+      r.max_tokens = 10;
+      r.n_logprobs = n_logprobs;
+      r.sampling = {.temperature = 1.0f, .seed = seed(i)};
+      ids.push_back(engine.submit(std::move(r), out.callback()));
+    }
+    std::vector<Collector::Result> results;
+    for (RequestId id : ids) results.push_back(out.wait(id));
+    return results;
+  };
+  const CudaBackend::StepStats before = gpu.step_stats();
+  const auto drawn = run(0);
+  const CudaBackend::StepStats mid = gpu.step_stats();
+  const auto logits = run(1);
+  EXPECT_GE(mid.replayed - before.replayed, 4) << dir << ": sampled-id steps were recorded and replayed";
+  int flips = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(drawn[i].tokens, logits[i].tokens) << dir << ": prompt " << i;
+    ASSERT_FALSE(drawn[i].logprobs.empty());
+    EXPECT_TRUE(std::isnan(drawn[i].logprobs.back())) << "the ids path was taken";
+    flips += reference_flips(dir, prompts[i], seed(i), drawn[i].tokens);
+  }
+  EXPECT_LE(flips, 2) << dir << ": more near-boundary flips against the reference than rounding explains";
+}
+
+TEST(CudaEngine, SampledIdsOnTheGpuMatchTheLogitsPathAndTheReference) {
+  AKV_SKIP_WITHOUT_CUDA();
+  check_sampled_ids(testdata_dir() + "/models/stories260K/hf");
+  check_sampled_ids(testdata_dir() + "/models/tiny-random/llama3-rope-scaled");
+  check_sampled_ids(testdata_dir() + "/models/tiny-random/qwen3-qknorm-tied");
 }
 
 TEST(CudaEngine, GreedyIdsOnTheGpuMatchTheLogitsPathAndTheReference) {

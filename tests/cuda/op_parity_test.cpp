@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <span>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -327,6 +329,156 @@ TEST(CudaOps, ArgmaxRows) {
     for (std::int64_t r = 0; r < rows; ++r)
       EXPECT_EQ(want[r], argmax_row({v.data() + r * cols, static_cast<std::size_t>(cols)})) << "row " << r;
   }
+}
+
+// Whether `got`, a GPU draw from `row` that differs from the host's, is one the host could give
+// were its sums associated differently: target = u * total lies within 1e-9 of total of the
+// weight interval of `got` (an id of nonzero weight), or of the end of the row when `got` is the
+// last id (draw_row's sliver rule). Weights and sums as draw_row computes them.
+bool draw_within_rounding(std::span<const float> row, float temperature, double u, std::int32_t got) {
+  const float inv_t = 1.0f / temperature;
+  float max = row[0] * inv_t;
+  for (float l : row) max = std::max(max, l * inv_t);
+  std::vector<double> w(row.size());
+  double total = 0.0;
+  for (std::size_t i = 0; i < row.size(); ++i) total += w[i] = std::exp(static_cast<double>(row[i] * inv_t) - max);
+  if (!std::isfinite(total) || got < 0 || got >= static_cast<std::int32_t>(row.size())) return false;
+  const double target = u * total, tol = 1e-9 * total;
+  double before = 0.0;
+  for (std::int32_t i = 0; i < got; ++i) before += w[i];
+  if (got == static_cast<std::int32_t>(row.size()) - 1 && target >= total - tol) return true;
+  return w[got] > 0.0 && target >= before - tol && target < before + w[got] + tol;
+}
+
+// Logits rows on the device for sample_rows: normal logits at a few scales, -inf sprinkled in,
+// rows with one finite logit, a -inf tail, NaN, +inf, all -inf; strided views.
+std::vector<float> sample_test_rows(std::int64_t rows, std::int64_t cols) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v;
+  std::uniform_int_distribution<std::int64_t> col(0, cols - 1);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float scale = r % 3 == 0 ? 1.0f : r % 3 == 1 ? 3.0f : 10.0f;
+    const std::vector<float> row = random_floats(static_cast<std::size_t>(cols), scale);
+    v.insert(v.end(), row.begin(), row.end());
+    float* x = v.data() + r * cols;
+    if (r % 4 == 1)
+      for (int k = 0; k < 20; ++k) x[col(rng())] = -inf;
+    if (r == 5) {
+      std::fill(x, x + cols, -inf);
+      x[col(rng())] = 2.0f;
+    }
+    if (r == 6) std::fill(x + cols / 2, x + cols, -inf);
+    if (r == 9 || r == 12) x[col(rng())] = nan;
+    if (r == 10) x[col(rng())] = inf;
+    if (r == 13) std::fill(x, x + cols, -inf);
+  }
+  return v;
+}
+
+// The uniform of row r: 0, the largest uniform, 1 - 1e-7, else random.
+double sample_test_uniform(std::int64_t r, std::mt19937_64& g) {
+  if (r % 8 == 2) return 0.0;
+  if (r % 8 == 3 || r == 6) return 1.0 - 0x1.0p-53;
+  if (r % 8 == 4) return 1.0 - 1e-7;
+  return std::uniform_real_distribution<double>(0.0, 1.0)(g);
+}
+
+// Compares GPU ids with the host's rules row by row; counts the draws that differ within
+// rounding of a boundary (allowed) in *near.
+void expect_sampled(const std::vector<float>& v, std::int64_t cols, const std::vector<float>& temperature,
+                    const std::vector<double>& u, const std::vector<std::int32_t>& got, int* near,
+                    const std::string& what) {
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    const std::span<const float> row{v.data() + r * cols, static_cast<std::size_t>(cols)};
+    const bool greedy = temperature[r] <= 0.0f;
+    const std::int32_t want = greedy ? argmax_row(row) : draw_row(row, temperature[r], u[r]);
+    if (got[r] == want) continue;
+    if (!greedy && draw_within_rounding(row, temperature[r], u[r], got[r])) {
+      ++*near;
+      std::printf("sample_rows %s row %zu: GPU %d, host %d (t %g, u %.17g), within rounding of a boundary\n",
+                  what.c_str(), r, got[r], want, temperature[r], u[r]);
+      continue;
+    }
+    ADD_FAILURE() << what << " row " << r << ": GPU " << got[r] << ", host " << want << " (t " << temperature[r]
+                  << ", u " << u[r] << ")";
+  }
+}
+
+// Greedy picks and plain temperature draws on the device (sample_rows) against argmax_row and
+// draw_row on the host, for every vocabulary size the argmax test uses; u = 0 and u near 1
+// included. A draw may differ only where its target lies within rounding of a boundary.
+TEST(CudaOps, SampleRows) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  std::mt19937_64 g(20240611);
+  const float temperatures[] = {0.0f, 0.3f, 1.0f, 1.7f};
+  int near = 0, draws = 0;
+  for (std::int64_t cols : {1, 31, 1000, 4099, 128256}) {
+    const std::int64_t rows = 48;
+    const std::vector<float> v = sample_test_rows(rows, cols);
+    std::vector<float> temperature;
+    std::vector<double> u;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      temperature.push_back(temperatures[(r / 2) % 4]);
+      u.push_back(sample_test_uniform(r, g));
+      draws += temperature.back() > 0.0f;
+    }
+    Pair p = Pair::make(rows, cols, 6);
+    p.set(v);
+    std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), got(static_cast<std::size_t>(rows), -7);
+    b.ref.sample_rows(p.cpu, temperature, u, want);
+    b.gpu.sample_rows(p.gpu, temperature, u, got);
+    expect_sampled(v, cols, temperature, u, got, &near, "cols " + std::to_string(cols));
+    for (std::int64_t r = 0; r < rows; ++r) {  // the reference backend is the host rule itself
+      const std::span<const float> row{v.data() + r * cols, static_cast<std::size_t>(cols)};
+      EXPECT_EQ(want[r], temperature[r] <= 0.0f ? argmax_row(row) : draw_row(row, temperature[r], u[r]));
+    }
+  }
+  std::printf("sample_rows: %d of %d draws differ from the host, each within rounding of a boundary\n", near, draws);
+}
+
+// sample_rows as the last op of a recorded decode step: the first step of a batch size is
+// captured, the next two replay it with new logits, temperatures and uniforms (the host arrays
+// travel through the graph's arena).
+TEST(CudaOps, SampleRowsRecordedStep) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  b.gpu.set_step_graphs(true);
+  std::mt19937_64 g(7);
+  int near = 0;
+  const std::int32_t n = 16;
+  const std::int64_t cols = 32000;
+  const KvLayout layout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1, .head_dim = 8,
+                        .dtype = DType::F32};
+  KvStorage kv = b.gpu.alloc_kv(layout);
+  std::vector<std::int32_t> tables(n), tokens(n), logit_rows(n);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::iota(logit_rows.begin(), logit_rows.end(), 0);
+  std::vector<SequenceChunk> chunks;
+  for (std::int32_t i = 0; i < n; ++i)
+    chunks.push_back({.first_row = i, .n_tokens = 1, .start_pos = 3, .block_table = {&tables[i], 1}});
+  const std::vector<std::int32_t> pos = positions_for(chunks);
+  const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = chunks, .logit_rows = logit_rows};
+  Pair p = Pair::make(n, cols, 4);
+  std::vector<float> temperature(n);
+  std::vector<double> u(n);
+  const CudaBackend::StepStats before = b.gpu.step_stats();
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> v = sample_test_rows(n, cols);
+    p.set(v);
+    for (std::int32_t r = 0; r < n; ++r) {
+      temperature[r] = (r + step) % 3 == 0 ? 0.0f : 0.5f + 0.25f * static_cast<float>(step);
+      u[r] = sample_test_uniform(r + step, g);
+    }
+    std::vector<std::int32_t> got(n, -7);
+    b.gpu.begin_step(batch, kv, &layout);
+    b.gpu.sample_rows(p.gpu, temperature, u, got);
+    b.gpu.end_step();
+    expect_sampled(v, cols, temperature, u, got, &near, "step " + std::to_string(step));
+  }
+  const CudaBackend::StepStats after = b.gpu.step_stats();
+  EXPECT_EQ(after.captured - before.captured, 1);
+  EXPECT_EQ(after.replayed - before.replayed, 2);
 }
 
 TEST(CudaOps, RopeFullAndPartial) {

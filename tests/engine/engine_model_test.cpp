@@ -149,6 +149,67 @@ INSTANTIATE_TEST_SUITE_P(Models, GreedyIds,
                          ::testing::Combine(::testing::Values("stories260K", "qwen3-qknorm-tied", "llama3-rope-scaled"),
                                             ::testing::Bool()));
 
+// Seeded temperature-1 requests without filters draw their ids on the backend
+// (Backend::sample_rows) with the uniforms sample() would use, so the tokens are those of the
+// logits path, alone or batched with greedy requests; a request with a filter (top-p) puts the
+// steps it is due in on the logits path without changing anyone's tokens.
+class SampledIds : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(SampledIds, SameTokensWithAndWithoutTheShortcut) {
+  const auto& [name, fast] = GetParam();
+  const std::string dir = name == "stories260K" ? kStories : tiny(name);
+  std::mt19937 rng(29);
+  std::vector<Ids> prompts;
+  for (int len : {3, 12, 40, 7, 65, 1}) prompts.push_back(random_ids(rng, len));
+  const int n_new = 12;
+  const SamplingParams greedy{};
+  auto drawn = [](std::size_t i) { return SamplingParams{.temperature = 1.0f, .seed = 100 + i}; };
+  auto run = [&](auto n_logprobs, auto sampling) {
+    std::unique_ptr<Backend> backend;
+    if (fast) backend = std::make_unique<FastBackend>(2);
+    else backend = std::make_unique<ReferenceBackend>();
+    Engine engine(load_model(dir, *backend), *backend, small_steps());
+    Collector out;
+    std::vector<RequestId> ids;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      GenerateRequest r;
+      r.prompt = prompts[i];
+      r.max_tokens = n_new;
+      r.n_logprobs = n_logprobs(i);
+      r.sampling = sampling(i);
+      ids.push_back(engine.submit(std::move(r), out.callback()));
+    }
+    std::vector<Collector::Result> results;
+    for (RequestId id : ids) results.push_back(out.wait(id));
+    return results;
+  };
+  auto none = [](std::size_t) { return 0; };
+  const auto ids_path = run(none, drawn);
+  const auto logits_path = run([](std::size_t) { return 1; }, drawn);
+  const auto greedy_ids = run(none, [&](std::size_t) { return greedy; });
+  const auto mixed = run(none, [&](std::size_t i) { return i % 2 ? greedy : drawn(i); });
+  const auto filtered = run(none, [&](std::size_t i) {
+    SamplingParams p = drawn(i);
+    if (i == 4) p.top_p = 0.9f;
+    return p;
+  });
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(ids_path[i].tokens.size(), static_cast<std::size_t>(n_new));
+    EXPECT_EQ(ids_path[i].tokens, logits_path[i].tokens) << "prompt " << i;
+    EXPECT_EQ(mixed[i].tokens, i % 2 ? greedy_ids[i].tokens : logits_path[i].tokens) << "prompt " << i;
+    if (i != 4) {
+      EXPECT_EQ(filtered[i].tokens, logits_path[i].tokens) << "prompt " << i;
+    }
+    // The paths really differ: a drawn id comes without a logprob.
+    for (float lp : ids_path[i].logprobs) EXPECT_TRUE(std::isnan(lp));
+    for (float lp : logits_path[i].logprobs) EXPECT_TRUE(std::isfinite(lp));
+  }
+  EXPECT_NE(ids_path[0].tokens, greedy_ids[0].tokens) << "temperature 1 draws, not the argmax";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SampledIds,
+                         ::testing::Combine(::testing::Values("stories260K", "qwen3-qknorm-tied"), ::testing::Bool()));
+
 TEST(EngineModel, Stories260KGreedyFromBosMatchesReferenceWhileSharingTheBatch) {
   std::ifstream f(kStories + "/reference.json");
   const nlohmann::json ref = nlohmann::json::parse(f);

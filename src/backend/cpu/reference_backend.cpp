@@ -242,4 +242,16 @@ void ReferenceBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out
   for (std::int64_t i = 0; i < logits.rows; ++i) out[i] = argmax_row({logits.row<const float>(i), cols});
 }
 
+void ReferenceBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                                   std::span<std::int32_t> out) {
+  AKV_CHECK(logits.dtype == DType::F32, "sample_rows: F32 logits");
+  const auto n = static_cast<std::size_t>(logits.rows);
+  AKV_CHECK(out.size() == n && temperature.size() == n && u.size() == n, "sample_rows: one value per row");
+  const auto cols = static_cast<std::size_t>(logits.cols);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::span<const float> row{logits.row<const float>(static_cast<std::int64_t>(i)), cols};
+    out[i] = temperature[i] <= 0.0f ? argmax_row(row) : draw_row(row, temperature[i], u[i]);
+  }
+}
+
 }  // namespace akv

@@ -36,6 +36,8 @@ class ReferenceBackend : public Backend {
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
+  void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                   std::span<std::int32_t> out) override;
 };
 
 // Scalar helpers shared by the CPU backends (the fast path uses them for its tails).

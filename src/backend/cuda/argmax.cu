@@ -2,6 +2,7 @@
 // greedy step copies back one int32 per sequence instead of its vocab floats.
 #include <cstdint>
 
+#include "backend/cuda/argmax.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -9,28 +10,6 @@ namespace akv::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-
-// A candidate: the lowest id of the largest non-NaN value seen so far (id -1: none yet).
-struct Best {
-  float v;
-  std::int32_t id;
-};
-
-// The better of two candidates under argmax_row's rule: larger value, then lower id.
-__device__ __forceinline__ Best better(Best a, Best b) {
-  if (b.id < 0) return a;
-  if (a.id < 0) return b;
-  return (b.v > a.v || (b.v == a.v && b.id < a.id)) ? b : a;
-}
-
-__device__ __forceinline__ Best warp_best(Best x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const Best y{__shfl_xor_sync(0xffffffffu, x.v, o), __shfl_xor_sync(0xffffffffu, x.id, o)};
-    x = better(x, y);
-  }
-  return x;
-}
 
 // One block per row. argmax_row scans from id 0 and moves only to a strictly larger value: the
 // result is the lowest id of the largest non-NaN value, or 0 when row[0] is NaN (nothing beats
@@ -41,11 +20,7 @@ __global__ void argmax_rows_kernel(const float* x, std::int64_t stride, std::int
   pdl_wait();
   const float* row = x + blockIdx.x * stride;
   Best b{0.0f, -1};
-  for (std::int64_t c = threadIdx.x; c < cols; c += kThreads) {
-    const float v = row[c];
-    if (!isnan(v) && (b.id < 0 || v > b.v))
-      b = {v, static_cast<std::int32_t>(c)};  // ids rise: first max stays
-  }
+  for (std::int64_t c = threadIdx.x; c < cols; c += kThreads) consider(b, row[c], c);
   b = warp_best(b);
   __shared__ Best warps[kThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

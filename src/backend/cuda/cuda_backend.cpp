@@ -92,7 +92,7 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kArgmax, kGatedMlp };
+                              kSoftcap, kGather, kDownload, kArgmax, kGatedMlp, kSample };
 
 // Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
 // GEMV takes) with gate/up and down all BF16 or all F16.
@@ -687,6 +687,22 @@ void CudaBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
   }
   copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),
            Sig().u(kDownload).u(kArgmax).t(logits).h);
+}
+
+void CudaBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                              std::span<std::int32_t> out) {
+  AKV_CHECK(logits.dtype == DType::F32, "sample_rows: F32 logits");
+  const auto n = static_cast<std::size_t>(logits.rows);
+  AKV_CHECK(out.size() == n && temperature.size() == n && u.size() == n, "sample_rows: one value per row");
+  const auto* d_temperature = static_cast<const float*>(upload_small(temperature.data(), temperature.size_bytes()));
+  const auto* d_u = static_cast<const double*>(upload_small(u.data(), u.size_bytes()));
+  std::int32_t* ids = nullptr;  // a replayed step's graph holds the kernel, its scratch and the copy
+  if (!(recording() && replaying(Sig().u(kSample).t(logits).p(d_temperature).p(d_u).h))) {
+    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 4));
+    cuda::launch_sample_rows(logits, d_temperature, d_u, ids, stream());
+  }
+  copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),
+           Sig().u(kDownload).u(kSample).t(logits).h);
 }
 
 }  // namespace akv

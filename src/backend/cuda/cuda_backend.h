@@ -75,6 +75,11 @@ class CudaBackend final : public Backend {
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // One block per row on the device; only the ids are copied back (at end_step inside a step).
   void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
+  // The same for greedy and plain temperature draws (sample.cu): temperature and u travel with
+  // the step's host arrays; a draw's id equals the host's except where its target lies within
+  // rounding (~1e-12 relative) of a boundary between two ids.
+  void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                   std::span<std::int32_t> out) override;
 
   // Decode-only batches of at most kMaxGraphTokens tokens are captured once per key
   // (cuda::StepKey) and replayed; other steps, and all steps while graphs are off, run eagerly.
@@ -164,7 +169,7 @@ class CudaBackend final : public Backend {
   };
   Scratch scratch_[7];                      // 0: half-precision matmul input, 1: attention partials,
                                             // 2: skinny GEMM partial sums, 3: one KV block (tier copies),
-                                            // 4: argmax_rows ids, 5 and 6: gated_mlp's half gate/up and
+                                            // 4: argmax_rows and sample_rows ids, 5 and 6: gated_mlp's half gate/up and
                                             // act when the caller's buffers are strided
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 

@@ -1,5 +1,5 @@
 // Launchers of the CUDA backend's kernels: plain host functions, one per op, defined in the
-// .cu files named for what they hold (elementwise, argmax, norm_rope, gemv, attention,
+// .cu files named for what they hold (elementwise, argmax, sample, norm_rope, gemv, attention,
 // attention_prefill). Every launcher only enqueues work on `stream` and checks the launch.
 // Tensors are f32 activations unless a dtype says otherwise; weights and KV keep their dtype.
 #pragma once
@@ -75,6 +75,12 @@ void launch_copy_segments(void* const* dst, const void* const* src, std::size_t 
 // argmax.cu: out[i] = argmax_row(x[i, :]) (backend.h's rule: lowest id of the largest value,
 // NaN never wins, 0 when x[i, 0] is NaN) for f32 x; `out` in device memory, [x.rows].
 void launch_argmax_rows(TensorRef x, std::int32_t* out, Stream s);
+
+// sample.cu: out[i] = argmax_row(x[i, :]) where temperature[i] <= 0, else draw_row(x[i, :],
+// temperature[i], uniform[i]) (backend.h) for f32 x, equal to the host's except where the
+// target lies within rounding of a boundary between two ids. temperature, uniform and out in
+// device memory, [x.rows] each.
+void launch_sample_rows(TensorRef x, const float* temperature, const double* uniform, std::int32_t* out, Stream s);
 
 // norm_rope.cu
 void launch_rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out, Stream s);
