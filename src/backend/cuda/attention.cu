@@ -32,9 +32,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int32_t* table = b.tables + b.seq_info[4 * b.token_seq[t] + 3];
   const TokenKeys keys = token_keys(b, a, sa.n_splits, t);
   if (split >= keys.splits) return;  // the whole block: this token needs fewer splits
-  const int split_len = (keys.count + keys.splits - 1) / keys.splits;
-  const int begin = keys.first + split * split_len;
-  const int end = min(keys.first + keys.count, begin + split_len);
+  const auto [begin, end] = split_keys(keys, split);
   const int d0 = lane * kE;
 
   float q[kG][kE];

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kv_tile.cuh"
 #include "backend/cuda/mma_util.cuh"
 
 namespace akv::cuda {
@@ -51,9 +52,7 @@ __global__ void __launch_bounds__(kThreads)
   const std::int32_t* table = b.tables + b.seq_info[4 * b.token_seq[t] + 3];
   const TokenKeys keys = token_keys(b, a, sa.n_splits, t);
   if (split >= keys.splits) return;  // the whole block: this token needs fewer splits
-  const int split_len = (keys.count + keys.splits - 1) / keys.splits;
-  const int begin = keys.first + split * split_len;
-  const int end = min(keys.first + keys.count, begin + split_len);
+  const auto [begin, end] = split_keys(keys, split);
   const int n_kt = (end - begin + kKeys - 1) / kKeys;
 
   const bf16* kc = static_cast<const bf16*>(kv.k) + std::int64_t{kvh} * D + (tid % kChunks) * 8;
@@ -65,15 +64,7 @@ __global__ void __launch_bounds__(kThreads)
       const int p = k0 + r;
       bf16* kd = Ks + (buf * kKeys + r) * LD + c8;
       bf16* vd = Vs + (buf * kKeys + r) * LD + c8;
-      if (p < end) {
-        const std::int64_t off =
-            (std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * kv.row_width;
-        cp_async16(kd, kc + off);
-        cp_async16(vd, vc + off);
-      } else {  // zeros, not stale bytes: a NaN there would survive P = 0
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
+      gather_kv16(kd, vd, kc, vc, kv, table, p, p < end);
     }
   };
 #pragma unroll

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_tile.cuh"
 #include "backend/cuda/mma_util.cuh"
 #ifdef AKV_HAVE_WGMMA
 #include "backend/cuda/attention_prefill_wgmma.h"
@@ -61,14 +62,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
   // Heads vary fastest over the grid, so the longest tiles of every head start first.
   const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.y);
   const int h0 = blockIdx.x * kHeads;
-  const std::int32_t* info = b.seq_info + 4 * b.tiles[2 * tile];
-  const int q0 = b.tiles[2 * tile + 1];
-  const int first_row = info[0] + q0;
-  const int rows = min(kRows, info[1] - q0);
-  const int pos0 = info[2] + q0;
-  const int last = pos0 + rows - 1;
-  const int lo = a.window > 0 ? max(0, pos0 - a.window + 1) : 0;
-  const std::int32_t* table = b.tables + info[3];
+  const PrefillTile pt = prefill_tile<kRows>(b, a, tile);
+  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0, last = pt.last, lo = pt.lo;
+  const std::int32_t* table = pt.table;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int wr = warp % kWarpsPerHead;  // row group of this warp within its head's tile
@@ -84,15 +80,7 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
       const int p = kb + r;
       bf16* kd = Ks + (buf * kKeys + r) * LD + c8;
       bf16* vd = Vs + (buf * kKeys + r) * LD + c8;
-      if (p <= last) {
-        const std::int64_t off =
-            (std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * kv.row_width;
-        cp_async16(kd, kc + off);
-        cp_async16(vd, vc + off);
-      } else {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
+      gather_kv16(kd, vd, kc, vc, kv, table, p, p <= last);
     }
   };
 

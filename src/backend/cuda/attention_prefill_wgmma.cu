@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kv_tile.cuh"
 #include "backend/cuda/mma_util.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -128,14 +129,9 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
   // Heads vary fastest over the grid, so the longest tiles of every head start first.
   const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.y);
   const int h0 = blockIdx.x * kHeads;
-  const std::int32_t* info = b.seq_info + 4 * b.tiles[2 * tile];
-  const int q0 = b.tiles[2 * tile + 1];
-  const int first_row = info[0] + q0;
-  const int rows = min(kRows, info[1] - q0);
-  const int pos0 = info[2] + q0;
-  const int last = pos0 + rows - 1;
-  const int lo = a.window > 0 ? max(0, pos0 - a.window + 1) : 0;
-  const std::int32_t* table = b.tables + info[3];
+  const PrefillTile pt = prefill_tile<kRows>(b, a, tile);
+  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0, last = pt.last, lo = pt.lo;
+  const std::int32_t* table = pt.table;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, c = lane % 4;
 
@@ -152,15 +148,7 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
       const int p = kb + (i / (8 * kChunks)) * 8 + i % 8;
       bf16* kd = Ks + buf * kKeys * D + i * 8;
       bf16* vd = Vs + buf * kKeys * D + i * 8;
-      if (p <= last) {
-        const std::int64_t off =
-            (std::int64_t{table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * kv.row_width;
-        cp_async16(kd, kc + off);
-        cp_async16(vd, vc + off);
-      } else {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
+      gather_kv16(kd, vd, kc, vc, kv, table, p, p <= last);
     }
   };
 

@@ -30,6 +30,16 @@ __device__ __forceinline__ TokenKeys token_keys(const DeviceBatch& b, const Atte
   return {first, count, min(n_splits, max(1, count / kMinSplitKeys))};
 }
 
+// The keys [begin, end) split `split` (< keys.splits) of a token walks.
+struct KeyRange {
+  int begin, end;
+};
+__device__ __forceinline__ KeyRange split_keys(const TokenKeys& keys, int split) {
+  const int split_len = (keys.count + keys.splits - 1) / keys.splits;
+  const int begin = keys.first + split * split_len;
+  return {begin, min(keys.first + keys.count, begin + split_len)};
+}
+
 // attention_decode.cu: the same grid (token, head group of `heads_per_block`, split) and outputs
 // (out, or partial rows for merge_kernel) on the tensor cores, for BF16 KV, head_dim 64 or 128,
 // 2, 4 or 8 heads per block and q rows of even stride.
