@@ -97,6 +97,30 @@ INSTANTIATE_TEST_SUITE_P(Models, BatchedGreedy,
 // A step whose due tokens are all plain greedy picks brings back only ids (Backend::argmax_rows);
 // a request with logprobs keeps the logits path for its steps. The tokens must not depend on
 // the path, alone or in a batch that mixes both, on either CPU backend.
+// Every prompt batched in one engine on the reference (or fast) backend; n_logprobs(i) and
+// sampling(i) per request. The results in prompt order.
+template <typename NLogprobs, typename Sampling>
+std::vector<Collector::Result> run_batched(const std::string& dir, bool fast, const std::vector<Ids>& prompts,
+                                           int n_new, NLogprobs n_logprobs, Sampling sampling) {
+  std::unique_ptr<Backend> backend;
+  if (fast) backend = std::make_unique<FastBackend>(2);
+  else backend = std::make_unique<ReferenceBackend>();
+  Engine engine(load_model(dir, *backend), *backend, small_steps());
+  Collector out;
+  std::vector<RequestId> ids;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = n_new;
+    r.n_logprobs = n_logprobs(i);
+    r.sampling = sampling(i);
+    ids.push_back(engine.submit(std::move(r), out.callback()));
+  }
+  std::vector<Collector::Result> results;
+  for (RequestId id : ids) results.push_back(out.wait(id));
+  return results;
+}
+
 class GreedyIds : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(GreedyIds, SameTokensWithAndWithoutTheShortcut) {
@@ -106,25 +130,8 @@ TEST_P(GreedyIds, SameTokensWithAndWithoutTheShortcut) {
   std::vector<Ids> prompts;
   for (int len : {3, 12, 40, 7, 65, 1}) prompts.push_back(random_ids(rng, len));
   const int n_new = 12;
-  // Every prompt batched in one engine; n_logprobs(i) and sampling(i) per request.
   auto run = [&](auto n_logprobs, SamplingParams sampling) {
-    std::unique_ptr<Backend> backend;
-    if (fast) backend = std::make_unique<FastBackend>(2);
-    else backend = std::make_unique<ReferenceBackend>();
-    Engine engine(load_model(dir, *backend), *backend, small_steps());
-    Collector out;
-    std::vector<RequestId> ids;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      GenerateRequest r;
-      r.prompt = prompts[i];
-      r.max_tokens = n_new;
-      r.n_logprobs = n_logprobs(i);
-      r.sampling = sampling;
-      ids.push_back(engine.submit(std::move(r), out.callback()));
-    }
-    std::vector<Collector::Result> results;
-    for (RequestId id : ids) results.push_back(out.wait(id));
-    return results;
+    return run_batched(dir, fast, prompts, n_new, n_logprobs, [&](std::size_t) { return sampling; });
   };
   const auto ids_path = run([](std::size_t) { return 0; }, {});
   const auto logits_path = run([](std::size_t) { return 1; }, {});
@@ -165,23 +172,7 @@ TEST_P(SampledIds, SameTokensWithAndWithoutTheShortcut) {
   const SamplingParams greedy{};
   auto drawn = [](std::size_t i) { return SamplingParams{.temperature = 1.0f, .seed = 100 + i}; };
   auto run = [&](auto n_logprobs, auto sampling) {
-    std::unique_ptr<Backend> backend;
-    if (fast) backend = std::make_unique<FastBackend>(2);
-    else backend = std::make_unique<ReferenceBackend>();
-    Engine engine(load_model(dir, *backend), *backend, small_steps());
-    Collector out;
-    std::vector<RequestId> ids;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      GenerateRequest r;
-      r.prompt = prompts[i];
-      r.max_tokens = n_new;
-      r.n_logprobs = n_logprobs(i);
-      r.sampling = sampling(i);
-      ids.push_back(engine.submit(std::move(r), out.callback()));
-    }
-    std::vector<Collector::Result> results;
-    for (RequestId id : ids) results.push_back(out.wait(id));
-    return results;
+    return run_batched(dir, fast, prompts, n_new, n_logprobs, sampling);
   };
   auto none = [](std::size_t) { return 0; };
   const auto ids_path = run(none, drawn);
