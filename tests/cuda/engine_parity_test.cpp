@@ -51,6 +51,29 @@ void check_turns(const std::string& dir) {
   EXPECT_EQ(next.tokens, greedy_alone(dir, prompt, 8)) << dir << ": next turn";
 }
 
+// The prompts decoding together (10 tokens each) in one engine on the GPU, n_logprobs and
+// sampling(i) per request; the results in prompt order.
+template <typename Sampling>
+std::vector<Collector::Result> run_batched_on_gpu(const std::string& dir, const std::vector<Ids>& prompts,
+                                                  std::int32_t n_logprobs, Sampling sampling) {
+  CudaBackend& gpu = backends().gpu;
+  EngineConfig cfg{.block_size = 16, .n_blocks = 64, .scheduler = {.max_batch_tokens = 128, .max_prefill_chunk = 64}};
+  Engine engine(load_model(dir, gpu), gpu, cfg);
+  Collector out;
+  std::vector<RequestId> ids;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = 10;
+    r.n_logprobs = n_logprobs;
+    r.sampling = sampling(i);
+    ids.push_back(engine.submit(std::move(r), out.callback()));
+  }
+  std::vector<Collector::Result> results;
+  for (RequestId id : ids) results.push_back(out.wait(id));
+  return results;
+}
+
 // Eight greedy requests decoding together as recorded steps: ids picked on the GPU (only ids
 // copied back) give the tokens of the logits path (a request with logprobs in every batch) and
 // of the CPU reference.
@@ -59,21 +82,7 @@ void check_greedy_ids(const std::string& dir) {
   std::vector<Ids> prompts;
   for (std::uint32_t i = 0; i < 8; ++i) prompts.push_back(random_prompt(30 + i, 5 + 7 * static_cast<int>(i), 500));
   auto run = [&](std::int32_t n_logprobs) {
-    auto model = load_model(dir, gpu);
-    EngineConfig cfg{.block_size = 16, .n_blocks = 64, .scheduler = {.max_batch_tokens = 128, .max_prefill_chunk = 64}};
-    Engine engine(std::move(model), gpu, cfg);
-    Collector out;
-    std::vector<RequestId> ids;
-    for (const Ids& p : prompts) {
-      GenerateRequest r;
-      r.prompt = p;
-      r.max_tokens = 10;
-      r.n_logprobs = n_logprobs;
-      ids.push_back(engine.submit(std::move(r), out.callback()));
-    }
-    std::vector<Collector::Result> results;
-    for (RequestId id : ids) results.push_back(out.wait(id));
-    return results;
+    return run_batched_on_gpu(dir, prompts, n_logprobs, [](std::size_t) { return SamplingParams{}; });
   };
   const CudaBackend::StepStats before = gpu.step_stats();
   const auto picked = run(0);
@@ -136,22 +145,8 @@ void check_sampled_ids(const std::string& dir) {
   for (std::uint32_t i = 0; i < 8; ++i) prompts.push_back(random_prompt(50 + i, 4 + 6 * static_cast<int>(i), 500));
   auto seed = [](std::size_t i) { return std::uint64_t{1000} + i; };
   auto run = [&](std::int32_t n_logprobs) {
-    auto model = load_model(dir, gpu);
-    EngineConfig cfg{.block_size = 16, .n_blocks = 64, .scheduler = {.max_batch_tokens = 128, .max_prefill_chunk = 64}};
-    Engine engine(std::move(model), gpu, cfg);
-    Collector out;
-    std::vector<RequestId> ids;
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      GenerateRequest r;
-      r.prompt = prompts[i];
-      r.max_tokens = 10;
-      r.n_logprobs = n_logprobs;
-      r.sampling = {.temperature = 1.0f, .seed = seed(i)};
-      ids.push_back(engine.submit(std::move(r), out.callback()));
-    }
-    std::vector<Collector::Result> results;
-    for (RequestId id : ids) results.push_back(out.wait(id));
-    return results;
+    return run_batched_on_gpu(dir, prompts, n_logprobs,
+                              [&](std::size_t i) { return SamplingParams{.temperature = 1.0f, .seed = seed(i)}; });
   };
   const CudaBackend::StepStats before = gpu.step_stats();
   const auto drawn = run(0);
