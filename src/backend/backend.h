@@ -108,9 +108,12 @@ class Backend {
   virtual void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) = 0;
   // Copies every layer's K and V of `block` to host memory, laid out as
   // [n_layers][K, V][block_size, row_width] in the KV dtype (host.size() == layout.block_bytes()).
-  // Waits for queued work. Spilling a block to another tier starts here.
+  // Waits for queued work; `host` is filled on return. Spilling a block to another tier starts
+  // here.
   virtual void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) = 0;
-  // The inverse: fills `block` from host memory in the same layout (restoring a block).
+  // The inverse: fills `block` from host memory in the same layout (restoring a block). May
+  // return before the copy lands (a device backend queues it); `host` may be reused or freed on
+  // return, and every later op, copy or read sees the block's new contents.
   virtual void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) = 0;
 
   // --- ops (shapes in brackets; n = tokens in the batch) ------------------------------------

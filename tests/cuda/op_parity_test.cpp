@@ -663,5 +663,152 @@ TEST(CudaOps, ReadAndWriteKvBlock) {
   }
 }
 
+// Queues about 10 ms of f32 GEMMs on the GPU, so copies and ops issued next wait behind them
+// (a missing wait between the copy stream and the compute stream then shows).
+void keep_gpu_busy() {
+  Backends& b = backends();
+  static const auto x = b.gpu.alloc(DType::F32, 2048, 4096), w = b.gpu.alloc(DType::F32, 4096, 4096),
+                    out = b.gpu.alloc(DType::F32, 2048, 4096);
+  const WeightRef weight{w->tensor().data, DType::F32, 4096, 4096};
+  for (int i = 0; i < 8; ++i) b.gpu.matmul(x->tensor(), weight, nullptr, out->tensor());
+}
+
+// Random bytes (a raw round trip) or random values of the KV dtype (bytes attention reads).
+void fill_random_bytes(std::vector<std::byte>& host) {
+  for (std::byte& x : host) x = static_cast<std::byte>(rng()());
+}
+void fill_random_values(std::vector<std::byte>& host, DType t) {
+  const std::vector<float> v = random_floats(host.size() / dtype_size(t));
+  for (std::size_t i = 0; i < v.size(); ++i) store_f32(host.data(), t, static_cast<std::int64_t>(i), v[i]);
+}
+
+// write_kv_block returns before its copy lands: more blocks than the staging ring has slots,
+// back to back behind queued GPU work (slots come round again while in flight), from one host
+// buffer refilled right after each call; then a block larger than a slot (the ring drains and
+// grows) while those may still be queued. Every block reads back as written.
+TEST(CudaOps, WriteKvBlocksPastTheStagingRing) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    const KvLayout layout{.n_layers = 3, .n_blocks = 150, .block_size = 16, .n_kv_heads = 2, .head_dim = 32,
+                          .dtype = kvt};
+    KvStorage kv = b.gpu.alloc_kv(layout);
+    std::vector<std::byte> host(static_cast<std::size_t>(layout.block_bytes()));
+    std::vector<std::vector<std::byte>> written;
+    keep_gpu_busy();
+    for (std::int32_t block = 0; block < layout.n_blocks; ++block) {
+      fill_random_bytes(host);
+      written.push_back(host);
+      b.gpu.write_kv_block(kv, block, host);
+    }
+    const CudaBackend::KvStaging ring = b.gpu.kv_staging();
+    ASSERT_GE(ring.slots, 2u);
+    ASSERT_GT(static_cast<std::size_t>(layout.n_blocks), ring.slots) << "the writes must wrap the ring";
+
+    // 2 layers x K, V x one f32 row of 64: 1 KiB a token, so this block is larger than a slot.
+    const auto big_tokens = static_cast<std::int64_t>(ring.slot_bytes / 1024 + 1);
+    const KvLayout big{.n_layers = 2, .n_blocks = 2, .block_size = big_tokens, .n_kv_heads = 1, .head_dim = 64,
+                       .dtype = DType::F32};
+    KvStorage kv_big = b.gpu.alloc_kv(big);
+    std::vector<std::byte> big_host(static_cast<std::size_t>(big.block_bytes())), big_back(big_host.size());
+    ASSERT_GT(big_host.size(), ring.slot_bytes);
+    keep_gpu_busy();
+    for (std::int32_t block = 0; block < 20; ++block) {
+      fill_random_bytes(host);
+      written[block] = host;
+      b.gpu.write_kv_block(kv, block, host);
+    }
+    fill_random_bytes(big_host);
+    const std::vector<std::byte> big_written = big_host;
+    b.gpu.write_kv_block(kv_big, 1, big_host);
+    fill_random_bytes(big_host);
+    EXPECT_GE(b.gpu.kv_staging().slot_bytes, big_host.size());
+    EXPECT_GE(b.gpu.kv_staging().slots, 2u);
+
+    std::vector<std::byte> back(host.size());
+    for (std::int32_t block = 0; block < layout.n_blocks; ++block) {
+      b.gpu.read_kv_block(kv, block, back);
+      EXPECT_EQ(std::memcmp(back.data(), written[block].data(), back.size()), 0)
+          << dtype_name(kvt) << " block " << block;
+    }
+    b.gpu.read_kv_block(kv_big, 1, big_back);
+    EXPECT_EQ(std::memcmp(big_back.data(), big_written.data(), big_back.size()), 0) << dtype_name(kvt) << " big block";
+  }
+}
+
+// Attention right after write_kv_block (no wait in between, the GPU busy with earlier work) sees
+// the new bytes, as the reference does; on odd rounds the block is written twice in a row (the
+// second write wins). The host buffer is refilled after each write.
+TEST(CudaOps, WriteKvBlockThenAttention) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    const KvLayout layout{.n_layers = 2, .n_blocks = 6, .block_size = 16, .n_kv_heads = 2, .head_dim = 16,
+                          .dtype = kvt};
+    KvStorage kc = b.ref.alloc_kv(layout), kg = b.gpu.alloc_kv(layout);
+    std::vector<std::byte> host(static_cast<std::size_t>(layout.block_bytes()));
+    auto write_both = [&](std::int32_t block) {
+      fill_random_values(host, kvt);
+      b.ref.write_kv_block(kc, block, host);
+      b.gpu.write_kv_block(kg, block, host);
+      fill_random_bytes(host);
+    };
+    for (std::int32_t block = 0; block < layout.n_blocks; ++block) write_both(block);
+
+    const std::vector<std::int32_t> table = {4, 1, 3};
+    const SequenceChunk chunk{.first_row = 0, .n_tokens = 1, .start_pos = 40, .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1}), tokens(1);
+    const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
+    const AttentionParams p{.n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .scale = 0.25, .window = 0,
+                            .logit_softcap = 0.0};
+    Pair q = Pair::random(1, 64), out = Pair::make(1, 64);
+    for (int round = 0; round < 6; ++round) {
+      const std::int32_t block = table[static_cast<std::size_t>(round % 3)];
+      const std::int64_t layer = round % 2;
+      out.poison_gpu();
+      keep_gpu_busy();
+      write_both(block);
+      if (round % 2 == 1) write_both(block);
+      b.ref.attention(q.cpu, kc, layer, batch, p, out.cpu);
+      b.gpu.attention(q.gpu, kg, layer, batch, p, out.gpu);
+      EXPECT_LE(out.error(), 1e-5) << dtype_name(kvt) << " round " << round << " block " << block;
+    }
+  }
+}
+
+// read_kv_block right after kernels that change the block (store_kv; on odd rounds after a
+// write_kv_block too), the GPU busy with earlier work: the bytes equal the reference's.
+TEST(CudaOps, ReadKvBlockAfterStoreKv) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    const KvLayout layout{.n_layers = 2, .n_blocks = 4, .block_size = 16, .n_kv_heads = 2, .head_dim = 16,
+                          .dtype = kvt};
+    KvStorage kc = b.ref.alloc_kv(layout), kg = b.gpu.alloc_kv(layout);
+    const auto n = static_cast<std::size_t>(layout.block_bytes());
+    std::vector<std::byte> host(n), from_ref(n), from_gpu(n);
+    const std::vector<std::int32_t> table = {2};
+    for (int round = 0; round < 6; ++round) {
+      const SequenceChunk chunk{.first_row = 0, .n_tokens = 4, .start_pos = (round * 5) % 12, .block_table = table};
+      const std::vector<std::int32_t> pos = positions_for({&chunk, 1}), tokens(4);
+      const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
+      Pair k = Pair::random(4, 32), v = Pair::random(4, 32);
+      keep_gpu_busy();
+      if (round % 2 == 1) {
+        fill_random_values(host, kvt);
+        b.ref.write_kv_block(kc, 2, host);
+        b.gpu.write_kv_block(kg, 2, host);
+      }
+      for (std::int64_t l = 0; l < 2; ++l) {
+        b.ref.store_kv(kc, l, k.cpu, v.cpu, batch);
+        b.gpu.store_kv(kg, l, k.gpu, v.gpu, batch);
+      }
+      b.ref.read_kv_block(kc, 2, from_ref);
+      b.gpu.read_kv_block(kg, 2, from_gpu);
+      EXPECT_EQ(std::memcmp(from_ref.data(), from_gpu.data(), n), 0) << dtype_name(kvt) << " round " << round;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace akv::test

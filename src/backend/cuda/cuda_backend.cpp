@@ -114,6 +114,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   AKV_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   AKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   AKV_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  AKV_CUDA_CHECK(cudaStreamCreateWithFlags(&kv_stream_, cudaStreamNonBlocking));
+  AKV_CUDA_CHECK(cudaEventCreateWithFlags(&kv_handoff_, cudaEventDisableTiming));
   AKV_CUDA_CHECK(cudaEventCreateWithFlags(&weights_copied_, cudaEventDisableTiming));
   AKV_CUBLAS_CHECK(cublasCreate(&blas_));
   AKV_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
@@ -129,8 +131,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 CudaBackend::~CudaBackend() {
+  // Unchecked here and below: at process exit the runtime may already be unloading.
   cudaStreamSynchronize(stream_);
   cudaStreamSynchronize(copy_stream_);
+  cudaStreamSynchronize(kv_stream_);
   graphs_.clear();
   cublasDestroy(blas_);
   cudaFree(blas_workspace_);
@@ -144,7 +148,12 @@ CudaBackend::~CudaBackend() {
     cudaEventDestroy(s.copied);
   }
   for (Scratch& s : scratch_) cudaFree(s.ptr);
+  cudaFreeHost(kv_ring_.host);
+  cudaFree(kv_ring_.device);
+  for (cudaEvent_t e : kv_ring_.free) cudaEventDestroy(e);
   cudaEventDestroy(weights_copied_);
+  cudaEventDestroy(kv_handoff_);
+  cudaStreamDestroy(kv_stream_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(stream_);
 }
@@ -256,63 +265,6 @@ void CudaBackend::upload(std::span<const float> host, TensorRef x) {
   if (x.rows == 0 || x.cols == 0) return;
   AKV_CUDA_CHECK(cudaMemcpy2DAsync(x.data, x.stride * sizeof(float), host.data(), x.cols * sizeof(float),
                                    x.cols * sizeof(float), x.rows, cudaMemcpyHostToDevice, stream()));
-  synchronize();  // the caller may free `host` on return
-}
-
-void CudaBackend::copy_kv_segments(const KvStorage& kv, KvCopy how, std::int32_t block, std::int32_t other,
-                                   void* staging) {
-  const KvLayout& L = kv.layout;
-  const std::size_t bytes = static_cast<std::size_t>(L.block_size * L.row_width()) * dtype_size(L.dtype);
-  const auto n = static_cast<std::size_t>(2 * L.n_layers);
-  std::vector<void*> rows(n), others(n);  // block's rows; the other side's segments
-  for (std::int64_t l = 0; l < L.n_layers; ++l) {
-    for (int side = 0; side < 2; ++side) {
-      const TensorRef& t = side == 0 ? kv.k[l] : kv.v[l];
-      const std::size_t i = static_cast<std::size_t>(2 * l + side);
-      rows[i] = t.row<char>(std::int64_t{block} * L.block_size);
-      others[i] = how == KvCopy::BlockToBlock ? t.row<char>(std::int64_t{other} * L.block_size)
-                                              : static_cast<char*>(staging) + i * bytes;
-    }
-  }
-  bool aligned = bytes % 16 == 0;
-  for (std::size_t i = 0; i < n; ++i)
-    aligned = aligned && reinterpret_cast<std::uintptr_t>(rows[i]) % 16 == 0 &&
-              reinterpret_cast<std::uintptr_t>(others[i]) % 16 == 0;
-  const auto* d_rows = static_cast<void* const*>(upload_small(rows.data(), n * sizeof(void*)));
-  const auto* d_others = static_cast<void* const*>(upload_small(others.data(), n * sizeof(void*)));
-  // Gather: block -> staging. Scatter: staging -> block. BlockToBlock: block -> other.
-  if (how == KvCopy::Scatter)
-    cuda::launch_copy_segments(d_rows, d_others, bytes, static_cast<int>(n), aligned, stream());
-  else
-    cuda::launch_copy_segments(d_others, d_rows, bytes, static_cast<int>(n), aligned, stream());
-}
-
-void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) {
-  const KvLayout& L = kv.layout;
-  AKV_CHECK(src >= 0 && dst >= 0 && src < L.n_blocks && dst < L.n_blocks, "block id out of range");
-  AKV_CHECK(!in_step_, "copy_kv_block inside a recorded step");
-  copy_kv_segments(kv, KvCopy::BlockToBlock, src, dst, nullptr);
-}
-
-void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
-  const KvLayout& L = kv.layout;
-  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
-  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
-  AKV_CHECK(!in_step_, "read_kv_block inside a recorded step");
-  void* staging = scratch(host.size(), 3);
-  copy_kv_segments(kv, KvCopy::Gather, block, -1, staging);
-  AKV_CUDA_CHECK(cudaMemcpyAsync(host.data(), staging, host.size(), cudaMemcpyDeviceToHost, stream()));
-  synchronize();
-}
-
-void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) {
-  const KvLayout& L = kv.layout;
-  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
-  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "write_kv_block: host size");
-  AKV_CHECK(!in_step_, "write_kv_block inside a recorded step");
-  void* staging = scratch(host.size(), 3);
-  AKV_CUDA_CHECK(cudaMemcpyAsync(staging, host.data(), host.size(), cudaMemcpyHostToDevice, stream()));
-  copy_kv_segments(kv, KvCopy::Scatter, block, -1, staging);
   synchronize();  // the caller may free `host` on return
 }
 
@@ -648,9 +600,9 @@ void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
   cuda::launch_to_half(x, t, xh, stream());
   // Half data needs half the bytes of the caller's f32 buffers: reuse them when contiguous.
   void* gu = gate_up.stride == gate_up.cols ? gate_up.data
-                                            : scratch(static_cast<std::size_t>(n * 2 * inter) * kHalfBytes, 5);
+                                            : scratch(static_cast<std::size_t>(n * 2 * inter) * kHalfBytes, 4);
   void* ah = act_out.stride == act_out.cols ? act_out.data
-                                            : scratch(static_cast<std::size_t>(n * inter) * kHalfBytes, 6);
+                                            : scratch(static_cast<std::size_t>(n * inter) * kHalfBytes, 5);
   const TensorRef gu_h{gu, t, n, 2 * inter, 2 * inter};  // [n, 2 * inter]: gate, then up
   const TensorRef act_h{ah, t, n, inter, inter};         // [n, inter]
   if (fused) {
@@ -682,7 +634,7 @@ void CudaBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
   AKV_CHECK(static_cast<std::int64_t>(out.size()) == logits.rows, "argmax_rows: one id per row");
   std::int32_t* ids = nullptr;  // a replayed step's graph holds the kernel, its scratch and the copy
   if (!(recording() && replaying(Sig().u(kArgmax).t(logits).h))) {
-    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 4));
+    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 3));
     cuda::launch_argmax_rows(logits, ids, stream());
   }
   copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),
@@ -698,7 +650,7 @@ void CudaBackend::sample_rows(TensorRef logits, std::span<const float> temperatu
   const auto* d_u = static_cast<const double*>(upload_small(u.data(), u.size_bytes()));
   std::int32_t* ids = nullptr;  // a replayed step's graph holds the kernel, its scratch and the copy
   if (!(recording() && replaying(Sig().u(kSample).t(logits).p(d_temperature).p(d_u).h))) {
-    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 4));
+    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 3));
     cuda::launch_sample_rows(logits, d_temperature, d_u, ids, stream());
   }
   copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),

@@ -8,8 +8,9 @@
 // the weight dtype there). Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
-// per batch size (step_graph.cpp); everything else runs eagerly. Engine thread only, like every
-// Backend.
+// per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
+// memory through a pinned staging ring on a copy stream of their own (kv_transfer.cpp). Engine
+// thread only, like every Backend.
 #pragma once
 
 #include <cstddef>
@@ -49,7 +50,12 @@ class CudaBackend final : public Backend {
   void download(TensorRef x, std::span<float> host) override;
   void upload(std::span<const float> host, TensorRef x) override;
   void copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t dst) override;
+  // Gathers the block into a staging slot on the compute stream; the KV copy stream copies it to
+  // the slot's pinned half; waits for that copy only (which follows the queued compute work).
   void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  // Asynchronous: `host` is copied into a pinned staging slot, the KV copy stream copies it to the
+  // device and the compute stream scatters it into the block after that copy (no host wait).
+  // Waits only when every staging slot is still in flight.
   void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) override;
@@ -101,6 +107,11 @@ class CudaBackend final : public Backend {
   CUstream_st* stream();
   // Bytes of weights held on the device.
   std::int64_t weight_bytes() const { return weight_bytes_; }
+  // The KV staging ring's shape (zeros before the first read_kv_block or write_kv_block).
+  struct KvStaging {
+    std::size_t slots = 0, slot_bytes = 0;
+  };
+  KvStaging kv_staging() const { return {kv_ring_.free.size(), kv_ring_.slot_bytes}; }
 
  private:
   // Small host arrays (ids, positions, batch descriptors, RoPE tables) uploaded through pinned
@@ -118,11 +129,20 @@ class CudaBackend final : public Backend {
   cuda::DeviceBatch build_batch(const ForwardBatch& batch, const std::int32_t* base);
   cuda::DeviceBatch upload_batch(const ForwardBatch& batch);
   void* scratch(std::size_t bytes, int which);
-  // One KV block's layer segments (read_kv_block's layout) gathered from, or scattered to, a
-  // contiguous device buffer, or from one block to another: one launch instead of a copy per
-  // layer, K and V.
-  enum class KvCopy { Gather, Scatter, BlockToBlock };
-  void copy_kv_segments(const KvStorage& kv, KvCopy how, std::int32_t block, std::int32_t other, void* staging);
+
+  // The tier copies' staging ring (kv_transfer.cpp): slot i is the `slot_bytes` at
+  // host + i * slot_bytes (pinned) and at device + i * slot_bytes, each holding a segment pointer
+  // table and one block's bytes; free[i] is recorded after the slot's last use on the GPU.
+  struct KvRing {
+    char* host = nullptr;
+    char* device = nullptr;
+    std::size_t slot_bytes = 0;
+    std::vector<CUevent_st*> free;
+    std::size_t next = 0;
+  };
+  // The next slot of at least `slot_bytes`, once its previous use has ended (the ring grows, after
+  // draining, for a larger block).
+  std::size_t take_kv_slot(std::size_t slot_bytes);
 
   // Recorded steps (step_graph.cpp).
   enum class StepMode { Eager, Capture, Replay };
@@ -151,6 +171,9 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   CUstream_st* stream_ = nullptr;
   CUstream_st* copy_stream_ = nullptr;      // weight uploads
+  CUstream_st* kv_stream_ = nullptr;        // KV tier copies (host <-> staging ring)
+  CUevent_st* kv_handoff_ = nullptr;        // between kv_stream_ and the compute stream
+  KvRing kv_ring_;
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;
@@ -167,9 +190,9 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[7];                      // 0: half-precision matmul input, 1: attention partials,
-                                            // 2: skinny GEMM partial sums, 3: one KV block (tier copies),
-                                            // 4: argmax_rows and sample_rows ids, 5 and 6: gated_mlp's half gate/up and
+  Scratch scratch_[6];                      // 0: half-precision matmul input, 1: attention partials,
+                                            // 2: skinny GEMM partial sums, 3: argmax_rows and
+                                            // sample_rows ids, 4 and 5: gated_mlp's half gate/up and
                                             // act when the caller's buffers are strided
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
