@@ -247,13 +247,16 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
 
+    // P as the bf16 A fragments of the k16 steps, all packed before the first wgmma reads them
+    // (packing between the wgmmas made ptxas serialise them).
+    std::uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) pa[kk][k] = pack_bf16(s[8 * kk + 2 * k], s[8 * kk + 2 * k + 1]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const std::uint32_t pa[4] = {pack_bf16(s[8 * kk], s[8 * kk + 1]), pack_bf16(s[8 * kk + 2], s[8 * kk + 3]),
-                                   pack_bf16(s[8 * kk + 4], s[8 * kk + 5]), pack_bf16(s[8 * kk + 6], s[8 * kk + 7])};
-      wgmma_pv<D>(o, pa, smem_desc(Vt + kk * 16 * D, kRowGroupBytes, 128));
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_pv<D>(o, pa[kk], smem_desc(Vt + kk * 16 * D, kRowGroupBytes, 128));
     wgmma_commit();
     wgmma_wait_all();
 #pragma unroll
