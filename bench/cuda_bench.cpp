@@ -137,6 +137,10 @@ class OpTimer final : public Backend {
   void upload(std::span<const float> h, TensorRef x) override { b_.upload(h, x); }
   void copy_kv_block(KvStorage& kv, std::int32_t a, std::int32_t d) override { b_.copy_kv_block(kv, a, d); }
   void read_kv_block(const KvStorage& kv, std::int32_t b, std::span<std::byte> h) override { b_.read_kv_block(kv, b, h); }
+  void start_read_kv_block(const KvStorage& kv, std::int32_t b, std::span<std::byte> h) override {
+    b_.start_read_kv_block(kv, b, h);
+  }
+  void finish_reads() override { b_.finish_reads(); }
   void write_kv_block(KvStorage& kv, std::int32_t b, std::span<const std::byte> h) override {
     b_.write_kv_block(kv, b, h);
   }

@@ -111,6 +111,16 @@ class Backend {
   // Waits for queued work; `host` is filled on return. Spilling a block to another tier starts
   // here.
   virtual void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) = 0;
+  // A deferred read_kv_block: the bytes are the block as it is at this call (later writes to it,
+  // write_kv_block included, do not change them), and they are in `host` once finish_reads()
+  // returns; `host` must stay valid and untouched until then. A device backend queues the copy
+  // and waits for nothing here, so a caller moving many blocks waits once, in finish_reads().
+  // The defaults read at once and finish nothing.
+  virtual void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
+    read_kv_block(kv, block, host);
+  }
+  // Fills the host bytes of every start_read_kv_block so far; waits for their copies.
+  virtual void finish_reads() {}
   // The inverse: fills `block` from host memory in the same layout (restoring a block). May
   // return before the copy lands (a device backend queues it); `host` may be reused or freed on
   // return, and every later op, copy or read sees the block's new contents.

@@ -64,6 +64,7 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
       matched += take;
     }
   }
+  finish_tier_reads();  // the blocks evicted above reach the host tier before anyone looks
   return matched;
 }
 
@@ -74,6 +75,7 @@ bool KvManager::allocate(KvSequence& seq, std::int32_t n_positions) {
   if (need <= 0) return true;
   if (need > n_available()) return false;
   for (std::int32_t i = 0; i < need; ++i) seq.blocks_.push_back(take_block());
+  finish_tier_reads();
   return true;
 }
 
@@ -109,6 +111,7 @@ void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens,
     seq.tail_key_ = index_.key_of(kept);
     seq.n_indexed_ = i + 1;
   }
+  finish_tier_reads();  // one wait for all the spills above
 }
 
 void KvManager::release(KvSequence& seq) {

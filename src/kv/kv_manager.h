@@ -59,6 +59,10 @@ class KvSequence {
 struct KvBlockIo {
   std::function<void(BlockId, std::span<std::byte>)> read;
   std::function<void(BlockId, std::span<const std::byte>)> write;
+  // Deferred reads (Backend::start_read_kv_block, finish_reads): the block's bytes at the
+  // start call, in the span once finish_reads returns. Empty: `read` at once, nothing to finish.
+  std::function<void(BlockId, std::span<std::byte>)> start_read = nullptr;
+  std::function<void()> finish_reads = nullptr;
   std::size_t block_bytes = 0;
   static KvBlockIo for_backend(Backend& backend, KvStorage& kv);
 };
@@ -118,6 +122,9 @@ class KvManager {
   // the device is copied there first. Match continues a device prefix hit with blocks from the
   // host tier, then from disk (loaded by the restorer if restore_pending started it, else
   // synchronously here), and indexes them like computed ones.
+  // The copies out of device memory (demotions, spills) are started where a block leaves or is
+  // indexed and finished once at the end of match, allocate and commit, so a restore into a full
+  // pool does not wait for the GPU per block; between calls nothing is pending.
   void attach_tiers(KvTiers tiers, KvBlockIo io);
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. Call before release.
@@ -157,8 +164,12 @@ class KvManager {
   std::span<const std::byte> load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
                                              std::int32_t& cursor);
   void note_key(BlockId block, const TierMeta& meta);
+  // Both start a copy out of the device; finish_tier_reads() waits for them and hands the bytes
+  // to the host tier and the disk tier.
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
+  void finish_tier_reads();
+  bool demoting(const Hash128& key) const;
 
   BlockPool pool_;
   PrefixIndex index_;
@@ -174,8 +185,22 @@ class KvManager {
   std::vector<TierMeta> block_meta_;  // [n_blocks] of an indexed block, with tiers (key 0: none)
   bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
-  std::vector<std::byte> buffer_;         // one raw block on its way in
-  std::vector<std::byte> demote_buffer_;  // one raw block on its way to the host tier
+  std::vector<std::byte> buffer_;  // one raw block on its way in
+  // Copies started and not yet finished. demote_buffers_[i] holds demoting_[i]'s bytes (kept
+  // for reuse, so demoting allocates nothing once warm); a spill owns its disk buffer. At most
+  // max_pending_ of each (64 MiB of blocks): past that they are finished early.
+  struct PendingDemotion {
+    TierMeta meta;
+    Retention retention = Retention::Normal;
+  };
+  struct PendingSpill {
+    TierMeta meta;
+    std::vector<std::byte> raw;
+  };
+  std::vector<PendingDemotion> demoting_;
+  std::vector<std::vector<std::byte>> demote_buffers_;
+  std::vector<PendingSpill> spilling_;
+  std::size_t max_pending_ = 1;
 };
 
 }  // namespace akv

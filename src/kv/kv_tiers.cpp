@@ -2,6 +2,7 @@
 // disk tier, demoting evicted blocks to the host tier, restoring a prefix from the host and disk
 // tiers at match (with the disk part loaded in the background first), agents' chains, eviction
 // and retention by key.
+#include <algorithm>
 #include <chrono>
 
 #include "base/check.h"
@@ -13,12 +14,20 @@
 
 namespace akv {
 
+namespace {
+constexpr std::size_t kMaxPendingBytes = 64u << 20;  // of started copies out of the device
+}  // namespace
+
 KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
   return {
       .read = [&backend, &kv](BlockId b,
                               std::span<std::byte> out) { backend.read_kv_block(kv, b, out); },
       .write = [&backend, &kv](
                    BlockId b, std::span<const std::byte> in) { backend.write_kv_block(kv, b, in); },
+      .start_read = [&backend, &kv](BlockId b, std::span<std::byte> out) {
+        backend.start_read_kv_block(kv, b, out);
+      },
+      .finish_reads = [&backend] { backend.finish_reads(); },
       .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
 }
 
@@ -30,6 +39,10 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   disk_ = tiers.disk;
   restorer_ = tiers.restorer;
   io_ = std::move(io);
+  if (!io_.start_read) io_.start_read = io_.read;  // read at once: finished already
+  if (!io_.finish_reads) io_.finish_reads = [] {};
+  max_pending_ =
+      std::max<std::size_t>(1, kMaxPendingBytes / std::max<std::size_t>(1, io_.block_bytes));
   if (disk_ != nullptr) {
     AKV_CHECK(io_.block_bytes == disk_->shape().raw_bytes(),
               "disk tier block shape differs from the KV layout");
@@ -39,7 +52,6 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
     keyer_ = own_keyer_.get();
   }
   buffer_.resize(io_.block_bytes);
-  if (host_ != nullptr) demote_buffer_.resize(io_.block_bytes);
   block_meta_.assign(static_cast<std::size_t>(pool_.n_blocks()), TierMeta{});
   index_.set_evict_listener([this](BlockId b, std::uint64_t) { on_device_evict(b); });
 }
@@ -63,15 +75,43 @@ void KvManager::on_device_evict(BlockId block) {
                                 .depth = meta.depth,
                                 .retention = index_.retention_of(block)};
   if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
-  io_.read(block, demote_buffer_);
-  host_->put(meta.key, host_meta, demote_buffer_);
+  // The block is reused as soon as this returns: the copy takes its bytes as they are now.
+  if (demoting_.size() == max_pending_) finish_tier_reads();
+  if (demote_buffers_.size() == demoting_.size()) demote_buffers_.emplace_back(io_.block_bytes);
+  io_.start_read(block, demote_buffers_[demoting_.size()]);
+  demoting_.push_back({.meta = meta, .retention = host_meta.retention});
 }
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
   if (disk_ == nullptr || disk_->has(meta.key)) return;
-  std::vector<std::byte> raw = disk_->take_raw_buffer();  // recycled: no allocation once warm
-  io_.read(block, raw);
-  disk_->put(meta.key, meta.parent, meta.tokens_hash, std::move(raw));
+  if (spilling_.size() == max_pending_) finish_tier_reads();
+  // The buffer is recycled (no allocation once warm); moving it into spilling_ keeps its bytes
+  // where the started copy writes them.
+  spilling_.push_back({.meta = meta, .raw = disk_->take_raw_buffer()});
+  io_.start_read(block, spilling_.back().raw);
+}
+
+void KvManager::finish_tier_reads() {
+  if (demoting_.empty() && spilling_.empty()) return;
+  io_.finish_reads();
+  for (std::size_t i = 0; i < demoting_.size(); ++i) {
+    const TierMeta& m = demoting_[i].meta;
+    host_->put(m.key,
+               {.parent = m.parent,
+                .tokens_hash = m.tokens_hash,
+                .depth = m.depth,
+                .retention = demoting_[i].retention},
+               demote_buffers_[i]);
+  }
+  demoting_.clear();
+  for (PendingSpill& p : spilling_)
+    disk_->put(p.meta.key, p.meta.parent, p.meta.tokens_hash, std::move(p.raw));
+  spilling_.clear();
+}
+
+bool KvManager::demoting(const Hash128& key) const {
+  return std::any_of(demoting_.begin(), demoting_.end(),
+                     [&key](const PendingDemotion& d) { return d.meta.key == key; });
 }
 
 bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens,
@@ -119,6 +159,8 @@ std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const Tie
       return job->raw(i);
     }
   }
+  // A block this match evicted (an orphan of the chain it restores) reaches the host tier first.
+  if (demoting(meta.key)) finish_tier_reads();
   from = 1;
   if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_))
     return buffer_;
@@ -143,8 +185,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     int from = 0;
     const std::span<const std::byte> raw = load_from_tiers(seq, meta, from, cursor);
     if (from == 0) break;
-    const BlockId b =
-        take_block();  // may evict a cached block (demoting it through demote_buffer_)
+    const BlockId b = take_block();  // may evict a cached block (its demotion is started)
     io_.write(b, raw);
     AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b,
               "a restored block was already indexed");

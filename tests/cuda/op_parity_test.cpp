@@ -810,5 +810,61 @@ TEST(CudaOps, ReadKvBlockAfterStoreKv) {
   }
 }
 
+// start_read_kv_block captures the block as it is at the call: reads of blocks 0-3 started
+// behind queued GPU work, each followed by a write_kv_block of new bytes into the same block and,
+// every third read, a store_kv into blocks 4 and 5; more reads pending than the staging ring has
+// slots (the writes' slots then finish them early). After finish_reads every host copy equals the
+// reference's read at its start call, and the blocks hold what was written after.
+TEST(CudaOps, StartedReadsKeepTheBlockAsAtTheCall) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (DType kvt : {DType::F32, DType::BF16}) {
+    const KvLayout layout{.n_layers = 2, .n_blocks = 6, .block_size = 16, .n_kv_heads = 2, .head_dim = 16,
+                          .dtype = kvt};
+    KvStorage kc = b.ref.alloc_kv(layout), kg = b.gpu.alloc_kv(layout);
+    const auto n = static_cast<std::size_t>(layout.block_bytes());
+    std::vector<std::byte> host(n);
+    auto write_both = [&](std::int32_t block) {
+      fill_random_values(host, kvt);
+      b.ref.write_kv_block(kc, block, host);
+      b.gpu.write_kv_block(kg, block, host);
+    };
+    for (std::int32_t block = 0; block < layout.n_blocks; ++block) write_both(block);
+    const std::vector<std::int32_t> table = {4, 5};
+    const SequenceChunk chunk{.first_row = 0, .n_tokens = 20, .start_pos = 0, .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1}), tokens(20);
+    const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
+
+    const std::size_t n_reads = 2 * b.gpu.kv_staging().slots + 3;
+    ASSERT_GE(n_reads, 7u);
+    std::vector<std::vector<std::byte>> from_gpu(n_reads, std::vector<std::byte>(n)), expected = from_gpu;
+    keep_gpu_busy();
+    for (std::size_t r = 0; r < n_reads; ++r) {
+      const auto block = static_cast<std::int32_t>(r % 4);
+      b.ref.read_kv_block(kc, block, expected[r]);
+      b.gpu.start_read_kv_block(kg, block, from_gpu[r]);
+      write_both(block);
+      if (r % 3 == 2) {
+        for (std::int64_t l = 0; l < 2; ++l) {
+          Pair k = Pair::random(20, 32), v = Pair::random(20, 32);
+          b.ref.store_kv(kc, l, k.cpu, v.cpu, batch);
+          b.gpu.store_kv(kg, l, k.gpu, v.gpu, batch);
+        }
+      }
+    }
+    EXPECT_GT(n_reads, b.gpu.kv_staging().slots) << "more reads than slots";
+    b.gpu.finish_reads();
+    for (std::size_t r = 0; r < n_reads; ++r)
+      EXPECT_EQ(std::memcmp(from_gpu[r].data(), expected[r].data(), n), 0) << dtype_name(kvt) << " read " << r;
+    std::vector<std::byte> from_ref(n), back(n);
+    for (std::int32_t block = 0; block < layout.n_blocks; ++block) {
+      b.ref.read_kv_block(kc, block, from_ref);
+      b.gpu.read_kv_block(kg, block, back);
+      EXPECT_EQ(std::memcmp(from_ref.data(), back.data(), n), 0) << dtype_name(kvt) << " block " << block;
+    }
+    b.gpu.finish_reads();  // nothing pending: returns at once
+  }
+}
+
 }  // namespace
 }  // namespace akv::test

@@ -56,6 +56,21 @@ struct Device {
                 },
             .block_bytes = kShape.raw_bytes()};
   }
+  // With deferred reads as a device backend does them: a started read takes the block's bytes
+  // at the call but fills `out` (garbage until then) only at finish_reads.
+  KvBlockIo deferred_io() {
+    KvBlockIo io = this->io();
+    io.start_read = [this](BlockId b, std::span<std::byte> out) {
+      std::fill(out.begin(), out.end(), std::byte{0xEE});
+      started.push_back({out, mem[b]});
+    };
+    io.finish_reads = [this] {
+      for (const auto& [out, bytes] : started) std::memcpy(out.data(), bytes.data(), out.size());
+      started.clear();
+      ++n_finishes;
+    };
+    return io;
+  }
   // Match, compute what is missing (fill blocks), commit, release. Returns the tokens matched.
   std::int32_t run(const Tokens& tokens, Retention retention = Retention::Normal) {
     KvSequence seq;
@@ -80,6 +95,8 @@ struct Device {
   std::vector<std::vector<std::byte>> mem;
   KvManager kv;
   std::int32_t last_host_restored = 0, last_disk_restored = 0;
+  std::vector<std::pair<std::span<std::byte>, std::vector<std::byte>>> started;  // deferred_io
+  std::int32_t n_finishes = 0;
 };
 
 HostStoreOptions host_options(std::size_t n_blocks) {
@@ -162,6 +179,64 @@ TEST(KvTiers, HostBlocksAreDecodedInTheBackgroundToo) {
   EXPECT_EQ(seq.n_host_restored_blocks(), 3);
   EXPECT_EQ(host.stats().n_hits, hits);  // the match only copied
   EXPECT_TRUE(d.check(seq, a, 3));
+  d.kv.release(seq);
+}
+
+// A restore into a full pool evicts a block for each one it restores: all those demotions are
+// started during the match and finished once, at its end, and every demoted block is in the host
+// tier with its bytes when the match returns (restored again below, its content checked).
+TEST(KvTiers, ARestoreIntoAFullPoolDemotesEveryEvictedBlockWithOneFinish) {
+  Device d(9);
+  HostStore host(host_options(64));
+  d.kv.attach_tiers({.host = &host}, d.deferred_io());
+  const Tokens a = iota_tokens(33, 100), b = iota_tokens(33, 500);  // 8 full blocks and one token
+  d.run(a);
+  d.run(b);  // pushes a's 8 blocks to the host
+  EXPECT_EQ(host.stats().n_put, 8);
+  EXPECT_TRUE(d.started.empty());
+
+  const std::int32_t finishes = d.n_finishes;
+  KvSequence seq;
+  EXPECT_EQ(d.kv.match(seq, a, ""), 32);
+  EXPECT_EQ(seq.n_host_restored_blocks(), 8);
+  EXPECT_TRUE(d.check(seq, a, 8));
+  EXPECT_EQ(d.n_finishes - finishes, 1);  // one finish for the match, not one per block
+  EXPECT_TRUE(d.started.empty());
+  EXPECT_EQ(host.stats().n_put, 8 + 7);  // the free block, then 7 of b's evicted (tail first)
+  d.kv.release(seq);
+
+  EXPECT_EQ(d.run(b), 32);  // b's first block from the device, the 7 demoted ones from the host
+  EXPECT_EQ(d.last_host_restored, 7);
+}
+
+// A restore that evicts the very blocks it needs next (the chain's orphans, left on the device
+// when its head went first) finds each in the host tier: the match finishes the started
+// demotion before it looks the block up.
+TEST(KvTiers, ARestoreFindsTheOrphansItDemotesItself) {
+  Device d(5);
+  HostStore host(host_options(16));
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents, .host = &host}, d.deferred_io());
+  const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
+  KvSequence seq;
+  d.kv.match(seq, a, "");
+  ASSERT_TRUE(d.kv.allocate(seq, 17));
+  for (std::int32_t blk = 0; blk < 5; ++blk)
+    d.mem[seq.block_table()[blk]] = content(std::span(a).first(std::min(17, (blk + 1) * kBs)));
+  d.kv.commit(seq, a, 17);
+  d.kv.remember_agent(seq, "", "agent", 17, false);
+  d.kv.release(seq);
+  const std::vector<Hash128> chain = agents.find("", "agent")->chain;
+  ASSERT_EQ(chain.size(), 4u);
+  d.kv.set_retention(std::span(chain).first(1), Retention::Low);  // a's head goes first
+  d.run(iota_tokens(8, 900));  // 2 blocks: the free one and a's head (demoted)
+  EXPECT_EQ(host.stats().n_put, 1);
+
+  // The pool is full: a's other 3 blocks are orphans, evicted first as the head comes back.
+  EXPECT_EQ(d.kv.match(seq, a, ""), 16);
+  EXPECT_EQ(seq.n_host_restored_blocks(), 4);
+  EXPECT_TRUE(d.check(seq, a, 4));
+  EXPECT_TRUE(d.started.empty());
   d.kv.release(seq);
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -53,6 +54,11 @@ class CudaBackend final : public Backend {
   // Gathers the block into a staging slot on the compute stream; the KV copy stream copies it to
   // the slot's pinned half; waits for that copy only (which follows the queued compute work).
   void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  // The same gather and copy, without the wait: the slot is held (not reused) until
+  // finish_reads() waits for its copy and copies its pinned bytes out to `host`. When no slot is
+  // free, any copy first finishes the pending reads.
+  void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  void finish_reads() override;
   // Asynchronous: `host` is copied into a pinned staging slot, the KV copy stream copies it to the
   // device and the compute stream scatters it into the block after that copy (no host wait).
   // Waits only when every staging slot is still in flight.
@@ -133,16 +139,26 @@ class CudaBackend final : public Backend {
   // The tier copies' staging ring (kv_transfer.cpp): slot i is the `slot_bytes` at
   // host + i * slot_bytes (pinned) and at device + i * slot_bytes, each holding a segment pointer
   // table and one block's bytes; free[i] is recorded after the slot's last use on the GPU.
+  // held[i]: the slot keeps a started read's bytes until finish_reads().
   struct KvRing {
     char* host = nullptr;
     char* device = nullptr;
     std::size_t slot_bytes = 0;
     std::vector<CUevent_st*> free;
+    std::vector<bool> held;
     std::size_t next = 0;
   };
-  // The next slot of at least `slot_bytes`, once its previous use has ended (the ring grows, after
-  // draining, for a larger block).
+  // A started read: slot `slot`'s bytes from `data_at` on go to `host` at finish_reads().
+  struct KvPendingRead {
+    std::size_t slot = 0, data_at = 0;
+    std::span<std::byte> host;
+  };
+  // The next slot of at least `slot_bytes` that no pending read holds, once its previous use has
+  // ended (the ring grows, after finishing the pending reads and draining, for a larger block).
   std::size_t take_kv_slot(std::size_t slot_bytes);
+  // Gathers `block` into a fresh slot on the compute stream and queues its copy to the slot's
+  // pinned half on the KV copy stream (free[slot] recorded after it). Returns the slot.
+  std::size_t gather_kv_block(const KvStorage& kv, std::int32_t block, std::size_t& data_at);
 
   // Recorded steps (step_graph.cpp).
   enum class StepMode { Eager, Capture, Replay };
@@ -174,6 +190,7 @@ class CudaBackend final : public Backend {
   CUstream_st* kv_stream_ = nullptr;        // KV tier copies (host <-> staging ring)
   CUevent_st* kv_handoff_ = nullptr;        // between kv_stream_ and the compute stream
   KvRing kv_ring_;
+  std::vector<KvPendingRead> kv_reads_;     // started, not yet finished, in start order
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;

@@ -1,7 +1,8 @@
 // The CUDA backend's KV block copies: block to block on the device (copy_kv_block), and the tier
-// copies between a device block and host bytes (read_kv_block, write_kv_block) through a ring of
-// pinned staging slots and a copy stream of their own. Each is one DMA of the whole block plus one
-// gather/scatter kernel over the block's 2 * n_layers segments (read_kv_block's layout).
+// copies between a device block and host bytes (read_kv_block and its deferred form,
+// write_kv_block) through a ring of pinned staging slots and a copy stream of their own. Each is
+// one DMA of the whole block plus one gather/scatter kernel over the block's 2 * n_layers segments
+// (read_kv_block's layout).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -82,33 +83,64 @@ void CudaBackend::copy_kv_block(KvStorage& kv, std::int32_t src, std::int32_t ds
                              stream());
 }
 
-void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block,
-                                std::span<std::byte> host) {
+std::size_t CudaBackend::gather_kv_block(const KvStorage& kv, std::int32_t block,
+                                         std::size_t& data_at) {
   const KvLayout& L = kv.layout;
   AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
-  AKV_CHECK(static_cast<std::int64_t>(host.size()) == L.block_bytes(), "read_kv_block: host size");
   AKV_CHECK(!in_step_, "read_kv_block inside a recorded step");
   const Segments s = segments_of(L);
-  const std::size_t data_at = table_bytes(s);
-  const std::size_t i = take_kv_slot(data_at + host.size());
+  const auto bytes = static_cast<std::size_t>(L.block_bytes());
+  data_at = table_bytes(s);
+  const std::size_t i = take_kv_slot(data_at + bytes);
   char* h = kv_ring_.host + i * kv_ring_.slot_bytes;
   char* d = kv_ring_.device + i * kv_ring_.slot_bytes;
   const bool aligned =
       fill_table(kv, block, d + data_at, /*to_block=*/false, reinterpret_cast<void**>(h));
-  // Compute stream: table up, gather the block into the slot (after the queued ops that write it).
+  // Compute stream: table up, gather the block into the slot (after the queued ops that write it,
+  // before every later one).
   cudaStream_t compute = stream();
   AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, 2 * s.n * sizeof(void*), cudaMemcpyHostToDevice, compute));
   void* const* d_table = reinterpret_cast<void* const*>(d);
   cuda::launch_copy_segments(d_table, d_table + s.n, s.bytes, static_cast<int>(s.n), aligned,
                              compute);
   AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, compute));
-  // Copy stream: the slot's bytes down to its pinned half; only that copy is waited for.
+  // Copy stream: the slot's bytes down to its pinned half.
   AKV_CUDA_CHECK(cudaStreamWaitEvent(kv_stream_, kv_handoff_, 0));
   AKV_CUDA_CHECK(
-      cudaMemcpyAsync(h + data_at, d + data_at, host.size(), cudaMemcpyDeviceToHost, kv_stream_));
+      cudaMemcpyAsync(h + data_at, d + data_at, bytes, cudaMemcpyDeviceToHost, kv_stream_));
   AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], kv_stream_));
-  AKV_CUDA_CHECK(cudaEventSynchronize(kv_ring_.free[i]));
-  std::memcpy(host.data(), h + data_at, host.size());
+  return i;
+}
+
+void CudaBackend::read_kv_block(const KvStorage& kv, std::int32_t block,
+                                std::span<std::byte> host) {
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == kv.layout.block_bytes(),
+            "read_kv_block: host size");
+  std::size_t data_at = 0;
+  const std::size_t i = gather_kv_block(kv, block, data_at);
+  AKV_CUDA_CHECK(cudaEventSynchronize(kv_ring_.free[i]));  // only this copy is waited for
+  std::memcpy(host.data(), kv_ring_.host + i * kv_ring_.slot_bytes + data_at, host.size());
+}
+
+void CudaBackend::start_read_kv_block(const KvStorage& kv, std::int32_t block,
+                                      std::span<std::byte> host) {
+  AKV_CHECK(static_cast<std::int64_t>(host.size()) == kv.layout.block_bytes(),
+            "start_read_kv_block: host size");
+  std::size_t data_at = 0;
+  const std::size_t i = gather_kv_block(kv, block, data_at);
+  kv_ring_.held[i] = true;
+  kv_reads_.push_back({.slot = i, .data_at = data_at, .host = host});
+}
+
+void CudaBackend::finish_reads() {
+  AKV_CHECK(kv_reads_.empty() || !in_step_, "finish_reads inside a recorded step");
+  for (const KvPendingRead& r : kv_reads_) {
+    AKV_CUDA_CHECK(cudaEventSynchronize(kv_ring_.free[r.slot]));
+    std::memcpy(r.host.data(), kv_ring_.host + r.slot * kv_ring_.slot_bytes + r.data_at,
+                r.host.size());
+    kv_ring_.held[r.slot] = false;
+  }
+  kv_reads_.clear();
 }
 
 void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block,
@@ -139,7 +171,9 @@ void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block,
 
 std::size_t CudaBackend::take_kv_slot(std::size_t slot_bytes) {
   if (kv_ring_.slot_bytes < slot_bytes) {
-    // Drain the ring (its slots may still be in flight), then size it for blocks of this size.
+    // Drain the ring (its slots may still be in flight or hold started reads), then size it for
+    // blocks of this size.
+    finish_reads();
     for (cudaEvent_t e : kv_ring_.free) AKV_CUDA_CHECK(cudaEventSynchronize(e));
     if (kv_ring_.host != nullptr) AKV_CUDA_CHECK(cudaFreeHost(kv_ring_.host));
     if (kv_ring_.device != nullptr) AKV_CUDA_CHECK(cudaFree(kv_ring_.device));
@@ -158,10 +192,16 @@ std::size_t CudaBackend::take_kv_slot(std::size_t slot_bytes) {
       AKV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       kv_ring_.free.push_back(e);
     }
+    kv_ring_.held.assign(n, false);
     kv_ring_.next = 0;
   }
-  // Slots are taken in turn, so this is the oldest use: it blocks only when all are in flight.
-  const std::size_t i = kv_ring_.next++ % kv_ring_.free.size();
+  // Slots are taken in turn, skipping those pending reads hold, so this is the oldest use of a
+  // free one: it blocks only when all are in flight. When reads hold every slot, finish them.
+  const std::size_t n = kv_ring_.free.size();
+  std::size_t i = kv_ring_.next % n;
+  for (std::size_t tried = 1; kv_ring_.held[i] && tried < n; ++tried) i = (i + 1) % n;
+  if (kv_ring_.held[i]) finish_reads();
+  kv_ring_.next = i + 1;
   AKV_CUDA_CHECK(cudaEventSynchronize(kv_ring_.free[i]));
   return i;
 }
