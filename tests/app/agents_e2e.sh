@@ -59,14 +59,20 @@ expect "agents API: bytes per tier" "$(api k1 "localhost:$port/v1/agents/alice";
   "200['device', 'disk', 'host']"
 expect "another tenant sees no agents" "$(api k2 "localhost:$port/v1/agents"; json 'len(d["data"])' <"$tmp/body")" "2000"
 expect "another tenant cannot read it" "$(api k2 "localhost:$port/v1/agents/alice")" 404
+# Files on disk: k1's alice alone until k2's alice is written (the disk tier writes behind).
+files() { ls "$tmp/kv/blocks" | wc -l; }
+wait_files() {  # name, count: the disk tier holds `count` block files within 10 s
+  for _ in $(seq 100); do [[ "$(files)" == "$2" ]] && break; sleep 0.1; done
+  expect "$1" "$(files)" "$2"
+}
+n_k1="$(files)"
 other="$(complete k2 alice)"
 expect "another tenant gets no hit" "$(echo "$other" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" 0
 expect "bad agent id" "$(api k1 "localhost:$port/v1/agents/a%20b")" 400
 expect "pin" "$(api k1 -X POST -H 'content-length: 0' "localhost:$port/v1/agents/alice/pin"; json 'd["pinned"]' <"$tmp/body")" \
   "200True"
-n_before="$(ls "$tmp/kv/blocks" | wc -l)"
+wait_files "both tenants' alice on disk" "$(( 2 * n_k1 ))"
 expect "delete" "$(api k1 -X DELETE "localhost:$port/v1/agents/alice")" 200
-sleep 0.5
-expect "k2's alice keeps its blocks, k1's are erased" "$(ls "$tmp/kv/blocks" | wc -l)" "$(( n_before / 2 ))"
+wait_files "k2's alice keeps its blocks, k1's are erased" "$n_k1"
 expect "deleted agent is gone" "$(api k1 "localhost:$port/v1/agents/alice")" 404
 stop
