@@ -196,10 +196,6 @@ class OpTimer final : public Backend {
     Scope s(*this, "gather_rows");
     b_.gather_rows(x, r, o);
   }
-  void argmax_rows(TensorRef x, std::span<std::int32_t> ids) override {
-    Scope s(*this, "argmax_rows + ids download");
-    b_.argmax_rows(x, ids);
-  }
   // Without this forward the default would download the logits and draw on the host.
   void sample_rows(TensorRef x, std::span<const float> t, std::span<const double> u,
                    std::span<std::int32_t> ids) override {
@@ -307,8 +303,8 @@ class RandomLlama {
   // Weight bytes one decode step reads (all but the embedding table).
   std::int64_t decode_bytes() const { return decode_bytes_; }
 
-  // Ends with the logits downloaded, or (ids non-empty) with only their ids: argmax ids, or
-  // (temperature non-empty) sample_rows at those temperatures with uniforms u.
+  // Ends with the logits downloaded, or (ids non-empty) with only their ids: sample_rows at
+  // `temperature` (0: argmax) with uniforms u, as the engine's steps do.
   void forward(const ForwardBatch& batch, KvStorage& kv, std::span<float> logits, std::span<std::int32_t> ids = {},
                std::span<const float> temperature = {}, std::span<const double> u = {}) {
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
@@ -319,7 +315,7 @@ class RandomLlama {
       out_ = b_.alloc(DType::F32, n_logits, c_.vocab_size);
       logits_capacity_ = n_logits;
     }
-    const void* key = ids.empty() ? static_cast<const void*>(this) : temperature.empty() ? &greedy_key_ : &sampled_key_;
+    const void* key = ids.empty() ? static_cast<const void*>(this) : &ids_key_;
     ops_->begin_step(batch, kv, key);
     ops_->embed(embed_, batch.tokens, 1.0f, ws_.x);
     const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -345,8 +341,6 @@ class RandomLlama {
     ops_->matmul(hidden, lm_head_, nullptr, out);
     if (ids.empty())
       ops_->download(out, logits);
-    else if (temperature.empty())
-      ops_->argmax_rows(out, ids);
     else
       ops_->sample_rows(out, temperature, u, ids);
     ops_->end_step();
@@ -363,8 +357,7 @@ class RandomLlama {
   std::int64_t decode_bytes_ = 0;
   std::unique_ptr<DeviceBuffer> hidden_, out_;
   std::int64_t logits_capacity_ = 0;
-  char greedy_key_ = 0;   // recorded steps that end in argmax_rows
-  char sampled_key_ = 0;  // recorded steps that end in sample_rows
+  char ids_key_ = 0;  // recorded steps that end in sample_rows
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -452,10 +445,10 @@ int run(int argc, char** argv) {
     for (std::int64_t i = 0; i < n_seqs; ++i)
       tables[i].assign(table.begin() + i * per, table.begin() + (i + 1) * per);
     std::vector<std::int32_t> picked(static_cast<std::size_t>(n_seqs));
-    // How each step ends: the logits download, argmax_rows or sample_rows (ids back).
+    // How each step ends: the logits download, or sample_rows (ids back) at temperature 0 or 1.
     enum class Ending { Logits, GreedyIds, SampledIds };
     Ending ending = Ending::Logits;
-    const std::vector<float> temperature(static_cast<std::size_t>(n_seqs), 1.0f);
+    const std::vector<float> greedy(static_cast<std::size_t>(n_seqs), 0.0f), temperature(greedy.size(), 1.0f);
     std::vector<double> u(static_cast<std::size_t>(n_seqs));
     std::mt19937_64 uniform_rng(1);
     // One forward of n_seqs chunks of `n` tokens each at `start`.
@@ -478,7 +471,7 @@ int run(int argc, char** argv) {
       if (ending == Ending::Logits)
         model.forward(batch, kv, step_logits);
       else if (ending == Ending::GreedyIds)
-        model.forward(batch, kv, step_logits, picked);
+        model.forward(batch, kv, step_logits, picked, greedy, u);
       else
         model.forward(batch, kv, step_logits, picked, temperature, u);
       return seconds_since(t);
@@ -516,7 +509,7 @@ int run(int argc, char** argv) {
     timer.print(what.c_str());
     for (const auto& [how, label] : {std::pair{Ending::GreedyIds, ", greedy ids picked on the GPU"},
                                      std::pair{Ending::SampledIds, ", ids drawn on the GPU (temperature 1)"}}) {
-      ending = how;  // the same steps ending in argmax_rows or sample_rows
+      ending = how;  // the same steps ending in sample_rows
       timer.reset();
       for (int i = 0; i < 8; ++i) {
         batch_step(multi_ctx + 8 + steps + i, 1);

@@ -22,8 +22,8 @@ namespace akv {
 
 struct TensorInfo;
 
-// The greedy pick of one logits row, the rule every argmax_rows and the Sampler's greedy path
-// follow: scan from id 0 and move on only to a strictly larger value. So ties go to the lowest
+// The greedy pick of one logits row, the rule sample_rows (temperature 0) and the Sampler's
+// greedy path follow: scan from id 0 and move on only to a strictly larger value. So ties go to the lowest
 // id, NaN never wins, and a NaN at id 0 is never beaten (the answer is 0; so is an all-NaN row).
 inline std::int32_t argmax_row(std::span<const float> row) {
   std::int32_t best = 0;
@@ -187,18 +187,6 @@ class Backend {
   virtual void softcap(TensorRef x, float cap) = 0;
   // out[i, :] = x[rows[i], :]
   virtual void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) = 0;
-  // out[i] = argmax_row(logits[i, :]) for an F32 logits [n, vocab] (out.size() == n): greedy
-  // decoding without copying the rows to the host. Waits for queued work, like download(); inside
-  // a recorded step `out` is filled when end_step() returns. The default downloads the rows (one
-  // host allocation per call) and picks on the host, so a backend that records steps overrides
-  // it; the CPU backends read the rows in place, the CUDA backend picks on the device.
-  virtual void argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
-    AKV_CHECK(static_cast<std::int64_t>(out.size()) == logits.rows, "argmax_rows: one id per row");
-    std::vector<float> rows(static_cast<std::size_t>(logits.rows * logits.cols));
-    download(logits, rows);
-    const auto cols = static_cast<std::size_t>(logits.cols);
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = argmax_row(std::span<const float>(rows).subspan(i * cols, cols));
-  }
   // out[i] = argmax_row(logits[i, :]) where temperature[i] <= 0, else
   // draw_row(logits[i, :], temperature[i], u[i]), for an F32 logits [n, vocab] (temperature, u
   // and out of size n): greedy and plain temperature sampling without copying the rows to the

@@ -61,10 +61,14 @@ SampleResult Sampler::sample(std::span<const float> logits, std::int32_t n_top, 
   return {token, logprobs_[token]};
 }
 
-bool Sampler::picks_raw_argmax() const {
+bool Sampler::raw_logits() const {
   const SamplingParams& p = params_;
-  return (p.temperature <= 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && constraint_ == nullptr;
+  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         constraint_ == nullptr;
+}
+
+bool Sampler::picks_raw_argmax() const {
+  return (params_.temperature <= 0.0f || params_.top_k == 1) && raw_logits();
 }
 
 SampleResult Sampler::take_argmax(std::int32_t token) {
@@ -73,10 +77,8 @@ SampleResult Sampler::take_argmax(std::int32_t token) {
 }
 
 bool Sampler::draws_plain() const {
-  const SamplingParams& p = params_;
-  return p.temperature > 0.0f && p.top_k != 1 && !filters(static_cast<std::int32_t>(work_.size())) &&
-         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         constraint_ == nullptr;
+  return params_.temperature > 0.0f && params_.top_k != 1 && !filters(static_cast<std::int32_t>(work_.size())) &&
+         raw_logits();
 }
 
 double Sampler::draw_uniform() {

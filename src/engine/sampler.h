@@ -31,7 +31,7 @@ class Sampler {
 
   // True when sample() picks argmax_row (backend.h) of the raw logits: greedy (temperature 0 or
   // top_k 1), no penalties, no constraint. The caller may then pick the id where the logits are
-  // (Backend::argmax_rows) and hand it to take_argmax() instead of copying the row out.
+  // (Backend::sample_rows at temperature 0) and hand it to take_argmax() instead of copying the row out.
   bool picks_raw_argmax() const;
   // Records `token`, the argmax_row of this step's logits, as sample() would have (the penalty
   // history). Requires picks_raw_argmax(). The logprob is not computed: it is NaN.
@@ -60,6 +60,7 @@ class Sampler {
   std::int32_t draw(std::vector<float>& x);
   double uniform01();
   bool filters(std::int32_t vocab) const;  // top-k, top-p or min-p narrows the candidates
+  bool raw_logits() const;  // no penalties, no constraint: sample() sees the logits as they are
   SampleResult take(std::int32_t token);  // records a token picked elsewhere (logprob NaN)
 
   SamplingParams params_;

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "kv/block_key.h"
 #include "kv/block_pool.h"
+#include "kv/host_store.h"
 #include "kv/prefix_index.h"
 #include "kv/retention.h"
 
@@ -24,7 +25,6 @@ namespace akv {
 
 class AgentIndex;
 class DiskStore;
-class HostStore;
 class RestoreJob;
 class Restorer;
 
@@ -190,8 +190,8 @@ class KvManager {
   // for reuse, so demoting allocates nothing once warm); a spill owns its disk buffer. At most
   // max_pending_ of each (64 MiB of blocks): past that they are finished early.
   struct PendingDemotion {
-    TierMeta meta;
-    Retention retention = Retention::Normal;
+    Hash128 key;
+    HostBlockMeta meta;
   };
   struct PendingSpill {
     TierMeta meta;

@@ -79,7 +79,7 @@ void KvManager::on_device_evict(BlockId block) {
   if (demoting_.size() == max_pending_) finish_tier_reads();
   if (demote_buffers_.size() == demoting_.size()) demote_buffers_.emplace_back(io_.block_bytes);
   io_.start_read(block, demote_buffers_[demoting_.size()]);
-  demoting_.push_back({.meta = meta, .retention = host_meta.retention});
+  demoting_.push_back({.key = meta.key, .meta = host_meta});
 }
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
@@ -94,15 +94,8 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
 void KvManager::finish_tier_reads() {
   if (demoting_.empty() && spilling_.empty()) return;
   io_.finish_reads();
-  for (std::size_t i = 0; i < demoting_.size(); ++i) {
-    const TierMeta& m = demoting_[i].meta;
-    host_->put(m.key,
-               {.parent = m.parent,
-                .tokens_hash = m.tokens_hash,
-                .depth = m.depth,
-                .retention = demoting_[i].retention},
-               demote_buffers_[i]);
-  }
+  for (std::size_t i = 0; i < demoting_.size(); ++i)
+    host_->put(demoting_[i].key, demoting_[i].meta, demote_buffers_[i]);
   demoting_.clear();
   for (PendingSpill& p : spilling_)
     disk_->put(p.meta.key, p.meta.parent, p.meta.tokens_hash, std::move(p.raw));
@@ -111,7 +104,7 @@ void KvManager::finish_tier_reads() {
 
 bool KvManager::demoting(const Hash128& key) const {
   return std::any_of(demoting_.begin(), demoting_.end(),
-                     [&key](const PendingDemotion& d) { return d.meta.key == key; });
+                     [&key](const PendingDemotion& d) { return d.key == key; });
 }
 
 bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens,

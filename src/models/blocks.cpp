@@ -85,8 +85,7 @@ void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
 }
 
 void run_mlp(const MlpWeights& w, LayerContext& ctx, TensorRef xn, GluActivation act) {
-  const GatedMlpWeights gw{w.gate_up, w.gate, w.up, w.down};
-  ctx.backend.gated_mlp(xn, gw, act, ctx.ws.gate_up, ctx.ws.act, ctx.ws.y);
+  ctx.backend.gated_mlp(xn, w, act, ctx.ws.gate_up, ctx.ws.act, ctx.ws.y);
 }
 
 }  // namespace akv

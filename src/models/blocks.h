@@ -21,11 +21,8 @@ struct AttentionWeights {
   WeightRef o;                   // [hidden, h * d]
 };
 
-struct MlpWeights {
-  WeightRef gate_up;  // fused [2 * inter, hidden] (Phi-3); else gate, up
-  WeightRef gate, up; // [inter, hidden]
-  WeightRef down;     // [hidden, inter]
-};
+// Fused gate_up (Phi-3) or gate and up apart; the backend's gated_mlp takes them as they are.
+using MlpWeights = GatedMlpWeights;
 
 struct AttentionLayout {
   bool fused_qkv = false;

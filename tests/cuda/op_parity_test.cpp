@@ -299,9 +299,10 @@ TEST(CudaOps, GatedMlpRecordedStep) {
   }
 }
 
-// Greedy ids on the device against the reference (backend.h's argmax_row rule): random rows of
-// few distinct values (many ties for the maximum), -inf and NaN sprinkled in, NaN at id 0, all
-// NaN, all -inf; a vocabulary row as wide as Llama 3's and narrow ones, strided views.
+// Greedy ids on the device (sample_rows at temperature 0) against the reference (backend.h's
+// argmax_row rule): random rows of few distinct values (many ties for the maximum), -inf and NaN
+// sprinkled in, NaN at id 0, all NaN, all -inf; a vocabulary row as wide as Llama 3's and narrow
+// ones, strided views.
 TEST(CudaOps, ArgmaxRows) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();
@@ -323,8 +324,10 @@ TEST(CudaOps, ArgmaxRows) {
     Pair p = Pair::make(rows, cols, 6);
     p.set(v);
     std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), got(static_cast<std::size_t>(rows), -7);
-    b.ref.argmax_rows(p.cpu, want);
-    b.gpu.argmax_rows(p.gpu, got);
+    const std::vector<float> greedy(static_cast<std::size_t>(rows), 0.0f);  // temperature 0: argmax_row
+    const std::vector<double> u(static_cast<std::size_t>(rows), 0.5);
+    b.ref.sample_rows(p.cpu, greedy, u, want);
+    b.gpu.sample_rows(p.gpu, greedy, u, got);
     EXPECT_EQ(got, want) << "cols " << cols;
     for (std::int64_t r = 0; r < rows; ++r)
       EXPECT_EQ(want[r], argmax_row({v.data() + r * cols, static_cast<std::size_t>(cols)})) << "row " << r;

@@ -94,7 +94,7 @@ TEST_P(BatchedGreedy, EqualsEachSequenceRunAlone) {
 INSTANTIATE_TEST_SUITE_P(Models, BatchedGreedy,
                          ::testing::Values("stories260K", "qwen3-qknorm-tied", "gemma3-text-swa8"));
 
-// A step whose due tokens are all plain greedy picks brings back only ids (Backend::argmax_rows);
+// A step whose due tokens are all plain greedy picks brings back only ids (Backend::sample_rows at temperature 0);
 // a request with logprobs keeps the logits path for its steps. The tokens must not depend on
 // the path, alone or in a batch that mixes both, on either CPU backend.
 // Every prompt batched in one engine on the reference (or fast) backend; n_logprobs(i) and

@@ -1,4 +1,4 @@
-// Greedy ids picked by the backend (Backend::argmax_rows) against the Sampler's greedy pick:
+// Greedy ids picked by the backend (Backend::sample_rows at temperature 0) against the Sampler's greedy pick:
 // ties, NaN and infinities, on the CPU backends and the Backend default; and when a request may
 // take such an id (Sampler::picks_raw_argmax).
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "engine/sampler.h"
+#include "sample_rows_util.h"
 
 namespace akv {
 namespace {
@@ -41,24 +42,11 @@ std::int32_t sampler_greedy(const std::vector<float>& row) {
   return s.sample(row, 0, top).token;
 }
 
-// argmax_rows of `rows` on `backend`; `base` calls the Backend default (download, pick on the
-// host).
+// Greedy ids of `rows` through Backend::sample_rows at temperature 0.
 std::vector<std::int32_t> argmax_on(Backend& backend, const std::vector<std::vector<float>>& rows,
                                     bool base) {
-  const auto n = static_cast<std::int64_t>(rows.size());
-  const auto cols = static_cast<std::int64_t>(rows[0].size());
-  auto buf =
-      backend.alloc(DType::F32, n, cols + 3);  // a strided view, like a slice of a wider buffer
-  const TensorRef t = buf->tensor().cols_slice(1, cols);
-  std::vector<float> flat;
-  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  backend.upload(flat, t);
-  std::vector<std::int32_t> ids(rows.size(), -7);
-  if (base)
-    backend.Backend::argmax_rows(t, ids);
-  else
-    backend.argmax_rows(t, ids);
-  return ids;
+  return test::sample_on(backend, rows, std::vector<float>(rows.size(), 0.0f),
+                         std::vector<double>(rows.size(), 0.5), base);
 }
 
 void expect_sampler_rule(const std::vector<std::vector<float>>& rows) {

@@ -14,9 +14,12 @@
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "engine/sampler.h"
+#include "sample_rows_util.h"
 
 namespace akv {
 namespace {
+
+using test::sample_on;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -143,25 +146,6 @@ TEST(SampledIds, EdgeRowsDrawAsBefore) {
   // Overflow at a tiny temperature: +inf x is the NaN case, -inf x weighs nothing.
   EXPECT_EQ(draw_row(std::vector<float>{1e30f, 0.0f, 1.0f}, 1e-20f, 0.5), 2);
   EXPECT_EQ(draw_row(std::vector<float>{-1e30f, 0.0f, -2.0f}, 1e-20f, 0.9), 1);
-}
-
-// sample_rows of `rows` on `backend` (a strided view); `base` calls the Backend default.
-std::vector<std::int32_t> sample_on(Backend& backend, const std::vector<std::vector<float>>& rows,
-                                    const std::vector<float>& temperature,
-                                    const std::vector<double>& u, bool base) {
-  const auto n = static_cast<std::int64_t>(rows.size());
-  const auto cols = static_cast<std::int64_t>(rows[0].size());
-  auto buf = backend.alloc(DType::F32, n, cols + 3);
-  const TensorRef t = buf->tensor().cols_slice(1, cols);
-  std::vector<float> flat;
-  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  backend.upload(flat, t);
-  std::vector<std::int32_t> ids(rows.size(), -7);
-  if (base)
-    backend.Backend::sample_rows(t, temperature, u, ids);
-  else
-    backend.sample_rows(t, temperature, u, ids);
-  return ids;
 }
 
 TEST(SampledIds, BackendsPickWhatDrawRowAndArgmaxRowPick) {

@@ -235,13 +235,6 @@ void ReferenceBackend::gather_rows(TensorRef x, std::span<const std::int32_t> ro
     std::memcpy(out.row<float>(i), x.row<float>(rows[i]), static_cast<std::size_t>(x.cols) * sizeof(float));
 }
 
-void ReferenceBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
-  AKV_CHECK(logits.dtype == DType::F32, "argmax_rows: F32 logits");
-  AKV_CHECK(static_cast<std::int64_t>(out.size()) == logits.rows, "argmax_rows: one id per row");
-  const auto cols = static_cast<std::size_t>(logits.cols);
-  for (std::int64_t i = 0; i < logits.rows; ++i) out[i] = argmax_row({logits.row<const float>(i), cols});
-}
-
 void ReferenceBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                                    std::span<std::int32_t> out) {
   AKV_CHECK(logits.dtype == DType::F32, "sample_rows: F32 logits");

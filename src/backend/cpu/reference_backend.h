@@ -35,7 +35,6 @@ class ReferenceBackend : public Backend {
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
-  void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                    std::span<std::int32_t> out) override;
 };

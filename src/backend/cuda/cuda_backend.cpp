@@ -92,7 +92,7 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kArgmax, kGatedMlp, kSample };
+                              kSoftcap, kGather, kDownload, kGatedMlp, kSample };
 
 // Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
 // GEMV takes) with gate/up and down all BF16 or all F16.
@@ -627,18 +627,6 @@ void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, T
   const auto* d_rows = static_cast<const std::int32_t*>(upload_small(rows.data(), rows.size_bytes()));
   if (recording() && replaying(Sig().u(kGather).t(x).p(d_rows).t(out).h)) return;
   cuda::launch_gather_rows(x, d_rows, out, stream());
-}
-
-void CudaBackend::argmax_rows(TensorRef logits, std::span<std::int32_t> out) {
-  AKV_CHECK(logits.dtype == DType::F32, "argmax_rows: F32 logits");
-  AKV_CHECK(static_cast<std::int64_t>(out.size()) == logits.rows, "argmax_rows: one id per row");
-  std::int32_t* ids = nullptr;  // a replayed step's graph holds the kernel, its scratch and the copy
-  if (!(recording() && replaying(Sig().u(kArgmax).t(logits).h))) {
-    ids = static_cast<std::int32_t*>(scratch(std::max<std::size_t>(out.size_bytes(), 4), 3));
-    cuda::launch_argmax_rows(logits, ids, stream());
-  }
-  copy_out(ids, out.size_bytes(), out.size_bytes(), 1, std::as_writable_bytes(out),
-           Sig().u(kDownload).u(kArgmax).t(logits).h);
 }
 
 void CudaBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,

@@ -85,10 +85,9 @@ class CudaBackend final : public Backend {
                  TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
-  // One block per row on the device; only the ids are copied back (at end_step inside a step).
-  void argmax_rows(TensorRef logits, std::span<std::int32_t> out) override;
-  // The same for greedy and plain temperature draws (sample.cu): temperature and u travel with
-  // the step's host arrays; a draw's id equals the host's except where its target lies within
+  // Greedy picks and plain temperature draws on the device (sample.cu), one block per row; only
+  // the ids are copied back (at end_step inside a step). temperature and u travel with the
+  // step's host arrays; a draw's id equals the host's except where its target lies within
   // rounding (~1e-12 relative) of a boundary between two ids.
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                    std::span<std::int32_t> out) override;
@@ -208,9 +207,9 @@ class CudaBackend final : public Backend {
     std::size_t capacity = 0;
   };
   Scratch scratch_[6];                      // 0: half-precision matmul input, 1: attention partials,
-                                            // 2: skinny GEMM partial sums, 3: argmax_rows and
-                                            // sample_rows ids, 4 and 5: gated_mlp's half gate/up and
-                                            // act when the caller's buffers are strided
+                                            // 2: skinny GEMM partial sums, 3: sample_rows ids,
+                                            // 4 and 5: gated_mlp's half gate/up and act when
+                                            // the caller's buffers are strided
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions

@@ -1,5 +1,5 @@
 // Launchers of the CUDA backend's kernels: plain host functions, one per op, defined in the
-// .cu files named for what they hold (elementwise, argmax, sample, norm_rope, gemv, attention,
+// .cu files named for what they hold (elementwise, sample, norm_rope, gemv, attention,
 // attention_prefill). Every launcher only enqueues work on `stream` and checks the launch.
 // Tensors are f32 activations unless a dtype says otherwise; weights and KV keep their dtype.
 #pragma once
@@ -71,10 +71,6 @@ void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row
 // `aligned`: every pointer and `bytes` are multiples of 16 (16-byte loads), else byte copies.
 void launch_copy_segments(void* const* dst, const void* const* src, std::size_t bytes, int n_segments, bool aligned,
                           Stream s);
-
-// argmax.cu: out[i] = argmax_row(x[i, :]) (backend.h's rule: lowest id of the largest value,
-// NaN never wins, 0 when x[i, 0] is NaN) for f32 x; `out` in device memory, [x.rows].
-void launch_argmax_rows(TensorRef x, std::int32_t* out, Stream s);
 
 // sample.cu: out[i] = argmax_row(x[i, :]) where temperature[i] <= 0, else draw_row(x[i, :],
 // temperature[i], uniform[i]) (backend.h) for f32 x, equal to the host's except where the
