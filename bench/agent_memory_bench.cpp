@@ -122,7 +122,7 @@ class Served {
   Served(const Options& o, Backend& backend, std::int32_t n_blocks, const std::string& kv_dir) {
     auto model = load_model(o.model_dir, backend);
     const SpillCodec codec = *find_spill_codec(o.codec);
-    const KvLayout layout = kv_layout_for(model->config(), n_blocks, o.block_size);
+    const KvLayout layout = kv_layout_for(model->config(), n_blocks, o.block_size, backend.preferred_kv_dtype());
     DiskStoreOptions d;
     d.dir = kv_dir;
     d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = "", .kv = layout, .codec = codec});
@@ -144,6 +144,7 @@ class Served {
     EngineConfig ec;
     ec.block_size = o.block_size;
     ec.n_blocks = n_blocks;
+    ec.kv_dtype = backend.preferred_kv_dtype();
     ec.scheduler.max_batch_tokens = o.budget;
     ec.scheduler.max_prefill_chunk = o.chunk;
     ec.agents = &agents_;
@@ -285,11 +286,11 @@ Anatomy restore_anatomy(const Options& o, Backend& backend, const std::string& k
   const std::int32_t bs = o.block_size;
   const auto n = static_cast<std::int32_t>(std::min<std::size_t>(chain.size(), (prompt.size() - 1) / bs));
   const SpillCodec codec = *find_spill_codec(o.codec);
-  const KvLayout layout = kv_layout_for(model->config(), n, bs);
+  const KvLayout layout = kv_layout_for(model->config(), n, bs, backend.preferred_kv_dtype());
   const BlockShape shape = block_shape_of(layout);
   DiskStoreOptions d;
   d.dir = kv_dir;
-  d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = "", .kv = kv_layout_for(model->config(), 1, bs), .codec = codec});
+  d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = "", .kv = kv_layout_for(model->config(), 1, bs, backend.preferred_kv_dtype()), .codec = codec});
   d.codec = codec;
   d.shape = shape;
   d.block_size = bs;
@@ -579,8 +580,8 @@ int run_bench(Options o) {
   }
   const std::int32_t bs = o.block_size;
   const SpillCodec codec = *find_spill_codec(o.codec);
-  const std::int64_t block_bytes = kv_layout_for(cfg, 1, bs).block_bytes();
-  const auto encoded_block = static_cast<std::int64_t>(encoded_bytes(codec, block_shape_of(kv_layout_for(cfg, 1, bs))));
+  const std::int64_t block_bytes = kv_layout_for(cfg, 1, bs, backend->preferred_kv_dtype()).block_bytes();
+  const auto encoded_block = static_cast<std::int64_t>(encoded_bytes(codec, block_shape_of(kv_layout_for(cfg, 1, bs, backend->preferred_kv_dtype()))));
   const std::int64_t file_bytes = static_cast<std::int64_t>(kBlockHeaderBytes) + encoded_block;
   std::vector<std::int32_t> lengths;
   for (int l : parse_list(o.lengths))

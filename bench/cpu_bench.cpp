@@ -113,7 +113,7 @@ struct Sequence {
   KvStorage kv;
   Sequence(Backend& b, const ModelConfig& c, std::int64_t capacity) {
     const std::int64_t block = 16, n_blocks = (capacity + block - 1) / block;
-    kv = b.alloc_kv(kv_layout_for(c, n_blocks, block));
+    kv = b.alloc_kv(kv_layout_for(c, n_blocks, block, b.preferred_kv_dtype()));
     for (std::int32_t i = 0; i < n_blocks; ++i) table.push_back(i);
   }
   // Runs ids at positions [start, start + n) and writes the last row's logits.

@@ -127,6 +127,8 @@ class OpTimer final : public Backend {
     }
   }
   std::string_view name() const override { return "cuda-timed"; }
+  DType preferred_kv_dtype() const override { return b_.preferred_kv_dtype(); }
+  std::optional<DeviceMemory> device_memory() const override { return b_.device_memory(); }
   WeightRef upload_weight(const TensorInfo& t) override { return b_.upload_weight(t); }
   std::unique_ptr<DeviceBuffer> alloc(DType d, std::int64_t r, std::int64_t c) override { return b_.alloc(d, r, c); }
   KvStorage alloc_kv(const KvLayout& l) override { return b_.alloc_kv(l); }
@@ -407,15 +409,16 @@ int run(int argc, char** argv) {
   std::printf("model: Llama-3.1-8B shape, %lld layers, bf16 weights %.2f GB (generated on the GPU in %.1f s)\n",
               static_cast<long long>(n_layers), double(be.weight_bytes()) * 1e-9, seconds_since(t0));
 
-  // One KV pool for every measurement: a long single sequence, or 32 sequences of 1K + decode.
+  // One KV pool for every measurement, in the dtype `serve` allocates on this backend: a long
+  // single sequence, or 32 sequences of 1K + decode.
   const std::int64_t block = 16, multi_ctx = 1024, multi_len = multi_ctx + 2 * (steps + 8) + 16;
   const std::int64_t max_len = std::max({prefill + steps + 64, ttft_max + 16, 32 * multi_len});
   const std::int64_t n_blocks = (max_len + block - 1) / block;
   KvStorage kv = be.alloc_kv(KvLayout{.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block,
-                                      .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .dtype = DType::BF16});
+                                      .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .dtype = be.preferred_kv_dtype()});
   std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));  // scattered
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>((i * 7919) % n_blocks);
-  const std::int64_t kv_bytes_per_pos = 2 * n_layers * c.n_kv_heads * c.head_dim * 2;  // K and V, bf16
+  const std::int64_t kv_bytes_per_pos = kv.layout.block_bytes() / block;  // K and V of every layer
   std::vector<float> logits(static_cast<std::size_t>(c.vocab_size) * 32);
 
   // One chunk of one sequence at `start`; returns seconds (the forward ends with a logits download).

@@ -136,7 +136,7 @@ int run(const std::string& model_dir, std::int32_t block_size, std::vector<std::
                   split, i8.mean_kl(), i4.mean_kl(), i8.ppl_change_pct(), i4.ppl_change_pct());
     }
   }
-  print_table(kv_layout_for(model->config(), 1, block_size), total);
+  print_table(kv_layout_for(model->config(), 1, block_size, backend.preferred_kv_dtype()), total);
   return 0;
 }
 

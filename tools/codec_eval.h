@@ -41,7 +41,7 @@ inline std::vector<float> continuation_logits(Model& model, Backend& backend,
                                               SpillCodec codec) {
   const auto n = static_cast<std::int32_t>(ids.size());
   const std::int32_t n_blocks = (n + block_size - 1) / block_size;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(model.config(), n_blocks, block_size));
+  KvStorage kv = backend.alloc_kv(kv_layout_for(model.config(), n_blocks, block_size, backend.preferred_kv_dtype()));
   std::vector<std::int32_t> table(n_blocks);
   for (std::int32_t i = 0; i < n_blocks; ++i) table[i] = i;
   const std::int64_t vocab = model.config().vocab_size;

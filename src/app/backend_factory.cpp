@@ -12,7 +12,20 @@
 
 namespace akv {
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
+namespace {
+
+bool cuda_device_usable() {
+#ifdef AGENTKV_HAVE_CUDA
+  return CudaBackend::device_available();
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& flag, int n_threads) {
+  const std::string name = flag != "auto" ? flag : cuda_device_usable() ? "cuda" : "cpu";
   if (name == "reference") return std::make_unique<ReferenceBackend>();
   if (name == "cpu") return std::make_unique<FastBackend>(n_threads);
 #ifdef AGENTKV_HAVE_CUDA
@@ -27,7 +40,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int n_threads) {
 #endif
   if (name == "cuda")
     throw Error(ErrorKind::InvalidArgument, "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
-  throw Error(ErrorKind::InvalidArgument, "--backend: unknown backend '" + name + "' (reference, cpu, cuda)");
+  throw Error(ErrorKind::InvalidArgument, "--backend: unknown backend '" + name + "' (auto, reference, cpu, cuda)");
 }
 
 }  // namespace akv

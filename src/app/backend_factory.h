@@ -1,4 +1,5 @@
-// --backend NAME -> a Backend: "reference" (scalar oracle), "cpu" (fast CPU path, default),
+// --backend NAME -> a Backend: "auto" (the default: "cuda" when the build has the CUDA backend
+// and a device is usable, else "cpu"), "reference" (scalar oracle), "cpu" (fast CPU path),
 // "cuda" (when built with AGENTKV_CUDA). Throws Error{InvalidArgument} for an unknown or
 // unavailable name.
 #pragma once

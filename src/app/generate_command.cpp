@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "app/backend_factory.h"
+#include "app/serve_defaults.h"
 #include "base/error.h"
 #include "models/model.h"
 #include "models/sequence_runner.h"
@@ -81,7 +82,8 @@ int run_generate(const GenerateOptions& o) {
 
   const std::int64_t context =
       std::min<std::int64_t>(config.max_position_embeddings, static_cast<std::int64_t>(prompt.size()) + o.max_tokens);
-  SequenceRunner runner(*model, *backend, std::max<std::int64_t>(context, static_cast<std::int64_t>(prompt.size())));
+  SequenceRunner runner(*model, *backend, std::max<std::int64_t>(context, static_cast<std::int64_t>(prompt.size())),
+                        resolve_kv_dtype(o.kv_dtype, *backend));
   std::mt19937_64 rng(o.seed);
   std::optional<IncrementalDetokenizer> detok;
   if (tokenizer && !o.print_ids) detok.emplace(*tokenizer, /*skip_special_tokens=*/true);

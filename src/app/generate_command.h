@@ -16,7 +16,8 @@ struct GenerateOptions {
   int max_tokens = 128;
   double temperature = 0.0;              // 0: greedy
   std::uint64_t seed = 0;
-  std::string backend = "cpu";
+  std::string backend = "auto";
+  std::string kv_dtype = "auto";         // auto: the backend's preferred KV dtype
   int threads = 0;
   bool print_ids = false;                // stream token ids instead of text
 };

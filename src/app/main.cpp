@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   generate->add_option("--max-tokens", gen.max_tokens, "Tokens to generate")->capture_default_str();
   generate->add_option("--temperature", gen.temperature, "0 is greedy")->capture_default_str();
   generate->add_option("--seed", gen.seed, "Sampling seed")->capture_default_str();
-  generate->add_option("--backend", gen.backend, "reference | cpu | cuda")->capture_default_str();
+  generate->add_option("--backend", gen.backend, "auto | reference | cpu | cuda")->capture_default_str();
+  generate->add_option("--kv-dtype", gen.kv_dtype, "KV cache dtype: auto | bf16 | f16 | f32")->capture_default_str();
   generate->add_option("--threads", gen.threads, "CPU threads (0: all cores)")->capture_default_str();
   generate->add_flag("--print-ids", gen.print_ids, "Stream token ids instead of text");
 
@@ -35,12 +36,20 @@ int main(int argc, char** argv) {
   serve->add_flag("--strict-model", srv.server.strict_model, "404 for model ids other than the served name");
   serve->add_option("--chat-template", srv.chat_template_file, "Jinja chat template file (overrides the model's)");
   serve->add_option("--max-queue", srv.server.max_queue, "Requests in flight before 529/429")->capture_default_str();
-  serve->add_option("--backend", srv.backend, "reference | cpu | cuda")->capture_default_str();
+  serve->add_option("--backend", srv.backend, "auto (cuda if built and a GPU is present, else cpu) | reference | cpu | cuda")
+      ->capture_default_str();
   serve->add_option("--threads", srv.threads, "CPU threads (0: all cores)")->capture_default_str();
-  serve->add_option("--kv-cache-mb", srv.kv_cache_mb, "KV cache memory on the compute device")->capture_default_str();
+  serve->add_option("--kv-dtype", srv.kv_dtype, "KV cache dtype: auto (bf16 on CUDA, f32 on CPU) | bf16 | f16 | f32")
+      ->capture_default_str();
+  serve->add_option("--kv-cache-mb", srv.kv_cache_mb,
+                    "KV cache memory on the compute device in MiB; 0: what --gpu-memory-fraction leaves (GPU) or 1024 (CPU)")
+      ->capture_default_str();
+  serve->add_option("--gpu-memory-fraction", srv.gpu_memory_fraction,
+                    "Share of the GPU's memory for weights, KV cache and activations")
+      ->capture_default_str();
   serve->add_option("--block-size", srv.block_size, "Token positions per KV block")->capture_default_str();
-  serve->add_option("--max-batch-tokens", srv.max_batch_tokens, "Token budget per engine step")->capture_default_str();
-  serve->add_option("--prefill-chunk", srv.prefill_chunk, "Most prompt tokens per sequence per step")->capture_default_str();
+  serve->add_option("--max-batch-tokens", srv.max_batch_tokens, "Token budget per engine step (0: 8192 on a GPU, 512 on the CPU)")->capture_default_str();
+  serve->add_option("--prefill-chunk", srv.prefill_chunk, "Most prompt tokens per sequence per step (0: 8192 on a GPU, 256 on the CPU)")->capture_default_str();
   serve->add_option("--kv-dir", srv.kv_dir, "Directory of the KV disk tier (agents survive restarts); none: off");
   serve->add_option("--kv-spill-codec", srv.kv_spill_codec, "KV blocks on disk: native | f32 | bf16 | int8 | int4")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 
 #include "app/backend_factory.h"
 #include "app/engine_monitor.h"
+#include "app/serve_defaults.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -86,7 +87,7 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   if (!codec)
     throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16, int8 or int4, not '" +
                                                 o.kv_spill_codec + "'");
-  const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size);
+  const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype);
   DiskStoreOptions d;
   d.dir = o.kv_dir;
   d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = *codec});
@@ -119,7 +120,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   HostStoreOptions h;
   h.max_bytes = static_cast<std::size_t>(max_bytes);
   h.codec = *codec;
-  h.shape = block_shape_of(kv_layout_for(config, e.n_blocks, e.block_size));
+  h.shape = block_shape_of(kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype));
   h.block_size = e.block_size;
   h.attention_equal_tokens = attention_equal_tokens(config);
   if (disk != nullptr) h.on_disk = [disk](const Hash128& key) { return disk->has(key); };
@@ -147,10 +148,17 @@ int run_serve(const ServeOptions& o) {
 
   EngineConfig engine_config;
   engine_config.block_size = o.block_size;
-  const std::int64_t block_bytes = kv_layout_for(config, 1, o.block_size).bytes();
-  engine_config.n_blocks = static_cast<std::int32_t>(std::max<std::int64_t>(8, (o.kv_cache_mb << 20) / block_bytes));
-  engine_config.scheduler.max_batch_tokens = o.max_batch_tokens;
-  engine_config.scheduler.max_prefill_chunk = o.prefill_chunk;
+  engine_config.kv_dtype = resolve_kv_dtype(o.kv_dtype, *backend);
+  const StepSizes steps = resolve_step_sizes(o.max_batch_tokens, o.prefill_chunk, *backend);
+  engine_config.scheduler.max_batch_tokens = steps.max_batch_tokens;
+  engine_config.scheduler.max_prefill_chunk = steps.prefill_chunk;
+  const std::int64_t block_bytes = kv_layout_for(config, 1, o.block_size, engine_config.kv_dtype).bytes();
+  const KvPoolPlan pool = plan_kv_pool({.kv_cache_mb = o.kv_cache_mb,
+                                        .gpu_memory_fraction = o.gpu_memory_fraction,
+                                        .device = backend->device_memory(),
+                                        .reserve_bytes = activation_reserve_bytes(config, steps.max_batch_tokens),
+                                        .block_bytes = block_bytes});
+  engine_config.n_blocks = pool.n_blocks;
   AgentIndex agents;
   std::unique_ptr<DiskStore> disk = open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""));
   if (disk != nullptr)
@@ -175,9 +183,12 @@ int run_serve(const ServeOptions& o) {
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  log_info("serving {} ({}, context {} tokens, {} KV blocks of {}) as '{}' on http://{}:{}", o.model_dir,
-           config.architecture, engine.max_context(), engine_config.n_blocks, engine_config.block_size,
+  log_info("serving {} ({}) on {} as '{}' on http://{}:{}", o.model_dir, config.architecture, backend->name(),
            server_options.served_model_name, server_options.host, server.port());
+  log_info("KV cache: {} MiB of {} ({} blocks of {} tokens, {} bytes each; {}): {} tokens; model context {} tokens",
+           pool.bytes >> 20, dtype_name(engine_config.kv_dtype), engine_config.n_blocks, engine_config.block_size,
+           block_bytes, pool.how, engine.kv_capacity_tokens(), engine.model_context());
+  log_info("engine steps: up to {} tokens, prompt chunks of up to {}", steps.max_batch_tokens, steps.prefill_chunk);
   if (host != nullptr)
     log_info("KV host tier: {} MiB, {} codec, {} bytes per block", host->stats().max_bytes >> 20, o.kv_host_codec,
              host->encoded_block_bytes());

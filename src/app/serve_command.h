@@ -12,12 +12,14 @@ namespace akv {
 struct ServeOptions {
   std::string model_dir;
   std::string chat_template_file;  // overrides or supplies the model's template
-  std::string backend = "cpu";
+  std::string backend = "auto";    // auto: cuda when built with it and a GPU is present, else cpu
   int threads = 0;
-  std::int64_t kv_cache_mb = 1024;  // KV memory on the compute device
+  std::string kv_dtype = "auto";   // auto: the backend's preferred KV dtype (bf16 on CUDA, f32 on CPU)
+  std::int64_t kv_cache_mb = 0;    // KV memory on the compute device; 0: sized from free device memory
+  double gpu_memory_fraction = 0.9;  // share of the GPU's memory weights + KV + activations may take
   std::int32_t block_size = 16;
-  std::int32_t max_batch_tokens = 512;
-  std::int32_t prefill_chunk = 256;
+  std::int32_t max_batch_tokens = 0;  // 0: the backend's default (serve_defaults.h)
+  std::int32_t prefill_chunk = 0;     // 0: the backend's default
   std::string kv_dir;                     // disk tier of the KV cache ("" : none)
   std::string kv_spill_codec = "native";  // native | f32 | bf16 | int8 | int4
   std::string kv_host_bytes = "0";        // host-RAM tier budget: bytes or K/M/G/T; 0: no host tier

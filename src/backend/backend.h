@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -87,10 +88,23 @@ struct GatedMlpWeights {
   WeightRef down;      // [hidden, inter]
 };
 
+// Free and total bytes of a device's own memory (a GPU's; CPU backends have none to report).
+struct DeviceMemory {
+  std::int64_t free_bytes = 0;
+  std::int64_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // The KV cache dtype this backend runs fastest with: what `serve` and the benchmarks allocate
+  // unless told otherwise (F32 on the CPU, where attention reads it without conversion).
+  virtual DType preferred_kv_dtype() const { return DType::F32; }
+  // The device's memory now (after the weights and buffers allocated so far); nullopt when the
+  // backend computes in host memory.
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
   // --- memory -------------------------------------------------------------------------------
   // A weight usable by matmul/embed/rms_norm. The backend may keep the host bytes as they are

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -38,11 +39,15 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+std::int32_t model_context_of(const ModelConfig& c, const EngineConfig& e) {
+  const std::int64_t kv_positions = std::int64_t{e.n_blocks} * e.block_size;
+  const std::int64_t model = c.max_position_embeddings > 0 ? c.max_position_embeddings : kv_positions;
+  return static_cast<std::int32_t>(std::min<std::int64_t>(model, std::numeric_limits<std::int32_t>::max()));
+}
+
 std::int32_t context_limit(const ModelConfig& c, const EngineConfig& e) {
   const std::int64_t kv_positions = std::int64_t{e.n_blocks} * e.block_size;
-  const std::int64_t model =
-      c.max_position_embeddings > 0 ? c.max_position_embeddings : kv_positions;
-  return static_cast<std::int32_t>(std::min(kv_positions, model));
+  return static_cast<std::int32_t>(std::min<std::int64_t>(kv_positions, model_context_of(c, e)));
 }
 
 }  // namespace
@@ -51,9 +56,10 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
     : model_(std::move(model)),
       backend_(backend),
       config_(config),
+      model_context_(model_context_of(model_->config(), config_)),
       max_context_(context_limit(model_->config(), config_)),
       kv_storage_(
-          backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size))),
+          backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size, config_.kv_dtype))),
       kv_(config_.n_blocks, config_.block_size, KvManager::backend_copier(backend_, kv_storage_)),
       scheduler_(config_.scheduler, kv_),
       runner_(*model_, kv_storage_),
@@ -87,6 +93,12 @@ Engine::~Engine() {
   thread_.join();
 }
 
+std::string Engine::context_limit_note() const {
+  if (max_context_ >= model_context_) return "";
+  return " (the model's context is " + std::to_string(model_context_) + " tokens, but the KV cache pool holds " +
+         std::to_string(kv_capacity_tokens()) + ": raise --gpu-memory-fraction or --kv-cache-mb)";
+}
+
 void Engine::validate(const GenerateRequest& r) const {
   auto bad = [](const std::string& what) { throw Error(ErrorKind::InvalidArgument, what); };
   const std::int64_t vocab = model_->config().vocab_size;
@@ -97,7 +109,7 @@ void Engine::validate(const GenerateRequest& r) const {
           std::to_string(vocab) + ")");
   if (static_cast<std::int64_t>(r.prompt.size()) >= max_context_)
     bad("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
-        std::to_string(max_context_) + " including at least one generated token");
+        std::to_string(max_context_) + " including at least one generated token" + context_limit_note());
   if (r.max_tokens < 1) bad("max_tokens must be at least 1");
   if (r.n_logprobs < 0 || r.n_logprobs > 20) bad("logprobs must be in [0, 20]");
   const SamplingParams& s = r.sampling;

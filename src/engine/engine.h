@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,7 @@ namespace akv {
 struct EngineConfig {
   std::int32_t block_size = 16;   // token positions per KV block
   std::int32_t n_blocks = 1024;   // KV blocks (device memory = n_blocks * block bytes)
+  DType kv_dtype = DType::F32;    // of the KV cache (serve: the backend's preferred_kv_dtype())
   SchedulerConfig scheduler;
   std::size_t stats_ring = 1024;  // steps kept for metrics
   // Optional agent memory (kv/agent_index.h, host_store.h, disk_store.h); each must outlive
@@ -65,8 +67,18 @@ class Engine {
 
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return model_->config(); }
-  // Most tokens (prompt + generated) one sequence may hold.
+  // Most tokens (prompt + generated) one sequence may hold: the smaller of the model's context
+  // and the KV pool's capacity.
   std::int32_t max_context() const { return max_context_; }
+  // The model's context (max_position_embeddings; the pool's capacity when the config has none).
+  std::int32_t model_context() const { return model_context_; }
+  // Why max_context() is what it is, for a too-long-prompt error: "" when it is the model's
+  // context, else a sentence naming the KV pool's capacity and the flags that size it.
+  std::string context_limit_note() const;
+  // The KV cache as allocated (dtype, blocks, bytes).
+  const KvLayout& kv_layout() const { return kv_storage_.layout; }
+  // Token positions the device KV pool holds (n_blocks * block_size).
+  std::int64_t kv_capacity_tokens() const { return std::int64_t{config_.n_blocks} * config_.block_size; }
 
  private:
   struct Active;  // a request inside the engine (a Sequence plus its sampler and callback)
@@ -86,6 +98,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   Backend& backend_;
   EngineConfig config_;
+  std::int32_t model_context_;
   std::int32_t max_context_;
   KvStorage kv_storage_;
   KvManager kv_;

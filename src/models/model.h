@@ -29,9 +29,9 @@ class Model {
                            std::span<const double> u, std::span<std::int32_t> ids) = 0;
 };
 
-// The KV layout a model needs for `n_blocks` blocks of `block_size` positions.
-KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size,
-                       DType dtype = DType::F32);
+// The KV layout a model needs for `n_blocks` blocks of `block_size` positions in `dtype` (the
+// caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()).
+KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype);
 
 // Loads config.json and the safetensors weights of `model_dir` onto `backend`.
 // Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, ...).

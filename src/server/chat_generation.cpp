@@ -100,7 +100,8 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
     throw Error(ErrorKind::InvalidArgument,
                 "input length and `max_tokens` exceed context limit: " + std::to_string(p.prompt_tokens) + " + " +
                     std::to_string(std::max<std::int64_t>(chat.max_tokens, 1)) + " > " + std::to_string(context) +
-                    ", decrease input length or `max_tokens` and try again");
+                    ", decrease input length or `max_tokens` and try again" +
+                    ctx.engine.context_limit_note());
   max_tokens = std::min(max_tokens, room);  // clamp to the remaining context (api-notes §1.2)
 
   GenerateRequest& r = p.job.request;

@@ -121,7 +121,8 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   const std::int64_t room = ctx.engine.max_context() - static_cast<std::int64_t>(ids.size());
   if (room < 1)
     throw Error(ErrorKind::InvalidArgument, "prompt: " + std::to_string(ids.size()) + " tokens leave no room in the context of " +
-                                                std::to_string(ctx.engine.max_context()));
+                                                std::to_string(ctx.engine.max_context()) +
+                                                ctx.engine.context_limit_note());
   auto prep = std::make_shared<PreparedChat>();
   GenerateRequest& r = prep->job.request;
   r.prompt = std::move(ids);

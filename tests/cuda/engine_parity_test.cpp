@@ -26,11 +26,14 @@ Ids random_prompt(std::uint32_t seed, int n, std::int64_t vocab) {
   return ids;
 }
 
-void check_turns(const std::string& dir) {
+void check_turns(const std::string& dir, DType kv_dtype) {
   CudaBackend& gpu = backends().gpu;
   auto model = load_model(dir, gpu);
   const std::int64_t vocab = model->config().vocab_size;
-  EngineConfig cfg{.block_size = 16, .n_blocks = 64, .scheduler = {.max_batch_tokens = 64, .max_prefill_chunk = 32}};
+  EngineConfig cfg{.block_size = 16,
+                   .n_blocks = 64,
+                   .kv_dtype = kv_dtype,
+                   .scheduler = {.max_batch_tokens = 64, .max_prefill_chunk = 32}};
   Engine engine(std::move(model), gpu, cfg);
   Collector out;
   auto run = [&](const Ids& prompt) {
@@ -41,14 +44,14 @@ void check_turns(const std::string& dir) {
   };
   Ids prompt = random_prompt(11, 90, vocab);  // + 8 generated: 6 full blocks indexed
   const auto first = run(prompt);
-  EXPECT_EQ(first.tokens, greedy_alone(dir, prompt, 8)) << dir << ": cold";
+  EXPECT_EQ(first.tokens, greedy_alone(dir, prompt, 8, kv_dtype)) << dir << ": cold";
   const auto again = run(prompt);
   EXPECT_EQ(again.usage.cached_tokens, 89) << dir;  // 5 blocks shared, 9 tokens copied on write
   EXPECT_EQ(again.tokens, first.tokens) << dir << ": hot, last block copied";
   prompt.insert(prompt.end(), first.tokens.begin(), first.tokens.end());
   for (int t : random_prompt(12, 5, vocab)) prompt.push_back(t);
   const auto next = run(prompt);
-  EXPECT_EQ(next.tokens, greedy_alone(dir, prompt, 8)) << dir << ": next turn";
+  EXPECT_EQ(next.tokens, greedy_alone(dir, prompt, 8, kv_dtype)) << dir << ": next turn";
 }
 
 // The prompts decoding together (10 tokens each) in one engine on the GPU, n_logprobs and
@@ -186,9 +189,21 @@ TEST(CudaEngine, GreedyIdsOnTheGpuMatchTheLogitsPathAndTheReference) {
 
 TEST(CudaEngine, ColdHotAndNextTurnMatchTheReference) {
   AKV_SKIP_WITHOUT_CUDA();
-  check_turns(testdata_dir() + "/models/stories260K/hf");
-  check_turns(testdata_dir() + "/models/tiny-random/llama3-rope-scaled");
-  check_turns(testdata_dir() + "/models/tiny-random/qwen3-qknorm-tied");
+  check_turns(testdata_dir() + "/models/stories260K/hf", DType::F32);
+  check_turns(testdata_dir() + "/models/tiny-random/llama3-rope-scaled", DType::F32);
+  check_turns(testdata_dir() + "/models/tiny-random/qwen3-qknorm-tied", DType::F32);
+}
+
+// The KV dtype `serve` allocates on the GPU (preferred_kv_dtype: BF16): chunked prefill against
+// cached blocks, copy-on-write, decode and graphs on it give the reference's tokens with the
+// same KV rounding.
+TEST(CudaEngine, ColdHotAndNextTurnMatchTheReferenceWithTheServedKvDtype) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const DType kv = backends().gpu.preferred_kv_dtype();
+  ASSERT_EQ(kv, DType::BF16);
+  check_turns(testdata_dir() + "/models/stories260K/hf", kv);
+  check_turns(testdata_dir() + "/models/tiny-random/llama3-rope-scaled", kv);
+  check_turns(testdata_dir() + "/models/tiny-random/qwen3-qknorm-tied", kv);
 }
 
 }  // namespace

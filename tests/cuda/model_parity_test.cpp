@@ -38,7 +38,7 @@ std::vector<double> read_f64(const SafetensorsReader& r, const std::string& name
 struct Sequence {
   static constexpr std::int64_t kBlock = 16;
   Sequence(Model& m, Backend& b, std::int64_t max_len)
-      : model(m), n_blocks((max_len + kBlock - 1) / kBlock), kv(b.alloc_kv(kv_layout_for(m.config(), n_blocks, kBlock))) {
+      : model(m), n_blocks((max_len + kBlock - 1) / kBlock), kv(b.alloc_kv(kv_layout_for(m.config(), n_blocks, kBlock, DType::F32))) {
     for (std::int64_t i = 0; i < n_blocks; ++i) table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
   }
   // Appends `ids` as one chunk; returns the logits of every row (all_rows) or of the last.

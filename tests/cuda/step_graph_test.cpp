@@ -18,7 +18,7 @@ struct ModelRun {
   ModelRun(const std::string& dir, Backend& b)
       : backend(b),
         model(load_model(dir, b)),
-        kv(b.alloc_kv(kv_layout_for(model->config(), kBlocks, kBlock))) {
+        kv(b.alloc_kv(kv_layout_for(model->config(), kBlocks, kBlock, DType::F32))) {
     free_blocks.resize(kBlocks);
     std::iota(free_blocks.begin(), free_blocks.end(), 0);
     std::shuffle(free_blocks.begin(), free_blocks.end(),

@@ -64,7 +64,7 @@ struct Served {
   Served(const std::string& model_dir, const std::string& kv_dir,
          SpillCodec codec = SpillCodec::Native, std::int32_t n_blocks = 64, std::size_t host_blocks = 0) {
     auto model = load_model(model_dir, backend);
-    const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock);
+    const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock, DType::F32);
     DiskStoreOptions o;
     o.dir = kv_dir;
     o.fingerprint = model_fingerprint(

@@ -94,6 +94,32 @@ TEST_P(BatchedGreedy, EqualsEachSequenceRunAlone) {
 INSTANTIATE_TEST_SUITE_P(Models, BatchedGreedy,
                          ::testing::Values("stories260K", "qwen3-qknorm-tied", "gemma3-text-swa8"));
 
+// The engine allocates the KV dtype it is given (serve passes the backend's preferred one, BF16
+// on a GPU), and batched prefill chunks, prefix hits and decodes on it give the tokens of a
+// sequence run alone with the same KV dtype.
+TEST(EngineModel, Bf16KvCacheEqualsEachSequenceRunAloneOnBf16) {
+  std::mt19937 rng(5);
+  EngineConfig cfg = small_steps();
+  cfg.kv_dtype = DType::BF16;
+  EngineUnderTest t(kStories, cfg);
+  ASSERT_EQ(t.engine.kv_layout().dtype, DType::BF16);
+  EXPECT_EQ(t.engine.kv_layout().bytes(), kv_layout_for(t.engine.model_config(), 256, 8, DType::F32).bytes() / 2);
+  const Ids shared = random_ids(rng, 40);
+  std::vector<Ids> prompts;
+  for (int len : {3, 21, 50}) {
+    Ids p = shared;
+    for (std::int32_t id : random_ids(rng, len)) p.push_back(id);
+    prompts.push_back(std::move(p));
+  }
+  std::vector<RequestId> ids;
+  for (const Ids& p : prompts) ids.push_back(t.greedy(p, 12));
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(t.out.wait(ids[i]).tokens, greedy_alone(kStories, prompts[i], 12, DType::BF16)) << "prompt " << i;
+  const Collector::Result again = t.out.wait(t.greedy(prompts[2], 12));
+  EXPECT_EQ(again.usage.cached_tokens, static_cast<std::int64_t>(prompts[2].size()) - 1);
+  EXPECT_EQ(again.tokens, greedy_alone(kStories, prompts[2], 12, DType::BF16));
+}
+
 // A step whose due tokens are all plain greedy picks brings back only ids (Backend::sample_rows at temperature 0);
 // a request with logprobs keeps the logits path for its steps. The tokens must not depend on
 // the path, alone or in a batch that mixes both, on either CPU backend.
@@ -329,6 +355,26 @@ TEST(EngineModel, InvalidRequestsAreRejectedAtSubmit) {
   r.prompt = {1};
   r.sampling.top_p = 0.0f;
   EXPECT_THROW(t.engine.submit(r, nullptr), Error);
+}
+
+// A pool smaller than the model's context caps it, and the error says so (not a silent cap).
+TEST(EngineModel, APromptBeyondTheKvPoolIsRejectedNamingThePool) {
+  EngineUnderTest t(kStories, small_steps(/*n_blocks=*/16));  // 128 positions; the model has 512
+  EXPECT_EQ(t.engine.model_context(), 512);
+  EXPECT_EQ(t.engine.max_context(), 128);
+  EXPECT_EQ(t.engine.kv_capacity_tokens(), 128);
+  GenerateRequest r;
+  r.prompt = Ids(200, 1);
+  try {
+    t.engine.submit(r, nullptr);
+    FAIL() << "a 200-token prompt does not fit 128 positions";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache pool holds 128"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-mb"), std::string::npos) << e.what();
+  }
+  EngineUnderTest roomy(kStories, small_steps(/*n_blocks=*/256));
+  EXPECT_EQ(roomy.engine.max_context(), 512);
+  EXPECT_EQ(roomy.engine.context_limit_note(), "");
 }
 
 TEST(EngineModel, SeededSamplingIsTheSameAloneAndInABatch) {

@@ -81,10 +81,10 @@ class Collector {
 };
 
 // Greedy tokens of `prompt` run alone, the plain way.
-inline Ids greedy_alone(const std::string& dir, const Ids& prompt, int n) {
+inline Ids greedy_alone(const std::string& dir, const Ids& prompt, int n, DType kv_dtype = DType::F32) {
   ReferenceBackend backend;
   auto model = load_model(dir, backend);
-  SequenceRunner runner(*model, backend, static_cast<std::int64_t>(prompt.size()) + n);
+  SequenceRunner runner(*model, backend, static_cast<std::int64_t>(prompt.size()) + n, kv_dtype);
   Ids out;
   std::span<const float> logits = runner.append(prompt);
   for (int i = 0; i < n; ++i) {

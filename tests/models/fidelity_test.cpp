@@ -56,7 +56,7 @@ std::vector<float> decode_logits(Model& model, Backend& backend, const std::vect
   const ModelConfig& c = model.config();
   const std::int64_t block = 4;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block));
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
   std::vector<std::int32_t> table(n_blocks);
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);  // not identity
   std::vector<float> logits(ids.size() * c.vocab_size);
@@ -75,7 +75,7 @@ std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vec
   const ModelConfig& c = model.config();
   const std::int64_t block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block));
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
   std::vector<std::int32_t> table(n_blocks);
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);  // not identity
   SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(ids.size()), .start_pos = 0, .block_table = table};

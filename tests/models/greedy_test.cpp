@@ -25,7 +25,7 @@ std::vector<std::int32_t> greedy(Model& model, Backend& backend, std::vector<std
   const ModelConfig& c = model.config();
   const std::int64_t block = 32;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(prompt.size()) + n_new + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block));
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
   std::vector<std::int32_t> table(n_blocks);
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
   std::vector<float> logits(c.vocab_size);

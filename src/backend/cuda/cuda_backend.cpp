@@ -130,6 +130,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }
 
+std::optional<DeviceMemory> CudaBackend::device_memory() const {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  AKV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return DeviceMemory{.free_bytes = static_cast<std::int64_t>(free_bytes),
+                      .total_bytes = static_cast<std::int64_t>(total_bytes)};
+}
+
 CudaBackend::~CudaBackend() {
   // Unchecked here and below: at process exit the runtime may already be unloading.
   cudaStreamSynchronize(stream_);

@@ -44,6 +44,10 @@ class CudaBackend final : public Backend {
   static bool device_available();
 
   std::string_view name() const override { return "cuda"; }
+  // BF16: the tensor-core decode and prefill attention kernels read it, and it halves the bytes
+  // every tier moves.
+  DType preferred_kv_dtype() const override { return DType::BF16; }
+  std::optional<DeviceMemory> device_memory() const override;
 
   WeightRef upload_weight(const TensorInfo& t) override;
   std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
