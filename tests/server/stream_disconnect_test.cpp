@@ -68,9 +68,16 @@ TEST(StreamDisconnect, AClientThatLeavesDuringALongPrefillIsCancelledWellUnderAS
   config.n_blocks = 64;
   config.scheduler = {.max_batch_tokens = 8, .max_prefill_chunk = 8, .max_running = 4};
   Engine engine(load_model(kStories, backend), backend, config);
-  ServingContext ctx{.engine = engine, .tokenizer = tokenizer, .prompts = prompts};
-  ctx.options.port = 0;
-  ctx.options.ping_interval_ms = 5000;
+  ServerOptions options;
+  options.port = 0;
+  options.ping_interval_ms = 5000;
+  ServingContext ctx{.engine = engine,
+                     .tokenizer = tokenizer,
+                     .prompts = prompts,
+                     .options = options,
+                     .stop_token_ids = {},
+                     .constraint_vocab = nullptr,
+                     .memory = {}};
   HttpServer server(ctx);
   server.bind();
   std::thread serving([&] { server.run(); });
