@@ -3,13 +3,13 @@
 // first) leaving `admission_reserve_tokens` of the budget, then new or preempted sequences from
 // the waiting queue, then the newest running prefills take what is left: a short request that
 // arrives behind long prefills is admitted in the next step, and a prefill that is still young
-// keeps getting a share instead of waiting for the older ones. A prefill chunk shrinks to the KV blocks
-// available; when even a decode cannot get a block, the newest running sequence is preempted:
-// its blocks are released (full blocks stay cached) and it goes to the front of the waiting
-// queue, to be recomputed from its tokens when readmitted. A waiting sequence whose prefix is
-// being loaded from disk in the background (KvManager::restore_pending) stays in the queue
-// without holding up the ones behind it. Engine thread only; the plan's vectors are reused from
-// step to step.
+// keeps getting a share instead of waiting for the older ones. A prefill chunk shrinks to the
+// KV blocks available; when even a decode cannot get a block, the newest running sequence is
+// preempted: its blocks are released (full blocks stay cached) and it goes to the front of the
+// waiting queue, to be recomputed from its tokens when readmitted. A waiting sequence whose
+// prefix is being loaded from disk in the background (KvManager::restore_pending) stays in the
+// queue without holding up the ones behind it. Engine thread only; the plan's vectors are
+// reused from step to step.
 #pragma once
 
 #include <cstdint>

@@ -29,8 +29,8 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
   if (r.pinned) set_retention(r.chain, Retention::High);
 }
 
-std::optional<AgentRecord> KvManager::set_agent_pinned(std::string_view ns,
-                                                       std::string_view agent, bool pinned) {
+std::optional<AgentRecord> KvManager::set_agent_pinned(std::string_view ns, std::string_view agent,
+                                                       bool pinned) {
   if (agents_ == nullptr) return std::nullopt;
   std::optional<AgentRecord> r = agents_->set_pinned(ns, agent, pinned);
   if (!r) return std::nullopt;

@@ -148,7 +148,8 @@ class EngineGate {
 
 std::int64_t count_manifests(const std::string& kv_dir) {
   std::int64_t n = 0;
-  for (const auto& e : fs::directory_iterator(kv_dir + "/agents")) n += e.path().extension() == ".agent";
+  for (const auto& e : fs::directory_iterator(kv_dir + "/agents"))
+    n += e.path().extension() == ".agent";
   return n;
 }
 
@@ -495,7 +496,8 @@ TEST(AgentMemory, APinWhileTheAgentsRequestRunsIsKeptOnDiskAfterItsEnd) {
     r.agent = "a";
     const RequestId id = s.engine->submit(std::move(r), gate.callback());
     gate.wait_held();
-    std::future<std::optional<AgentRecord>> pinned = s.engine->change_agent("", "a", AgentAction::Pin);
+    std::future<std::optional<AgentRecord>> pinned =
+        s.engine->change_agent("", "a", AgentAction::Pin);
     gate.release();
     const std::optional<AgentRecord> p = pinned.get();
     ASSERT_TRUE(p);

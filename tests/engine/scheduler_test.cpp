@@ -244,7 +244,8 @@ TEST(Scheduler, AShortRequestIsAdmittedWithinAStepWhileTwoLongPrefillsRun) {
   auto add = [&](std::uint64_t id, std::int32_t n_prompt, std::int32_t max_tokens) {
     auto r = std::make_unique<Request>();
     r->seq.id = r->seq.arrival = id;
-    for (std::int32_t i = 0; i < n_prompt; ++i) r->seq.tokens.push_back(static_cast<std::int32_t>((id * 131 + i) % kVocab));
+    for (std::int32_t i = 0; i < n_prompt; ++i)
+      r->seq.tokens.push_back(static_cast<std::int32_t>((id * 131 + i) % kVocab));
     r->seq.n_prompt = n_prompt;
     r->max_tokens = max_tokens;
     r->expected = expected_output(r->seq.tokens, max_tokens);
@@ -284,8 +285,8 @@ TEST(Scheduler, AShortRequestIsAdmittedWithinAStepWhileTwoLongPrefillsRun) {
     h.step();
   for (auto& r : h.requests) {
     EXPECT_TRUE(r->done);
-    EXPECT_EQ(std::vector<std::int32_t>(r->seq.tokens.begin() + r->seq.n_prompt, r->seq.tokens.end()),
-              r->expected);
+    const auto generated = r->seq.tokens.begin() + r->seq.n_prompt;
+    EXPECT_EQ(std::vector<std::int32_t>(generated, r->seq.tokens.end()), r->expected);
   }
 }
 

@@ -291,7 +291,8 @@ TEST(KvTiers, UnpinKeepsTheBlocksAnotherPinnedAgentHoldsHigh) {
   ASSERT_TRUE(d.kv.set_agent_pinned("", "a", true));
   ASSERT_TRUE(d.kv.set_agent_pinned("", "b", true));
   const PrefixIndex& index = d.kv.index();
-  for (BlockId blk : {a[0], a[1], a[2], a[3], b[2], b[3]}) EXPECT_EQ(index.retention_of(blk), Retention::High);
+  for (BlockId blk : {a[0], a[1], a[2], a[3], b[2], b[3]})
+    EXPECT_EQ(index.retention_of(blk), Retention::High);
 
   const std::optional<AgentRecord> unpinned = d.kv.set_agent_pinned("", "a", false);
   ASSERT_TRUE(unpinned);

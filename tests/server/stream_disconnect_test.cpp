@@ -48,7 +48,8 @@ int send_and_read_headers(int port, const std::string& request, std::string& hea
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size()))
     return -1;
   char buf[512];
   while (headers.find("\r\n\r\n") == std::string::npos) {
@@ -87,28 +88,32 @@ TEST(StreamDisconnect, AClientThatLeavesDuringALongPrefillIsCancelledWellUnderAS
   prompt += "]";
   const std::string body =
       R"({"model":"agentkv","prompt":)" + prompt + R"(,"max_tokens":50,"stream":true})";
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   std::string headers;
   const int fd = send_and_read_headers(server.port(), request, headers);
   ASSERT_GE(fd, 0);
   EXPECT_NE(headers.find("200"), std::string::npos) << headers;
   // Watching the engine's counters (not driving it): the prefill is under way.
-  while (engine.metrics().totals.steps < 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (engine.metrics().totals.steps < 3)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ::close(fd);
   const auto left = Clock::now();
-  while (engine.metrics().totals.requests_finished == 0 && Clock::now() - left < std::chrono::seconds(10))
+  while (engine.metrics().totals.requests_finished == 0 &&
+         Clock::now() - left < std::chrono::seconds(10))
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - left).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - left).count();
 
   const EngineTotals totals = engine.metrics().totals;
   EXPECT_EQ(totals.requests_finished, 1u);
   EXPECT_LT(ms, 500) << "the engine request ended " << ms << " ms after the client left";
   EXPECT_EQ(totals.generated_tokens, 0u) << "the prefill ran to its end";
   EXPECT_LT(totals.steps, 40u);
-  std::printf("cancelled %lld ms after the client left, after %llu steps\n", static_cast<long long>(ms),
-              static_cast<unsigned long long>(totals.steps));
+  std::printf("cancelled %lld ms after the client left, after %llu steps\n",
+              static_cast<long long>(ms), static_cast<unsigned long long>(totals.steps));
   server.stop();
   serving.join();
 }
