@@ -313,6 +313,35 @@ TEST(KvTiers, UnpinKeepsTheBlocksAnotherPinnedAgentHoldsHigh) {
   EXPECT_FALSE(d.kv.set_agent_pinned("", "b", true)) << "unknown agent";
 }
 
+// A turn that was submitted before its agent was pinned (so its new blocks were computed at
+// Normal retention) and ends after the pin leaves the agent's whole new chain High.
+TEST(KvTiers, ATurnEndingAfterAPinLeavesItsWholeChainHigh) {
+  Device d(16);
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents}, d.io());
+  const Tokens t1 = iota_tokens(9, 1);
+  Tokens t2 = t1;
+  for (std::int32_t t : iota_tokens(8, 50)) t2.push_back(t);
+  KvSequence first;
+  d.kv.match(first, t1, "");
+  ASSERT_TRUE(d.kv.allocate(first, 8));
+  d.kv.commit(first, t1, 8);
+  d.kv.remember_agent(first, "", "a", 8, false);
+  d.kv.release(first);
+
+  KvSequence turn;  // in flight while the pin is applied
+  EXPECT_EQ(d.kv.match(turn, t2, "", Retention::Normal), 8);
+  ASSERT_TRUE(d.kv.set_agent_pinned("", "a", true));
+  ASSERT_TRUE(d.kv.allocate(turn, 16));
+  d.kv.commit(turn, t2, 16);
+  d.kv.remember_agent(turn, "", "a", 16, true);
+  const std::vector<BlockId> blocks(turn.block_table().begin(), turn.block_table().end());
+  d.kv.release(turn);
+  ASSERT_EQ(blocks.size(), 4u);
+  for (BlockId b : blocks) EXPECT_EQ(d.kv.index().retention_of(b), Retention::High) << b;
+  EXPECT_TRUE(agents.find("", "a")->pinned);
+}
+
 TEST(KvTiers, SideRequestsDoNotPushOutTheMainConversation) {
   Device d(8);
   const Tokens main_chat = iota_tokens(13, 100);  // 4 blocks held after release: 3 indexed
