@@ -28,6 +28,7 @@ struct Engine::Active : Sequence {
   EventCallback on_event;
   Sampler sampler;
   bool started_sent = false;  // the Started event went out
+  bool agent_deleted = false;  // its agent was deleted while it ran: record no turn
 };
 
 namespace {
@@ -159,6 +160,38 @@ void Engine::set_retention(std::vector<Hash128> keys, Retention retention) {
   wake_.notify_one();
 }
 
+std::future<std::optional<AgentRecord>> Engine::change_agent(std::string ns, std::string agent,
+                                                             AgentAction action) {
+  AgentOp op{.ns = std::move(ns), .agent = std::move(agent), .action = action, .done = {}};
+  std::future<std::optional<AgentRecord>> result = op.done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    agent_inbox_.push_back(std::move(op));
+  }
+  wake_.notify_one();
+  return result;
+}
+
+void Engine::apply(AgentOp& op) {
+  std::optional<AgentRecord> r;
+  switch (op.action) {
+    case AgentAction::Pin:
+    case AgentAction::Unpin:
+      r = kv_.set_agent_pinned(op.ns, op.agent, op.action == AgentAction::Pin);
+      break;
+    case AgentAction::Evict:
+      r = kv_.evict_agent(op.ns, op.agent);
+      break;
+    case AgentAction::Delete:
+      r = kv_.erase_agent(op.ns, op.agent);
+      if (r)
+        for (auto& [id, a] : active_)
+          if (a->ns == op.ns && a->request.agent == op.agent) a->agent_deleted = true;
+      break;
+  }
+  op.done.set_value(std::move(r));
+}
+
 EngineMetrics Engine::metrics() const {
   return {stats_.totals(), stats_.snapshot()};
 }
@@ -169,7 +202,8 @@ void Engine::loop() {
   while (true) {
     wake_.wait(lock, [&] {
       return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() ||
-             restore_done_ || (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
+             !agent_inbox_.empty() || restore_done_ ||
+             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
     });
     if (stop_) break;
     restore_done_ = false;
@@ -177,6 +211,8 @@ void Engine::loop() {
     cancelled_.swap(cancel_inbox_);
     std::vector<KeysOp> key_ops;
     key_ops.swap(keys_inbox_);
+    std::vector<AgentOp> agent_ops;
+    agent_ops.swap(agent_inbox_);
     lock.unlock();
     for (const KeysOp& op : key_ops) {
       if (op.evict)
@@ -190,6 +226,8 @@ void Engine::loop() {
       active_.emplace(id, std::move(a));
     }
     admitted_.clear();
+    // After the admissions: a Delete sees every request submitted before it was queued.
+    for (AgentOp& op : agent_ops) apply(op);
     for (RequestId id : cancelled_)
       if (auto it = active_.find(id); it != active_.end())
         finish(*it->second, FinishReason::Cancelled);
@@ -200,7 +238,10 @@ void Engine::loop() {
   // Shutting down: nothing is left half-open.
   for (std::unique_ptr<Active>& a : inbox_) active_.emplace(a->id, std::move(a));
   inbox_.clear();
+  std::vector<AgentOp> agent_ops;
+  agent_ops.swap(agent_inbox_);
   lock.unlock();
+  for (AgentOp& op : agent_ops) apply(op);
   while (!active_.empty()) finish(*active_.begin()->second, FinishReason::Cancelled);
 }
 
@@ -334,7 +375,7 @@ bool Engine::emit(Active& a, const EngineEvent& e) {
 
 void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
   // Before Finished goes out, so a client that sees the end also sees the agent's new state.
-  if (!a.request.agent.empty())
+  if (!a.request.agent.empty() && !a.agent_deleted)
     kv_.remember_agent(a.kv, a.ns, a.request.agent, a.n_computed, a.n_cached_prompt > 0);
   const Usage usage{.prompt_tokens = a.n_prompt,
                     .cached_tokens = std::max(0, a.n_cached_prompt),

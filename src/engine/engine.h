@@ -6,8 +6,10 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -40,6 +42,9 @@ struct EngineConfig {
   bool background_restore = true;
 };
 
+// The agents API's changes (kv/agent_index.h); see Engine::change_agent.
+enum class AgentAction { Pin, Unpin, Evict, Delete };
+
 class Engine {
  public:
   // Allocates the KV cache on `backend` and starts the engine thread. The backend must outlive
@@ -61,9 +66,19 @@ class Engine {
   // Drops the blocks with these keys (an agent's chain) from device memory and the host tier
   // at the next step, where no running request holds them. Thread-safe.
   void evict_blocks(std::vector<Hash128> keys);
-  // Sets the retention of the blocks with these keys at the next step (pin / unpin).
-  // Thread-safe.
+  // Sets the retention of the blocks with these keys at the next step. Thread-safe.
   void set_retention(std::vector<Hash128> keys, Retention retention);
+  // Pins, unpins, evicts or deletes an agent (KvManager's agent hooks) on the engine thread
+  // before the next step, in the order queued, so the agent index, the manifests and the
+  // blocks' retention have one writer. The future holds the agent's record after the change
+  // (Delete: as it was); nullopt for an unknown agent or without agent memory.
+  // Delete wins over the agent's requests in flight: one submitted before the Delete was queued
+  // runs to its end but records no turn, so the agent stays deleted and no manifest names the
+  // erased files; one submitted after the future is ready starts the agent afresh (one racing
+  // with the call may do either).
+  // Thread-safe; the future is ready within one step.
+  std::future<std::optional<AgentRecord>> change_agent(std::string ns, std::string agent,
+                                                       AgentAction action);
 
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return model_->config(); }
@@ -93,6 +108,8 @@ class Engine {
   // Samples a's next token from `logits`, or takes `picked_id` (>= 0) when the runner picked it.
   void advance(Active& a, std::span<const float> logits, std::int32_t picked_id);
   bool emit(Active& a, const EngineEvent& e);
+  struct AgentOp;
+  void apply(AgentOp& op);
   void finish(Active& a, FinishReason reason, std::string_view error = {});
 
   std::unique_ptr<Model> model_;
@@ -125,6 +142,12 @@ class Engine {
     Retention retention = Retention::Normal;
   };
   std::vector<KeysOp> keys_inbox_;
+  struct AgentOp {
+    std::string ns, agent;
+    AgentAction action = AgentAction::Evict;
+    std::promise<std::optional<AgentRecord>> done;
+  };
+  std::vector<AgentOp> agent_inbox_;
   bool restore_done_ = false;  // a background load finished since the loop last looked
   bool stop_ = false;
   RequestId next_id_ = 1;

@@ -10,6 +10,7 @@ Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), k
   AKV_CHECK(
       config_.max_batch_tokens > 0 && config_.max_prefill_chunk > 0 && config_.max_running > 0,
       "scheduler limits must be positive");
+  AKV_CHECK(config_.admission_reserve_tokens >= 0, "the admission reserve must not be negative");
   running_.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.chunks.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.preempted.reserve(static_cast<std::size_t>(config_.max_running) + 1);
@@ -37,8 +38,9 @@ const StepPlan& Scheduler::schedule() {
   plan_.n_tokens = plan_.n_decode_tokens = plan_.n_prefix_hit_tokens = 0;
   budget_ = config_.max_batch_tokens;
   schedule_decodes();
-  schedule_prefills();
+  schedule_prefills(std::min(config_.admission_reserve_tokens, budget_ / 2));
   admit_waiting();
+  top_up_prefills();
   for (const ScheduledChunk& c : plan_.chunks) {
     plan_.n_tokens += c.n_tokens;
     if (c.seq->remaining() == 1 && c.seq->n_generated() > 0) ++plan_.n_decode_tokens;
@@ -53,11 +55,12 @@ void Scheduler::schedule_decodes() {
   }
 }
 
-void Scheduler::schedule_prefills() {
-  for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+void Scheduler::schedule_prefills(std::int32_t keep) {
+  for (std::size_t i = 0; i < running_.size() && budget_ > keep; ++i) {
     Sequence* seq = running_[i];
     if (seq->remaining() <= 1) continue;
-    const std::int32_t want = std::min({seq->remaining(), config_.max_prefill_chunk, budget_});
+    const std::int32_t want =
+        std::min({seq->remaining(), config_.max_prefill_chunk, budget_ - keep});
     const std::int32_t n = fit_chunk(*seq, want);
     if (n > 0) {
       AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
@@ -102,6 +105,27 @@ void Scheduler::admit_waiting() {
     seq->state = SeqState::Running;
     insert_running(seq);
     add_chunk(seq, n);
+  }
+}
+
+void Scheduler::top_up_prefills() {
+  for (std::size_t i = running_.size(); i-- > 0 && budget_ > 0;) {
+    Sequence* seq = running_[i];
+    if (seq->remaining() <= 1) continue;
+    auto chunk = std::find_if(plan_.chunks.begin(), plan_.chunks.end(),
+                              [seq](const ScheduledChunk& c) { return c.seq == seq; });
+    const std::int32_t planned = chunk != plan_.chunks.end() ? chunk->n_tokens : 0;
+    const std::int32_t want = std::min(
+        {seq->remaining(), config_.max_prefill_chunk, planned + budget_});
+    // fit_chunk counts from n_computed over the blocks seq already holds (its planned ones too).
+    const std::int32_t n = fit_chunk(*seq, want);
+    if (n <= planned) continue;
+    AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+    budget_ -= n - planned;
+    if (chunk != plan_.chunks.end())
+      chunk->n_tokens = n;
+    else
+      plan_.chunks.push_back({seq, n});
   }
 }
 

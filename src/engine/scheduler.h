@@ -1,12 +1,15 @@
 // Decides each step's work: a list of {sequence, n_tokens} under a token budget (architecture.md
-// §3). Decodes first (1 token each, oldest first), then chunks of running prefills, then new or
-// preempted sequences from the waiting queue. A prefill chunk shrinks to the KV blocks
-// available; when even a decode cannot get a block, the newest running sequence is preempted:
-// its blocks are released (full blocks stay cached) and it goes to the front of the waiting
-// queue, to be recomputed from its tokens when readmitted. A waiting sequence whose prefix is
-// being loaded from disk in the background (KvManager::restore_pending) stays in the queue
-// without holding up the ones behind it. Engine thread only; the plan's vectors are reused from
-// step to step.
+// §3). Decodes first (1 token each, oldest first), then chunks of running prefills (oldest
+// first) leaving `admission_reserve_tokens` of the budget, then new or preempted sequences from
+// the waiting queue, then the newest running prefills take what is left: a short request that
+// arrives behind long prefills is admitted in the next step, and a prefill that is still young
+// keeps getting a share instead of waiting for the older ones. A prefill chunk shrinks to the
+// KV blocks available; when even a decode cannot get a block, the newest running sequence is
+// preempted: its blocks are released (full blocks stay cached) and it goes to the front of the
+// waiting queue, to be recomputed from its tokens when readmitted. A waiting sequence whose
+// prefix is being loaded from disk in the background (KvManager::restore_pending) stays in the
+// queue without holding up the ones behind it. Engine thread only; the plan's vectors are
+// reused from step to step.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,9 @@ struct SchedulerConfig {
   std::int32_t max_batch_tokens = 512;  // token budget per step (decodes + prefill chunks)
   std::int32_t max_prefill_chunk = 256; // most prompt tokens one sequence runs in one step
   std::int32_t max_running = 64;        // sequences holding KV at once
+  // Of the budget left after decodes, at most half: what the oldest running prefills may not
+  // take before admissions and the newest prefills had theirs (the rest goes back to them).
+  std::int32_t admission_reserve_tokens = 128;
 };
 
 struct ScheduledChunk {
@@ -58,8 +64,11 @@ class Scheduler {
 
  private:
   void schedule_decodes();
-  void schedule_prefills();
+  // Chunks for running prefills, oldest first, while more than `keep` tokens of budget remain.
+  void schedule_prefills(std::int32_t keep);
   void admit_waiting();
+  // Gives what is left of the budget to running prefills, newest first (growing their chunks).
+  void top_up_prefills();
   // Largest chunk (<= want) the KV memory can hold for `seq` right now.
   std::int32_t fit_chunk(const Sequence& seq, std::int32_t want) const;
   // Allocates blocks for n more tokens of running_[i], preempting newer sequences if needed.

@@ -90,6 +90,14 @@ bool AgentIndex::is_pinned_key(const Hash128& key) const {
   return false;
 }
 
+std::unordered_set<Hash128, Hash128Hasher> AgentIndex::pinned_keys() const {
+  std::lock_guard lock(mu_);
+  std::unordered_set<Hash128, Hash128Hasher> keys;
+  for (const auto& [id, r] : records_)
+    if (r.pinned) keys.insert(r.chain.begin(), r.chain.end());
+  return keys;
+}
+
 void AgentIndex::set_resident(const Hash128& key, bool resident) {
   std::lock_guard lock(mu_);
   if (resident)

@@ -2,8 +2,10 @@
 // generated tokens whose KV was computed, full blocks only) plus its stats. The agent id sets
 // retention and shows up in the agents API; it does not partition the cache (blocks are shared
 // by content). Keyed by (tenant, agent), so one tenant never sees another's agents.
-// Thread-safe: the engine thread records turns and residency, HTTP threads read and edit
-// (pin, erase). Every call holds one mutex briefly; nothing here does IO.
+// Thread-safe for reads (HTTP threads list and find agents). One writer: the engine thread
+// records turns and residency and applies the agents API's pin, unpin, evict and delete
+// (KvManager's agent hooks, kv_agents.cpp), so the index and the manifests change in one order.
+// Every call holds one mutex briefly; nothing here does IO.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +63,8 @@ class AgentIndex {
   bool is_pinned(std::string_view tenant, std::string_view agent) const;
   // True when some pinned agent's chain holds `key`.
   bool is_pinned_key(const Hash128& key) const;
+  // Every key some pinned agent's chain holds (one pass over the records).
+  std::unordered_set<Hash128, Hash128Hasher> pinned_keys() const;
 
   // Device residency of blocks by key (kept by the KV manager as blocks are indexed/evicted).
   void set_resident(const Hash128& key, bool resident);

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/agent_index.h"
 #include "kv/block_key.h"
 #include "kv/block_pool.h"
 #include "kv/host_store.h"
@@ -23,7 +25,6 @@
 
 namespace akv {
 
-class AgentIndex;
 class DiskStore;
 class RestoreJob;
 class Restorer;
@@ -126,10 +127,25 @@ class KvManager {
   // indexed and finished once at the end of match, allocate and commit, so a restore into a full
   // pool does not wait for the GPU per block; between calls nothing is pending.
   void attach_tiers(KvTiers tiers, KvBlockIo io);
+  // --- agents (kv_agents.cpp): the one writer of the agent index and the manifests ----------
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
-  // agent's last state (n_tokens of it have KV); queues its manifest. Call before release.
+  // agent's last state (n_tokens of it have KV); queues its manifest. A pinned agent's new
+  // chain gets High retention. Call before release.
   void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent,
                       std::int64_t n_tokens, bool hit);
+  // The agents API's changes; each returns the agent's record after it (for delete: as it was),
+  // nullopt for an unknown agent (or without an agent index).
+  // Pin: persisted in the manifest, the chain's blocks High in device memory and the host tier.
+  // Unpin: persisted; each block of the chain goes back to Normal unless another pinned agent's
+  // chain holds it (then it stays High).
+  std::optional<AgentRecord> set_agent_pinned(std::string_view ns, std::string_view agent,
+                                              bool pinned);
+  // Drops the chain's unreferenced device blocks and host copies (evict_keys); disk stays.
+  std::optional<AgentRecord> evict_agent(std::string_view ns, std::string_view agent);
+  // Forgets the agent: its manifest and the blocks no other agent's chain names leave every
+  // tier (device blocks a running sequence holds stay until released); blocks it pinned and
+  // others share get their retention recomputed as for unpin.
+  std::optional<AgentRecord> erase_agent(std::string_view ns, std::string_view agent);
   // Drops the blocks with these keys from device memory where no sequence holds them (last key
   // first, so a chain's tail goes before its head), and from the host tier; their disk copies
   // stay. Returns how many device blocks were dropped.
@@ -170,6 +186,8 @@ class KvManager {
   void spill(BlockId block, const TierMeta& meta);
   void finish_tier_reads();
   bool demoting(const Hash128& key) const;
+  // Agents (kv_agents.cpp): High where a pinned agent's chain holds the key, else Normal.
+  void recompute_pinned_retention(std::span<const Hash128> keys);
 
   BlockPool pool_;
   PrefixIndex index_;

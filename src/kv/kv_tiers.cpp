@@ -1,9 +1,8 @@
 // KvManager's tier and agent hooks: keys of indexed blocks, spilling newly indexed blocks to the
 // disk tier, demoting evicted blocks to the host tier, restoring a prefix from the host and disk
-// tiers at match (with the disk part loaded in the background first), agents' chains, eviction
-// and retention by key.
+// tiers at match (with the disk part loaded in the background first), eviction and retention by
+// key. Agents' chains and the agents API: kv_agents.cpp.
 #include <algorithm>
-#include <chrono>
 
 #include "base/check.h"
 #include "kv/agent_index.h"
@@ -192,22 +191,6 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     matched += bs;
   }
   return matched;
-}
-
-void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent,
-                               std::int64_t n_tokens, bool hit) {
-  if (agents_ == nullptr || agent.empty() || !seq.open_) return;
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-  const AgentRecord r =
-      agents_->record_turn(ns, agent,
-                           {.chain = seq.keys_,
-                            .n_tokens = n_tokens,
-                            .hit = hit,
-                            .restored = seq.n_restored_ + seq.n_host_restored_ > 0,
-                            .now_ms = now});
-  if (disk_ != nullptr) disk_->put_manifest(r);
 }
 
 std::int32_t KvManager::evict_keys(std::span<const Hash128> keys) {

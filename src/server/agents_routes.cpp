@@ -88,30 +88,30 @@ void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httpl
   const std::string id = agent_id_of(req);
   const std::string action = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
   const std::string tenant = tenant_of(ctx, req);
-  AgentRecord r = find_or_404(ctx, tenant, id);
-  if (action == "pin" || action == "unpin") {
-    std::optional<AgentRecord> updated = agents_of(ctx).set_pinned(tenant, id, action == "pin");
-    if (!updated) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
-    if (ctx.memory.disk != nullptr) ctx.memory.disk->put_manifest(*updated);
-    ctx.engine.set_retention(updated->chain, updated->pinned ? Retention::High : Retention::Normal);
-    r = *updated;
-  } else if (action == "evict") {
-    // Device memory and the host tier: blocks on disk stay, so the next request restores them.
-    ctx.engine.evict_blocks(r.chain);
-  } else {
+  agents_of(ctx);  // 404 without agent memory
+  AgentAction a;
+  if (action == "pin")
+    a = AgentAction::Pin;
+  else if (action == "unpin")
+    a = AgentAction::Unpin;
+  else if (action == "evict")  // device memory and the host tier; disk copies stay
+    a = AgentAction::Evict;
+  else
     throw Error(ErrorKind::NotFound, "no agent action '" + action + "'");
-  }
-  res.set_content(agent_json(ctx, r).dump(), "application/json");
+  // Applied by the engine thread, the one writer of agent state (Engine::change_agent).
+  const std::optional<AgentRecord> r = ctx.engine.change_agent(tenant, id, a).get();
+  if (!r) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
+  res.set_content(agent_json(ctx, *r).dump(), "application/json");
 }
 
 void handle_agent_delete(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const std::string id = agent_id_of(req);
   const std::string tenant = tenant_of(ctx, req);
-  std::optional<std::vector<Hash128>> own = agents_of(ctx).erase(tenant, id);
-  if (!own) throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
-  // Blocks other agents' chains hold stay (in memory and on disk).
-  ctx.engine.evict_blocks(*own);
-  if (ctx.memory.disk != nullptr) ctx.memory.disk->erase(tenant, id, *own);
+  agents_of(ctx);  // 404 without agent memory
+  // The manifest and the blocks no other agent's chain names go; the agent's requests still in
+  // flight record nothing (Engine::change_agent).
+  if (!ctx.engine.change_agent(tenant, id, AgentAction::Delete).get())
+    throw Error(ErrorKind::NotFound, "agent '" + id + "' not found");
   res.set_content(json{{"id", id}, {"object", "agent"}, {"deleted", true}}.dump(),
                   "application/json");
 }

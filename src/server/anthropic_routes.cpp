@@ -88,6 +88,8 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   }
 
   res.set_header("cache-control", "no-cache");
+  // A client that leaves during a long prefill writes nothing to fail: poll its socket.
+  prep->job.client_gone = client_gone_check(req);
   res.set_chunked_content_provider(
       "text/event-stream",
       [&ctx, prep, slot, id, model, agent = who.agent](std::size_t, httplib::DataSink& out) {

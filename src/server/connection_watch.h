@@ -1,6 +1,6 @@
-// Notices that the client of a non-streaming request has gone away, which cpp-httplib 0.11 never
-// tells a handler (it only fails a write, and a non-streaming reply writes once, at the end).
-// Not for streaming replies: their writes already report a closed connection.
+// Notices that a request's client has gone away, which cpp-httplib 0.11 never tells a handler (it
+// only fails a write): a non-streaming reply writes once, at the end, and a streaming one writes
+// nothing while its prompt is prefilled. run_generation polls it between engine events.
 #pragma once
 
 #include <functional>
@@ -30,8 +30,8 @@ class ConnectionWatch {
   int fd_;
 };
 
-// For run_generation_collected: whether the request's client has gone (empty when its socket
-// cannot be found). Valid while the request's handler runs.
+// For GenerationJob::client_gone: whether the request's client has gone (empty when its socket
+// cannot be found). Valid while the request's handler and its content provider run.
 std::function<bool()> client_gone_check(const httplib::Request& req);
 
 }  // namespace akv

@@ -155,12 +155,23 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
     cancel_once();
   };
   ReplyFinish finish;
+  // Between events: poll the client every kClientPollInterval, ping after ping_interval.
+  const auto wait = job.client_gone ? std::min(job.ping_interval, kClientPollInterval)
+                                    : job.ping_interval;
+  auto last_sign = Clock::now();  // of the engine or a ping
   for (;;) {
-    std::optional<EngineEvent> e = queue->pop_for(job.ping_interval);
+    std::optional<EngineEvent> e = queue->pop_for(wait);
     if (!e) {
-      if (!cancelled && !sink.ping()) leave();
+      if (cancelled) continue;
+      if (job.client_gone && job.client_gone()) {
+        leave();
+      } else if (Clock::now() - last_sign >= job.ping_interval) {
+        last_sign = Clock::now();
+        if (!sink.ping()) leave();
+      }
       continue;
     }
+    last_sign = Clock::now();
     if (e->kind == EventKind::Started) {
       usage.cached_tokens = e->usage.cached_tokens;
       if (!started && !sink.start(usage)) leave();
@@ -214,7 +225,7 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
 
 ReplyFinish run_generation_collected(Engine& engine, const Tokenizer& tokenizer, GenerationJob job,
                                      CollectingSink& sink, std::function<bool()> client_gone) {
-  job.ping_interval = std::min(job.ping_interval, kClientPollInterval);
+  job.client_gone = client_gone;
   WatchedSink watched(sink, std::move(client_gone));
   return run_generation(engine, tokenizer, std::move(job), watched);
 }

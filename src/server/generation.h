@@ -1,7 +1,8 @@
 // Drives one generation for the HTTP thread that serves it: submits the tokenized request to
 // the engine, then turns engine events into client output (incremental detokenizing, stop
 // sequences, the family's tool-call/reasoning parser) on an OutputSink. Cancels the engine
-// request when the client goes away or a stop sequence matches. Never throws for engine-side
+// request when the client goes away (a failed write, or GenerationJob::client_gone while
+// waiting) or a stop sequence matches. Never throws for engine-side
 // failures: they end as ReplyFinish{Error}.
 #pragma once
 
@@ -32,6 +33,11 @@ struct GenerationJob {
                      std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids)>
       on_complete;
   std::chrono::milliseconds ping_interval{5000};
+  // Whether the client has gone (may be empty: then only a failed write tells). Asked every
+  // kClientPollInterval while no engine event comes (queueing, a long prefill), so a client that
+  // leaves then is noticed and its engine request cancelled within ~100 ms, not at the next
+  // ping or token.
+  std::function<bool()> client_gone;
   // Special tokens reach the parser as text (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]).
   bool keep_special_tokens = false;
   // Reasoning is generated but not sent (nor among the blocks on_complete gets, so the turn the
@@ -39,12 +45,13 @@ struct GenerationJob {
   bool omit_thinking = false;
 };
 
+inline constexpr std::chrono::milliseconds kClientPollInterval{100};
+
 ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& sink);
 
 // A non-streaming generation into `sink`. `client_gone` (may be empty) is asked at each token
 // and every kClientPollInterval while waiting (prefill, queueing); once it says yes the engine
 // request is cancelled and the reply ends as StopReason::Cancelled.
-inline constexpr std::chrono::milliseconds kClientPollInterval{100};
 ReplyFinish run_generation_collected(Engine& engine, const Tokenizer& tokenizer, GenerationJob job,
                                      CollectingSink& sink, std::function<bool()> client_gone);
 

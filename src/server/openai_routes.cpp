@@ -52,9 +52,12 @@ class TextChunkSink final : public OutputSink {
 };
 
 template <typename MakeWriter>
-void stream_reply(ServingContext& ctx, httplib::Response& res, std::shared_ptr<PreparedChat> prep,
-                  std::shared_ptr<AdmissionSlot> slot, std::string route, std::string agent, MakeWriter make_writer) {
+void stream_reply(ServingContext& ctx, const httplib::Request& req, httplib::Response& res,
+                  std::shared_ptr<PreparedChat> prep, std::shared_ptr<AdmissionSlot> slot, std::string route,
+                  std::string agent, MakeWriter make_writer) {
   res.set_header("cache-control", "no-cache");
+  // A client that leaves during a long prefill writes nothing to fail: poll its socket.
+  prep->job.client_gone = client_gone_check(req);
   res.set_chunked_content_provider(
       "text/event-stream", [&ctx, prep, slot, route, agent, make_writer](std::size_t, httplib::DataSink& out) {
         auto write = [&out](std::string_view s) { return out.write(s.data(), s.size()); };
@@ -105,7 +108,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
     return;
   }
   const bool include_usage = parsed.include_usage;
-  stream_reply(ctx, res, prep, slot, "chat.completions", who.agent, [=](auto write) {
+  stream_reply(ctx, req, res, prep, slot, "chat.completions", who.agent, [=](auto write) {
     return std::make_unique<OpenAiChunkWriter>(id, model, created, include_usage, write);
   });
 }
@@ -153,7 +156,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   }
   const bool include_usage = parsed.include_usage;
   const std::string model = parsed.model;
-  stream_reply(ctx, res, prep, slot, "completions", who.agent, [=](auto write) {
+  stream_reply(ctx, req, res, prep, slot, "completions", who.agent, [=](auto write) {
     auto sink = std::make_unique<TextChunkSink>(id, model, created, write);
     sink->include_usage = include_usage;
     if (!echo.empty()) sink->text(echo);

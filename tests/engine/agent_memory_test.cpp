@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -111,6 +112,46 @@ struct Served {
   std::unique_ptr<Engine> engine;
   Collector out;
 };
+
+// Holds the engine thread inside a request's Started event until released, so a test decides
+// what the engine finds in its queues when it goes on (no sleeps): commands queued meanwhile are
+// applied before its next step, with the held request in flight.
+class EngineGate {
+ public:
+  explicit EngineGate(EventCallback inner) : inner_(std::move(inner)) {}
+  EventCallback callback() {
+    return [this](const EngineEvent& e) {
+      inner_(e);
+      if (e.kind != EventKind::Started) return;
+      std::unique_lock lock(mu_);
+      held_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+    };
+  }
+  void wait_held() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  EventCallback inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, open_ = false;
+};
+
+std::int64_t count_manifests(const std::string& kv_dir) {
+  std::int64_t n = 0;
+  for (const auto& e : fs::directory_iterator(kv_dir + "/agents"))
+    n += e.path().extension() == ".agent";
+  return n;
+}
 
 std::int32_t full_blocks_before_last(std::size_t n_tokens) {
   return static_cast<std::int32_t>((n_tokens - 1) / kBlock * kBlock);
@@ -390,6 +431,101 @@ TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {
   // layout, which outlier key channels coarsened); 0.05 fails a regression to per-row keys.
   EXPECT_LT(max_diff, 0.05);
   std::printf("int8 restore of 40 tokens: top-10 logprob max |diff| %.5f\n", max_diff);
+}
+
+// Agent commands and the end of a request are applied by the engine thread in one order (issue
+// 13, item 4). A DELETE that lands while the agent's request runs wins: the request ends
+// normally but records nothing, so the agent is not resurrected with a manifest naming the
+// block files the delete erased.
+TEST(AgentMemory, ADeleteWhileTheAgentsRequestRunsIsNotUndoneByItsEnd) {
+  ScratchDir dir;
+  Served s(kStories, dir.path);
+  const Ids prompt = random_ids(11, 40);
+  const Result first = s.run(prompt, 4, "a");
+  s.settle();
+  ASSERT_EQ(count_manifests(dir.path), 1);
+  Ids turn2 = prompt;
+  turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+  for (int t : random_ids(12, 5)) turn2.push_back(t);
+
+  EngineGate gate(s.out.callback());
+  GenerateRequest r;
+  r.prompt = turn2;
+  r.max_tokens = 8;
+  r.agent = "a";
+  const RequestId id = s.engine->submit(std::move(r), gate.callback());
+  gate.wait_held();  // turn 2 admitted, its first chunk planned
+  std::future<std::optional<AgentRecord>> deleted =
+      s.engine->change_agent("", "a", AgentAction::Delete);
+  gate.release();
+  ASSERT_TRUE(deleted.get()) << "the agent existed";
+  const Result second = s.out.wait(id);
+  EXPECT_EQ(second.reason, FinishReason::Length) << "the request itself runs to its end";
+  EXPECT_EQ(second.tokens, greedy_alone(kStories, turn2, 8));
+  EXPECT_FALSE(s.agents.find("", "a")) << "the request's end resurrected the deleted agent";
+  s.settle();
+  EXPECT_EQ(count_manifests(dir.path), 0) << "a manifest names the erased files";
+  EXPECT_FALSE(s.engine->change_agent("", "a", AgentAction::Pin).get());
+
+  // A request after the delete starts the agent afresh.
+  s.run(prompt, 2, "a");
+  const auto fresh = s.agents.find("", "a");
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->n_requests, 1u);
+  s.settle();
+  EXPECT_EQ(count_manifests(dir.path), 1);
+}
+
+// A pin applied while the agent's request runs, and the request's end, reach the disk in the
+// order the engine applied them: after a restart the agent is pinned, with the chain of the
+// request that ended last; an unpin queued after that end is what the disk says next.
+TEST(AgentMemory, APinWhileTheAgentsRequestRunsIsKeptOnDiskAfterItsEnd) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(13, 40);
+  std::vector<Hash128> chain2;
+  {
+    Served s(kStories, dir.path);
+    const Result first = s.run(prompt, 4, "a");
+    Ids turn2 = prompt;
+    turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+    for (int t : random_ids(14, 5)) turn2.push_back(t);
+    EngineGate gate(s.out.callback());
+    GenerateRequest r;
+    r.prompt = turn2;
+    r.max_tokens = 8;
+    r.agent = "a";
+    const RequestId id = s.engine->submit(std::move(r), gate.callback());
+    gate.wait_held();
+    std::future<std::optional<AgentRecord>> pinned =
+        s.engine->change_agent("", "a", AgentAction::Pin);
+    gate.release();
+    const std::optional<AgentRecord> p = pinned.get();
+    ASSERT_TRUE(p);
+    EXPECT_TRUE(p->pinned);
+    EXPECT_EQ(p->n_requests, 1u) << "applied before turn 2 ended";
+    s.out.wait(id);
+    const auto rec = s.agents.find("", "a");
+    ASSERT_TRUE(rec);
+    EXPECT_TRUE(rec->pinned);
+    EXPECT_EQ(rec->n_requests, 2u);
+    chain2 = rec->chain;
+    EXPECT_GT(chain2.size(), p->chain.size());
+    s.settle();
+  }
+  {
+    Served s(kStories, dir.path);
+    const auto rec = s.agents.find("", "a");
+    ASSERT_TRUE(rec);
+    EXPECT_TRUE(rec->pinned) << "the pin was lost on disk";
+    EXPECT_EQ(rec->chain, chain2);
+    const std::optional<AgentRecord> u = s.engine->change_agent("", "a", AgentAction::Unpin).get();
+    ASSERT_TRUE(u);
+    EXPECT_FALSE(u->pinned);
+    s.settle();
+  }
+  Served s(kStories, dir.path);
+  ASSERT_TRUE(s.agents.find("", "a"));
+  EXPECT_FALSE(s.agents.find("", "a")->pinned);
 }
 
 }  // namespace

@@ -234,6 +234,62 @@ TEST(Scheduler, DecodesGoFirstAndPrefillIsChunked) {
   EXPECT_EQ(h.kv.usage().n_used, 0);
 }
 
+// Two long prefills that each could take half the step budget (two abandoned 4K-token prompts)
+// no longer hold a short request in the waiting queue until one of them ends (issue 13, item
+// 8): it is admitted in the next step and its prompt fits in the admission reserve, so it
+// decodes from the step after; a medium one keeps getting a share each step. The oldest long
+// prefill still gets a full chunk every step, and decodes still come first.
+TEST(Scheduler, AShortRequestIsAdmittedWithinAStepWhileTwoLongPrefillsRun) {
+  Harness h(600, 16, {.max_batch_tokens = 512, .max_prefill_chunk = 256, .max_running = 8});
+  auto add = [&](std::uint64_t id, std::int32_t n_prompt, std::int32_t max_tokens) {
+    auto r = std::make_unique<Request>();
+    r->seq.id = r->seq.arrival = id;
+    for (std::int32_t i = 0; i < n_prompt; ++i)
+      r->seq.tokens.push_back(static_cast<std::int32_t>((id * 131 + i) % kVocab));
+    r->seq.n_prompt = n_prompt;
+    r->max_tokens = max_tokens;
+    r->expected = expected_output(r->seq.tokens, max_tokens);
+    h.sched.add(&r->seq);
+    h.requests.push_back(std::move(r));
+    return h.requests.back().get();
+  };
+  Request* long1 = add(1, 4000, 4);
+  Request* long2 = add(2, 4000, 4);
+  h.step();
+  ASSERT_EQ(long1->seq.state, SeqState::Running);
+  ASSERT_EQ(long2->seq.state, SeqState::Running);
+
+  Request* short1 = add(3, 60, 4);
+  h.step();
+  EXPECT_EQ(short1->seq.state, SeqState::Running) << "admitted in the first step after it came";
+  EXPECT_EQ(short1->seq.n_generated(), 1) << "its whole prompt ran in that step";
+  const std::int32_t long1_before = long1->seq.n_computed;
+  h.step();
+  EXPECT_EQ(short1->seq.n_generated(), 2) << "then it decodes every step";
+  EXPECT_EQ(long1->seq.n_computed - long1_before, 256) << "the oldest prefill keeps a full chunk";
+
+  // A medium prompt (over the reserve) runs a chunk every step, as the newest prefill.
+  Request* medium = add(4, 700, 2);
+  int steps = 0;
+  for (std::int32_t last = 0; medium->seq.n_generated() == 0 && steps < 20; ++steps) {
+    h.step();
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_GT(medium->seq.n_computed, last) << "step " << steps;
+    last = medium->seq.n_computed;
+  }
+  EXPECT_LE(steps, 7) << "700 tokens at about 128 a step, not after the 4K prompts";
+  EXPECT_EQ(long1->seq.n_generated(), 0) << "the long ones are still prefilling";
+  for (int i = 0; i < 100 && !std::all_of(h.requests.begin(), h.requests.end(),
+                                          [](auto& r) { return r->done; });
+       ++i)
+    h.step();
+  for (auto& r : h.requests) {
+    EXPECT_TRUE(r->done);
+    const auto generated = r->seq.tokens.begin() + r->seq.n_prompt;
+    EXPECT_EQ(std::vector<std::int32_t>(generated, r->seq.tokens.end()), r->expected);
+  }
+}
+
 TEST(Scheduler, ASequenceLargerThanMemoryFails) {
   Harness h(4, 4, {.max_batch_tokens = 64, .max_prefill_chunk = 64, .max_running = 4});
   Request a;

@@ -260,6 +260,88 @@ TEST(KvTiers, EvictKeysEmptiesDeviceAndHost) {
   EXPECT_EQ(d.run(a), 0);
 }
 
+// Two agents share a 2-block prefix and both are pinned; unpinning one lowers only its own
+// blocks: the shared prefix stays High for the other (issue 13, item 4). Deleting the other,
+// still pinned, lowers the prefix too.
+TEST(KvTiers, UnpinKeepsTheBlocksAnotherPinnedAgentHoldsHigh) {
+  Device d(16);
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents}, d.io());
+  const Tokens shared = iota_tokens(8, 1);
+  Tokens ta = shared, tb = shared;
+  for (std::int32_t t : iota_tokens(9, 100)) ta.push_back(t);
+  for (std::int32_t t : iota_tokens(9, 200)) tb.push_back(t);
+  // Each agent's turn: 16 of its 17 tokens computed (4 full blocks), recorded, released.
+  auto turn = [&](const Tokens& tokens, const std::string& agent) {
+    KvSequence seq;
+    d.kv.match(seq, tokens, "");
+    EXPECT_TRUE(d.kv.allocate(seq, 16));
+    d.kv.commit(seq, tokens, 16);
+    d.kv.remember_agent(seq, "", agent, 16, false);
+    const std::vector<BlockId> blocks(seq.block_table().begin(), seq.block_table().end());
+    d.kv.release(seq);
+    return blocks;
+  };
+  const std::vector<BlockId> a = turn(ta, "a"), b = turn(tb, "b");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(a[0], b[0]);
+  ASSERT_EQ(a[1], b[1]);
+  ASSERT_NE(a[2], b[2]);
+  ASSERT_TRUE(d.kv.set_agent_pinned("", "a", true));
+  ASSERT_TRUE(d.kv.set_agent_pinned("", "b", true));
+  const PrefixIndex& index = d.kv.index();
+  for (BlockId blk : {a[0], a[1], a[2], a[3], b[2], b[3]})
+    EXPECT_EQ(index.retention_of(blk), Retention::High);
+
+  const std::optional<AgentRecord> unpinned = d.kv.set_agent_pinned("", "a", false);
+  ASSERT_TRUE(unpinned);
+  EXPECT_FALSE(unpinned->pinned);
+  EXPECT_EQ(index.retention_of(a[0]), Retention::High) << "b still pins the shared prefix";
+  EXPECT_EQ(index.retention_of(a[1]), Retention::High);
+  EXPECT_EQ(index.retention_of(a[2]), Retention::Normal);
+  EXPECT_EQ(index.retention_of(a[3]), Retention::Normal);
+  EXPECT_EQ(index.retention_of(b[2]), Retention::High);
+  EXPECT_EQ(index.retention_of(b[3]), Retention::High);
+
+  ASSERT_TRUE(d.kv.erase_agent("", "b"));
+  EXPECT_FALSE(agents.find("", "b"));
+  EXPECT_TRUE(agents.find("", "a")) << "a's chain keeps the shared prefix";
+  EXPECT_EQ(index.retention_of(a[0]), Retention::Normal) << "nobody pins it now";
+  EXPECT_EQ(index.retention_of(a[1]), Retention::Normal);
+  EXPECT_FALSE(index.contains(b[2])) << "b's own blocks leave memory";
+  EXPECT_FALSE(d.kv.set_agent_pinned("", "b", true)) << "unknown agent";
+}
+
+// A turn that was submitted before its agent was pinned (so its new blocks were computed at
+// Normal retention) and ends after the pin leaves the agent's whole new chain High.
+TEST(KvTiers, ATurnEndingAfterAPinLeavesItsWholeChainHigh) {
+  Device d(16);
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents}, d.io());
+  const Tokens t1 = iota_tokens(9, 1);
+  Tokens t2 = t1;
+  for (std::int32_t t : iota_tokens(8, 50)) t2.push_back(t);
+  KvSequence first;
+  d.kv.match(first, t1, "");
+  ASSERT_TRUE(d.kv.allocate(first, 8));
+  d.kv.commit(first, t1, 8);
+  d.kv.remember_agent(first, "", "a", 8, false);
+  d.kv.release(first);
+
+  KvSequence turn;  // in flight while the pin is applied
+  EXPECT_EQ(d.kv.match(turn, t2, "", Retention::Normal), 8);
+  ASSERT_TRUE(d.kv.set_agent_pinned("", "a", true));
+  ASSERT_TRUE(d.kv.allocate(turn, 16));
+  d.kv.commit(turn, t2, 16);
+  d.kv.remember_agent(turn, "", "a", 16, true);
+  const std::vector<BlockId> blocks(turn.block_table().begin(), turn.block_table().end());
+  d.kv.release(turn);
+  ASSERT_EQ(blocks.size(), 4u);
+  for (BlockId b : blocks) EXPECT_EQ(d.kv.index().retention_of(b), Retention::High) << b;
+  EXPECT_TRUE(agents.find("", "a")->pinned);
+}
+
 TEST(KvTiers, SideRequestsDoNotPushOutTheMainConversation) {
   Device d(8);
   const Tokens main_chat = iota_tokens(13, 100);  // 4 blocks held after release: 3 indexed
