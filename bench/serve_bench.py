@@ -16,7 +16,7 @@ Steps (--scenarios, all by default; docs/perf/serving.md defines each one):
 
   python3 bench/serve_bench.py --url http://127.0.0.1:8080 --label agentkv --json a.json
   python3 bench/serve_bench.py --server-cmd "agentkv serve --model M --port 8080 --kv-dir D" ...
-  python3 bench/serve_bench.py --compare a.json b.json      # markdown side-by-side with ratios
+  python3 bench/serve_bench.py --compare a.json b.json [b2.json]   # markdown side by side, with ratios
 Exit status: 0 when every selected step ran, 1 on a failed request or server, 2 on bad flags.
 """
 import argparse
@@ -713,30 +713,40 @@ def cell(rec, what):
     return f"{shown} ({fmt(rec['prompt_tokens'])} tokens, {fmt(rec.get('cache_read'))} cached)", t
 
 
-def compare(paths):
-    runs = []
+def load_runs(paths):
+    """{label: steps by name}, in the order labels first appear; runs with the same label merge
+    (e.g. llama-server -np 1 for the single-agent steps and -np 20 for the concurrent ones)."""
+    runs = {}
     for p in paths:
         try:
             with open(p) as f:
-                runs.append(json.load(f))
+                run = json.load(f)
         except (OSError, ValueError) as e:
             raise BenchError(f"--compare: cannot read '{p}': {e}") from e
-    labels = [r.get("label") or os.path.basename(p) for r, p in zip(runs, paths)]
-    steps = [{s["step"]: s for s in r["steps"] if s.get("shown")} for r in runs]
+        label = run.get("label") or os.path.basename(p)
+        runs.setdefault(label, {}).update({s["step"]: s for s in run.get("steps", []) if s.get("shown")})
+    if len(runs) < 2:
+        raise BenchError(f"--compare: the files hold {len(runs)} label(s); two are compared")
+    return runs
+
+
+def compare(paths):
+    runs = load_runs(paths)
+    labels = list(runs)
     print(f"| step | {' | '.join(labels)} | {labels[0]} / {labels[1]} |")
     print("|---|" + "---|" * (len(labels) + 1))
     for key, title, what in ROWS:
-        cells = [cell(s.get(key), what) for s in steps]
+        cells = [cell(runs[label].get(key), what) for label in labels]
         if all(c[1] is None for c in cells):
             continue
         a, b = cells[0][1], cells[1][1]
-        ratio = f"{a / b:.2f}x" if a and b else "-"
+        ratio = f"{a / b:.2f}" if a and b else "-"
         print(f"| {title} | {' | '.join(c[0] for c in cells)} | {ratio} |")
     print()
-    print("Ratios within each run (TTFT / cold TTFT): " + "; ".join(
-        f"{lab}: " + ", ".join(f"{k.replace('_over_cold', '')} {v:.3f}" for k, v in summary(r["steps"]).items()
-                               if k.endswith("_over_cold") and v is not None)
-        for lab, r in zip(labels, runs)))
+    for label in labels:
+        ratios = summary(list(runs[label].values()))
+        print(f"{label}, TTFT / its cold TTFT: " + ", ".join(
+            f"{k.replace('_over_cold', '')} {v:.3f}" for k, v in ratios.items() if k.endswith("_over_cold")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -746,7 +756,8 @@ def parse_args(argv):
     ap.add_argument("--url", default="http://127.0.0.1:8080", help="the server's base URL")
     ap.add_argument("--label", default="", help="this run's name in --json and --compare (agentkv, llama-server)")
     ap.add_argument("--json", help="write every raw number to this file")
-    ap.add_argument("--compare", nargs=2, metavar=("A_JSON", "B_JSON"), help="print a side-by-side markdown table and exit")
+    ap.add_argument("--compare", nargs="+", metavar="JSON",
+                    help="print a side-by-side markdown table of two labels' runs (files of one label merge) and exit")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: " + ", ".join(SCENARIOS))
     ap.add_argument("--tokens", type=int, default=16384, help="prompt length of the single-agent steps")
     ap.add_argument("--system-tokens", type=int, default=2048, help="of which the system prompt + tools")

@@ -64,3 +64,11 @@ for a in steps["concurrent_2"]["agents"]:
            a["usage"]["cache_read_input_tokens"])
 sys.exit(1 if failed else 0)
 PY
+
+# --compare: two labels' runs side by side, one row per step, ratios of the first to the second.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d['label'] = 'other'; json.dump(d, open(sys.argv[2], 'w'))" \
+  "$tmp/run.json" "$tmp/other.json"
+python3 "$bench" --compare "$tmp/run.json" "$tmp/other.json" > "$tmp/table.md"
+rows="$(grep -c '^| .* | 1.00 |$' "$tmp/table.md" || true)"
+if [[ "$rows" != 9 ]]; then echo "FAIL: --compare printed $rows step rows with ratio 1.00, want 9:"; cat "$tmp/table.md"; exit 1; fi
+echo "ok: --compare table"
