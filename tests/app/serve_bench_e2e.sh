@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end: bench/serve_bench.py drives `agentkv serve` (stories260K, CPU, host and disk tiers,
-# a device pool of about two agents) through every scenario with tiny sizes, restarting the server
-# itself for the disk step. Asserts the script exits 0 and that the cached-token counts and tier
-# counters are what each step must produce.
+# a device pool of about ten agents) through every scenario with tiny sizes: it restarts the
+# server itself for the disk step and sends 20 agents' requests at once (a burst of connections
+# the listen queue must take). Asserts the script exits 0, the cached-token counts and tier
+# counters each step must produce, and the --compare table.
 set -euo pipefail
 agentkv="$1"
 testdata="$2"
@@ -14,9 +15,9 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 
 if ! python3 "$bench" --url "http://127.0.0.1:$port" --label agentkv --json "$tmp/run.json" \
   --server-cmd "$agentkv serve --model $model --port $port --backend cpu --threads 2 --block-size 16 \
-    --kv-cache-mb 1 --kv-host-bytes 4M --kv-dir $tmp/kv" --server-log "$tmp/server.log" \
+    --kv-cache-mb 4 --kv-host-bytes 16M --kv-dir $tmp/kv" --server-log "$tmp/server.log" \
   --tokens 300 --system-tokens 80 --tools 0 --next-tokens 48 --decode-tokens 24 --reply-tokens 8 \
-  --cached-agents 2 --evict-agents 3 --agents 3 --shared-tokens 160 --tail-tokens 64 \
+  --cached-agents 2 --evict-agents 12 --agents 20 --shared-tokens 96 --tail-tokens 32 \
   --settle-s 10 --timeout 60 --start-timeout 30; then
   echo "FAIL: serve_bench.py exited non-zero; server log:"; tail -30 "$tmp/server.log"; exit 1
 fi
