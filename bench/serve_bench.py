@@ -5,7 +5,7 @@ llama.cpp's llama-server), so two runs give a side-by-side table. Standard libra
 
 Steps (--scenarios, all by default; docs/perf/serving.md defines each one):
   cold         one agent's unique prompt of --tokens on a server holding nothing of it
-  repeat       the same request again (all but the last block cached)
+  repeat       the same request again (a caching server reuses all of it but the last token)
   next_turn    that conversation + the reply as returned + --next-tokens of new user text
   decode       the next-turn conversation again, streaming --decode-tokens: tokens/s
   switch       --cached-agents agents' cold prompts, then one more agent's cold prompt
@@ -479,6 +479,13 @@ COUNTERS = ("agentkv_kv_host_restored_total", "agentkv_kv_disk_restored_total", 
             "agentkv_kv_host_demoted_total", "agentkv_kv_disk_written_total", "agentkv_preemptions_total")
 
 
+def counters(client):
+    """{name without the agentkv_ prefix: value} of COUNTERS the server reports (none: {})."""
+    text = metrics_text(client)
+    values = {c.replace("agentkv_", ""): metric(text, c) for c in COUNTERS}
+    return {c: v for c, v in values.items() if v is not None}
+
+
 def percentile(values, q):
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     v = sorted(values)
@@ -496,12 +503,11 @@ class Bench:
         return f"{self.args.agent_prefix}{self.args.nonce}-{name}"
 
     def send(self, step, title, body, agent, shown=True, stream=None, **extra):
-        before = metrics_text(self.client) if shown else None
+        before = counters(self.client) if shown else {}
         rec = self.client.message(body, agent, stream=self.args.stream if stream is None else stream)
-        if before is not None:
-            after = metrics_text(self.client)
-            rec["server_counters"] = {c.replace("agentkv_", ""): metric(after, c) - metric(before, c)
-                                      for c in COUNTERS if metric(before, c) is not None and metric(after, c) is not None}
+        if before:
+            after = counters(self.client)
+            rec["server_counters"] = {c: after[c] - before[c] for c in before if c in after}
         rec.update(step=step, title=title, shown=shown, prompt_tokens=prompt_tokens(rec["usage"]),
                    cache_read=rec["usage"].get("cache_read_input_tokens"), **extra)
         rec["reply_chars"] = sum(len(c.get("text", "")) for c in rec["content"])
@@ -662,6 +668,9 @@ def print_row(rec):
           f"{fmt(rec['prompt_tokens']):>8} {fmt(rec.get('cache_read')):>8} {fmt(rec.get('output_tokens')):>5}", flush=True)
 
 
+COLD_STEPS = ("cold", "switch_fill", "switch", "host_first", "host_evict", "disk_first")
+
+
 def summary(steps):
     """The numbers docs/perf/serving.md reports, from one run's steps."""
     by = {s["step"]: s for s in steps if s.get("shown")}
@@ -672,9 +681,17 @@ def summary(steps):
             out[key + "_ttft_s"] = by[key]["ttft_s"]
             if cold and key != "cold":
                 out[key + "_over_cold"] = by[key]["ttft_s"] / cold
+    # Every cold prompt of the single-agent size (setup requests included): on a machine whose
+    # load varies, their median is a steadier denominator than one cold request.
+    colds = sorted(s["ttft_s"] for s in steps if s["step"] in COLD_STEPS)
+    if colds:
+        out["cold_median_s"] = colds[len(colds) // 2]
+        out["cold_min_s"] = colds[0]
     for key in ("host_return", "disk_return"):
         if key in by and by[key].get("own_cold_s"):
             out[key + "_over_own_cold"] = by[key]["ttft_s"] / by[key]["own_cold_s"]
+        if key in by and colds:
+            out[key + "_over_cold_median"] = by[key]["ttft_s"] / out["cold_median_s"]
     if "decode" in by:
         out["decode_tok_s"] = by["decode"].get("decode_tok_s")
     for turn in (1, 2):
@@ -752,7 +769,7 @@ def compare(paths):
 # ---------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080", help="the server's base URL")
     ap.add_argument("--label", default="", help="this run's name in --json and --compare (agentkv, llama-server)")
     ap.add_argument("--json", help="write every raw number to this file")
@@ -796,6 +813,8 @@ def parse_args(argv):
     for name in ("tokens", "next_tokens", "decode_tokens", "agents", "shared_tokens", "tail_tokens", "reply_tokens"):
         if getattr(a, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive")
+    if not 0 <= a.system_tokens < a.tokens:
+        ap.error("--system-tokens must be below --tokens (the user turn is the rest)")
     if not 0 <= a.tools <= len(TOOLS):
         ap.error(f"--tools must be 0-{len(TOOLS)}")
     a.nonce = a.nonce or f"{random.SystemRandom().getrandbits(32):08x}"
@@ -824,9 +843,11 @@ def main(argv):
               f"({'counted by the server' if maker.counted else 'estimate'}), nonce {args.nonce}")
         print_header()
         bench = Bench(args, client, maker, server)
+        load_start = os.getloadavg()
         bench.run(args.scenarios)
         result = {"label": args.label, "url": args.url, "args": {k: v for k, v in vars(args).items() if k != "api_key"},
-                  "machine": {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
+                  "machine": {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                              "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
                   "chars_per_token": maker.chars_per_token, "counted": bool(maker.counted),
                   "steps": [{k: v for k, v in s.items() if k != "content"} for s in bench.steps],
                   "summary": summary(bench.steps), "errors": bench.errors, "metrics_end": metrics_text(client)}
