@@ -139,13 +139,14 @@ class Client:
                 if kind == "message_start":
                     rec["usage"].update(ev.get("message", {}).get("usage", {}))
                 elif kind == "content_block_start":
-                    blocks[ev["index"]] = dict(ev["content_block"], _json="")
+                    blocks[ev.get("index", 0)] = dict(ev.get("content_block", {"type": "text"}), _json="")
                 elif kind == "content_block_delta":
                     rec["n_deltas"] += 1
                     if rec["first_delta_s"] is None:
                         rec["first_delta_s"] = now
                     rec["last_delta_s"] = now
-                    add_delta(blocks.setdefault(ev["index"], {"type": "text", "text": "", "_json": ""}), ev["delta"])
+                    block = blocks.setdefault(ev.get("index", 0), {"type": "text", "text": "", "_json": ""})
+                    add_delta(block, ev.get("delta", {}))
                 elif kind == "message_delta":
                     rec["usage"].update({k: v for k, v in ev.get("usage", {}).items() if v is not None})
                     rec["stop_reason"] = ev.get("delta", {}).get("stop_reason")
@@ -475,7 +476,7 @@ def wait_disk_settled(client, max_s):
 # The scenarios. Each measured request becomes a step record; setup requests are kept too
 # (shown = False) so the JSON holds every raw number.
 
-COUNTERS = ("agentkv_kv_host_restored_total", "agentkv_kv_disk_restored_total", "agentkv_cached_prompt_tokens_total",
+COUNTERS = ("agentkv_kv_host_restored_total", "agentkv_kv_disk_restored_total",
             "agentkv_kv_host_demoted_total", "agentkv_kv_disk_written_total", "agentkv_preemptions_total")
 
 
@@ -561,8 +562,8 @@ class Bench:
         for i in range(self.args.cached_agents):
             self.send("switch_fill", f"cached agent {i}", self.sized(f"k{i}", self.args.tokens), self.agent(f"k{i}"),
                       shown=False)
-        self.send("switch", f"another agent's cold, {self.args.cached_agents} cached", self.sized("switch", self.args.tokens),
-                  self.agent("switch"), empty_server_cold_s=self.cold_ttft_s)
+        self.send("switch", f"another agent's cold, {self.args.cached_agents} cached",
+                  self.sized("switch", self.args.tokens), self.agent("switch"), empty_server_cold_s=self.cold_ttft_s)
 
     def run_host_return(self):
         body = self.sized("h", self.args.tokens)
@@ -592,14 +593,15 @@ class Bench:
             wait_healthy(self.client, self.args.start_timeout)
         restart_s = time.perf_counter() - t0
         self.warmup()
-        self.send("disk_return", "return after a restart (disk tier)", body, self.agent("d"), own_cold_s=first["ttft_s"],
-                  restart_s=restart_s, stop_s=stop_s)
+        self.send("disk_return", "return after a restart (disk tier)", body, self.agent("d"),
+                  own_cold_s=first["ttft_s"], restart_s=restart_s, stop_s=stop_s)
 
     # N agents at once: a shared system prompt, each its own tail, two turns.
     def run_concurrent(self):
         a = self.args
         n_total = a.shared_tokens + a.tail_tokens
-        bodies = [self.sized(f"c{i}", n_total, system_tokens=a.shared_tokens, system_seed="shared") for i in range(a.agents)]
+        bodies = [self.sized(f"c{i}", n_total, system_tokens=a.shared_tokens, system_seed="shared")
+                  for i in range(a.agents)]
         recs = self.concurrent_turn(1, bodies)
         bodies = [next_turn(b, r, self.maker.text_of(f"c{i}-turn2", a.next_tokens))
                   for i, (b, r) in enumerate(zip(bodies, recs))]
@@ -665,7 +667,8 @@ def print_header():
 
 def print_row(rec):
     print(f"{rec['title']:<44} {rec['ttft_s'] * 1e3:>9.1f} {rec['total_s'] * 1e3:>9.1f} "
-          f"{fmt(rec['prompt_tokens']):>8} {fmt(rec.get('cache_read')):>8} {fmt(rec.get('output_tokens')):>5}", flush=True)
+          f"{fmt(rec['prompt_tokens']):>8} {fmt(rec.get('cache_read')):>8} {fmt(rec.get('output_tokens')):>5}",
+          flush=True)
 
 
 COLD_STEPS = ("cold", "switch_fill", "switch", "host_first", "host_evict", "disk_first")
@@ -723,8 +726,8 @@ def cell(rec, what):
         v = rec.get("decode_tok_s")
         return (f"{v:.1f} tok/s ({rec['output_tokens']} tokens)" if v else "-"), v
     if what == "wall":
-        return (f"{rec['wall_s']:.2f} s (TTFT p50 {rec['ttft_p50_s'] * 1e3:.0f} ms, p99 {rec['ttft_p99_s'] * 1e3:.0f} ms)",
-                rec["wall_s"])
+        p50, p99 = rec["ttft_p50_s"] * 1e3, rec["ttft_p99_s"] * 1e3
+        return f"{rec['wall_s']:.2f} s (TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms)", rec["wall_s"]
     t = rec["ttft_s"]
     shown = f"{t * 1e3:.0f} ms" if t < 10 else f"{t:.2f} s"
     return f"{shown} ({fmt(rec['prompt_tokens'])} tokens, {fmt(rec.get('cache_read'))} cached)", t
@@ -775,7 +778,8 @@ def parse_args(argv):
     ap.add_argument("--json", help="write every raw number to this file")
     ap.add_argument("--compare", nargs="+", metavar="JSON",
                     help="print a side-by-side markdown table of two labels' runs (files of one label merge) and exit")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: " + ", ".join(SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help="comma-separated subset of: " + ", ".join(SCENARIOS))
     ap.add_argument("--tokens", type=int, default=16384, help="prompt length of the single-agent steps")
     ap.add_argument("--system-tokens", type=int, default=2048, help="of which the system prompt + tools")
     ap.add_argument("--tools", type=int, default=len(TOOLS), help=f"tool definitions sent (0-{len(TOOLS)})")
@@ -827,7 +831,9 @@ def main(argv):
         compare(args.compare)
         return 0
     client = Client(args.url, args.api_key, args.timeout, args.model)
-    server = ServerProcess(args.server_cmd, args.server_log, args.start_timeout, args.stop_timeout) if args.server_cmd else None
+    server = None
+    if args.server_cmd:
+        server = ServerProcess(args.server_cmd, args.server_log, args.start_timeout, args.stop_timeout)
     try:
         if server is not None:
             server.start(client)
