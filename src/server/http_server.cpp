@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "base/log.h"
 #include "server/api_error.h"
@@ -10,6 +11,8 @@
 namespace akv {
 
 namespace {
+
+constexpr int kListenBacklog = 1024;
 
 // Anthropic paths answer errors in Anthropic's envelope; everything else in OpenAI's.
 Dialect dialect_of(const httplib::Request& req) {
@@ -60,6 +63,10 @@ httplib::Server::Handler wrap(ServingContext& ctx, Handler handler) {
 HttpServer::HttpServer(ServingContext& ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(4, ctx.options.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   http_->set_payload_max_length(ctx.options.max_body_bytes);
   http_->set_keep_alive_max_count(100000);
   // Idle keep-alive connections are closed after 5 s (as Node and many proxies do); a longer
@@ -125,6 +132,11 @@ void HttpServer::bind() {
                                      " (in use, or not an address of this machine)");
     port_ = ctx_.options.port;
   }
+  // Debian's cpp-httplib is a shared library built with a listen queue of 5, which resets
+  // connections when agents connect in a burst (20 subagents at once); listen() again on the
+  // bound socket raises it (the kernel caps it at net.core.somaxconn).
+  if (listen_fd_ < 0 || ::listen(listen_fd_, kListenBacklog) != 0)
+    throw Error(ErrorKind::Io, "cannot raise the listen queue of " + ctx_.options.host + ":" + std::to_string(port_));
 }
 
 void HttpServer::run() { http_->listen_after_bind(); }

@@ -31,6 +31,7 @@ class HttpServer {
   ServingContext& ctx_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
+  int listen_fd_ = -1;  // the bound socket, seen through cpp-httplib's socket-options hook
 };
 
 }  // namespace akv
