@@ -59,8 +59,10 @@ struct DiskStoreOptions {
   std::function<std::int64_t()> now_unix_ms;
   // Called on the IO thread once a block file is durable (after the directory fsync).
   std::function<void(const Hash128& key)> on_block_written;
-  // Called on the IO thread before each batch of block writes (tests slow the disk with it).
+  // Test hooks, called on the IO thread: before each batch of block writes (tests slow the disk
+  // with it); before each manifest write (a nonzero errno it returns fails that write).
   std::function<void()> before_write;
+  std::function<int()> manifest_write_fault;
   // A failed manifest write is tried again after manifest_retry_ms, doubled each time, up to
   // max_manifest_attempts writes in all (at once when the store stops or a drain runs out of
   // time); then it is given up, counted and logged.

@@ -222,7 +222,9 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
 void DiskStore::write_manifest(Job& job) {
   const std::string name = manifest_name(job.record.tenant, job.record.agent);
   const std::vector<std::byte> bytes = encode_manifest(options_.fingerprint, job.record);
-  const bool ok = write_durably(agents_fd_, name, bytes, {}, tmp_serial_);
+  const int fault = options_.manifest_write_fault ? options_.manifest_write_fault() : 0;
+  if (fault != 0) errno = fault;
+  const bool ok = fault == 0 && write_durably(agents_fd_, name, bytes, {}, tmp_serial_);
   const std::string what = ok ? "" : errno_text();
   const std::int32_t n_attempts = job.n_attempts + 1;
   bool lost = false;
