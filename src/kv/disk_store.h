@@ -2,8 +2,8 @@
 // agents is stored once) and one small manifest per agent, under one directory:
 //   <dir>/secret   the key secret (block_key.h)      <dir>/lock  held while a store is open
 //   <dir>/blocks/<key>.kvb                           <dir>/agents/<agent hash>.agent
-// Files are written by one IO thread in batches (durable_batch.h: temp files, one data sync
-// each, renames, one directory fsync per batch), so a crash leaves either the old state or the
+// Files are written by one IO thread in batches (durable_batch.h: temp files, one syncfs,
+// renames, one directory fsync per batch), so a crash leaves either the old state or the
 // new file whole. A manifest is written after the blocks queued before it; a failed manifest
 // write is retried (with a bound). Start-up scans both folders; a file
 // with another fingerprint or version is never used (and left alone), a damaged one is removed;

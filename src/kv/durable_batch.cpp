@@ -1,8 +1,10 @@
 #include "kv/durable_batch.h"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace akv {
@@ -23,6 +25,18 @@ bool write_all(int fd, std::span<const std::byte> bytes) {
   return true;
 }
 
+// a then b with one writev when it takes them whole (a syscall less per file).
+bool write_both(int fd, std::span<const std::byte> a, std::span<const std::byte> b) {
+  iovec io[2] = {{const_cast<std::byte*>(a.data()), a.size()},
+                 {const_cast<std::byte*>(b.data()), b.size()}};
+  ssize_t n = ::writev(fd, io, 2);
+  if (n < 0 && errno != EINTR) return false;
+  const auto done = static_cast<std::size_t>(std::max<ssize_t>(n, 0));
+  if (done == a.size() + b.size()) return true;
+  if (done < a.size()) return write_all(fd, a.subspan(done)) && write_all(fd, b);
+  return write_all(fd, b.subspan(done - a.size()));
+}
+
 }  // namespace
 
 DurableBatch::~DurableBatch() {
@@ -37,7 +51,7 @@ bool DurableBatch::add(const std::string& name, std::span<const std::byte> a,
   File f{.name = name, .tmp = name + ".tmp" + std::to_string(++tmp_serial_)};
   f.fd = ::openat(dir_fd_, f.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (f.fd < 0) return false;
-  if (!write_all(f.fd, a) || !write_all(f.fd, b)) {
+  if (!write_both(f.fd, a, b)) {
     const int e = errno;
     ::close(f.fd);
     ::unlinkat(dir_fd_, f.tmp.c_str(), 0);
@@ -58,10 +72,18 @@ std::vector<bool> DurableBatch::commit(int& first_errno) {
   };
   std::vector<bool> ok(files_.size(), false);
   bool any_renamed = false;
+  // Many files: one syncfs makes them all durable with one journal commit and one device cache
+  // flush (an fdatasync each costs a flush per file: 4-5 ms for a 128 KiB block on a virtio
+  // disk). It reports a write-back error of any of them (Linux >= 5.8) for the whole batch.
+  bool synced_all = false;
+  if (files_.size() > 1) {
+    synced_all = ::syncfs(dir_fd_) == 0;
+    if (!synced_all) fail();
+  }
   for (std::size_t i = 0; i < files_.size(); ++i) {
     File& f = files_[i];
     errno = 0;
-    bool good = ::fdatasync(f.fd) == 0;
+    bool good = files_.size() > 1 ? synced_all : ::fdatasync(f.fd) == 0;
     if (!good) fail();
     if (::close(f.fd) != 0 && good) {
       good = false;

@@ -1,8 +1,10 @@
 // Durable writes of many files into one directory at the disk's speed: each file is written
-// under a temp name and its write-back started at once; commit() then waits for their data
-// (one fdatasync each, mostly done by then), renames each to its name and fsyncs the directory
+// under a temp name and its write-back started at once; commit() then makes their data durable
+// (one syncfs for a batch of several: one journal commit and one device flush instead of one
+// per file; an fdatasync for a single file), renames each to its name and fsyncs the directory
 // once. A crash leaves every name absent, old or whole: a file is renamed only after its data
-// is durable. Not thread-safe: one writer (the disk tier's IO thread).
+// is durable. syncfs also writes back other dirty files of the same filesystem: give the KV
+// directory its own filesystem where others write a lot. Not thread-safe: one writer.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +27,10 @@ class DurableBatch {
   // set) on failure: nothing of it is left and commit() does not list it.
   bool add(const std::string& name, std::span<const std::byte> a, std::span<const std::byte> b);
   // Makes every added file durable under its name. ok[i] for the i-th successful add; a file
-  // whose data or rename failed is removed, never renamed; a failed directory fsync fails them
-  // all (renamed, whole, maybe not lasting). On any failure `first_errno` is its
-  // errno (else 0). Empties the batch.
+  // whose data or rename failed is removed, never renamed (a failed syncfs fails the whole
+  // batch: it does not say which file); a failed directory fsync fails them all (renamed,
+  // whole, maybe not lasting). On any failure `first_errno` is its errno (else 0). Empties the
+  // batch.
   std::vector<bool> commit(int& first_errno);
   std::size_t size() const { return files_.size(); }
 
