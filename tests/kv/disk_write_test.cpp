@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "kv/disk_store.h"
@@ -51,6 +52,10 @@ struct Gate {
       open = true;
     }
     cv.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mu);
+    open = entered = false;
   }
   std::mutex mu;
   std::condition_variable cv;
@@ -111,6 +116,43 @@ TEST(DiskWrite, AFullQueueDropsCountsAndShowsItsDepth) {
   EXPECT_EQ(s.queued_blocks, 0);
   EXPECT_TRUE(store->on_disk({2, 2}));
   EXPECT_FALSE(store->has({3, 3}));
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(DiskWrite, DropsAreReportedByTheIoThreadAtMostOncePerInterval) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.max_queue_bytes = kShape.raw_bytes();
+  o.drop_log_interval_ms = 300;
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  const std::string report = "blocks not written since the last report";
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  EXPECT_FALSE(put_block(*store, 2));
+  EXPECT_FALSE(put_block(*store, 3));
+  gate.release();
+  store->flush();  // the IO thread reports after the batch
+  gate.close();
+  ASSERT_TRUE(put_block(*store, 4));
+  gate.wait_entered();
+  EXPECT_FALSE(put_block(*store, 5));
+  gate.release();
+  store->flush();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, report), 1) << err;
+  EXPECT_EQ(count(err, "2 blocks not written"), 1) << err;
+  testing::internal::CaptureStderr();
+  std::this_thread::sleep_for(600ms);  // the interval passes: the waiting drop is reported
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "1 blocks not written"), 1) << err;
 }
 
 TEST(DiskWrite, PutOrWaitWaitsForRoomUntilItsDeadline) {
