@@ -299,6 +299,7 @@ void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
 bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                     std::vector<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put: raw block size");
+  bool queued = false;
   {
     std::lock_guard lock(mu_);
     if (files_.contains(key) || pending_.contains(key)) {
@@ -310,12 +311,15 @@ bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& to
       ++stats_.n_dropped;
       ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
       keep_buffer_locked(raw);
-      return false;
+      // The first drop since the last report wakes the IO thread (it may be idle, paused).
+      if (stats_.n_dropped != logged_dropped_ + 1) return false;
+    } else {
+      enqueue_block_locked(key, parent, tokens_hash, raw);
+      queued = true;
     }
-    enqueue_block_locked(key, parent, tokens_hash, raw);
   }
   wake_.notify_one();
-  return true;
+  return queued;
 }
 
 bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,

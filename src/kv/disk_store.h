@@ -242,7 +242,7 @@ class DiskStore {
   // IO thread only.
   std::uint64_t tmp_serial_ = 0;
   std::vector<std::byte> payload_;  // the encoded block being written (non-native codecs)
-  std::int64_t logged_dropped_ = 0, last_drop_log_ms_ = 0;
+  std::int64_t logged_dropped_ = 0, last_drop_log_ms_ = 0;  // written under mu_
 
   std::thread io_;  // last: starts after everything above exists
 };
