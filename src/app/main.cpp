@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--kv-disk-bytes", srv.kv_disk_bytes, "Disk tier budget: bytes or K/M/G/T (e.g. 40G); 0: unlimited")
       ->capture_default_str();
+  serve->add_option("--kv-flush-timeout-s", srv.kv_flush_timeout_s,
+                    "On SIGTERM/SIGINT, most seconds spent writing the agents' KV still queued for the disk tier")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   serve->add_option("--kv-host-bytes", srv.kv_host_bytes,
                     "Host-RAM tier budget for KV blocks evicted from the device: bytes or K/M/G/T; 0: none")
       ->capture_default_str();

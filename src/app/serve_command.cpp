@@ -1,6 +1,7 @@
 #include "app/serve_command.h"
 
 #include <cctype>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 #include <limits>
@@ -130,6 +131,25 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   return std::make_unique<HostStore>(std::move(h));
 }
 
+// Graceful stop with a disk tier, after the engine stopped (its last agents recorded): queues
+// the agents' blocks the disk lacks (dropped while writes were behind), then writes the queue;
+// both within `timeout_s`. Logs what reached the disk and what did not.
+void flush_disk_tier(Engine& engine, DiskStore& disk, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(timeout_s));
+  const std::int64_t queued_at_stop = disk.stats().queued_blocks;
+  const AgentSpill spill = engine.spill_agents_to_disk(deadline);
+  const DiskDrain drained = disk.drain(deadline);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info(
+      "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop, {} added from {} agents' chains), "
+      "{} dropped{}, {} not in memory (recomputed on return), {} manifests lost",
+      seconds, drained.n_written, queued_at_stop, spill.n_queued, spill.n_agents, drained.n_dropped + spill.n_late,
+      drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",
+      spill.n_missing, drained.n_manifests_lost);
+}
+
 }  // namespace
 
 int run_serve(const ServeOptions& o) {
@@ -194,6 +214,8 @@ int run_serve(const ServeOptions& o) {
              host->encoded_block_bytes());
   server.run();
   g_server = nullptr;
+  engine.stop();
+  if (disk != nullptr) flush_disk_tier(engine, *disk, o.kv_flush_timeout_s);
   log_info("stopped");
   return 0;
 }

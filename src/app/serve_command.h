@@ -25,6 +25,7 @@ struct ServeOptions {
   std::string kv_host_bytes = "0";        // host-RAM tier budget: bytes or K/M/G/T; 0: no host tier
   std::string kv_host_codec = "native";   // how the host tier keeps blocks
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
+  double kv_flush_timeout_s = 30;         // at a graceful stop, most seconds spent writing to disk
   ServerOptions server;
 };
 

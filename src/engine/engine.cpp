@@ -86,12 +86,21 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
 }
 
 Engine::~Engine() {
+  stop();
+}
+
+void Engine::stop() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+AgentSpill Engine::spill_agents_to_disk(std::chrono::steady_clock::time_point deadline) {
+  AKV_CHECK(!thread_.joinable(), "spill_agents_to_disk before stop");
+  return kv_.spill_agents_to_disk(deadline);
 }
 
 std::string Engine::context_limit_note() const {

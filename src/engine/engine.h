@@ -50,7 +50,7 @@ class Engine {
   // Allocates the KV cache on `backend` and starts the engine thread. The backend must outlive
   // the engine; the engine owns the model.
   Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig config);
-  // Stops the thread; requests still open get Finished{Cancelled}.
+  // Stops the thread (stop()).
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -79,6 +79,14 @@ class Engine {
   // Thread-safe; the future is ready within one step.
   std::future<std::optional<AgentRecord>> change_agent(std::string ns, std::string agent,
                                                        AgentAction action);
+
+  // Stops the engine thread; requests still open get Finished{Cancelled} (their agents are
+  // recorded). Returns once the thread has exited. Idempotent; call from one thread. Afterwards
+  // only metrics(), model_config(), max_context() and spill_agents_to_disk() may be called.
+  void stop();
+  // After stop() (graceful shutdown): queues the agents' chain blocks the disk tier lacks
+  // (KvManager::spill_agents_to_disk), waiting for its queue until `deadline`.
+  AgentSpill spill_agents_to_disk(std::chrono::steady_clock::time_point deadline);
 
   EngineMetrics metrics() const;
   const ModelConfig& model_config() const { return model_->config(); }

@@ -40,6 +40,14 @@ std::optional<AgentRecord> AgentIndex::find(std::string_view tenant, std::string
   return it->second;
 }
 
+namespace {
+void sort_most_recent_first(std::vector<AgentRecord>& records) {
+  std::sort(records.begin(), records.end(), [](const AgentRecord& a, const AgentRecord& b) {
+    return a.last_use_ms != b.last_use_ms ? a.last_use_ms > b.last_use_ms : a.agent < b.agent;
+  });
+}
+}  // namespace
+
 std::vector<AgentRecord> AgentIndex::list(std::string_view tenant) const {
   std::vector<AgentRecord> out;
   {
@@ -47,9 +55,17 @@ std::vector<AgentRecord> AgentIndex::list(std::string_view tenant) const {
     for (const auto& [id, r] : records_)
       if (r.tenant == tenant) out.push_back(r);
   }
-  std::sort(out.begin(), out.end(), [](const AgentRecord& a, const AgentRecord& b) {
-    return a.last_use_ms != b.last_use_ms ? a.last_use_ms > b.last_use_ms : a.agent < b.agent;
-  });
+  sort_most_recent_first(out);
+  return out;
+}
+
+std::vector<AgentRecord> AgentIndex::list_all() const {
+  std::vector<AgentRecord> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, r] : records_) out.push_back(r);
+  }
+  sort_most_recent_first(out);
   return out;
 }
 

@@ -53,6 +53,8 @@ class AgentIndex {
   std::optional<AgentRecord> find(std::string_view tenant, std::string_view agent) const;
   // The tenant's agents, most recently used first.
   std::vector<AgentRecord> list(std::string_view tenant) const;
+  // Every tenant's agents, most recently used first.
+  std::vector<AgentRecord> list_all() const;
   // Returns the updated record; nullopt for an unknown agent.
   std::optional<AgentRecord> set_pinned(std::string_view tenant, std::string_view agent,
                                         bool pinned);

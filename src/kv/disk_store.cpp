@@ -16,51 +16,22 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "kv/disk_format.h"
+#include "kv/disk_store_internal.h"
+#include "kv/durable_batch.h"
 
 namespace akv {
 
-struct DiskStore::Job {
-  enum class Kind { Block, Manifest, Erase, CollectGarbage } kind = Kind::Block;
-  Hash128 key, parent, tokens_hash;
-  std::vector<std::byte> raw;
-  AgentRecord record;           // Manifest; Erase uses tenant and agent
-  std::vector<Hash128> blocks;  // Erase
-};
+using disk_store_detail::errno_text;
+using disk_store_detail::kMaxSpareBuffers;
+using disk_store_detail::now_ms;
+using disk_store_detail::set_mtime;
 
 namespace {
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::int64_t system_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Recency survives restarts as the file's mtime; a failure only costs recency.
-void set_mtime(int dir_fd, const std::string& name, std::int64_t unix_ms) {
-  const timespec times[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
-                             {.tv_sec = unix_ms / 1000, .tv_nsec = (unix_ms % 1000) * 1000000}};
-  ::utimensat(dir_fd, name.c_str(), times, 0);
-}
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
-bool write_all(int fd, std::span<const std::byte> bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // The whole file, or empty with ok=false.
@@ -169,7 +140,7 @@ void DiskStore::open_dir() {
                options_.dir);
     secret = random_key_secret();
     const int root_fd = open_dir_fd(options_.dir);
-    const bool written = write_durably(root_fd, "secret", secret, {});
+    const bool written = write_durably(root_fd, "secret", secret, {}, tmp_serial_);
     ::close(root_fd);
     if (!written) throw Error(ErrorKind::Io, "cannot write " + secret_path + ": " + errno_text());
   }
@@ -295,10 +266,6 @@ bool DiskStore::on_disk(const Hash128& key) const {
   return files_.contains(key);
 }
 
-namespace {
-constexpr std::size_t kMaxSpareBuffers = 32;
-}  // namespace
-
 std::vector<std::byte> DiskStore::take_raw_buffer() {
   {
     std::lock_guard lock(mu_);
@@ -311,35 +278,82 @@ std::vector<std::byte> DiskStore::take_raw_buffer() {
   return std::vector<std::byte>(options_.shape.raw_bytes());
 }
 
+void DiskStore::keep_buffer_locked(std::vector<std::byte>& raw) {
+  if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(raw));
+}
+
+void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
+                                     const Hash128& tokens_hash, std::vector<std::byte>& raw) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::Block;
+  job->key = key;
+  job->parent = parent;
+  job->tokens_hash = tokens_hash;
+  queued_bytes_ += raw.size();
+  ++queued_blocks_;
+  job->raw = std::move(raw);
+  pending_.insert(key);
+  queue_.push_back(std::move(job));
+}
+
 bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                     std::vector<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put: raw block size");
+  bool queued = false;
   {
     std::lock_guard lock(mu_);
-    const auto keep_buffer = [&] {
-      if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(raw));
-    };
     if (files_.contains(key) || pending_.contains(key)) {
-      keep_buffer();
+      keep_buffer_locked(raw);
       return false;
     }
-    if (now_ms() < paused_until_ms_ || queued_bytes_ + raw.size() > options_.max_queue_bytes) {
+    const bool paused = now_ms() < paused_until_ms_;
+    if (paused || queued_bytes_ + raw.size() > options_.max_queue_bytes) {
       ++stats_.n_dropped;
-      keep_buffer();
+      ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
+      keep_buffer_locked(raw);
+      // The first drop since the last report wakes the IO thread (it may be idle, paused).
+      if (stats_.n_dropped != logged_dropped_ + 1) return false;
+    } else {
+      enqueue_block_locked(key, parent, tokens_hash, raw);
+      queued = true;
+    }
+  }
+  wake_.notify_one();
+  return queued;
+}
+
+bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                            std::vector<std::byte> raw,
+                            std::chrono::steady_clock::time_point deadline) {
+  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put_or_wait: raw block size");
+  {
+    std::unique_lock lock(mu_);
+    const auto settled = [&] {
+      return files_.contains(key) || pending_.contains(key) || now_ms() < paused_until_ms_ ||
+             queued_bytes_ + raw.size() <= options_.max_queue_bytes;
+    };
+    const bool room = room_.wait_until(lock, deadline, settled);
+    if (files_.contains(key) || pending_.contains(key)) {
+      keep_buffer_locked(raw);
       return false;
     }
-    auto job = std::make_unique<Job>();
-    job->kind = Job::Kind::Block;
-    job->key = key;
-    job->parent = parent;
-    job->tokens_hash = tokens_hash;
-    queued_bytes_ += raw.size();
-    job->raw = std::move(raw);
-    pending_.insert(key);
-    queue_.push_back(std::move(job));
+    const bool paused = now_ms() < paused_until_ms_;
+    if (!room || paused) {
+      ++stats_.n_dropped;
+      ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
+      keep_buffer_locked(raw);
+      return false;
+    }
+    enqueue_block_locked(key, parent, tokens_hash, raw);
   }
   wake_.notify_one();
   return true;
+}
+
+std::size_t DiskStore::n_queue_room() const {
+  std::lock_guard lock(mu_);
+  if (now_ms() < paused_until_ms_ || queued_bytes_ >= options_.max_queue_bytes) return 0;
+  return (options_.max_queue_bytes - queued_bytes_) / options_.shape.raw_bytes();
 }
 
 void DiskStore::put_manifest(const AgentRecord& record) {
@@ -348,8 +362,9 @@ void DiskStore::put_manifest(const AgentRecord& record) {
   job->record = record;
   {
     std::lock_guard lock(mu_);
-    manifests_[manifest_name(record.tenant, record.agent)] = {.chain = record.chain,
-                                                              .pinned = record.pinned};
+    const std::string name = manifest_name(record.tenant, record.agent);
+    manifests_[name] = {.chain = record.chain, .pinned = record.pinned};
+    retries_.erase(name);  // this one supersedes a failed older one
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -366,7 +381,10 @@ void DiskStore::erase(const std::string& tenant, const std::string& agent,
     std::lock_guard lock(mu_);
     // Gone for readers at once; the files follow on the IO thread.
     forget_files(job->blocks);
-    if (!agent.empty()) manifests_.erase(manifest_name(tenant, agent));
+    if (!agent.empty()) {
+      manifests_.erase(manifest_name(tenant, agent));
+      retries_.erase(manifest_name(tenant, agent));
+    }
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -441,7 +459,41 @@ void DiskStore::collect_garbage() {
 
 void DiskStore::flush() {
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  idle_.wait(lock, [&] { return idle_locked(); });
+}
+
+DiskDrain DiskStore::drain(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  const DiskStoreStats before = stats_;
+  DiskDrain d;
+  d.in_time = idle_.wait_until(lock, deadline, [&] { return idle_locked(); });
+  if (!d.in_time) {
+    // Out of time: the blocks still queued are dropped; the batch being written finishes, and
+    // the (small) manifests and deletions left are written, failed manifests retried at once.
+    std::deque<std::unique_ptr<Job>> kept;
+    for (std::unique_ptr<Job>& job : queue_) {
+      if (job->kind != Job::Kind::Block) {
+        kept.push_back(std::move(job));
+        continue;
+      }
+      pending_.erase(job->key);
+      queued_bytes_ -= job->raw.size();
+      --queued_blocks_;
+      ++stats_.n_dropped;
+      ++stats_.n_dropped_at_stop;
+      keep_buffer_locked(job->raw);
+    }
+    queue_.swap(kept);
+    retry_now_ = true;
+    wake_.notify_all();
+    room_.notify_all();
+    idle_.wait(lock, [&] { return idle_locked(); });
+    retry_now_ = false;
+  }
+  d.n_written = stats_.n_written - before.n_written;
+  d.n_dropped = stats_.n_dropped - before.n_dropped;
+  d.n_manifests_lost = stats_.n_manifests_lost - before.n_manifests_lost;
+  return d;
 }
 
 DiskStoreStats DiskStore::stats() const {
@@ -449,146 +501,9 @@ DiskStoreStats DiskStore::stats() const {
   DiskStoreStats s = stats_;
   s.paused = now_ms() < paused_until_ms_;
   s.max_bytes = options_.max_bytes;
+  s.queued_blocks = queued_blocks_;
+  s.queued_bytes = static_cast<std::int64_t>(queued_bytes_);
   return s;
-}
-
-void DiskStore::io_loop() {
-  using Clock = std::chrono::steady_clock;
-  const bool gc_on = options_.orphan_age_s > 0 && options_.gc_interval_s > 0;
-  const auto gc_every = std::chrono::seconds(std::max<std::int64_t>(options_.gc_interval_s, 1));
-  Clock::time_point next_gc = Clock::now() + gc_every;
-  std::unique_lock lock(mu_);
-  while (true) {
-    const auto ready = [&] { return stop_ || !queue_.empty(); };
-    std::unique_ptr<Job> job;
-    if (gc_on && !wake_.wait_until(lock, next_gc, ready)) {
-      next_gc = Clock::now() + gc_every;
-      job = std::make_unique<Job>();
-      job->kind = Job::Kind::CollectGarbage;
-    } else {
-      if (!gc_on) wake_.wait(lock, ready);
-      if (queue_.empty()) break;  // stop_ and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    busy_ = true;
-    lock.unlock();
-    run(*job);
-    lock.lock();
-    busy_ = false;
-    if (queue_.empty()) idle_.notify_all();
-  }
-  idle_.notify_all();
-}
-
-void DiskStore::run(Job& job) {
-  switch (job.kind) {
-    case Job::Kind::Block:
-      write_block(job);
-      return;
-    case Job::Kind::Manifest: {
-      const std::vector<std::byte> bytes = encode_manifest(options_.fingerprint, job.record);
-      if (!write_durably(agents_fd_, manifest_name(job.record.tenant, job.record.agent), bytes, {}))
-        on_write_error("agent manifest: " + errno_text());
-      return;
-    }
-    case Job::Kind::Erase: {
-      if (!job.record.agent.empty())
-        ::unlinkat(agents_fd_, manifest_name(job.record.tenant, job.record.agent).c_str(), 0);
-      for (const Hash128& k : job.blocks) {
-        bool still_stored = false;
-        {
-          std::lock_guard lock(mu_);
-          still_stored = files_.contains(k) || pending_.contains(k);  // rewritten since
-        }
-        if (!still_stored) ::unlinkat(blocks_fd_, (k.hex() + ".kvb").c_str(), 0);
-      }
-      ::fsync(agents_fd_);
-      ::fsync(blocks_fd_);
-      return;
-    }
-    case Job::Kind::CollectGarbage:
-      collect_orphans();
-      return;
-  }
-}
-
-void DiskStore::write_block(Job& job) {
-  bool paused = false;
-  {
-    std::lock_guard lock(mu_);
-    paused = now_ms() < paused_until_ms_;
-  }
-  bool written = false;
-  const std::size_t file_bytes = kBlockHeaderBytes + encoded_bytes(options_.codec, options_.shape);
-  const bool fits = !paused && make_room(static_cast<std::int64_t>(file_bytes));
-  if (!paused && !fits) on_over_budget();
-  if (fits) {
-    std::vector<std::byte>& payload = payload_;
-    payload.resize(encoded_bytes(options_.codec, options_.shape));
-    encode_block(options_.codec, options_.shape, job.raw, payload);
-    BlockHeader h{.fingerprint = options_.fingerprint,
-                  .key = job.key,
-                  .parent = job.parent,
-                  .tokens_hash = job.tokens_hash,
-                  .codec = options_.codec,
-                  .n_tokens = static_cast<std::uint32_t>(options_.block_size),
-                  .payload_bytes = payload.size(),
-                  .payload_checksum = payload_checksum(payload)};
-    const auto header = encode_block_header(h);
-    written = write_durably(blocks_fd_, job.key.hex() + ".kvb", header, payload);
-    if (!written) on_write_error("block: " + errno_text());
-  }
-  const std::int64_t now = now_unix_ms();
-  if (written) set_mtime(blocks_fd_, job.key.hex() + ".kvb", now);
-  {
-    std::lock_guard lock(mu_);
-    pending_.erase(job.key);
-    queued_bytes_ -= job.raw.size();
-    if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(job.raw));
-    if (written) {
-      const BlockFile f{
-          .bytes = static_cast<std::int64_t>(file_bytes), .last_use_ms = now, .parent = job.parent};
-      if (files_.emplace(job.key, f).second) {
-        ++stats_.n_blocks;
-        stats_.bytes += static_cast<std::int64_t>(file_bytes);
-      }
-      ++stats_.n_written;
-    } else {
-      ++stats_.n_dropped;
-    }
-  }
-  if (written && options_.on_block_written) options_.on_block_written(job.key);
-}
-
-bool DiskStore::write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a,
-                              std::span<const std::byte> b) {
-  const std::string tmp = name + ".tmp" + std::to_string(++tmp_serial_);
-  const int fd = ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  bool ok = write_all(fd, a) && write_all(fd, b) && ::fsync(fd) == 0;
-  const int saved = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (ok) ok = ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) == 0 && ::fsync(dir_fd) == 0;
-  if (!ok) {
-    const int e = errno != 0 ? errno : saved;
-    ::unlinkat(dir_fd, tmp.c_str(), 0);
-    errno = e;
-  }
-  return ok;
-}
-
-void DiskStore::on_write_error(const std::string& what) {
-  bool first = false;
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.n_write_errors;
-    first = now_ms() >= paused_until_ms_;
-    paused_until_ms_ = now_ms() + options_.pause_after_error_ms;
-  }
-  if (first)
-    log_warn("KV disk tier {}: write failed ({}); spilling paused for {} ms, serving continues",
-             options_.dir, what, options_.pause_after_error_ms);
 }
 
 // --- Retention ----------------------------------------------------------------------------------

@@ -2,16 +2,21 @@
 // agents is stored once) and one small manifest per agent, under one directory:
 //   <dir>/secret   the key secret (block_key.h)      <dir>/lock  held while a store is open
 //   <dir>/blocks/<key>.kvb                           <dir>/agents/<agent hash>.agent
-// Files are written by one IO thread: temp file, fsync, rename, fsync of the directory, so a
-// crash leaves either the old state or the new file whole. Start-up scans both folders; a file
+// Files are written by one IO thread in batches (durable_batch.h: temp files, one syncfs,
+// renames, one directory fsync per batch), so a crash leaves either the old state or the
+// new file whole. A manifest is written after the blocks queued before it; a failed manifest
+// write is retried (with a bound). Start-up scans both folders; a file
 // with another fingerprint or version is never used (and left alone), a damaged one is removed;
 // both are counted and logged. Payload checksums are verified on every load. A write error
-// (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk.
+// (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk: a
+// block that finds the queue full is dropped, counted and logged (at most every 10 s, from the
+// IO thread).
 // Retention: block files past `max_bytes` are evicted (disk_store.cpp, "Retention"), blocks no
 // manifest names are collected once unused for `orphan_age_s`; blocks of pinned agents stay.
 // Thread-safe. put/put_manifest/erase never block on IO; load reads on the caller's thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,6 +59,16 @@ struct DiskStoreOptions {
   std::function<std::int64_t()> now_unix_ms;
   // Called on the IO thread once a block file is durable (after the directory fsync).
   std::function<void(const Hash128& key)> on_block_written;
+  // Test hooks, called on the IO thread: before each batch of block writes (tests slow the disk
+  // with it); before each manifest write (a nonzero errno it returns fails that write).
+  std::function<void()> before_write;
+  std::function<int()> manifest_write_fault;
+  // A failed manifest write is tried again after manifest_retry_ms, doubled each time, up to
+  // max_manifest_attempts writes in all (at once when the store stops or a drain runs out of
+  // time); then it is given up, counted and logged.
+  std::int32_t manifest_retry_ms = 1000;
+  std::int32_t max_manifest_attempts = 5;
+  std::int32_t drop_log_interval_ms = 10000;  // at most one "blocks dropped" warning per interval
 };
 
 struct DiskStoreStats {
@@ -66,12 +81,28 @@ struct DiskStoreStats {
   std::int64_t rejected_corrupt = 0;  // bad header, size or checksum (at start-up or on load)
   std::int64_t n_written = 0;
   std::int64_t n_loaded = 0;
-  std::int64_t n_dropped = 0;  // blocks not spilled: queue full, paused or over the budget
-  std::int64_t n_write_errors = 0;
+  std::int64_t n_dropped = 0;  // blocks not spilled: any reason below or a failed write
+  std::int64_t n_dropped_queue_full = 0;  // of n_dropped: the writes were behind
+  std::int64_t n_dropped_paused = 0;      // of n_dropped: spilling paused after an error
+  std::int64_t n_dropped_at_stop = 0;     // of n_dropped: still queued when a drain ran out of time
+  std::int64_t n_write_errors = 0;        // failed block or manifest writes
+  std::int64_t n_manifest_retries = 0;    // manifest writes tried again after a failure
+  std::int64_t n_manifests_lost = 0;      // manifests given up after max_manifest_attempts
+  std::int64_t n_batches = 0;             // batches of block writes (one directory fsync each)
+  std::int64_t queued_blocks = 0;         // blocks waiting to be written (now)
+  std::int64_t queued_bytes = 0;          // their raw bytes (bounded by max_queue_bytes)
   std::int64_t n_over_budget = 0;  // of n_dropped: max_bytes full of blocks that must stay
   std::int64_t n_evicted = 0;      // block files deleted to keep max_bytes
   std::int64_t n_gc = 0;           // block files no manifest names, deleted for age
   bool paused = false;
+};
+
+// What DiskStore::drain did.
+struct DiskDrain {
+  std::int64_t n_written = 0;          // block files written during the drain
+  std::int64_t n_dropped = 0;          // blocks dropped during it (at the deadline or otherwise)
+  std::int64_t n_manifests_lost = 0;   // manifests given up during it
+  bool in_time = false;                // everything was written before the deadline
 };
 
 class DiskStore {
@@ -100,16 +131,23 @@ class DiskStore {
   std::vector<std::byte> take_raw_buffer();
   // Queues a block (raw bytes in the shape's layout) for encoding and writing. False when it
   // was dropped (paused after an error, or the queue is full) or is already stored/queued.
+  // Never waits for IO.
   bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
            std::vector<std::byte> raw);
+  // put() that waits (until `deadline`) for room in the queue instead of dropping the block when
+  // it is full. For shutdown, never on the engine's serving path.
+  bool put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                   std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline);
+  // Blocks put() would accept now without dropping (queue room; 0 while paused).
+  std::size_t n_queue_room() const;
   // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
   // False when it is missing (never written, evicted, collected) or bad; a bad file is counted
   // and removed. A good load makes the block most recently used (and touches its mtime).
   bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
             std::span<std::byte> raw);
 
-  // Queues the agent's manifest (replacing its previous one). Its chain and pinned flag are what
-  // retention goes by: call it again after a pin changes.
+  // Queues the agent's manifest (replacing its previous one) behind the blocks queued so far.
+  // Its chain and pinned flag are what retention goes by: call it again after a pin changes.
   void put_manifest(const AgentRecord& record);
   // Queues removal of the agent's manifest and of the given block files.
   void erase(const std::string& tenant, const std::string& agent, std::vector<Hash128> blocks);
@@ -118,8 +156,12 @@ class DiskStore {
 
   // Queues a collection of old blocks no manifest names (also runs every gc_interval_s).
   void collect_garbage();
-  // Waits until the queue is empty (tests, shutdown).
+  // Waits until the queue is empty and no manifest waits for a retry (tests).
   void flush();
+  // Shutdown: writes what is queued until `deadline`; then drops the blocks still queued
+  // (counted in n_dropped_at_stop) and writes the manifests and deletions left (small), trying
+  // failed manifests once more at once. Returns when the queue is empty.
+  DiskDrain drain(std::chrono::steady_clock::time_point deadline);
   DiskStoreStats stats() const;
 
  private:
@@ -140,13 +182,21 @@ class DiskStore {
   void scan_manifests();
   // Counts a file that failed its check at start-up; a damaged one is deleted.
   void reject(FileCheck check, int dir_fd, const std::string& name);
+  // IO thread (disk_store_io.cpp).
   void io_loop();
+  // Moves the next work into `batch`: consecutive block jobs from the front of the queue (one
+  // durable batch), another job alone, or a manifest whose retry is due. False: none is ready.
+  bool take_work_locked(std::vector<std::unique_ptr<Job>>& batch);
+  bool idle_locked() const;
   void run(Job& job);
-  void write_block(Job& job);
-  // temp file, fsync, rename to `name`, fsync of the directory; false (errno set) on failure.
-  bool write_durably(int dir_fd, const std::string& name, std::span<const std::byte> a,
-                     std::span<const std::byte> b);
+  void write_blocks(std::vector<std::unique_ptr<Job>>& batch);
+  void write_manifest(Job& job);
+  void log_drops();
   void on_write_error(const std::string& what);
+  // Queues a block job (caller holds mu_ and checked room).
+  void enqueue_block_locked(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                            std::vector<std::byte>& raw);
+  void keep_buffer_locked(std::vector<std::byte>& raw);
   void drop_bad(const Hash128& key);
   std::int64_t now_unix_ms() const;
   // Retention (IO thread, or the constructor before it starts).
@@ -171,18 +221,28 @@ class DiskStore {
   std::vector<AgentRecord> loaded_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_, idle_;
+  std::condition_variable wake_, idle_, room_;  // room_: the queue shrank (put_or_wait)
   std::deque<std::unique_ptr<Job>> queue_;
   std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;
   std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;
   std::size_t queued_bytes_ = 0;
+  std::int64_t queued_blocks_ = 0;
+  struct ManifestRetry {
+    AgentRecord record;
+    std::int32_t n_attempts = 0;  // writes tried so far
+    std::int64_t due_ms = 0;      // steady clock
+  };
+  std::unordered_map<std::string, ManifestRetry> retries_;  // by manifest file name
+  bool retry_now_ = false;  // a drain ran out of time: retry at once
   std::vector<std::vector<std::byte>> spare_raw_;  // written blocks' buffers, for take_raw_buffer
   bool busy_ = false, stop_ = false;
   std::int64_t paused_until_ms_ = 0;
   DiskStoreStats stats_;
-  std::uint64_t tmp_serial_ = 0;  // IO thread only
-  std::vector<std::byte> payload_;  // IO thread only: the encoded block being written
+  // IO thread only.
+  std::uint64_t tmp_serial_ = 0;
+  std::vector<std::byte> payload_;  // the encoded block being written (non-native codecs)
+  std::int64_t logged_dropped_ = 0, last_drop_log_ms_ = 0;  // written under mu_
 
   std::thread io_;  // last: starts after everything above exists
 };

@@ -21,6 +21,13 @@ bool HostStore::contains(const Hash128& key) const {
   return entries_.contains(key);
 }
 
+std::optional<HostBlockMeta> HostStore::find_meta(const Hash128& key) const {
+  std::lock_guard lock(mu_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.meta;
+}
+
 double HostStore::cost_locked(const Hash128& key, const HostBlockMeta& meta) const {
   const double bs = options_.block_size;
   const double recompute = bs * (1.0 + (meta.depth + 0.5) * bs / options_.attention_equal_tokens);

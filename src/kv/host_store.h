@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,8 @@ class HostStore {
   HostStore& operator=(const HostStore&) = delete;
 
   bool contains(const Hash128& key) const;
+  // The block's parent, tokens hash, depth and retention if held (for get); nullopt otherwise.
+  std::optional<HostBlockMeta> find_meta(const Hash128& key) const;
   // If the block is held: refreshes its priority, raises its retention to meta's, returns true.
   bool touch(const Hash128& key, const HostBlockMeta& meta);
   // Encodes and keeps a block (`raw` in the shape's layout), dropping the lowest-priority blocks

@@ -24,7 +24,10 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
                             .hit = hit,
                             .restored = seq.n_restored_ + seq.n_host_restored_ > 0,
                             .now_ms = now});
-  if (disk_ != nullptr) disk_->put_manifest(r);
+  if (disk_ != nullptr) {
+    spill_missing(seq);  // blocks dropped when the disk queue was full, before the manifest
+    disk_->put_manifest(r);
+  }
   // Pinned while the request ran: its new blocks are the agent's too.
   if (r.pinned) set_retention(r.chain, Retention::High);
 }

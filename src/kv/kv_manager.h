@@ -6,6 +6,7 @@
 // sequence's first growth of its block vector.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,14 @@ struct KvBlockIo {
   std::function<void()> finish_reads = nullptr;
   std::size_t block_bytes = 0;
   static KvBlockIo for_backend(Backend& backend, KvStorage& kv);
+};
+
+// What KvManager::spill_agents_to_disk queued and what it could not.
+struct AgentSpill {
+  std::int64_t n_agents = 0;   // agents that had blocks missing on disk (manifest queued again)
+  std::int64_t n_queued = 0;   // blocks queued for the disk
+  std::int64_t n_missing = 0;  // chain blocks from the first one no tier held (recomputed later)
+  std::int64_t n_late = 0;     // chain blocks not queued: out of time or spilling paused
 };
 
 struct KvUsage {
@@ -131,6 +140,9 @@ class KvManager {
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. A pinned agent's new
   // chain gets High retention. Call before release.
+  // With a disk tier, first queues (as far as the disk queue has room, at most 64 MiB a call)
+  // the chain's blocks the disk lacks, dropped when its queue was full, so the manifest follows
+  // them.
   void remember_agent(const KvSequence& seq, std::string_view ns, std::string_view agent,
                       std::int64_t n_tokens, bool hit);
   // The agents API's changes; each returns the agent's record after it (for delete: as it was),
@@ -153,6 +165,11 @@ class KvManager {
   // Sets the retention of the blocks with these keys in device memory and the host tier
   // (pinning or unpinning an agent's chain).
   void set_retention(std::span<const Hash128> keys, Retention retention);
+  // Graceful stop, once nothing else calls the manager: queues every agent's chain blocks the
+  // disk lacks, read from device memory or the host tier, most recently used agent first,
+  // waiting for disk queue room until `deadline`; queues again the manifest of each agent that
+  // got blocks, behind them. A chain stops at its first block no tier holds.
+  AgentSpill spill_agents_to_disk(std::chrono::steady_clock::time_point deadline);
 
   std::int32_t block_size() const { return pool_.block_size(); }
   // Blocks an allocate may still obtain (free + evictable).
@@ -184,6 +201,11 @@ class KvManager {
   // to the host tier and the disk tier.
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
+  // Spills seq's indexed blocks the disk lacks, up to the disk queue's room (remember_agent).
+  void spill_missing(const KvSequence& seq);
+  // Reads the block with `key` from device memory or the host tier into `raw` (shutdown);
+  // false when neither holds it.
+  bool read_for_disk(const Hash128& key, std::span<std::byte> raw, TierMeta& meta);
   void finish_tier_reads();
   bool demoting(const Hash128& key) const;
   // Agents (kv_agents.cpp): High where a pinned agent's chain holds the key, else Normal.

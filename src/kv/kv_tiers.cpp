@@ -3,6 +3,7 @@
 // tiers at match (with the disk part loaded in the background first), eviction and retention by
 // key. Agents' chains and the agents API: kv_agents.cpp.
 #include <algorithm>
+#include <chrono>
 
 #include "base/check.h"
 #include "kv/agent_index.h"
@@ -191,6 +192,63 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     matched += bs;
   }
   return matched;
+}
+
+void KvManager::spill_missing(const KvSequence& seq) {
+  std::size_t room = std::min(disk_->n_queue_room(), max_pending_);
+  const auto n = std::min<std::size_t>(static_cast<std::size_t>(seq.n_indexed_), seq.keys_.size());
+  for (std::size_t i = 0; i < n && room > 0; ++i) {
+    const BlockId b = seq.blocks_[i];
+    const TierMeta& meta = block_meta_[b];
+    if (meta.key != seq.keys_[i] || disk_->has(meta.key)) continue;
+    spill(b, meta);
+    --room;
+  }
+  finish_tier_reads();
+}
+
+bool KvManager::read_for_disk(const Hash128& key, std::span<std::byte> raw, TierMeta& meta) {
+  if (const auto found = by_key_.find(key); found != by_key_.end()) {
+    meta = block_meta_[found->second];
+    io_.read(found->second, raw);
+    return true;
+  }
+  if (host_ == nullptr) return false;
+  const std::optional<HostBlockMeta> m = host_->find_meta(key);
+  if (!m || !host_->get(key, m->parent, m->tokens_hash, raw)) return false;
+  meta = {.key = key, .parent = m->parent, .tokens_hash = m->tokens_hash, .depth = m->depth};
+  return true;
+}
+
+AgentSpill KvManager::spill_agents_to_disk(std::chrono::steady_clock::time_point deadline) {
+  AgentSpill out;
+  if (disk_ == nullptr || agents_ == nullptr) return out;
+  finish_tier_reads();
+  for (const AgentRecord& agent : agents_->list_all()) {
+    std::int64_t n_queued = 0;
+    const auto n_chain = static_cast<std::int64_t>(agent.chain.size());
+    for (std::int64_t i = 0; i < n_chain; ++i) {
+      const Hash128& key = agent.chain[i];
+      if (disk_->has(key)) continue;
+      std::vector<std::byte> raw = disk_->take_raw_buffer();
+      TierMeta meta;
+      if (!read_for_disk(key, raw, meta)) {
+        out.n_missing += n_chain - i;
+        break;
+      }
+      if (!disk_->put_or_wait(key, meta.parent, meta.tokens_hash, std::move(raw), deadline) &&
+          !disk_->has(key)) {
+        out.n_late += n_chain - i;
+        break;
+      }
+      ++n_queued;
+    }
+    if (n_queued == 0) continue;
+    disk_->put_manifest(agent);  // behind its blocks
+    ++out.n_agents;
+    out.n_queued += n_queued;
+  }
+  return out;
 }
 
 std::int32_t KvManager::evict_keys(std::span<const Hash128> keys) {

@@ -62,10 +62,29 @@ void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk,
            d(disk->n_written));
     metric(out, "counter", "agentkv_kv_disk_restored_total", "blocks loaded from disk",
            d(disk->n_loaded));
-    metric(out, "counter", "agentkv_kv_disk_dropped_total",
-           "blocks not spilled (queue full, paused, over budget)", d(disk->n_dropped));
+    metric(out, "counter", "agentkv_kv_disk_dropped_blocks_total",
+           "blocks not written (queue full, paused, over budget, failed, out of time at stop)",
+           d(disk->n_dropped));
+    metric(out, "counter", "agentkv_kv_disk_dropped_queue_full_total",
+           "blocks dropped because the write queue was full (the disk fell behind)",
+           d(disk->n_dropped_queue_full));
+    metric(out, "counter", "agentkv_kv_disk_dropped_paused_total",
+           "blocks dropped while spilling was paused after an error", d(disk->n_dropped_paused));
+    metric(out, "counter", "agentkv_kv_disk_dropped_at_stop_total",
+           "blocks still queued when the graceful stop ran out of time",
+           d(disk->n_dropped_at_stop));
+    metric(out, "gauge", "agentkv_kv_disk_queue_blocks", "blocks waiting to be written",
+           d(disk->queued_blocks));
+    metric(out, "gauge", "agentkv_kv_disk_queue_bytes", "raw bytes of the blocks waiting",
+           d(disk->queued_bytes));
+    metric(out, "counter", "agentkv_kv_disk_write_batches_total",
+           "batches of block writes (one directory fsync each)", d(disk->n_batches));
     metric(out, "counter", "agentkv_kv_disk_write_errors_total", "failed block or manifest writes",
            d(disk->n_write_errors));
+    metric(out, "counter", "agentkv_kv_disk_manifest_retries_total",
+           "agent manifest writes tried again after a failure", d(disk->n_manifest_retries));
+    metric(out, "counter", "agentkv_kv_disk_manifests_lost_total",
+           "agent manifests given up after their retries", d(disk->n_manifests_lost));
     metric(out, "counter", "agentkv_kv_disk_rejected_total",
            "files of another model or version, or damaged",
            d(disk->rejected_foreign + disk->rejected_version + disk->rejected_corrupt));

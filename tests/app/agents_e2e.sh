@@ -42,6 +42,8 @@ first="$(complete k1 alice)"
 expect "cold turn has no cache" "$(echo "$first" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" 0
 n_prompt="$(echo "$first" | json 'd["usage"]["prompt_tokens"]')"
 stop
+expect "graceful stop: the disk tier is flushed, nothing dropped" \
+  "$(sed -n 's/.*KV disk tier: flushed in .* s: [0-9]* blocks written .*, \([0-9]*\) dropped.*/\1/p' "$tmp/log")" 0
 
 start --kv-host-bytes 4M
 again="$(complete k1 alice)"
@@ -54,6 +56,8 @@ expect "agents list" "$(api k1 "localhost:$port/v1/agents"; json '[(a["id"], a["
 metric() { curl -s "localhost:$port/metrics" -H "x-api-key: k1" | sed -n "s/^$1 //p"; }
 expect "metrics: blocks restored from disk" "$(metric agentkv_kv_disk_restored_total | cut -d. -f1)" \
   "$(( (n_prompt - 1) / 16 ))"
+expect "metrics: no block dropped" "$(metric agentkv_kv_disk_dropped_blocks_total | cut -d. -f1)" 0
+expect "metrics: disk queue depth" "$(metric agentkv_kv_disk_queue_blocks | cut -d. -f1)" 0
 expect "metrics: the host tier's budget" "$(( $(metric agentkv_kv_host_max_bytes | cut -d. -f1) > 4000000 ))" 1
 expect "agents API: bytes per tier" "$(api k1 "localhost:$port/v1/agents/alice"; json 'sorted(d["bytes"])' <"$tmp/body")" \
   "200['device', 'disk', 'host']"

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "backend/cpu/reference_backend.h"
 #include "engine/engine.h"
@@ -63,7 +65,8 @@ Ids random_ids(std::uint32_t seed, int n) {
 // reverse: engine, then store).
 struct Served {
   Served(const std::string& model_dir, const std::string& kv_dir,
-         SpillCodec codec = SpillCodec::Native, std::int32_t n_blocks = 64, std::size_t host_blocks = 0) {
+         SpillCodec codec = SpillCodec::Native, std::int32_t n_blocks = 64, std::size_t host_blocks = 0,
+         const std::function<void(DiskStoreOptions&)>& tune_disk = nullptr) {
     auto model = load_model(model_dir, backend);
     const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock, DType::F32);
     DiskStoreOptions o;
@@ -73,6 +76,7 @@ struct Served {
     o.codec = codec;
     o.shape = block_shape_of(layout);
     o.block_size = kBlock;
+    if (tune_disk) tune_disk(o);
     store = DiskStore::open_or_throw(o);
     for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
     EngineConfig cfg{
@@ -104,6 +108,15 @@ struct Served {
   }
   // Blocks are written by the IO thread; wait for them (and the manifests).
   void settle() { store->flush(); }
+  // What `agentkv serve` does on SIGTERM: stop the engine, queue the agents' blocks the disk
+  // lacks, write the queue (bounded by the deadline).
+  AgentSpill stop_gracefully(std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    engine->stop();
+    const AgentSpill spill = engine->spill_agents_to_disk(deadline);
+    EXPECT_TRUE(store->drain(deadline).in_time);
+    return spill;
+  }
 
   ReferenceBackend backend;
   AgentIndex agents;
@@ -526,6 +539,74 @@ TEST(AgentMemory, APinWhileTheAgentsRequestRunsIsKeptOnDiskAfterItsEnd) {
   Served s(kStories, dir.path);
   ASSERT_TRUE(s.agents.find("", "a"));
   EXPECT_FALSE(s.agents.find("", "a")->pinned);
+}
+
+}  // namespace
+}  // namespace akv
+
+namespace akv {
+namespace {
+
+// A disk that falls behind: its queue holds one block and every batch takes 5 ms, so most of
+// the spills at commit are dropped while the agent runs.
+void slow_small_queue(DiskStoreOptions& o) {
+  o.max_queue_bytes = o.shape.raw_bytes();
+  o.before_write = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+}
+
+// Runs an agent's turn on a slow disk, stops gracefully, restarts and runs its next turn:
+// every full block of the prompt and the reply must come back from disk.
+void expect_whole_agent_after_restart(std::int32_t n_blocks, std::size_t host_blocks) {
+  ScratchDir dir;
+  const Ids prompt = random_ids(11, 90);
+  const int n_new = 12;
+  Ids turn2;
+  std::size_t n_chain = 0;
+  {
+    Served a(kStories, dir.path, SpillCodec::Native, n_blocks, host_blocks, slow_small_queue);
+    const Result r = a.run(prompt, n_new, "agent-1");
+    if (host_blocks > 0) a.run(random_ids(12, 90), n_new, "agent-2");  // pushes agent-1 to host
+    const std::vector<Hash128> chain = a.agents.find("", "agent-1")->chain;
+    n_chain = chain.size();
+    if (host_blocks > 0) {
+      EXPECT_LT(a.agents.n_resident(chain), static_cast<std::int64_t>(n_chain)) << "partly on host";
+    }
+    EXPECT_EQ(n_chain, (prompt.size() + n_new - 1) / kBlock) << "prompt and reply, full blocks";
+    EXPECT_GT(a.store->stats().n_dropped_queue_full, 0) << "the disk fell behind";
+    const AgentSpill spill = a.stop_gracefully();
+    EXPECT_GT(spill.n_queued, 0);
+    EXPECT_EQ(spill.n_missing, 0);
+    EXPECT_EQ(spill.n_late, 0);
+    turn2 = prompt;
+    turn2.insert(turn2.end(), r.tokens.begin(), r.tokens.end());
+    const Ids user = random_ids(13, 5);
+    turn2.insert(turn2.end(), user.begin(), user.end());
+  }
+  Served b(kStories, dir.path);
+  const Result r = b.run(turn2, 4, "agent-1");
+  EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_chain) * kBlock);
+  EXPECT_EQ(r.tokens, greedy_alone(kStories, turn2, 4));
+}
+
+TEST(AgentMemory, AGracefulStopWritesTheWholeAgentWhenTheDiskFellBehind) {
+  expect_whole_agent_after_restart(/*n_blocks=*/64, /*host_blocks=*/0);
+}
+
+TEST(AgentMemory, AGracefulStopWritesAnAgentDemotedToTheHostTier) {
+  expect_whole_agent_after_restart(/*n_blocks=*/20, /*host_blocks=*/64);
+}
+
+TEST(AgentMemory, AStopPastItsDeadlineCountsWhatItCouldNotWrite) {
+  ScratchDir dir;
+  Served a(kStories, dir.path, SpillCodec::Native, 64, 0, slow_small_queue);
+  a.run(random_ids(14, 90), 12, "agent-1");
+  const std::size_t n_chain = a.agents.find("", "agent-1")->chain.size();
+  a.engine->stop();
+  const AgentSpill spill = a.engine->spill_agents_to_disk(std::chrono::steady_clock::now());
+  EXPECT_GT(spill.n_late, 0) << "a queue of one block cannot take the missing blocks at once";
+  EXPECT_LT(spill.n_late, static_cast<std::int64_t>(n_chain)) << "the first blocks were written";
+  a.store->drain(std::chrono::steady_clock::now());
+  EXPECT_EQ(a.store->stats().queued_blocks, 0);
 }
 
 }  // namespace

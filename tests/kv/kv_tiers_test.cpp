@@ -3,7 +3,10 @@
 // on disk is loaded by the restorer in the background before the match copies it in.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -405,6 +408,61 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   EXPECT_EQ(d.kv.match(seq, a, ""), 5 * kBs);  // the chain breaks at the missing block
   EXPECT_EQ(seq.n_restored_blocks(), 5);
   EXPECT_TRUE(d.check(seq, a, 5));
+  d.kv.release(seq);
+}
+
+}  // namespace
+}  // namespace akv
+
+namespace akv {
+namespace {
+
+// Spills dropped while the disk queue was full are queued again when the agent's request ends,
+// as far as the queue has room, so a few turns (or the graceful stop) fill the chain's gaps.
+TEST(KvTiers, RememberAgentQueuesTheChainsDroppedBlocksAgain) {
+  test::ScratchDir dir;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  DiskStoreOptions o;
+  o.dir = dir.path;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  o.max_queue_bytes = 2 * kShape.raw_bytes();
+  o.before_write = [&] {  // a busy disk until the test opens it
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return open; });
+  };
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  Device d(16);
+  AgentIndex agents;
+  d.kv.attach_tiers({.agents = &agents, .disk = disk.get()}, d.io());
+  const Tokens t = iota_tokens(6 * kBs + 1, 10);  // 6 full blocks
+  const auto n = static_cast<std::int32_t>(t.size());
+  KvSequence seq;
+  EXPECT_EQ(d.kv.match(seq, t, ""), 0);
+  ASSERT_TRUE(d.kv.allocate(seq, n));
+  for (std::int32_t b = 0; b * kBs < n; ++b)
+    d.mem[seq.block_table()[b]] = content(std::span(t).first(std::min(n, (b + 1) * kBs)));
+  d.kv.commit(seq, t, n);
+  EXPECT_EQ(disk->stats().n_dropped_queue_full, 4) << "a queue of 2 blocks took 2 of the 6";
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  disk->flush();
+  const auto n_on_disk = [&] {
+    disk->flush();
+    const std::vector<Hash128> chain = agents.find("", "a")->chain;
+    return std::count_if(chain.begin(), chain.end(),
+                         [&](const Hash128& k) { return disk->on_disk(k); });
+  };
+  d.kv.remember_agent(seq, "", "a", n, false);
+  EXPECT_EQ(n_on_disk(), 4) << "2 written at commit, 2 more as the queue had room";
+  d.kv.remember_agent(seq, "", "a", n, false);
+  EXPECT_EQ(n_on_disk(), 6);
   d.kv.release(seq);
 }
 

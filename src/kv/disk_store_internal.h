@@ -1,0 +1,47 @@
+// Private to disk_store.cpp and disk_store_io.cpp: the IO thread's job and small helpers.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kv/disk_store.h"
+
+namespace akv {
+
+struct DiskStore::Job {
+  enum class Kind { Block, Manifest, Erase, CollectGarbage } kind = Kind::Block;
+  Hash128 key, parent, tokens_hash;
+  std::vector<std::byte> raw;
+  AgentRecord record;           // Manifest; Erase uses tenant and agent
+  std::int32_t n_attempts = 0;  // Manifest: writes tried before this one
+  std::vector<Hash128> blocks;  // Erase
+};
+
+namespace disk_store_detail {
+
+inline constexpr std::size_t kMaxSpareBuffers = 32;
+
+// Steady clock, ms (pauses, retries, log intervals).
+inline std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// Recency survives restarts as the file's mtime; a failure only costs recency.
+inline void set_mtime(int dir_fd, const std::string& name, std::int64_t unix_ms) {
+  const timespec times[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+                             {.tv_sec = unix_ms / 1000, .tv_nsec = (unix_ms % 1000) * 1000000}};
+  ::utimensat(dir_fd, name.c_str(), times, 0);
+}
+
+}  // namespace disk_store_detail
+}  // namespace akv

@@ -1,0 +1,268 @@
+// The disk tier's write-behind: blocks queued together are written as one durable batch; a full
+// queue drops (counted by reason, queue depth visible); put_or_wait waits for room until its
+// deadline; a drain past its deadline drops the blocks still queued but writes the manifests;
+// a failed manifest write is retried, and given up (counted) only after its bound.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kv/disk_store.h"
+#include "tier_test_util.h"
+
+namespace akv {
+namespace {
+
+using test::block_content;
+using test::ScratchDir;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const BlockShape kShape{.n_rows = 2 * 2 * 4, .row_width = 16, .dtype = DType::F32};
+
+DiskStoreOptions options(const std::string& dir) {
+  DiskStoreOptions o;
+  o.dir = dir;
+  o.fingerprint = {1, 2};
+  o.shape = kShape;
+  o.block_size = 4;
+  return o;
+}
+
+// Holds the IO thread in its first batch until opened (a disk that is busy).
+struct Gate {
+  void wait() {
+    std::unique_lock lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void wait_entered() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mu);
+    open = entered = false;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, open = false;
+};
+
+bool put_block(DiskStore& s, std::uint64_t i) {
+  return s.put({i, i}, {}, {}, block_content(kShape, i));
+}
+
+TEST(DiskWrite, BlocksQueuedTogetherAreWrittenAsOneBatchAndLoadExactly) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();  // block 1 is the first batch; the next 40 wait behind it
+  for (std::uint64_t i = 2; i <= 41; ++i) ASSERT_TRUE(put_block(*store, i));
+  EXPECT_EQ(store->stats().queued_blocks, 41);
+  gate.release();
+  store->flush();
+  const DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.n_written, 41);
+  EXPECT_EQ(s.n_batches, 2) << "one directory fsync for the 40 blocks queued together";
+  EXPECT_EQ(s.queued_blocks, 0);
+  store.reset();
+  auto again = DiskStore::open_or_throw(options(dir.path));
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  for (std::uint64_t i = 1; i <= 41; ++i) {
+    ASSERT_TRUE(again->load({i, i}, {}, {}, raw)) << i;
+    EXPECT_EQ(raw, block_content(kShape, i)) << i;
+  }
+}
+
+TEST(DiskWrite, AFullQueueDropsCountsAndShowsItsDepth) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.max_queue_bytes = 2 * kShape.raw_bytes();
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  EXPECT_EQ(store->n_queue_room(), 2u);
+  EXPECT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  EXPECT_TRUE(put_block(*store, 2));
+  EXPECT_EQ(store->n_queue_room(), 0u);
+  for (std::uint64_t i = 3; i <= 5; ++i) EXPECT_FALSE(put_block(*store, i)) << "dropped";
+  DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.n_dropped, 3);
+  EXPECT_EQ(s.n_dropped_queue_full, 3);
+  EXPECT_EQ(s.queued_blocks, 2);
+  EXPECT_EQ(s.queued_bytes, static_cast<std::int64_t>(2 * kShape.raw_bytes()));
+  gate.release();
+  store->flush();
+  s = store->stats();
+  EXPECT_EQ(s.n_written, 2);
+  EXPECT_EQ(s.queued_blocks, 0);
+  EXPECT_TRUE(store->on_disk({2, 2}));
+  EXPECT_FALSE(store->has({3, 3}));
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(DiskWrite, DropsAreReportedByTheIoThreadAtMostOncePerInterval) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.max_queue_bytes = kShape.raw_bytes();
+  o.drop_log_interval_ms = 300;
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  const std::string report = "blocks not written since the last report";
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  EXPECT_FALSE(put_block(*store, 2));
+  EXPECT_FALSE(put_block(*store, 3));
+  gate.release();
+  store->flush();  // the IO thread reports after the batch
+  gate.close();
+  ASSERT_TRUE(put_block(*store, 4));
+  gate.wait_entered();
+  EXPECT_FALSE(put_block(*store, 5));
+  gate.release();
+  store->flush();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, report), 1) << err;
+  EXPECT_EQ(count(err, "2 blocks not written"), 1) << err;
+  testing::internal::CaptureStderr();
+  std::this_thread::sleep_for(600ms);  // the interval passes: the waiting drop is reported
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "1 blocks not written"), 1) << err;
+}
+
+TEST(DiskWrite, PutOrWaitWaitsForRoomUntilItsDeadline) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.max_queue_bytes = kShape.raw_bytes();
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(store->put_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 50ms));
+  EXPECT_GE(Clock::now() - t0, 50ms);
+  EXPECT_EQ(store->stats().n_dropped_queue_full, 1);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.release();
+  });
+  EXPECT_TRUE(store->put_or_wait({3, 3}, {}, {}, block_content(kShape, 3), Clock::now() + 10s));
+  opener.join();
+  store->flush();
+  EXPECT_TRUE(store->on_disk({3, 3}));
+}
+
+TEST(DiskWrite, ADrainPastItsDeadlineDropsQueuedBlocksButWritesTheManifests) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  ASSERT_TRUE(put_block(*store, 2));
+  ASSERT_TRUE(put_block(*store, 3));
+  AgentRecord rec;
+  rec.agent = "a";
+  rec.chain = {{1, 1}, {2, 2}, {3, 3}};
+  store->put_manifest(rec);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(200ms);
+    gate.release();
+  });
+  const DiskDrain d = store->drain(Clock::now() + 50ms);
+  opener.join();
+  EXPECT_FALSE(d.in_time);
+  EXPECT_EQ(d.n_written, 1) << "the batch being written when time ran out finishes";
+  EXPECT_EQ(d.n_dropped, 2);
+  EXPECT_EQ(store->stats().n_dropped_at_stop, 2);
+  EXPECT_EQ(store->stats().queued_blocks, 0);
+  store.reset();
+  auto again = DiskStore::open_or_throw(options(dir.path));
+  const std::vector<AgentRecord> agents = again->take_loaded_manifests();
+  ASSERT_EQ(agents.size(), 1u);
+  EXPECT_EQ(agents[0].chain, rec.chain);
+  EXPECT_TRUE(again->on_disk({1, 1}));
+  EXPECT_FALSE(again->on_disk({2, 2}));
+}
+
+TEST(DiskWrite, ADrainInTimeWritesEverything) {
+  ScratchDir dir;
+  auto store = DiskStore::open_or_throw(options(dir.path));
+  for (std::uint64_t i = 1; i <= 20; ++i) ASSERT_TRUE(put_block(*store, i));
+  const DiskDrain d = store->drain(Clock::now() + 60s);
+  EXPECT_TRUE(d.in_time);
+  EXPECT_EQ(d.n_written, 20);
+  EXPECT_EQ(d.n_dropped, 0);
+}
+
+TEST(DiskWrite, AFailedManifestWriteIsRetriedNotLost) {
+  ScratchDir dir;
+  std::atomic<int> n_calls = 0;
+  auto o = options(dir.path);
+  o.manifest_retry_ms = 10;
+  o.manifest_write_fault = [&n_calls] { return n_calls++ < 2 ? ENOSPC : 0; };  // two failures
+  AgentRecord rec;
+  rec.agent = "a";
+  rec.chain = {{1, 1}};
+  {
+    auto store = DiskStore::open_or_throw(o);
+    store->put_manifest(rec);
+    store->flush();  // waits for the retries too
+    const DiskStoreStats s = store->stats();
+    EXPECT_EQ(n_calls.load(), 3);
+    EXPECT_EQ(s.n_manifest_retries, 2);
+    EXPECT_EQ(s.n_manifests_lost, 0);
+    EXPECT_EQ(s.n_write_errors, 2);
+  }
+  auto again = DiskStore::open_or_throw(options(dir.path));
+  EXPECT_EQ(again->take_loaded_manifests().size(), 1u);
+}
+
+TEST(DiskWrite, AManifestThatKeepsFailingIsGivenUpAfterItsBound) {
+  ScratchDir dir;
+  std::atomic<int> n_calls = 0;
+  auto o = options(dir.path);
+  o.manifest_retry_ms = 5;
+  o.max_manifest_attempts = 3;
+  o.manifest_write_fault = [&n_calls] {
+    ++n_calls;
+    return EIO;
+  };
+  auto store = DiskStore::open_or_throw(o);
+  AgentRecord rec;
+  rec.agent = "a";
+  store->put_manifest(rec);
+  store->flush();
+  EXPECT_EQ(n_calls.load(), 3);
+  EXPECT_EQ(store->stats().n_manifests_lost, 1);
+}
+
+}  // namespace
+}  // namespace akv
