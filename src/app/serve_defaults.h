@@ -33,7 +33,7 @@ std::int64_t activation_reserve_bytes(const ModelConfig& config, std::int32_t ma
 struct KvPoolInputs {
   std::int64_t kv_cache_mb = 0;        // --kv-cache-mb; 0: size from the device's memory
   double gpu_memory_fraction = 0.9;    // share of the device's total memory agentkv may hold
-  std::optional<DeviceMemory> device;  // after the weights are loaded; nullopt on the CPU
+  std::optional<DeviceMemory> device = std::nullopt;  // after the weights are loaded; nullopt on the CPU
   std::int64_t reserve_bytes = 0;      // activation_reserve_bytes
   std::int64_t block_bytes = 0;        // one KV block across all layers
   std::int64_t cpu_default_mb = 1024;  // the pool when there is no device memory to size from

@@ -80,7 +80,7 @@ TEST(ServeDefaults, KvCacheMbOverridesAndTheCpuHasADefault) {
                                       .device = DeviceMemory{.free_bytes = 63 * kGiB, .total_bytes = 80 * kGiB},
                                       .block_bytes = 2 << 20});
   EXPECT_EQ(mb.n_blocks, 1500);
-  const KvPoolPlan cpu = plan_kv_pool({.block_bytes = 1 << 20});
+  const KvPoolPlan cpu = plan_kv_pool({.device = std::nullopt, .block_bytes = 1 << 20});
   EXPECT_EQ(cpu.n_blocks, 1024);
 }
 
@@ -93,8 +93,8 @@ TEST(ServeDefaults, TooSmallAPoolIsAnErrorNamingTheFlags) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--gpu-memory-fraction"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(plan_kv_pool({.gpu_memory_fraction = 1.5, .block_bytes = 1}), Error);
-  EXPECT_THROW(plan_kv_pool({.kv_cache_mb = -1, .block_bytes = 1}), Error);
+  EXPECT_THROW(plan_kv_pool({.gpu_memory_fraction = 1.5, .device = std::nullopt, .block_bytes = 1}), Error);
+  EXPECT_THROW(plan_kv_pool({.kv_cache_mb = -1, .device = std::nullopt, .block_bytes = 1}), Error);
 }
 
 TEST(ServeDefaults, ActivationReserveGrowsWithTheStep) {
