@@ -161,25 +161,51 @@ TEST(KvTiers, ARestoredBlockKeepsItsHostCopySoDemotingItAgainCopiesNothing) {
   EXPECT_EQ(host.stats().n_hits, 4);
 }
 
-TEST(KvTiers, HostBlocksAreDecodedInTheBackgroundToo) {
-  Device d(6);
-  HostStore host(host_options(16));
-  Restorer restorer(nullptr, &host, {});
-  d.kv.attach_tiers({.host = &host, .restorer = &restorer}, d.io());
-  const Tokens a = iota_tokens(13, 100);
+// A host-tier hit is written to the device from the block's slot: one write_blocks call for the
+// whole prefix, nothing decoded or copied on the host on the way; the "device" here reads the
+// slots only later (as a DMA does), so a slot reused before the call's fence passes would show
+// as wrong KV. The slots stay pinned through the pressure of other chains' demotions and are
+// released at the first match or commit after the fence.
+TEST(KvTiers, HostBlocksAreWrittenFromTheirSlotsInOneBatchPinnedUntilTheFence) {
+  Device d(8);
+  HostStore host(host_options(4));
+  KvBlockIo io = d.io();
+  std::vector<std::vector<EncodedKvBlock>> calls;
+  std::uint64_t fence_done = 0;
+  io.write_blocks = [&](std::span<const EncodedKvBlock> blocks) {
+    calls.emplace_back(blocks.begin(), blocks.end());
+    return static_cast<std::uint64_t>(calls.size());
+  };
+  io.writes_done = [&](std::uint64_t fence) { return fence <= fence_done; };
+  auto device_reads = [&] {  // the queued copies land
+    for (const auto& call : calls)
+      for (const EncodedKvBlock& b : call)
+        std::memcpy(d.mem[b.block].data(), b.bytes.data(), b.bytes.size());
+    fence_done = calls.size();
+  };
+  d.kv.attach_tiers({.host = &host}, io);
+  const Tokens a = iota_tokens(13, 100);  // 3 full blocks and one token
   d.run(a);
-  for (int i = 0; i < 2; ++i) d.run(iota_tokens(12, 1000 + 100 * i));  // a goes to the host tier
-  ASSERT_EQ(host.stats().n_put, 3);
+  d.run(iota_tokens(32, 1000));  // takes the whole device: a goes to the host tier
+  ASSERT_EQ(host.stats().n_blocks, 3);
+
   KvSequence seq;
-  ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
-  wait_for_restore(d.kv, seq, a);
-  const std::int64_t hits = host.stats().n_hits;
-  EXPECT_EQ(hits, 3);  // decoded by the restorer
+  EXPECT_FALSE(d.kv.restore_pending(seq, a, ""));  // no restorer, nothing to load: match now
   EXPECT_EQ(d.kv.match(seq, a, ""), 12);
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_EQ(calls[0].size(), 3u);
+  for (const EncodedKvBlock& b : calls[0]) EXPECT_EQ(b.codec, SpillCodec::Native);
   EXPECT_EQ(seq.n_host_restored_blocks(), 3);
-  EXPECT_EQ(host.stats().n_hits, hits);  // the match only copied
-  EXPECT_TRUE(d.check(seq, a, 3));
+  // Other chains push blocks through the one host slot a's pinned blocks leave.
+  const std::int64_t evicted = host.stats().n_evicted;
+  for (int i = 0; i < 4; ++i) d.run(iota_tokens(8, 3000 + 100 * i));
+  EXPECT_GE(host.stats().n_evicted - evicted, 2);
+  device_reads();
+  EXPECT_TRUE(d.check(seq, a, 3));  // the slots held a's bytes until the device read them
   d.kv.release(seq);
+  // Released at the next match: with the other chains' demotions a's blocks age out now.
+  for (int i = 0; i < 8; ++i) d.run(iota_tokens(8, 5000 + 100 * i));
+  EXPECT_EQ(d.run(a), 0);
 }
 
 // A restore into a full pool evicts a block for each one it restores: all those demotions are
@@ -278,7 +304,7 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
   const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
   std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
   std::atomic<int> done{0};
-  Restorer restorer(disk.get(), nullptr, [&] { ++done; });
+  Restorer restorer(disk.get(), [&] { ++done; });
   Device d(8);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   d.run(iota_tokens(8, 100));  // 2 blocks on the device again (the first loaded by this match)
@@ -310,7 +336,7 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   for (int b = 0; b <= 5; ++b) key = disk->keyer().next(key, std::span(a).subspan(b * kBs, kBs));
   ASSERT_TRUE(std::filesystem::remove(dir.path + "/blocks/" + key.hex() + ".kvb"));
 
-  Restorer restorer(disk.get(), nullptr, {}, /*n_threads=*/3);
+  Restorer restorer(disk.get(), {}, Restorer::kDefaultMaxBytes, /*n_threads=*/3);
   Device d(12);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   KvSequence cancelled;
