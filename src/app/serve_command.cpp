@@ -160,6 +160,8 @@ int run_serve(const ServeOptions& o) {
   engine_config.agents = &agents;
   engine_config.host = host.get();
   engine_config.disk = disk.get();
+  engine_config.restore_max_bytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(1, parse_byte_size(o.kv_restore_bytes, "--kv-restore-bytes")));
   Engine engine(std::move(model), *backend, engine_config);
 
   if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));

@@ -23,6 +23,7 @@ struct ServeOptions {
   std::string kv_host_bytes = "0";        // host-RAM tier budget: bytes or K/M/G/T; 0: no host tier
   std::string kv_host_codec = "native";   // how the host tier keeps blocks
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
+  std::string kv_restore_bytes = "4G";    // disk blocks background restores hold at most
   ServerOptions server;
 };
 

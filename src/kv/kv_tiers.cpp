@@ -211,7 +211,11 @@ void KvManager::flush_restores(const std::shared_ptr<RestoreJob>& job) {
   if (restore_batch_.empty()) return;
   const std::uint64_t fence = io_.write_blocks(restore_batch_);
   restore_batch_.clear();
-  if (restore_pins_.empty() && job == nullptr) return;
+  if (io_.writes_done(fence)) {  // read already (a host-side write): nothing to keep
+    for (const Hash128& key : restore_pins_) host_->unpin(key);
+    restore_pins_.clear();
+    return;
+  }
   restoring_.push_back({.fence = fence, .pinned = std::move(restore_pins_), .job = job});
   restore_pins_.clear();
 }

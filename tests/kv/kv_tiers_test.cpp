@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -350,6 +351,102 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   EXPECT_EQ(seq.n_restored_blocks(), 5);
   EXPECT_TRUE(d.check(seq, a, 5));
   d.kv.release(seq);
+}
+
+// The host tier on F32 and BF16 live KV with every codec: a block restored from it is what the
+// codec makes of the block computed (native, and bf16 on BF16, exactly the block), decoded by
+// write_blocks' host-side default.
+TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
+  for (DType live : {DType::F32, DType::BF16})
+    for (SpillCodec codec : {SpillCodec::Native, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4}) {
+      const BlockShape shape{.n_rows = 2 * 2 * kBs, .row_width = 64, .dtype = live, .block_size = kBs};
+      std::vector<std::vector<std::byte>> mem(6, std::vector<std::byte>(shape.raw_bytes()));
+      KvManager kv(6, kBs, [&](BlockId src, BlockId dst) { mem[dst] = mem[src]; });
+      HostStoreOptions o;
+      o.max_bytes = 16 * encoded_bytes(codec, shape);
+      o.codec = codec;
+      o.shape = shape;
+      o.block_size = kBs;
+      HostStore host(o);
+      kv.attach_tiers({.host = &host},
+                      {.read = [&](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
+                       .write = [&](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+                       .block_bytes = shape.raw_bytes()});
+      std::vector<std::vector<std::byte>> computed;
+      auto run = [&](const Tokens& tokens, bool keep) {
+        KvSequence seq;
+        const std::int32_t hit = kv.match(seq, tokens, "");
+        const auto n = static_cast<std::int32_t>(tokens.size());
+        EXPECT_TRUE(kv.allocate(seq, n));
+        for (std::int32_t b = hit / kBs; b * kBs < n; ++b) {
+          std::vector<std::byte>& raw = mem[seq.block_table()[b]];
+          for (std::size_t i = 0; i < raw.size() / dtype_size(live); ++i) {
+            const float x = std::sin(0.1f * static_cast<float>(i + 977 * b + tokens[0])) * (i % 64 == 7 ? 30.0f : 2.0f);
+            if (live == DType::F32)
+              std::memcpy(raw.data() + 4 * i, &x, 4);
+            else {
+              const std::uint16_t h = f32_to_bf16(x);
+              std::memcpy(raw.data() + 2 * i, &h, 2);
+            }
+          }
+          if (keep) computed.push_back(raw);
+        }
+        kv.commit(seq, tokens, n);
+        kv.release(seq);
+        return hit;
+      };
+      const Tokens a = iota_tokens(13, 100);
+      run(a, true);
+      run(iota_tokens(24, 5000), false);  // takes the whole device: a goes to the host tier
+      ASSERT_EQ(host.stats().n_blocks, 3);
+      KvSequence seq;
+      ASSERT_EQ(kv.match(seq, a, ""), 12);
+      std::vector<std::byte> enc(encoded_bytes(codec, shape)), want(shape.raw_bytes());
+      for (int b = 0; b < 3; ++b) {
+        encode_block(codec, shape, computed[b], enc);
+        decode_block(codec, shape, enc, want);
+        EXPECT_EQ(mem[seq.block_table()[b]], want) << spill_codec_name(codec) << " " << dtype_name(live);
+        if (codec_is_raw(codec, live)) {
+          EXPECT_EQ(mem[seq.block_table()[b]], computed[b]) << spill_codec_name(codec);
+        }
+      }
+      kv.release(seq);
+    }
+}
+
+// Background loads hold at most their budget across requests: a job alone larger than it loads
+// only its leading blocks that fit, and the next job waits until the memory comes back (when
+// the first job is used and dropped).
+TEST(KvTiers, BackgroundLoadsStayWithinTheirMemoryBudget) {
+  test::ScratchDir dir;
+  const Tokens a = iota_tokens(17, 100), b = iota_tokens(17, 900);  // 4 full blocks each
+  std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
+  {
+    Device writer(8);
+    writer.kv.attach_tiers({.disk = disk.get()}, writer.io());
+    writer.run(b);
+    disk->flush();
+  }
+  Restorer restorer(disk.get(), {}, /*max_bytes=*/3 * kShape.raw_bytes());
+  Device d(16);
+  d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
+  KvSequence sa, sb;
+  ASSERT_TRUE(d.kv.restore_pending(sa, a, ""));
+  wait_for_restore(d.kv, sa, a);
+  ASSERT_TRUE(d.kv.restore_pending(sb, b, ""));
+  EXPECT_EQ(restorer.used_bytes(), 3 * kShape.raw_bytes());  // a's job, cut to the budget
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_TRUE(d.kv.restore_pending(sb, b, ""));  // b waits for a's memory
+  EXPECT_EQ(d.kv.match(sa, a, ""), 12);
+  EXPECT_EQ(sa.n_restored_blocks(), 3);
+  EXPECT_TRUE(d.check(sa, a, 3));
+  wait_for_restore(d.kv, sb, b);  // a's job is gone: b's runs
+  EXPECT_EQ(d.kv.match(sb, b, ""), 12);
+  EXPECT_EQ(sb.n_restored_blocks(), 3);
+  EXPECT_TRUE(d.check(sb, b, 3));
+  d.kv.release(sa);
+  d.kv.release(sb);
+  EXPECT_EQ(restorer.used_bytes(), 0u);
 }
 
 }  // namespace
