@@ -120,6 +120,12 @@ class Backend {
   virtual void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
     read_kv_block(kv, block, host);
   }
+  // A deferred read of `block` encoded with `codec` (kv_codec.h): `host` (encoded_bytes of the
+  // block shape) holds encode_block of the block as it is at this call once finish_reads()
+  // returns. The default reads and encodes at once on the host; the CUDA backend encodes on the
+  // device, writing alloc_host memory in place.
+  virtual void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
+                                           std::span<std::byte> host);
   // Fills the host bytes of every start_read_kv_block so far; waits for their copies.
   virtual void finish_reads() {}
   // The inverse: fills `block` from host memory in the same layout (restoring a block). May

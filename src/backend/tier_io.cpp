@@ -1,4 +1,5 @@
-// Plain host memory for the host tier, and Backend::write_kv_blocks's host-side default.
+// Plain host memory for the host tier, and the host-side defaults of Backend::write_kv_blocks and
+// start_read_kv_block_encoded.
 #include "backend/tier_io.h"
 
 #include <cstdlib>
@@ -34,6 +35,14 @@ class PlainHostMemory final : public HostMemory {
 
 std::unique_ptr<HostMemory> alloc_plain_host(std::size_t bytes) {
   return std::make_unique<PlainHostMemory>(bytes);
+}
+
+void Backend::start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
+                                          std::span<std::byte> host) {
+  const BlockShape shape = block_shape_of(kv.layout);
+  std::vector<std::byte> raw(shape.raw_bytes());
+  read_kv_block(kv, block, raw);
+  encode_block(codec, shape, raw, host);
 }
 
 std::uint64_t Backend::write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) {

@@ -64,6 +64,10 @@ struct KvBlockIo {
   // start call, in the span once finish_reads returns. Empty: `read` at once, nothing to finish.
   std::function<void(BlockId, std::span<std::byte>)> start_read = nullptr;
   std::function<void()> finish_reads = nullptr;
+  // A deferred read encoded with a codec (Backend::start_read_kv_block_encoded), finished by
+  // finish_reads: demotions with a quantizing host codec go straight into their slot. Empty:
+  // a raw read, encoded by the host tier at the finish.
+  std::function<void(BlockId, SpillCodec, std::span<std::byte>)> start_read_encoded = nullptr;
   // Restores from encoded host bytes (Backend::write_kv_blocks): returns a fence, and the bytes
   // stay untouched until writes_done(fence). Empty: decode on the host and `write` each block.
   std::function<std::uint64_t(std::span<const EncodedKvBlock>)> write_blocks = nullptr;

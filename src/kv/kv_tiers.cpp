@@ -28,6 +28,10 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
         backend.start_read_kv_block(kv, b, out);
       },
       .finish_reads = [&backend] { backend.finish_reads(); },
+      .start_read_encoded =
+          [&backend, &kv](BlockId b, SpillCodec codec, std::span<std::byte> out) {
+            backend.start_read_kv_block_encoded(kv, b, codec, out);
+          },
       .write_blocks = [&backend, &kv](std::span<const EncodedKvBlock> blocks) {
         return backend.write_kv_blocks(kv, blocks);
       },
@@ -97,10 +101,14 @@ void KvManager::on_device_evict(BlockId block) {
   if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
   // The block is reused as soon as this returns: the copy takes its bytes as they are now.
   if (demoting_.size() == max_pending_) finish_tier_reads();
-  if (codec_is_raw(host_->codec(), host_->shape().dtype)) {  // straight into its host slot
+  const bool raw = codec_is_raw(host_->codec(), host_->shape().dtype);
+  if (raw || io_.start_read_encoded) {  // straight into its host slot
     const std::span<std::byte> slot = host_->reserve(meta.key, host_meta);
     if (slot.empty()) return;  // every slot is pinned or reserved: the block is not kept
-    io_.start_read(block, slot);
+    if (raw)
+      io_.start_read(block, slot);
+    else
+      io_.start_read_encoded(block, host_->codec(), slot);
     demoting_.push_back({.key = meta.key, .meta = host_meta});
     return;
   }

@@ -357,6 +357,7 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
 // codec makes of the block computed (native, and bf16 on BF16, exactly the block), decoded by
 // write_blocks' host-side default.
 TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
+  for (bool encoded_reads : {false, true})
   for (DType live : {DType::F32, DType::BF16})
     for (SpillCodec codec : {SpillCodec::Native, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4}) {
       const BlockShape shape{.n_rows = 2 * 2 * kBs, .row_width = 64, .dtype = live, .block_size = kBs};
@@ -368,10 +369,17 @@ TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
       o.shape = shape;
       o.block_size = kBs;
       HostStore host(o);
-      kv.attach_tiers({.host = &host},
-                      {.read = [&](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
-                       .write = [&](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
-                       .block_bytes = shape.raw_bytes()});
+      KvBlockIo io{
+          .read = [&](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
+          .write = [&](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+          .block_bytes = shape.raw_bytes()};
+      std::int32_t n_encoded_reads = 0;
+      if (encoded_reads)  // as a device that encodes (the CUDA backend): straight into the slot
+        io.start_read_encoded = [&](BlockId b, SpillCodec c, std::span<std::byte> out) {
+          encode_block(c, shape, mem[b], out);
+          ++n_encoded_reads;
+        };
+      kv.attach_tiers({.host = &host}, io);
       std::vector<std::vector<std::byte>> computed;
       auto run = [&](const Tokens& tokens, bool keep) {
         KvSequence seq;
@@ -399,6 +407,7 @@ TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
       run(a, true);
       run(iota_tokens(24, 5000), false);  // takes the whole device: a goes to the host tier
       ASSERT_EQ(host.stats().n_blocks, 3);
+      EXPECT_EQ(n_encoded_reads, encoded_reads && !codec_is_raw(codec, live) ? 3 : 0);
       KvSequence seq;
       ASSERT_EQ(kv.match(seq, a, ""), 12);
       std::vector<std::byte> enc(encoded_bytes(codec, shape)), want(shape.raw_bytes());
