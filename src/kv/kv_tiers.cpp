@@ -256,7 +256,8 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
                          : std::span<const std::byte>{};
     // Past a block no tier may have, nothing can follow (a device orphan may be demoted on the
     // way; a disk block comes from the background load or, without a restorer, from disk).
-    if (slot.empty() && !by_key_.contains(meta.key) && disk_ == nullptr) break;
+    if (slot.empty() && !by_key_.contains(meta.key) && (disk_ == nullptr || !disk_->on_disk(meta.key)))
+      break;
     restore_metas_.push_back(meta);
     restore_slots_.push_back(slot);
   }
