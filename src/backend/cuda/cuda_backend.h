@@ -9,8 +9,9 @@
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
-// memory through a pinned staging ring on a copy stream of their own (kv_transfer.cpp). Engine
-// thread only, like every Backend.
+// memory through a pinned staging ring on a copy stream of their own, or, for the host tier's
+// mapped page-locked slots (alloc_host), read and written in place by the gather, encode and
+// decode kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
 #pragma once
 
 #include <cstddef>
