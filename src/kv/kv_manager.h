@@ -203,9 +203,10 @@ class KvManager {
   bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
   std::vector<std::byte> buffer_;  // one raw block on its way in
-  // Copies started and not yet finished. demote_buffers_[i] holds demoting_[i]'s bytes (kept
-  // for reuse, so demoting allocates nothing once warm); a spill owns its disk buffer. At most
-  // max_pending_ of each (64 MiB of blocks): past that they are finished early.
+  // Copies started and not yet finished. A demotion copies into its reserved host slot, or into
+  // demote_buffers_ (kept for reuse, so demoting allocates nothing once warm) when the host tier
+  // encodes it; a spill owns its disk buffer. At most max_pending_ buffered demotions and
+  // spills (64 MiB of blocks each): past that they are finished early.
   struct PendingDemotion {
     Hash128 key;
     HostBlockMeta meta;

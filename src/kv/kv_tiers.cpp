@@ -100,9 +100,8 @@ void KvManager::on_device_evict(BlockId block) {
                                 .retention = index_.retention_of(block)};
   if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
   // The block is reused as soon as this returns: the copy takes its bytes as they are now.
-  if (demoting_.size() == max_pending_) finish_tier_reads();
   const bool raw = codec_is_raw(host_->codec(), host_->shape().dtype);
-  if (raw || io_.start_read_encoded) {  // straight into its host slot
+  if (raw || io_.start_read_encoded) {  // straight into its host slot: no buffer, no cap
     const std::span<std::byte> slot = host_->reserve(meta.key, host_meta);
     if (slot.empty()) return;  // every slot is pinned or reserved: the block is not kept
     if (raw)
@@ -112,6 +111,7 @@ void KvManager::on_device_evict(BlockId block) {
     demoting_.push_back({.key = meta.key, .meta = host_meta});
     return;
   }
+  if (n_demote_buffers_ == max_pending_) finish_tier_reads();
   if (demote_buffers_.size() == n_demote_buffers_) demote_buffers_.emplace_back(io_.block_bytes);
   io_.start_read(block, demote_buffers_[n_demote_buffers_]);
   demoting_.push_back({.key = meta.key,
