@@ -139,6 +139,7 @@ class Served {
       h.shape = block_shape_of(layout);
       h.block_size = o.block_size;
       h.on_disk = [disk = disk_.get()](const Hash128& key) { return disk->has(key); };
+      h.alloc = [&backend](std::size_t bytes) { return backend.alloc_host(bytes); };  // as the server does
       host_ = std::make_unique<HostStore>(std::move(h));
     }
     EngineConfig ec;

@@ -146,6 +146,14 @@ class OpTimer final : public Backend {
   void write_kv_block(KvStorage& kv, std::int32_t b, std::span<const std::byte> h) override {
     b_.write_kv_block(kv, b, h);
   }
+  std::unique_ptr<HostMemory> alloc_host(std::size_t n) override { return b_.alloc_host(n); }
+  std::uint64_t write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) override {
+    return b_.write_kv_blocks(kv, blocks);
+  }
+  bool kv_writes_done(std::uint64_t fence) override { return b_.kv_writes_done(fence); }
+  void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t b, SpillCodec c, std::span<std::byte> h) override {
+    b_.start_read_kv_block_encoded(kv, b, c, h);
+  }
   void embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) override {
     Scope s(*this, "embed");
     b_.embed(t, ids, sc, o);

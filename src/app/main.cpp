@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--kv-host-codec", srv.kv_host_codec, "KV blocks in the host tier: native | f32 | bf16 | int8 | int4")
       ->capture_default_str();
+  serve->add_option("--kv-restore-bytes", srv.kv_restore_bytes,
+                    "Disk blocks held by background restores at most, across requests: bytes or K/M/G/T")
+      ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

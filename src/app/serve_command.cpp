@@ -111,7 +111,7 @@ double attention_equal_tokens(const ModelConfig& c) {
 
 // The host-RAM tier of --kv-host-bytes (null when 0). Throws Error for a bad size or codec.
 std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
-                                          const DiskStore* disk) {
+                                          const DiskStore* disk, Backend& backend) {
   const std::int64_t max_bytes = parse_byte_size(o.kv_host_bytes, "--kv-host-bytes");
   if (max_bytes == 0) return nullptr;
   const std::optional<SpillCodec> codec = find_spill_codec(o.kv_host_codec);
@@ -125,6 +125,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   h.block_size = e.block_size;
   h.attention_equal_tokens = attention_equal_tokens(config);
   if (disk != nullptr) h.on_disk = [disk](const Hash128& key) { return disk->has(key); };
+  h.alloc = [&backend](std::size_t bytes) { return backend.alloc_host(bytes); };  // page-locked on CUDA
   if (h.max_bytes < encoded_bytes(h.codec, h.shape))
     throw Error(ErrorKind::InvalidArgument, "--kv-host-bytes: " + o.kv_host_bytes + " holds no KV block (one is " +
                                                 std::to_string(encoded_bytes(h.codec, h.shape)) + " bytes)");
@@ -183,10 +184,12 @@ int run_serve(const ServeOptions& o) {
   std::unique_ptr<DiskStore> disk = open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""));
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
-  std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get());
+  std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get(), *backend);
   engine_config.agents = &agents;
   engine_config.host = host.get();
   engine_config.disk = disk.get();
+  engine_config.restore_max_bytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(1, parse_byte_size(o.kv_restore_bytes, "--kv-restore-bytes")));
   Engine engine(std::move(model), *backend, engine_config);
 
   if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));

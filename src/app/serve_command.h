@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string kv_host_codec = "native";   // how the host tier keeps blocks
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   double kv_flush_timeout_s = 30;         // at a graceful stop, most seconds spent writing to disk
+  std::string kv_restore_bytes = "4G";    // disk blocks background restores hold at most
   ServerOptions server;
 };
 

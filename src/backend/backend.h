@@ -17,6 +17,7 @@
 #include "backend/batch.h"
 #include "backend/kv_storage.h"
 #include "backend/tensor_ref.h"
+#include "backend/tier_io.h"
 #include "tensor/dtype.h"
 
 namespace akv {
@@ -133,12 +134,34 @@ class Backend {
   virtual void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) {
     read_kv_block(kv, block, host);
   }
+  // A deferred read of `block` encoded with `codec` (kv_codec.h): `host` (encoded_bytes of the
+  // block shape) holds encode_block of the block as it is at this call once finish_reads()
+  // returns. The default reads and encodes at once on the host; the CUDA backend encodes on the
+  // device, writing alloc_host memory in place.
+  virtual void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
+                                           std::span<std::byte> host);
   // Fills the host bytes of every start_read_kv_block so far; waits for their copies.
   virtual void finish_reads() {}
   // The inverse: fills `block` from host memory in the same layout (restoring a block). May
   // return before the copy lands (a device backend queues it); `host` may be reused or freed on
   // return, and every later op, copy or read sees the block's new contents.
   virtual void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) = 0;
+  // Host memory for the host tier's slots (tier_io.h), 4096-byte aligned, uninitialised. The CUDA
+  // backend's is page-locked and mapped (cudaHostAlloc), so its tier copies read and write it in
+  // place; the default is plain memory. Expensive: allocate in large chunks.
+  virtual std::unique_ptr<HostMemory> alloc_host(std::size_t bytes) { return alloc_plain_host(bytes); }
+  // Restores many blocks from their encoded host form: for each, like decode_block (kv_codec.h)
+  // then write_kv_block. Every later op, copy or read sees the blocks' new contents. Returns a
+  // fence: the host bytes must stay valid and unchanged until kv_writes_done(fence). The
+  // default decodes on the host and writes each block (done on return); the CUDA backend decodes
+  // on the device, reading alloc_host memory in place and staging other memory.
+  virtual std::uint64_t write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks);
+  // True once the host bytes of the write_kv_blocks calls up to `fence` may be reused or freed.
+  // Never waits.
+  virtual bool kv_writes_done(std::uint64_t fence) {
+    (void)fence;
+    return true;
+  }
 
   // --- ops (shapes in brackets; n = tokens in the batch) ------------------------------------
   // out[n, d] = table[ids[i], :] * scale

@@ -67,14 +67,17 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       stats_(config_.stats_ring),
       seed_base_(std::random_device{}()) {
   event_.top_logprobs.reserve(64);
-  if ((config_.disk != nullptr || config_.host != nullptr) && config_.background_restore) {
-    restorer_ = std::make_unique<Restorer>(config_.disk, config_.host, [this] {
-      {
-        std::lock_guard lock(mu_);
-        restore_done_ = true;
-      }
-      wake_.notify_one();
-    });
+  if (config_.disk != nullptr && config_.background_restore) {
+    restorer_ = std::make_unique<Restorer>(
+        config_.disk,
+        [this] {
+          {
+            std::lock_guard lock(mu_);
+            restore_done_ = true;
+          }
+          wake_.notify_one();
+        },
+        config_.restore_max_bytes);
   }
   if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
     kv_.attach_tiers({.agents = config_.agents,

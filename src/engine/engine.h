@@ -37,9 +37,11 @@ struct EngineConfig {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
-  // Load a prefix found in the host tier or on disk on restore threads while other sequences
-  // decode (else at admission, on the engine thread).
+  // Load a prefix found on disk on restore threads while other sequences decode (else at
+  // admission, on the engine thread: tests only). Host-tier blocks need no load.
   bool background_restore = true;
+  // Loaded disk blocks held by background loads at most, across requests.
+  std::size_t restore_max_bytes = Restorer::kDefaultMaxBytes;
 };
 
 // The agents API's changes (kv/agent_index.h); see Engine::change_agent.

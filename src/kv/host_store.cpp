@@ -1,24 +1,33 @@
 #include "kv/host_store.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "base/check.h"
 
 namespace akv {
 
+namespace {
+constexpr std::size_t kSlotAlign = 256;
+constexpr std::size_t kChunkBytes = 64u << 20;  // slots are carved from chunks of about this
+}  // namespace
+
 HostStore::HostStore(HostStoreOptions options)
     : options_(std::move(options)),
       slot_bytes_(encoded_bytes(options_.codec, options_.shape)),
-      max_slots_(slot_bytes_ == 0 ? 0 : options_.max_bytes / slot_bytes_) {
+      slot_stride_((slot_bytes_ + kSlotAlign - 1) / kSlotAlign * kSlotAlign),
+      max_slots_(slot_bytes_ == 0 ? 0 : options_.max_bytes / slot_bytes_),
+      slots_per_chunk_(std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(1, slot_stride_))) {
   AKV_CHECK(options_.block_size > 0 && slot_bytes_ > 0, "host tier needs a block shape");
   AKV_CHECK(options_.attention_equal_tokens > 0.0, "attention_equal_tokens must be positive");
+  if (!options_.alloc) options_.alloc = alloc_plain_host;
   stats_.max_bytes = static_cast<std::int64_t>(max_slots_ * slot_bytes_);
   entries_.reserve(max_slots_);
 }
 
 bool HostStore::contains(const Hash128& key) const {
   std::lock_guard lock(mu_);
-  return entries_.contains(key);
+  const auto it = entries_.find(key);
+  return it != entries_.end() && it->second.ready && !it->second.erased;
 }
 
 std::optional<HostBlockMeta> HostStore::find_meta(const Hash128& key) const {
@@ -41,22 +50,42 @@ void HostStore::reprioritise_locked(const Hash128& key, Entry& e) {
   e.order = order_.emplace(std::pair{inflation_ + cost_locked(key, e.meta), serial_++}, key).first;
 }
 
-void HostStore::evict_one_locked() {
-  const auto victim = order_.begin();
-  inflation_ = victim->first.first;
-  const auto it = entries_.find(victim->second);
-  free_slots_.push_back(it->second.slot);
+std::byte* HostStore::slot_data(std::int32_t slot) const {
+  const auto i = static_cast<std::size_t>(slot);
+  return chunks_[i / slots_per_chunk_]->bytes().data() + i % slots_per_chunk_ * slot_stride_;
+}
+
+void HostStore::free_entry_locked(std::unordered_map<Hash128, Entry, Hash128Hasher>::iterator it) {
+  Entry& e = it->second;
+  if (e.order != order_.end()) order_.erase(e.order);
+  if (e.ready && !e.erased) --n_ready_;
+  free_slots_.push_back(e.slot);
   entries_.erase(it);
-  order_.erase(victim);
-  ++stats_.n_evicted;
+}
+
+bool HostStore::evict_one_locked() {
+  for (auto victim = order_.begin(); victim != order_.end(); ++victim) {
+    const auto it = entries_.find(victim->second);
+    if (it->second.pins > 0) continue;  // a copy reads it
+    inflation_ = victim->first.first;
+    free_entry_locked(it);
+    ++stats_.n_evicted;
+    return true;
+  }
+  return false;
 }
 
 std::int32_t HostStore::take_slot_locked() {
-  if (free_slots_.empty() && slots_.size() < max_slots_) {
-    slots_.push_back(std::make_unique<std::byte[]>(slot_bytes_));
-    free_slots_.push_back(static_cast<std::int32_t>(slots_.size() - 1));
+  if (free_slots_.empty() && n_slots_ < max_slots_) {
+    if (n_slots_ == chunks_.size() * slots_per_chunk_) {
+      const std::size_t n = std::min(slots_per_chunk_, max_slots_ - n_slots_);
+      chunks_.push_back(options_.alloc(n * slot_stride_));
+      AKV_CHECK(chunks_.back() != nullptr && chunks_.back()->bytes().size() >= n * slot_stride_,
+                "host tier: short allocation");
+    }
+    free_slots_.push_back(static_cast<std::int32_t>(n_slots_++));
   }
-  if (free_slots_.empty()) evict_one_locked();
+  if (free_slots_.empty() && !evict_one_locked()) return -1;
   const std::int32_t slot = free_slots_.back();
   free_slots_.pop_back();
   return slot;
@@ -64,7 +93,7 @@ std::int32_t HostStore::take_slot_locked() {
 
 bool HostStore::touch_locked(const Hash128& key, const HostBlockMeta& meta) {
   const auto it = entries_.find(key);
-  if (it == entries_.end()) return false;
+  if (it == entries_.end() || !it->second.ready || it->second.erased) return false;
   it->second.meta.retention = max_retention(it->second.meta.retention, meta.retention);
   reprioritise_locked(key, it->second);
   return true;
@@ -75,41 +104,96 @@ bool HostStore::touch(const Hash128& key, const HostBlockMeta& meta) {
   return touch_locked(key, meta);
 }
 
+std::span<std::byte> HostStore::reserve(const Hash128& key, const HostBlockMeta& meta) {
+  if (max_slots_ == 0) return {};
+  std::lock_guard lock(mu_);
+  if (entries_.contains(key)) return {};
+  const std::int32_t slot = take_slot_locked();
+  if (slot < 0) return {};
+  entries_.emplace(key, Entry{.meta = meta, .slot = slot, .pins = 1, .order = order_.end()});
+  return {slot_data(slot), slot_bytes_};
+}
+
+void HostStore::release_locked(const Hash128& key, bool publish) {
+  const auto it = entries_.find(key);
+  AKV_CHECK(it != entries_.end() && it->second.pins > 0, "host tier: release of an unpinned block");
+  Entry& e = it->second;
+  --e.pins;
+  if (!e.ready) {  // a reservation
+    if (!publish || e.erased) {
+      free_entry_locked(it);
+      return;
+    }
+    e.ready = true;
+    ++n_ready_;
+    ++stats_.n_put;
+    reprioritise_locked(key, e);
+    return;
+  }
+  if (e.pins == 0 && e.erased) free_entry_locked(it);
+}
+
+void HostStore::publish(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  release_locked(key, /*publish=*/true);
+}
+
+void HostStore::abandon(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  release_locked(key, /*publish=*/false);
+}
+
 bool HostStore::put(const Hash128& key, const HostBlockMeta& meta, std::span<const std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "host tier block of the wrong size");
-  if (max_slots_ == 0) return false;
-  std::lock_guard lock(mu_);
-  if (touch_locked(key, meta)) return true;
-  const std::int32_t slot = take_slot_locked();
-  encode_block(options_.codec, options_.shape, raw, {slots_[slot].get(), slot_bytes_});
-  Entry& e =
-      entries_.emplace(key, Entry{.meta = meta, .slot = slot, .order = order_.end()}).first->second;
-  reprioritise_locked(key, e);
-  ++stats_.n_put;
+  if (touch(key, meta)) return true;
+  const std::span<std::byte> slot = reserve(key, meta);
+  if (slot.empty()) return false;
+  encode_block(options_.codec, options_.shape, raw, slot);  // outside the lock
+  publish(key);
   return true;
+}
+
+std::span<const std::byte> HostStore::pin(const Hash128& key, const Hash128& parent,
+                                          const Hash128& tokens_hash) {
+  std::lock_guard lock(mu_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end() || !it->second.ready || it->second.erased ||
+      !(it->second.meta.parent == parent) || !(it->second.meta.tokens_hash == tokens_hash))
+    return {};
+  ++it->second.pins;
+  reprioritise_locked(key, it->second);
+  ++stats_.n_hits;
+  return {slot_data(it->second.slot), slot_bytes_};
+}
+
+void HostStore::unpin(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  release_locked(key, /*publish=*/false);
 }
 
 bool HostStore::get(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                     std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "host tier block of the wrong size");
-  std::lock_guard lock(mu_);
-  const auto it = entries_.find(key);
-  if (it == entries_.end() || !(it->second.meta.parent == parent) ||
-      !(it->second.meta.tokens_hash == tokens_hash))
-    return false;
-  decode_block(options_.codec, options_.shape, {slots_[it->second.slot].get(), slot_bytes_}, raw);
-  reprioritise_locked(key, it->second);
-  ++stats_.n_hits;
+  const std::span<const std::byte> bytes = pin(key, parent, tokens_hash);
+  if (bytes.empty()) return false;
+  decode_block(options_.codec, options_.shape, bytes, raw);  // outside the lock
+  unpin(key);
   return true;
 }
 
 void HostStore::erase(const Hash128& key) {
   std::lock_guard lock(mu_);
   const auto it = entries_.find(key);
-  if (it == entries_.end()) return;
-  order_.erase(it->second.order);
-  free_slots_.push_back(it->second.slot);
-  entries_.erase(it);
+  if (it == entries_.end() || it->second.erased) return;
+  Entry& e = it->second;
+  if (e.pins == 0) {
+    free_entry_locked(it);
+    return;
+  }
+  if (e.ready) --n_ready_;
+  e.erased = true;
+  if (e.order != order_.end()) order_.erase(e.order);
+  e.order = order_.end();
 }
 
 void HostStore::set_retention(std::span<const Hash128> keys, Retention retention) {
@@ -118,22 +202,25 @@ void HostStore::set_retention(std::span<const Hash128> keys, Retention retention
     const auto it = entries_.find(key);
     if (it == entries_.end()) continue;
     it->second.meta.retention = retention;
-    reprioritise_locked(key, it->second);
+    if (it->second.ready && !it->second.erased) reprioritise_locked(key, it->second);
   }
 }
 
 std::int64_t HostStore::stored_bytes(std::span<const Hash128> chain) const {
   std::lock_guard lock(mu_);
   std::int64_t n = 0;
-  for (const Hash128& key : chain) n += entries_.contains(key) ? 1 : 0;
+  for (const Hash128& key : chain) {
+    const auto it = entries_.find(key);
+    n += it != entries_.end() && it->second.ready && !it->second.erased ? 1 : 0;
+  }
   return n * static_cast<std::int64_t>(slot_bytes_);
 }
 
 HostStoreStats HostStore::stats() const {
   std::lock_guard lock(mu_);
   HostStoreStats s = stats_;
-  s.n_blocks = static_cast<std::int64_t>(entries_.size());
-  s.bytes = s.n_blocks * static_cast<std::int64_t>(slot_bytes_);
+  s.n_blocks = n_ready_;
+  s.bytes = n_ready_ * static_cast<std::int64_t>(slot_bytes_);
   return s;
 }
 

@@ -1,6 +1,7 @@
 // The host-RAM tier: KV blocks evicted from device memory, kept encoded (--kv-host-codec) in a
 // fixed byte budget (--kv-host-bytes), keyed like the disk tier (block_key.h). A prefix hit here
-// is restored with one decode and one copy to the device, much cheaper than a disk read.
+// is restored straight from the block's slot (Backend::write_kv_blocks reads it in place: on
+// CUDA the slots are page-locked, so the device decodes them with no host copy).
 //
 // Which block goes when the budget is full is cost-aware (GreedyDual): each block's priority is
 // L + weight(retention) * cost, where cost is what losing it would take to get back, in
@@ -9,11 +10,13 @@
 // `disk_reload_fraction` of that. The block with the lowest priority goes and L rises to its
 // priority, so blocks not used for a while age out whatever their cost; a hit refreshes a
 // block's priority. The tier is inclusive: a block restored to the device keeps its host copy,
-// so demoting it again costs nothing.
+// so demoting it again costs nothing. A pinned block (pin: a copy reads its slot) and a reserved
+// one (reserve: a copy fills it) are never evicted or reused.
 //
-// Thread-safe (one mutex; the engine thread puts and gets, HTTP threads read sizes). Memory is
-// one fixed-size slot per block, allocated on first use and recycled; nothing is allocated
-// once the budget's slots exist.
+// Thread-safe: one mutex guards the index (entries, priorities, free slots), never the bytes:
+// put and get encode and decode outside it, into and out of a slot pinned meanwhile. Memory is
+// fixed-size slots, 256-byte aligned, carved from chunks of Options::alloc (allocated on first
+// use, under the lock, then recycled); nothing is allocated once the budget's chunks exist.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/tier_io.h"
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
 #include "kv/retention.h"
@@ -44,6 +48,8 @@ struct HostStoreOptions {
   double disk_reload_fraction = 0.05;
   // True when the disk tier holds (or is writing) the block; null without a disk tier.
   std::function<bool(const Hash128& key)> on_disk;
+  // The slots' memory, in chunks (Backend::alloc_host: page-locked on CUDA); null: plain memory.
+  std::function<std::unique_ptr<HostMemory>(std::size_t bytes)> alloc;
 };
 
 // What a block needs besides its bytes: the chain check and the inputs of its cost.
@@ -69,19 +75,36 @@ class HostStore {
   HostStore(const HostStore&) = delete;
   HostStore& operator=(const HostStore&) = delete;
 
+  // Held and readable (not a reservation still being filled, not erased).
   bool contains(const Hash128& key) const;
   // The block's parent, tokens hash, depth and retention if held (for get); nullopt otherwise.
   std::optional<HostBlockMeta> find_meta(const Hash128& key) const;
   // If the block is held: refreshes its priority, raises its retention to meta's, returns true.
   bool touch(const Hash128& key, const HostBlockMeta& meta);
   // Encodes and keeps a block (`raw` in the shape's layout), dropping the lowest-priority blocks
-  // if the budget is full. A block already held is only touched. False when the budget holds no
-  // block at all.
+  // if the budget is full. A block already held is only touched. False when it was not kept:
+  // the budget holds no block at all, or every slot is pinned or reserved.
   bool put(const Hash128& key, const HostBlockMeta& meta, std::span<const std::byte> raw);
   // Decodes the block into `raw` if held with this parent and tokens hash, refreshing its
   // priority; false otherwise (nothing changes).
   bool get(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
            std::span<std::byte> raw);
+
+  // Restoring in place: if the block is held with this parent and tokens hash, refreshes its
+  // priority, counts a hit, pins it and returns its encoded bytes (codec()), valid and unchanged
+  // until the matching unpin(key); empty otherwise. Pins nest.
+  std::span<const std::byte> pin(const Hash128& key, const Hash128& parent,
+                                 const Hash128& tokens_hash);
+  void unpin(const Hash128& key);
+  // Demoting in place: a slot for the block's encoded bytes (encoded_block_bytes()), dropping
+  // the lowest-priority unpinned block if the budget is full. The caller fills it, then calls
+  // publish(key) (the block is held from then on) or abandon(key). Empty when the key is held
+  // or reserved already, or no slot can be had.
+  std::span<std::byte> reserve(const Hash128& key, const HostBlockMeta& meta);
+  void publish(const Hash128& key);
+  void abandon(const Hash128& key);
+
+  // Drops the block; a pinned one stays readable by its pinners until the last unpin.
   void erase(const Hash128& key);
   // Sets the retention of the blocks held with these keys (pins and unpins).
   void set_retention(std::span<const Hash128> keys, Retention retention);
@@ -89,31 +112,47 @@ class HostStore {
   // Encoded bytes held of the chain's blocks.
   std::int64_t stored_bytes(std::span<const Hash128> chain) const;
   std::size_t encoded_block_bytes() const { return slot_bytes_; }
+  SpillCodec codec() const { return options_.codec; }
+  const BlockShape& shape() const { return options_.shape; }
   HostStoreStats stats() const;
 
  private:
+  using Order = std::map<std::pair<double, std::uint64_t>, Hash128>;
   struct Entry {
     HostBlockMeta meta;
     std::int32_t slot = -1;
-    std::map<std::pair<double, std::uint64_t>, Hash128>::iterator order;
+    std::int32_t pins = 0;  // readers of the slot, plus one while reserved
+    bool ready = false;     // published (put or publish); false: reserved, being filled
+    bool erased = false;    // erased while pinned: freed at the last unpin
+    Order::iterator order;  // end() while reserved or erased
   };
 
   bool touch_locked(const Hash128& key, const HostBlockMeta& meta);
   double cost_locked(const Hash128& key, const HostBlockMeta& meta) const;
   void reprioritise_locked(const Hash128& key, Entry& e);
-  void evict_one_locked();
+  // Drops the lowest-priority unpinned block; false when every held block is pinned.
+  bool evict_one_locked();
+  // A free slot (allocating a chunk or evicting); -1 when none can be had.
   std::int32_t take_slot_locked();
+  void free_entry_locked(std::unordered_map<Hash128, Entry, Hash128Hasher>::iterator it);
+  std::byte* slot_data(std::int32_t slot) const;
+  // Unpins a reservation or reader: publishes, abandons or frees as the entry's state says.
+  void release_locked(const Hash128& key, bool publish);
 
   HostStoreOptions options_;
-  std::size_t slot_bytes_;
+  std::size_t slot_bytes_;   // encoded bytes of one block
+  std::size_t slot_stride_;  // slot_bytes_ rounded up to 256
   std::size_t max_slots_;
+  std::size_t slots_per_chunk_;
 
   mutable std::mutex mu_;
   std::unordered_map<Hash128, Entry, Hash128Hasher> entries_;
-  std::map<std::pair<double, std::uint64_t>, Hash128> order_;  // (priority, serial) -> key
-  std::vector<std::unique_ptr<std::byte[]>> slots_;
+  Order order_;  // (priority, serial) -> key of the published blocks
+  std::vector<std::unique_ptr<HostMemory>> chunks_;
+  std::size_t n_slots_ = 0;  // slots carved from chunks_ so far
   std::vector<std::int32_t> free_slots_;
-  double inflation_ = 0.0;  // L: the priority of the last block evicted
+  std::int64_t n_ready_ = 0;  // published, not erased
+  double inflation_ = 0.0;    // L: the priority of the last block evicted
   std::uint64_t serial_ = 0;
   HostStoreStats stats_;
 };

@@ -29,6 +29,7 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
   if (keyer_ != nullptr) {
     seq.root_key_ = keyer_->root(ns);
     seq.keys_.clear();
+    release_restores();  // host slots of earlier restores the device has read
   }
 
   // Phase 1: whole blocks, by reference.
@@ -112,6 +113,7 @@ void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens,
     seq.n_indexed_ = i + 1;
   }
   finish_tier_reads();  // one wait for all the spills above
+  if (keyer_ != nullptr) release_restores();
 }
 
 void KvManager::release(KvSequence& seq) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -65,6 +66,14 @@ struct KvBlockIo {
   // start call, in the span once finish_reads returns. Empty: `read` at once, nothing to finish.
   std::function<void(BlockId, std::span<std::byte>)> start_read = nullptr;
   std::function<void()> finish_reads = nullptr;
+  // A deferred read encoded with a codec (Backend::start_read_kv_block_encoded), finished by
+  // finish_reads: demotions with a quantizing host codec go straight into their slot. Empty:
+  // a raw read, encoded by the host tier at the finish.
+  std::function<void(BlockId, SpillCodec, std::span<std::byte>)> start_read_encoded = nullptr;
+  // Restores from encoded host bytes (Backend::write_kv_blocks): returns a fence, and the bytes
+  // stay untouched until writes_done(fence). Empty: decode on the host and `write` each block.
+  std::function<std::uint64_t(std::span<const EncodedKvBlock>)> write_blocks = nullptr;
+  std::function<bool(std::uint64_t)> writes_done = nullptr;
   std::size_t block_bytes = 0;
   static KvBlockIo for_backend(Backend& backend, KvStorage& kv);
 };
@@ -89,8 +98,7 @@ struct KvTiers {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
-  Restorer* restorer =
-      nullptr;  // loads from `host` and `disk` in the background; null: match loads
+  Restorer* restorer = nullptr;  // loads from `disk` in the background; null: match loads
 };
 
 class KvManager {
@@ -129,9 +137,11 @@ class KvManager {
   // --- tiers and agents (optional; kv_tiers.cpp) ---------------------------------------------
   // Attaches the tiers; call once, before any match. With a disk tier, every newly indexed
   // block is copied out and queued for writing (commit). With a host tier, a block evicted from
-  // the device is copied there first. Match continues a device prefix hit with blocks from the
-  // host tier, then from disk (loaded by the restorer if restore_pending started it, else
-  // synchronously here), and indexes them like computed ones.
+  // the device is copied there first (straight into its host slot when the host codec keeps the
+  // raw form). Match continues a device prefix hit with blocks from the host tier (written from
+  // their slots by one io.write_blocks call, the slots pinned until its fence passes), then
+  // from disk (loaded by the restorer once restore_pending started it; synchronously here only
+  // without a restorer), and indexes them like computed ones.
   // The copies out of device memory (demotions, spills) are started where a block leaves or is
   // indexed and finished once at the end of match, allocate and commit, so a restore into a full
   // pool does not wait for the GPU per block; between calls nothing is pending.
@@ -191,11 +201,18 @@ class KvManager {
   };
   std::int32_t restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
                                   std::int32_t matched, std::int32_t limit);
-  // The raw bytes of the block with `meta` from the host tier, seq's background load (searched
-  // from `cursor` on) or the disk; `from` is 1 (host), 2 (disk) or 0 (none has it: empty).
-  // Valid until the next call.
-  std::span<const std::byte> load_from_tiers(KvSequence& seq, const TierMeta& meta, int& from,
-                                             std::int32_t& cursor);
+  // Where a block to restore comes from: seq's background load (raw bytes), the host tier
+  // (its slot, pinned) or a synchronous disk load into buffer_ (no restorer).
+  enum class TierSource { None, Job, Host, DiskNow };
+  // The encoded bytes of the block with `meta` (searching seq's background load from `cursor`
+  // on) and their codec; empty with None.
+  std::span<const std::byte> find_in_tiers(KvSequence& seq, const TierMeta& meta,
+                                           TierSource& from, SpillCodec& codec,
+                                           std::int32_t& cursor);
+  // Writes restore_batch_ through io_.write_blocks and keeps what it reads until its fence.
+  void flush_restores(const std::shared_ptr<RestoreJob>& job);
+  // Unpins the host blocks and drops the loads of restores whose fence has passed.
+  void release_restores();
   void note_key(BlockId block, const TierMeta& meta);
   // Both start a copy out of the device; finish_tier_reads() waits for them and hands the bytes
   // to the host tier and the disk tier.
@@ -226,12 +243,14 @@ class KvManager {
   bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
   std::vector<std::byte> buffer_;  // one raw block on its way in
-  // Copies started and not yet finished. demote_buffers_[i] holds demoting_[i]'s bytes (kept
-  // for reuse, so demoting allocates nothing once warm); a spill owns its disk buffer. At most
-  // max_pending_ of each (64 MiB of blocks): past that they are finished early.
+  // Copies started and not yet finished. A demotion copies into its reserved host slot, or into
+  // demote_buffers_ (kept for reuse, so demoting allocates nothing once warm) when the host tier
+  // encodes it; a spill owns its disk buffer. At most max_pending_ buffered demotions and
+  // spills (64 MiB of blocks each): past that they are finished early.
   struct PendingDemotion {
     Hash128 key;
     HostBlockMeta meta;
+    std::int32_t buffer = -1;  // into demote_buffers_; -1: copied straight into a reserved slot
   };
   struct PendingSpill {
     TierMeta meta;
@@ -239,8 +258,23 @@ class KvManager {
   };
   std::vector<PendingDemotion> demoting_;
   std::vector<std::vector<std::byte>> demote_buffers_;
+  std::size_t n_demote_buffers_ = 0;  // of demote_buffers_ in use by demoting_
   std::vector<PendingSpill> spilling_;
   std::size_t max_pending_ = 1;
+  // Restores whose host bytes the device may still be reading: the host blocks they pinned and
+  // the background load they read from, released once the fence has passed (oldest first).
+  struct PendingRestore {
+    std::uint64_t fence = 0;
+    std::vector<Hash128> pinned;
+    std::shared_ptr<RestoreJob> job;
+  };
+  std::deque<PendingRestore> restoring_;
+  // restore_from_tiers' scratch: the chain's blocks to restore, their host slots (pinned up
+  // front; empty: not in the host tier), the batch being built and the keys it pinned.
+  std::vector<TierMeta> restore_metas_;
+  std::vector<std::span<const std::byte>> restore_slots_;
+  std::vector<EncodedKvBlock> restore_batch_;
+  std::vector<Hash128> restore_pins_;
 };
 
 }  // namespace akv

@@ -28,6 +28,14 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
         backend.start_read_kv_block(kv, b, out);
       },
       .finish_reads = [&backend] { backend.finish_reads(); },
+      .start_read_encoded =
+          [&backend, &kv](BlockId b, SpillCodec codec, std::span<std::byte> out) {
+            backend.start_read_kv_block_encoded(kv, b, codec, out);
+          },
+      .write_blocks = [&backend, &kv](std::span<const EncodedKvBlock> blocks) {
+        return backend.write_kv_blocks(kv, blocks);
+      },
+      .writes_done = [&backend](std::uint64_t fence) { return backend.kv_writes_done(fence); },
       .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
 }
 
@@ -41,6 +49,22 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   io_ = std::move(io);
   if (!io_.start_read) io_.start_read = io_.read;  // read at once: finished already
   if (!io_.finish_reads) io_.finish_reads = [] {};
+  if (!io_.write_blocks)  // decode on the host and write each block: done at once
+    io_.write_blocks = [this](std::span<const EncodedKvBlock> blocks) {
+      for (const EncodedKvBlock& b : blocks) {
+        if (b.codec == SpillCodec::Native) {
+          io_.write(b.block, b.bytes);
+          continue;
+        }
+        decode_block(b.codec, host_->shape(), b.bytes, buffer_);
+        io_.write(b.block, buffer_);
+      }
+      return std::uint64_t{0};
+    };
+  if (!io_.writes_done) io_.writes_done = [](std::uint64_t) { return true; };
+  if (host_ != nullptr)
+    AKV_CHECK(io_.block_bytes == host_->shape().raw_bytes(),
+              "host tier block shape differs from the KV layout");
   max_pending_ =
       std::max<std::size_t>(1, kMaxPendingBytes / std::max<std::size_t>(1, io_.block_bytes));
   if (disk_ != nullptr) {
@@ -76,10 +100,23 @@ void KvManager::on_device_evict(BlockId block) {
                                 .retention = index_.retention_of(block)};
   if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
   // The block is reused as soon as this returns: the copy takes its bytes as they are now.
-  if (demoting_.size() == max_pending_) finish_tier_reads();
-  if (demote_buffers_.size() == demoting_.size()) demote_buffers_.emplace_back(io_.block_bytes);
-  io_.start_read(block, demote_buffers_[demoting_.size()]);
-  demoting_.push_back({.key = meta.key, .meta = host_meta});
+  const bool raw = codec_is_raw(host_->codec(), host_->shape().dtype);
+  if (raw || io_.start_read_encoded) {  // straight into its host slot: no buffer, no cap
+    const std::span<std::byte> slot = host_->reserve(meta.key, host_meta);
+    if (slot.empty()) return;  // every slot is pinned or reserved: the block is not kept
+    if (raw)
+      io_.start_read(block, slot);
+    else
+      io_.start_read_encoded(block, host_->codec(), slot);
+    demoting_.push_back({.key = meta.key, .meta = host_meta});
+    return;
+  }
+  if (n_demote_buffers_ == max_pending_) finish_tier_reads();
+  if (demote_buffers_.size() == n_demote_buffers_) demote_buffers_.emplace_back(io_.block_bytes);
+  io_.start_read(block, demote_buffers_[n_demote_buffers_]);
+  demoting_.push_back({.key = meta.key,
+                       .meta = host_meta,
+                       .buffer = static_cast<std::int32_t>(n_demote_buffers_++)});
 }
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
@@ -94,9 +131,14 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
 void KvManager::finish_tier_reads() {
   if (demoting_.empty() && spilling_.empty()) return;
   io_.finish_reads();
-  for (std::size_t i = 0; i < demoting_.size(); ++i)
-    host_->put(demoting_[i].key, demoting_[i].meta, demote_buffers_[i]);
+  for (const PendingDemotion& d : demoting_) {
+    if (d.buffer < 0)
+      host_->publish(d.key);
+    else
+      host_->put(d.key, d.meta, demote_buffers_[static_cast<std::size_t>(d.buffer)]);
+  }
   demoting_.clear();
+  n_demote_buffers_ = 0;
   for (PendingSpill& p : spilling_)
     disk_->put(p.meta.key, p.meta.parent, p.meta.tokens_hash, std::move(p.raw));
   spilling_.clear();
@@ -114,8 +156,8 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   if (seq.restore_) return !seq.restore_->done();
   if (seq.restore_planned_) return false;
   seq.restore_planned_ = true;
-  // The blocks of the prefix that device memory does not hold, from the host tier or the disk,
-  // up to the first one neither has (match stops there too). match derives the keys again from
+  // The blocks of the prefix that only the disk holds, up to the first block no tier has (match
+  // stops there too). match derives the keys again from
   // its own tokens (~70 ns a block): kept in seq, they would make it trust its tokens are these.
   const std::int32_t bs = pool_.block_size();
   const auto limit = static_cast<std::int32_t>(tokens.size()) - 1;
@@ -124,13 +166,11 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   for (std::int32_t at = 0; at + bs <= limit; at += bs) {
     const auto block_tokens = tokens.subspan(at, bs);
     const Hash128 key = keyer_->next(parent, block_tokens);
-    if (!by_key_.contains(key)) {
-      const bool in_host = host_ != nullptr && host_->contains(key);
-      if (!in_host && (disk_ == nullptr || !disk_->on_disk(key))) break;
-      wanted.push_back({.key = key,
-                        .parent = parent,
-                        .tokens_hash = keyer_->tokens_hash(block_tokens),
-                        .from_host = in_host});
+    // The host tier's blocks need no load: the match writes them from their slots.
+    if (!by_key_.contains(key) && (host_ == nullptr || !host_->contains(key))) {
+      if (disk_ == nullptr || !disk_->on_disk(key)) break;
+      wanted.push_back(
+          {.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens)});
     }
     parent = key;
   }
@@ -140,47 +180,108 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   return true;
 }
 
-std::span<const std::byte> KvManager::load_from_tiers(KvSequence& seq, const TierMeta& meta,
-                                                      int& from, std::int32_t& cursor) {
+std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierMeta& meta,
+                                                    TierSource& from, SpillCodec& codec,
+                                                    std::int32_t& cursor) {
+  codec = SpillCodec::Native;
   // The background load's blocks are verified already (their source may be gone by now: fine).
   if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
     const auto blocks = job->blocks();
     for (std::int32_t i = cursor; i < job->n_loaded(); ++i) {
       if (!(blocks[i].key == meta.key)) continue;
       cursor = i + 1;  // the job's blocks are in chain order
-      from = blocks[i].from_host ? 1 : 2;
+      from = TierSource::Job;
       return job->raw(i);
     }
   }
   // A block this match evicted (an orphan of the chain it restores) reaches the host tier first.
   if (demoting(meta.key)) finish_tier_reads();
-  from = 1;
-  if (host_ != nullptr && host_->get(meta.key, meta.parent, meta.tokens_hash, buffer_))
+  if (host_ != nullptr) {
+    const std::span<const std::byte> slot = host_->pin(meta.key, meta.parent, meta.tokens_hash);
+    if (!slot.empty()) {
+      from = TierSource::Host;
+      codec = host_->codec();
+      restore_pins_.push_back(meta.key);
+      return slot;
+    }
+  }
+  // With a restorer, disk blocks come only through restore_pending's background load: the
+  // engine thread never waits for the disk.
+  from = TierSource::DiskNow;
+  if (restorer_ == nullptr && disk_ != nullptr &&
+      disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_))
     return buffer_;
-  from = 2;
-  if (disk_ != nullptr && disk_->load(meta.key, meta.parent, meta.tokens_hash, buffer_))
-    return buffer_;
-  from = 0;
+  from = TierSource::None;
   return {};
+}
+
+void KvManager::flush_restores(const std::shared_ptr<RestoreJob>& job) {
+  if (restore_batch_.empty()) return;
+  const std::uint64_t fence = io_.write_blocks(restore_batch_);
+  restore_batch_.clear();
+  if (io_.writes_done(fence)) {  // read already (a host-side write): nothing to keep
+    for (const Hash128& key : restore_pins_) host_->unpin(key);
+    restore_pins_.clear();
+    return;
+  }
+  restoring_.push_back({.fence = fence, .pinned = std::move(restore_pins_), .job = job});
+  restore_pins_.clear();
+}
+
+void KvManager::release_restores() {
+  while (!restoring_.empty() && io_.writes_done(restoring_.front().fence)) {
+    for (const Hash128& key : restoring_.front().pinned) host_->unpin(key);
+    restoring_.pop_front();
+  }
 }
 
 std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
                                            std::int32_t matched, std::int32_t limit) {
   const std::int32_t bs = pool_.block_size();
-  std::int32_t cursor = 0;  // into seq's background load
-  while (matched + bs <= limit && n_available() > 0) {
-    const auto block_tokens = tokens.subspan(matched, bs);
-    const Hash128 parent = seq.keys_.empty() ? seq.root_key_ : seq.keys_.back();
+  // First the chain's keys, pinning the blocks the host tier holds: taking device blocks below
+  // starts demotions, and those must not push out the blocks this restore is about to read.
+  restore_metas_.clear();
+  restore_slots_.clear();
+  for (std::int32_t at = matched; at + bs <= limit; at += bs) {
+    const auto block_tokens = tokens.subspan(at, bs);
+    const Hash128 parent = restore_metas_.empty()
+                               ? (seq.keys_.empty() ? seq.root_key_ : seq.keys_.back())
+                               : restore_metas_.back().key;
     const TierMeta meta{.key = keyer_->next(parent, block_tokens),
                         .parent = parent,
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
-                        .depth = static_cast<std::int32_t>(seq.keys_.size())};
-    int from = 0;
-    const std::span<const std::byte> raw = load_from_tiers(seq, meta, from, cursor);
-    if (from == 0) break;
+                        .depth = static_cast<std::int32_t>(seq.keys_.size() + restore_metas_.size())};
+    const std::span<const std::byte> slot =
+        host_ != nullptr ? host_->pin(meta.key, meta.parent, meta.tokens_hash)
+                         : std::span<const std::byte>{};
+    // Past a block no tier may have, nothing can follow (a device orphan may be demoted on the
+    // way; a disk block comes from the background load or, without a restorer, from disk).
+    if (slot.empty() && !by_key_.contains(meta.key) && (disk_ == nullptr || !disk_->on_disk(meta.key)))
+      break;
+    restore_metas_.push_back(meta);
+    restore_slots_.push_back(slot);
+  }
+
+  std::int32_t cursor = 0;  // into seq's background load
+  bool used_job = false;
+  std::size_t k = 0;
+  for (; k < restore_metas_.size() && n_available() > 0; ++k) {
+    const TierMeta& meta = restore_metas_[k];
+    TierSource from = TierSource::Host;
+    SpillCodec codec = host_ != nullptr ? host_->codec() : SpillCodec::Native;
+    std::span<const std::byte> bytes = restore_slots_[k];
+    if (!bytes.empty())
+      restore_pins_.push_back(meta.key);
+    else
+      bytes = find_in_tiers(seq, meta, from, codec, cursor);
+    if (from == TierSource::None) break;
     const BlockId b = take_block();  // may evict a cached block (its demotion is started)
-    io_.write(b, raw);
-    AKV_CHECK(index_.insert(seq.tail_key_, block_tokens, b) == b,
+    if (from == TierSource::DiskNow)
+      io_.write(b, bytes);  // buffer_ is reused by the next block
+    else
+      restore_batch_.push_back({.block = b, .codec = codec, .bytes = bytes});
+    used_job = used_job || from == TierSource::Job;
+    AKV_CHECK(index_.insert(seq.tail_key_, tokens.subspan(matched, bs), b) == b,
               "a restored block was already indexed");
     index_.set_retention(b, seq.retention_, /*lower=*/true);
     note_key(b, meta);
@@ -188,9 +289,13 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     seq.tail_key_ = index_.key_of(b);
     seq.keys_.push_back(meta.key);
     ++seq.n_indexed_;
-    ++(from == 1 ? seq.n_host_restored_ : seq.n_restored_);
+    ++(from == TierSource::Host ? seq.n_host_restored_ : seq.n_restored_);
     matched += bs;
   }
+  for (; k < restore_slots_.size(); ++k)  // pinned, not used
+    if (!restore_slots_[k].empty()) host_->unpin(restore_metas_[k].key);
+  // One batched write for every block above; what it reads stays pinned until its fence.
+  flush_restores(used_job ? seq.restore_ : nullptr);
   return matched;
 }
 

@@ -1,8 +1,9 @@
 #include "kv/restorer.h"
 
+#include <chrono>
+
 #include "base/check.h"
 #include "kv/disk_store.h"
-#include "kv/host_store.h"
 
 namespace akv {
 
@@ -12,14 +13,22 @@ RestoreJob::RestoreJob(std::vector<Block> blocks, std::size_t block_bytes)
       limit_(static_cast<std::int32_t>(blocks_.size())),
       loaded_(blocks_.size(), false) {}
 
+RestoreJob::~RestoreJob() {
+  if (budget_ == nullptr) return;
+  std::lock_guard lock(budget_->mu);
+  budget_->used_bytes -= held_bytes_;
+}
+
 std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
   AKV_CHECK(i >= 0 && i < n_loaded(), "restore job block not loaded");
   return {bytes_.get() + static_cast<std::size_t>(i) * block_bytes_, block_bytes_};
 }
 
-Restorer::Restorer(DiskStore* disk, HostStore* host, std::function<void()> on_done, int n_threads)
-    : disk_(disk), host_(host), on_done_(std::move(on_done)) {
-  AKV_CHECK(disk_ != nullptr || host_ != nullptr, "a restorer needs a tier to load from");
+Restorer::Restorer(DiskStore* disk, std::function<void()> on_done, std::size_t max_bytes,
+                   int n_threads)
+    : disk_(disk), on_done_(std::move(on_done)), budget_(std::make_shared<RestoreBudget>()) {
+  AKV_CHECK(disk_ != nullptr, "a restorer needs a disk tier to load from");
+  budget_->max_bytes = max_bytes;
   AKV_CHECK(n_threads >= 1, "a restorer needs a thread");
   for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { loop(); });
 }
@@ -66,14 +75,38 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
       continue;
     }
     // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
-    if (!front->bytes_)
-      front->bytes_ =
-          std::make_unique_for_overwrite<std::byte[]>(front->blocks_.size() * front->block_bytes_);
+    if (!front->bytes_ && !take_memory(*front)) {
+      // Memory comes back when a job is destroyed (on the engine thread): look again soon.
+      wake_.wait_for(lock, std::chrono::milliseconds(5));
+      continue;
+    }
     job = front;
     index = front->next_++;
     ++front->in_flight_;
     return true;
   }
+}
+
+bool Restorer::take_memory(RestoreJob& job) {
+  std::lock_guard lock(budget_->mu);
+  RestoreBudget& b = *budget_;
+  std::size_t n = static_cast<std::size_t>(job.limit_);
+  if (b.used_bytes + n * job.block_bytes_ > b.max_bytes) {
+    if (b.used_bytes > 0) return false;  // wait for the jobs before it
+    n = std::max<std::size_t>(1, b.max_bytes / job.block_bytes_);
+    job.limit_ = std::min(job.limit_, static_cast<std::int32_t>(n));
+    n = static_cast<std::size_t>(job.limit_);
+  }
+  job.held_bytes_ = n * job.block_bytes_;
+  b.used_bytes += job.held_bytes_;
+  job.budget_ = budget_;
+  job.bytes_ = std::make_unique_for_overwrite<std::byte[]>(job.held_bytes_);
+  return true;
+}
+
+std::size_t Restorer::used_bytes() const {
+  std::lock_guard lock(budget_->mu);
+  return budget_->used_bytes;
 }
 
 bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
@@ -104,9 +137,7 @@ void Restorer::loop() {
     const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
     const std::span<std::byte> out{
         job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_, job->block_bytes_};
-    const bool ok = b.from_host
-                        ? host_ != nullptr && host_->get(b.key, b.parent, b.tokens_hash, out)
-                        : disk_ != nullptr && disk_->load(b.key, b.parent, b.tokens_hash, out);
+    const bool ok = disk_->load(b.key, b.parent, b.tokens_hash, out);
     lock.lock();
     if (settle(*job, index, ok)) {
       lock.unlock();

@@ -1,11 +1,15 @@
-// Background loads from the host and disk tiers (architecture.md §4): when a waiting request's
-// prefix continues outside device memory, the KV manager hands the blocks it needs to the
-// restorer, whose threads decode them from the host tier or read, verify and decode them from
-// disk into memory of the job's own while the engine keeps stepping the other sequences; the
-// request is admitted once its own blocks are in (KvManager::restore_pending), and the match
-// then only copies them to the device.
+// Background loads from the disk tier (architecture.md §4): when a waiting request's prefix
+// continues on disk, the KV manager hands the blocks it needs to the restorer, whose threads
+// read, verify and decode them into memory of the job's own while the engine keeps stepping the
+// other sequences; the request is admitted once its own blocks are in
+// (KvManager::restore_pending), and the match then only copies them to the device. (Host-tier
+// blocks need no load: the match writes them to the device from their slots.)
 // Several threads work on one job's blocks at once (each file is one read; keeping several in
 // flight is what approaches the disk's bandwidth); jobs are served in arrival order.
+// Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks until it is
+// destroyed (after the match and the device's copies of them), and a job that does not fit
+// beside the others waits; alone, a job larger than the budget loads only its leading blocks
+// that fit (the rest is recomputed).
 // Thread-safe: submit from the engine thread.
 #pragma once
 
@@ -25,7 +29,7 @@
 namespace akv {
 
 class DiskStore;
-class HostStore;
+struct RestoreBudget;
 
 // One sequence's blocks to load, in chain order. A block that is missing or bad ends the job
 // there (the request recomputes from that block on); `n_loaded` leading blocks are verified and
@@ -34,9 +38,12 @@ class RestoreJob {
  public:
   struct Block {
     Hash128 key, parent, tokens_hash;
-    bool from_host = false;  // else from disk
   };
   RestoreJob(std::vector<Block> blocks, std::size_t block_bytes);
+  // Gives its memory back to the restorer's budget.
+  ~RestoreJob();
+  RestoreJob(const RestoreJob&) = delete;
+  RestoreJob& operator=(const RestoreJob&) = delete;
 
   std::span<const Block> blocks() const { return blocks_; }
   // Finished (every block loaded, or stopped at a bad one, or cancelled).
@@ -52,7 +59,9 @@ class RestoreJob {
   friend class Restorer;
   std::vector<Block> blocks_;
   std::size_t block_bytes_;
-  std::unique_ptr<std::byte[]> bytes_;  // blocks_.size() * block_bytes_, allocated by the restorer
+  std::unique_ptr<std::byte[]> bytes_;  // limit_ * block_bytes_, allocated by the restorer
+  std::shared_ptr<RestoreBudget> budget_;  // where bytes_ is counted
+  std::size_t held_bytes_ = 0;
   // Under the restorer's mutex:
   std::int32_t next_ = 0;       // next block to hand to a thread
   std::int32_t limit_ = 0;      // blocks_.size(), or the first block that failed
@@ -62,30 +71,42 @@ class RestoreJob {
   std::atomic<bool> done_{false}, cancelled_{false};
 };
 
+// Bytes of loaded blocks held by jobs, shared with the jobs (which may outlive the restorer).
+struct RestoreBudget {
+  std::mutex mu;
+  std::size_t max_bytes = 0, used_bytes = 0;
+};
+
 class Restorer {
  public:
-  // `on_done` runs on a restorer thread after each job finishes (the engine wakes up). `host`
-  // may be null (no host tier).
-  Restorer(DiskStore* disk, HostStore* host, std::function<void()> on_done, int n_threads = 4);
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
+  // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
+  // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
+  Restorer(DiskStore* disk, std::function<void()> on_done,
+           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = 4);
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
   Restorer& operator=(const Restorer&) = delete;
 
   void submit(std::shared_ptr<RestoreJob> job);
+  // Bytes held by jobs now (tests).
+  std::size_t used_bytes() const;
 
  private:
   // Takes the next block of the oldest job with one left; false when stopping.
   bool claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job,
              std::int32_t& index);
+  // Gives `job` its memory if it fits the budget (truncating a job alone past it); false: wait.
+  bool take_memory(RestoreJob& job);
   void loop();
   // Records block `index` of `job` (loaded or not); true when that finished the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);
 
   DiskStore* disk_;
-  HostStore* host_;
   std::function<void()> on_done_;
-  std::mutex mu_;
+  std::shared_ptr<RestoreBudget> budget_;
+  std::mutex mu_;  // before budget_->mu when both are held
   std::condition_variable wake_;
   std::deque<std::shared_ptr<RestoreJob>> queue_;  // jobs with blocks not yet handed out
   bool stop_ = false;

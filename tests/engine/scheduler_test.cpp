@@ -334,7 +334,7 @@ TEST(Scheduler, ASequenceRestoringFromDiskDoesNotHoldUpTheOnesBehindIt) {
     first.release(seq);
     disk->flush();
   }
-  Restorer restorer(disk.get(), nullptr, {});
+  Restorer restorer(disk.get(), {});
   KvManager kv(8, kBs, no_op);
   kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, io);
   Scheduler sched({.max_batch_tokens = 64, .max_prefill_chunk = 64, .max_running = 4}, kv);

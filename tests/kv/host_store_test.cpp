@@ -1,9 +1,12 @@
 // HostStore: the byte budget, verified gets, and the cost-aware (GreedyDual) choice of what to
-// drop: disk-backed before disk-less, shallow before deep, Low before High retention, and age.
+// drop: disk-backed before disk-less, shallow before deep, Low before High retention, and age;
+// slots carved from chunks of the given allocator; pinned and reserved slots never reused.
 #include "kv/host_store.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <unordered_set>
 #include <vector>
 
@@ -27,7 +30,8 @@ HostStoreOptions options(std::size_t n_blocks, std::function<bool(const Hash128&
           .shape = kShape,
           .block_size = 16,
           .attention_equal_tokens = 64.0,
-          .on_disk = std::move(on_disk)};
+          .on_disk = std::move(on_disk),
+          .alloc = {}};
 }
 
 std::vector<std::uint64_t> held(const HostStore& store, std::uint64_t n) {
@@ -122,6 +126,120 @@ TEST(HostStore, TouchRefreshesAndGetDoesToo) {
   store.erase(key(0));
   EXPECT_EQ(held(store, 3), (std::vector<std::uint64_t>{2}));
   EXPECT_EQ(store.stats().n_blocks, 1);
+}
+
+// The slots come from the allocator the options name (the backend's page-locked memory in the
+// server), a chunk at a time, not one allocation per block; each slot lies inside a chunk.
+TEST(HostStore, CarvesSlotsFromChunksOfTheGivenAllocator) {
+  HostStoreOptions o = options(300);
+  std::vector<std::span<std::byte>> chunks;
+  o.alloc = [&](std::size_t bytes) {
+    std::unique_ptr<HostMemory> m = alloc_plain_host(bytes);
+    chunks.push_back(m->bytes());
+    return m;
+  };
+  HostStore store(o);
+  for (std::uint64_t i = 0; i < 300; ++i)
+    ASSERT_TRUE(store.put(key(i), meta(i), test::block_content(kShape, i)));
+  EXPECT_EQ(chunks.size(), 1u);  // 300 slots of 512 bytes: one chunk
+  for (std::uint64_t i = 0; i < 300; i += 37) {
+    const std::span<const std::byte> slot = store.pin(key(i), meta(i).parent, meta(i).tokens_hash);
+    ASSERT_EQ(slot.size(), kShape.raw_bytes());
+    EXPECT_TRUE(slot.data() >= chunks[0].data() &&
+                slot.data() + slot.size() <= chunks[0].data() + chunks[0].size());
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(slot.data()) % 256, 0u);
+    EXPECT_EQ(std::memcmp(slot.data(), test::block_content(kShape, i).data(), slot.size()), 0);
+    store.unpin(key(i));
+  }
+}
+
+// A pinned block (a restore's copy reads its slot) is never evicted, and an erased one stays
+// readable by its pinner until the last unpin frees its slot.
+TEST(HostStore, PinnedBlocksOutliveEvictionAndErase) {
+  HostStore store(options(3));
+  for (std::uint64_t i = 0; i < 3; ++i) store.put(key(i), meta(i), test::block_content(kShape, i));
+  const std::span<const std::byte> slot = store.pin(key(0), meta(0).parent, meta(0).tokens_hash);
+  ASSERT_FALSE(slot.empty());
+  EXPECT_TRUE(store.pin(key(0), key(999), meta(0).tokens_hash).empty());  // another parent
+  for (std::uint64_t i = 3; i < 10; ++i) store.put(key(i), meta(i), test::block_content(kShape, i));
+  EXPECT_EQ(held(store, 10), (std::vector<std::uint64_t>{0, 8, 9}));  // 0 is pinned: not evicted
+  store.erase(key(0));
+  EXPECT_FALSE(store.contains(key(0)));
+  EXPECT_EQ(store.stats().n_blocks, 2);
+  store.put(key(10), meta(10), test::block_content(kShape, 10));  // does not take 0's slot
+  EXPECT_EQ(std::memcmp(slot.data(), test::block_content(kShape, 0).data(), slot.size()), 0);
+  store.unpin(key(0));  // the slot is free now
+  EXPECT_EQ(held(store, 11), (std::vector<std::uint64_t>{9, 10}));
+  store.put(key(11), meta(11), test::block_content(kShape, 11));
+  EXPECT_EQ(held(store, 12), (std::vector<std::uint64_t>{9, 10, 11}));
+}
+
+// When every slot is pinned, a put keeps nothing (and says so) rather than overwrite one.
+TEST(HostStore, APutFailsWhenEverySlotIsPinned) {
+  HostStore store(options(2));
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    store.put(key(i), meta(i), test::block_content(kShape, i));
+    ASSERT_FALSE(store.pin(key(i), meta(i).parent, meta(i).tokens_hash).empty());
+  }
+  EXPECT_FALSE(store.put(key(5), meta(5), test::block_content(kShape, 5)));
+  EXPECT_TRUE(store.reserve(key(5), meta(5)).empty());
+  store.unpin(key(1));
+  EXPECT_TRUE(store.put(key(5), meta(5), test::block_content(kShape, 5)));
+  EXPECT_EQ(held(store, 6), (std::vector<std::uint64_t>{0, 5}));
+  store.unpin(key(0));
+}
+
+// A demotion copies straight into a reserved slot: invisible until published, freed if abandoned.
+TEST(HostStore, ReservedSlotsArePublishedOrAbandoned) {
+  HostStore store(options(2));
+  const auto raw = test::block_content(kShape, 1);
+  std::span<std::byte> slot = store.reserve(key(1), meta(1));
+  ASSERT_EQ(slot.size(), kShape.raw_bytes());
+  EXPECT_TRUE(store.reserve(key(1), meta(1)).empty());  // once
+  EXPECT_FALSE(store.contains(key(1)));
+  std::vector<std::byte> out(kShape.raw_bytes());
+  EXPECT_FALSE(store.get(key(1), meta(1).parent, meta(1).tokens_hash, out));
+  std::memcpy(slot.data(), raw.data(), raw.size());
+  store.publish(key(1));
+  ASSERT_TRUE(store.get(key(1), meta(1).parent, meta(1).tokens_hash, out));
+  EXPECT_EQ(out, raw);
+  EXPECT_EQ(store.stats().n_put, 1);
+
+  ASSERT_FALSE(store.reserve(key(2), meta(2)).empty());
+  store.abandon(key(2));
+  EXPECT_FALSE(store.contains(key(2)));
+  EXPECT_EQ(store.stats().n_blocks, 1);
+  ASSERT_FALSE(store.reserve(key(3), meta(3)).empty());  // the abandoned slot is reused
+  store.erase(key(3));                                    // erased while being filled
+  store.publish(key(3));
+  EXPECT_FALSE(store.contains(key(3)));
+  EXPECT_EQ(store.stats().n_blocks, 1);
+}
+
+// With BF16 live KV the tier holds what its codec makes of the block (int8: within half a step).
+TEST(HostStore, Bf16BlocksRoundTripThroughTheCodec) {
+  const BlockShape shape{.n_rows = 8, .row_width = 64, .dtype = DType::BF16, .block_size = 2};
+  for (SpillCodec codec : {SpillCodec::Native, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4}) {
+    HostStoreOptions o = options(2);
+    o.shape = shape;
+    o.codec = codec;
+    o.max_bytes = 2 * encoded_bytes(codec, shape);
+    HostStore store(o);
+    std::vector<std::byte> raw(shape.raw_bytes());
+    for (std::size_t i = 0; i < raw.size() / 2; ++i) {
+      const std::uint16_t h = f32_to_bf16(std::sin(0.37f * static_cast<float>(i)) * 3.0f);
+      std::memcpy(raw.data() + 2 * i, &h, 2);
+    }
+    ASSERT_TRUE(store.put(key(1), meta(1), raw));
+    std::vector<std::byte> out(raw.size()), want(raw.size()), enc(encoded_bytes(codec, shape));
+    encode_block(codec, shape, raw, enc);
+    decode_block(codec, shape, enc, want);
+    ASSERT_TRUE(store.get(key(1), meta(1).parent, meta(1).tokens_hash, out));
+    EXPECT_EQ(out, want) << spill_codec_name(codec);
+    if (codec_is_raw(codec, shape.dtype)) {
+      EXPECT_EQ(out, raw) << spill_codec_name(codec);
+    }
+  }
 }
 
 }  // namespace

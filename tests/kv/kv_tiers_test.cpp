@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <cstring>
@@ -164,25 +165,51 @@ TEST(KvTiers, ARestoredBlockKeepsItsHostCopySoDemotingItAgainCopiesNothing) {
   EXPECT_EQ(host.stats().n_hits, 4);
 }
 
-TEST(KvTiers, HostBlocksAreDecodedInTheBackgroundToo) {
-  Device d(6);
-  HostStore host(host_options(16));
-  Restorer restorer(nullptr, &host, {});
-  d.kv.attach_tiers({.host = &host, .restorer = &restorer}, d.io());
-  const Tokens a = iota_tokens(13, 100);
+// A host-tier hit is written to the device from the block's slot: one write_blocks call for the
+// whole prefix, nothing decoded or copied on the host on the way; the "device" here reads the
+// slots only later (as a DMA does), so a slot reused before the call's fence passes would show
+// as wrong KV. The slots stay pinned through the pressure of other chains' demotions and are
+// released at the first match or commit after the fence.
+TEST(KvTiers, HostBlocksAreWrittenFromTheirSlotsInOneBatchPinnedUntilTheFence) {
+  Device d(8);
+  HostStore host(host_options(4));
+  KvBlockIo io = d.io();
+  std::vector<std::vector<EncodedKvBlock>> calls;
+  std::uint64_t fence_done = 0;
+  io.write_blocks = [&](std::span<const EncodedKvBlock> blocks) {
+    calls.emplace_back(blocks.begin(), blocks.end());
+    return static_cast<std::uint64_t>(calls.size());
+  };
+  io.writes_done = [&](std::uint64_t fence) { return fence <= fence_done; };
+  auto device_reads = [&] {  // the queued copies land
+    for (const auto& call : calls)
+      for (const EncodedKvBlock& b : call)
+        std::memcpy(d.mem[b.block].data(), b.bytes.data(), b.bytes.size());
+    fence_done = calls.size();
+  };
+  d.kv.attach_tiers({.host = &host}, io);
+  const Tokens a = iota_tokens(13, 100);  // 3 full blocks and one token
   d.run(a);
-  for (int i = 0; i < 2; ++i) d.run(iota_tokens(12, 1000 + 100 * i));  // a goes to the host tier
-  ASSERT_EQ(host.stats().n_put, 3);
+  d.run(iota_tokens(32, 1000));  // takes the whole device: a goes to the host tier
+  ASSERT_EQ(host.stats().n_blocks, 3);
+
   KvSequence seq;
-  ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
-  wait_for_restore(d.kv, seq, a);
-  const std::int64_t hits = host.stats().n_hits;
-  EXPECT_EQ(hits, 3);  // decoded by the restorer
+  EXPECT_FALSE(d.kv.restore_pending(seq, a, ""));  // no restorer, nothing to load: match now
   EXPECT_EQ(d.kv.match(seq, a, ""), 12);
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_EQ(calls[0].size(), 3u);
+  for (const EncodedKvBlock& b : calls[0]) EXPECT_EQ(b.codec, SpillCodec::Native);
   EXPECT_EQ(seq.n_host_restored_blocks(), 3);
-  EXPECT_EQ(host.stats().n_hits, hits);  // the match only copied
-  EXPECT_TRUE(d.check(seq, a, 3));
+  // Other chains push blocks through the one host slot a's pinned blocks leave.
+  const std::int64_t evicted = host.stats().n_evicted;
+  for (int i = 0; i < 4; ++i) d.run(iota_tokens(8, 3000 + 100 * i));
+  EXPECT_GE(host.stats().n_evicted - evicted, 2);
+  device_reads();
+  EXPECT_TRUE(d.check(seq, a, 3));  // the slots held a's bytes until the device read them
   d.kv.release(seq);
+  // Released at the next match: with the other chains' demotions a's blocks age out now.
+  for (int i = 0; i < 8; ++i) d.run(iota_tokens(8, 5000 + 100 * i));
+  EXPECT_EQ(d.run(a), 0);
 }
 
 // A restore into a full pool evicts a block for each one it restores: all those demotions are
@@ -363,7 +390,7 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
   const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
   std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
   std::atomic<int> done{0};
-  Restorer restorer(disk.get(), nullptr, [&] { ++done; });
+  Restorer restorer(disk.get(), [&] { ++done; });
   Device d(8);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   d.run(iota_tokens(8, 100));  // 2 blocks on the device again (the first loaded by this match)
@@ -395,7 +422,7 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   for (int b = 0; b <= 5; ++b) key = disk->keyer().next(key, std::span(a).subspan(b * kBs, kBs));
   ASSERT_TRUE(std::filesystem::remove(dir.path + "/blocks/" + key.hex() + ".kvb"));
 
-  Restorer restorer(disk.get(), nullptr, {}, /*n_threads=*/3);
+  Restorer restorer(disk.get(), {}, Restorer::kDefaultMaxBytes, /*n_threads=*/3);
   Device d(12);
   d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
   KvSequence cancelled;
@@ -409,6 +436,111 @@ TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   EXPECT_EQ(seq.n_restored_blocks(), 5);
   EXPECT_TRUE(d.check(seq, a, 5));
   d.kv.release(seq);
+}
+
+// The host tier on F32 and BF16 live KV with every codec: a block restored from it is what the
+// codec makes of the block computed (native, and bf16 on BF16, exactly the block), decoded by
+// write_blocks' host-side default.
+TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
+  for (bool encoded_reads : {false, true})
+  for (DType live : {DType::F32, DType::BF16})
+    for (SpillCodec codec : {SpillCodec::Native, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4}) {
+      const BlockShape shape{.n_rows = 2 * 2 * kBs, .row_width = 64, .dtype = live, .block_size = kBs};
+      std::vector<std::vector<std::byte>> mem(6, std::vector<std::byte>(shape.raw_bytes()));
+      KvManager kv(6, kBs, [&](BlockId src, BlockId dst) { mem[dst] = mem[src]; });
+      HostStoreOptions o;
+      o.max_bytes = 16 * encoded_bytes(codec, shape);
+      o.codec = codec;
+      o.shape = shape;
+      o.block_size = kBs;
+      HostStore host(o);
+      KvBlockIo io{
+          .read = [&](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
+          .write = [&](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+          .block_bytes = shape.raw_bytes()};
+      std::int32_t n_encoded_reads = 0;
+      if (encoded_reads)  // as a device that encodes (the CUDA backend): straight into the slot
+        io.start_read_encoded = [&](BlockId b, SpillCodec c, std::span<std::byte> out) {
+          encode_block(c, shape, mem[b], out);
+          ++n_encoded_reads;
+        };
+      kv.attach_tiers({.host = &host}, io);
+      std::vector<std::vector<std::byte>> computed;
+      auto run = [&](const Tokens& tokens, bool keep) {
+        KvSequence seq;
+        const std::int32_t hit = kv.match(seq, tokens, "");
+        const auto n = static_cast<std::int32_t>(tokens.size());
+        EXPECT_TRUE(kv.allocate(seq, n));
+        for (std::int32_t b = hit / kBs; b * kBs < n; ++b) {
+          std::vector<std::byte>& raw = mem[seq.block_table()[b]];
+          for (std::size_t i = 0; i < raw.size() / dtype_size(live); ++i) {
+            const float x = std::sin(0.1f * static_cast<float>(i + 977 * b + tokens[0])) * (i % 64 == 7 ? 30.0f : 2.0f);
+            if (live == DType::F32)
+              std::memcpy(raw.data() + 4 * i, &x, 4);
+            else {
+              const std::uint16_t h = f32_to_bf16(x);
+              std::memcpy(raw.data() + 2 * i, &h, 2);
+            }
+          }
+          if (keep) computed.push_back(raw);
+        }
+        kv.commit(seq, tokens, n);
+        kv.release(seq);
+        return hit;
+      };
+      const Tokens a = iota_tokens(13, 100);
+      run(a, true);
+      run(iota_tokens(24, 5000), false);  // takes the whole device: a goes to the host tier
+      ASSERT_EQ(host.stats().n_blocks, 3);
+      EXPECT_EQ(n_encoded_reads, encoded_reads && !codec_is_raw(codec, live) ? 3 : 0);
+      KvSequence seq;
+      ASSERT_EQ(kv.match(seq, a, ""), 12);
+      std::vector<std::byte> enc(encoded_bytes(codec, shape)), want(shape.raw_bytes());
+      for (int b = 0; b < 3; ++b) {
+        encode_block(codec, shape, computed[b], enc);
+        decode_block(codec, shape, enc, want);
+        EXPECT_EQ(mem[seq.block_table()[b]], want) << spill_codec_name(codec) << " " << dtype_name(live);
+        if (codec_is_raw(codec, live)) {
+          EXPECT_EQ(mem[seq.block_table()[b]], computed[b]) << spill_codec_name(codec);
+        }
+      }
+      kv.release(seq);
+    }
+}
+
+// Background loads hold at most their budget across requests: a job alone larger than it loads
+// only its leading blocks that fit, and the next job waits until the memory comes back (when
+// the first job is used and dropped).
+TEST(KvTiers, BackgroundLoadsStayWithinTheirMemoryBudget) {
+  test::ScratchDir dir;
+  const Tokens a = iota_tokens(17, 100), b = iota_tokens(17, 900);  // 4 full blocks each
+  std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
+  {
+    Device writer(8);
+    writer.kv.attach_tiers({.disk = disk.get()}, writer.io());
+    writer.run(b);
+    disk->flush();
+  }
+  Restorer restorer(disk.get(), {}, /*max_bytes=*/3 * kShape.raw_bytes());
+  Device d(16);
+  d.kv.attach_tiers({.disk = disk.get(), .restorer = &restorer}, d.io());
+  KvSequence sa, sb;
+  ASSERT_TRUE(d.kv.restore_pending(sa, a, ""));
+  wait_for_restore(d.kv, sa, a);
+  ASSERT_TRUE(d.kv.restore_pending(sb, b, ""));
+  EXPECT_EQ(restorer.used_bytes(), 3 * kShape.raw_bytes());  // a's job, cut to the budget
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_TRUE(d.kv.restore_pending(sb, b, ""));  // b waits for a's memory
+  EXPECT_EQ(d.kv.match(sa, a, ""), 12);
+  EXPECT_EQ(sa.n_restored_blocks(), 3);
+  EXPECT_TRUE(d.check(sa, a, 3));
+  wait_for_restore(d.kv, sb, b);  // a's job is gone: b's runs
+  EXPECT_EQ(d.kv.match(sb, b, ""), 12);
+  EXPECT_EQ(sb.n_restored_blocks(), 3);
+  EXPECT_TRUE(d.check(sb, b, 3));
+  d.kv.release(sa);
+  d.kv.release(sb);
+  EXPECT_EQ(restorer.used_bytes(), 0u);
 }
 
 }  // namespace

@@ -158,6 +158,9 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(kv_ring_.host);
   cudaFree(kv_ring_.device);
   for (cudaEvent_t e : kv_ring_.free) cudaEventDestroy(e);
+  for (const KvWriteEvent& w : kv_write_events_) cudaEventDestroy(w.event);
+  for (cudaEvent_t e : kv_spare_events_) cudaEventDestroy(e);
+  if (kv_direct_read_ != nullptr) cudaEventDestroy(kv_direct_read_);
   cudaEventDestroy(weights_copied_);
   cudaEventDestroy(kv_handoff_);
   cudaStreamDestroy(kv_stream_);

@@ -9,12 +9,14 @@
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
-// memory through a pinned staging ring on a copy stream of their own (kv_transfer.cpp). Engine
-// thread only, like every Backend.
+// memory through a pinned staging ring on a copy stream of their own, or, for the host tier's
+// mapped page-locked slots (alloc_host), read and written in place by the gather, encode and
+// decode kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -60,13 +62,26 @@ class CudaBackend final : public Backend {
   void read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
   // The same gather and copy, without the wait: the slot is held (not reused) until
   // finish_reads() waits for its copy and copies its pinned bytes out to `host`. When no slot is
-  // free, any copy first finishes the pending reads.
+  // free, any copy first finishes the pending reads. Into mapped memory (alloc_host) the block is
+  // gathered straight into `host` on the compute stream, and finish_reads only waits for it.
   void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
+  // Encoded on the device (kv_codec.cu) straight into mapped memory, or into a staging slot
+  // copied out at finish_reads; a raw codec is start_read_kv_block.
+  void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
+                                   std::span<std::byte> host) override;
   void finish_reads() override;
   // Asynchronous: `host` is copied into a pinned staging slot, the KV copy stream copies it to the
   // device and the compute stream scatters it into the block after that copy (no host wait).
   // Waits only when every staging slot is still in flight.
   void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) override;
+  // Page-locked, mapped host memory (cudaHostAlloc): tier copies read and write it in place.
+  std::unique_ptr<HostMemory> alloc_host(std::size_t bytes) override;
+  // Blocks whose bytes lie in mapped memory (alloc_host): one decode kernel per codec on the
+  // compute stream reads them in place over PCIe (kv_codec.cu); no host copy, no wait. Others
+  // are staged through the ring like write_kv_block and decoded from the slot. The fence is an
+  // event recorded on the compute stream after the last of those kernels.
+  std::uint64_t write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) override;
+  bool kv_writes_done(std::uint64_t fence) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) override;
   void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) override;
@@ -194,6 +209,17 @@ class CudaBackend final : public Backend {
   CUevent_st* kv_handoff_ = nullptr;        // between kv_stream_ and the compute stream
   KvRing kv_ring_;
   std::vector<KvPendingRead> kv_reads_;     // started, not yet finished, in start order
+  CUevent_st* kv_direct_read_ = nullptr;    // after the last gather straight into mapped memory
+  bool kv_direct_reads_pending_ = false;
+  // write_kv_blocks fences: an event per call, oldest first; fences up to kv_writes_done_ passed.
+  struct KvWriteEvent {
+    std::uint64_t fence = 0;
+    CUevent_st* event = nullptr;
+  };
+  std::deque<KvWriteEvent> kv_write_events_;
+  std::vector<CUevent_st*> kv_spare_events_;
+  std::uint64_t kv_write_fence_ = 0, kv_writes_done_ = 0;
+  std::vector<std::byte> decode_table_;     // write_kv_blocks' table, kept to avoid allocation
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;

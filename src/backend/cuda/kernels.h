@@ -72,6 +72,27 @@ void launch_store_kv(void* k_cache, void* v_cache, DType dtype, std::int64_t row
 void launch_copy_segments(void* const* dst, const void* const* src, std::size_t bytes, int n_segments, bool aligned,
                           Stream s);
 
+// kv_codec.cu: a block's encoded form (backend/kv_codec.h, EncodedLayout) and the live KV dtype.
+struct KvCodecArgs {
+  int bits = 0;  // 0: element codec of elem_dtype; 8 or 4: quantized
+  DType elem_dtype = DType::F32, live_dtype = DType::F32;
+  int slab_tokens = 0, row_width = 0;
+  std::size_t key_bytes = 0, value_bytes = 0;
+  int key_group_tokens = 0, key_group_channels = 0, value_group_tokens = 0, value_group_channels = 0;
+};
+// Decodes n_blocks encoded blocks in one launch: block i's bytes at src[i] (device-readable:
+// device memory or mapped page-locked host memory) into KV block dst_block[i], slab j (2 * layer
+// + side) into the array at slab_base[j] ([n_kv_blocks * slab_tokens, row_width] of live_dtype).
+// src, dst_block and slab_base are arrays in device memory. Equal to decode_block bit for bit.
+void launch_decode_kv_blocks(const KvCodecArgs& a, const void* const* src, const std::int32_t* dst_block,
+                             void* const* slab_base, int n_slabs, int n_blocks, Stream s);
+// The inverse: KV block src_block[i] encoded into dst[i] (device-writable: device memory or
+// mapped page-locked host memory). Equal to encode_block bit for bit.
+void launch_encode_kv_blocks(const KvCodecArgs& a, void* const* dst, const std::int32_t* src_block,
+                             const void* const* slab_base, int n_slabs, int n_blocks, Stream s);
+// Shared memory the decoder (and the encoder) needs for a's quantization groups.
+std::size_t decode_kv_smem_bytes(const KvCodecArgs& a);
+
 // sample.cu: out[i] = argmax_row(x[i, :]) where temperature[i] <= 0, else draw_row(x[i, :],
 // temperature[i], uniform[i]) (backend.h) for f32 x, equal to the host's except where the
 // target lies within rounding of a boundary between two ids. temperature, uniform and out in

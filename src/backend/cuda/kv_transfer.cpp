@@ -1,10 +1,14 @@
 // The CUDA backend's KV block copies: block to block on the device (copy_kv_block), and the tier
 // copies between a device block and host bytes (read_kv_block and its deferred form,
-// write_kv_block) through a ring of pinned staging slots and a copy stream of their own. Each is
-// one DMA of the whole block plus one gather/scatter kernel over the block's 2 * n_layers segments
-// (read_kv_block's layout).
+// write_kv_block, write_kv_blocks). Host memory from alloc_host is page-locked and mapped, so the
+// device reads and writes it in place: a started read gathers the block straight into it, and
+// write_kv_blocks decodes every block of a call in one kernel that reads the encoded bytes over
+// PCIe. Other host memory goes through a ring of pinned staging slots and a copy stream of their
+// own: one DMA of the whole block plus one gather/scatter (or decode) kernel over the block's
+// 2 * n_layers segments (read_kv_block's layout).
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +65,71 @@ bool fill_table(const KvStorage& kv, std::int32_t block, char* staging, bool to_
 std::size_t table_bytes(const Segments& s) {
   return align_up(2 * s.n * sizeof(void*));
 }
+
+// Page-locked host memory the device can address (cudaHostAllocMapped; with unified addressing
+// the device pointer equals the host pointer).
+class PinnedHostMemory final : public HostMemory {
+ public:
+  explicit PinnedHostMemory(std::size_t bytes) : size_(bytes) {
+    void* p = nullptr;
+    AKV_CUDA_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1),
+                                 cudaHostAllocPortable | cudaHostAllocMapped));
+    data_ = static_cast<std::byte*>(p);
+  }
+  ~PinnedHostMemory() override { cudaFreeHost(data_); }  // unchecked: may run at process exit
+  PinnedHostMemory(const PinnedHostMemory&) = delete;
+  PinnedHostMemory& operator=(const PinnedHostMemory&) = delete;
+  std::span<std::byte> bytes() const override { return {data_, size_}; }
+
+ private:
+  std::size_t size_;
+  std::byte* data_ = nullptr;
+};
+
+// The device address of `host` when the device can access it in place (mapped page-locked
+// memory), else null (pageable memory: staged).
+void* mapped_device_pointer(const void* host) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, host) != cudaSuccess) {
+    (void)cudaGetLastError();  // not an error of ours: unknown memory is pageable
+    return nullptr;
+  }
+  return attr.type == cudaMemoryTypeHost ? attr.devicePointer : nullptr;
+}
+
+cuda::KvCodecArgs codec_args(SpillCodec codec, const BlockShape& shape) {
+  const EncodedLayout e = encoded_layout(codec, shape);
+  return {.bits = e.bits,
+          .elem_dtype = e.elem_dtype,
+          .live_dtype = shape.dtype,
+          .slab_tokens = static_cast<int>(e.slab_tokens),
+          .row_width = static_cast<int>(e.row_width),
+          .key_bytes = e.key_bytes,
+          .value_bytes = e.value_bytes,
+          .key_group_tokens = static_cast<int>(e.key_group_tokens),
+          .key_group_channels = static_cast<int>(e.key_group_channels),
+          .value_group_tokens = static_cast<int>(e.value_group_tokens),
+          .value_group_channels = static_cast<int>(e.value_group_channels)};
+}
+
+// A decode table as launch_decode_kv_blocks reads it, at `at` (8-byte aligned):
+// [slab bases: n_slabs pointers][sources: n pointers][destination blocks: n int32].
+struct DecodeTable {
+  void* const* bases;
+  const void* const* src;
+  const std::int32_t* ids;
+};
+std::size_t decode_table_bytes(std::size_t n_slabs, std::size_t n) {
+  return (n_slabs + n) * sizeof(void*) + n * sizeof(std::int32_t);
+}
+DecodeTable decode_table_at(const void* at, std::size_t n_slabs, std::size_t n) {
+  const auto* p = static_cast<const char*>(at);
+  return {reinterpret_cast<void* const*>(p), reinterpret_cast<const void* const*>(p + n_slabs * sizeof(void*)),
+          reinterpret_cast<const std::int32_t*>(p + (n_slabs + n) * sizeof(void*))};
+}
+// Fills a table at host memory `at` for blocks `ids` whose sources are `src`.
+void fill_decode_table(const KvStorage& kv, std::span<const void* const> src,
+                       std::span<const std::int32_t> ids, char* at);
 
 }  // namespace
 
@@ -126,8 +195,74 @@ void CudaBackend::start_read_kv_block(const KvStorage& kv, std::int32_t block,
                                       std::span<std::byte> host) {
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == kv.layout.block_bytes(),
             "start_read_kv_block: host size");
+  if (char* direct = static_cast<char*>(mapped_device_pointer(host.data()))) {
+    // Gathered straight into the mapped host memory on the compute stream: no staging, no copy
+    // at finish_reads (which waits for the last such gather).
+    AKV_CHECK(block >= 0 && block < kv.layout.n_blocks, "block id out of range");
+    AKV_CHECK(!in_step_, "start_read_kv_block inside a recorded step");
+    const Segments s = segments_of(kv.layout);
+    std::vector<void*> table(2 * s.n);
+    const bool aligned = fill_table(kv, block, direct, /*to_block=*/false, table.data());
+    const auto* d_table =
+        static_cast<void* const*>(upload_small(table.data(), table.size() * sizeof(void*)));
+    cudaStream_t compute = stream();
+    cuda::launch_copy_segments(d_table, d_table + s.n, s.bytes, static_cast<int>(s.n), aligned,
+                               compute);
+    if (kv_direct_read_ == nullptr)
+      AKV_CUDA_CHECK(cudaEventCreateWithFlags(&kv_direct_read_, cudaEventDisableTiming));
+    AKV_CUDA_CHECK(cudaEventRecord(kv_direct_read_, compute));
+    kv_direct_reads_pending_ = true;
+    return;
+  }
   std::size_t data_at = 0;
   const std::size_t i = gather_kv_block(kv, block, data_at);
+  kv_ring_.held[i] = true;
+  kv_reads_.push_back({.slot = i, .data_at = data_at, .host = host});
+}
+
+void CudaBackend::start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
+                                              std::span<std::byte> host) {
+  const KvLayout& L = kv.layout;
+  const BlockShape shape = block_shape_of(L);
+  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
+  AKV_CHECK(host.size() == encoded_bytes(codec, shape), "start_read_kv_block_encoded: host size");
+  AKV_CHECK(!in_step_, "start_read_kv_block_encoded inside a recorded step");
+  if (codec_is_raw(codec, shape.dtype)) {
+    start_read_kv_block(kv, block, host);
+    return;
+  }
+  const Segments seg = segments_of(L);
+  const cuda::KvCodecArgs args = codec_args(codec, shape);
+  cudaStream_t compute = stream();
+  if (void* direct = mapped_device_pointer(host.data())) {  // encoded straight into `host`
+    decode_table_.resize(decode_table_bytes(seg.n, 1));
+    const void* dst = direct;
+    fill_decode_table(kv, {&dst, 1}, {&block, 1}, reinterpret_cast<char*>(decode_table_.data()));
+    const DecodeTable t = decode_table_at(upload_small(decode_table_.data(), decode_table_.size()), seg.n, 1);
+    cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases,
+                                  static_cast<int>(seg.n), 1, compute);
+    if (kv_direct_read_ == nullptr)
+      AKV_CUDA_CHECK(cudaEventCreateWithFlags(&kv_direct_read_, cudaEventDisableTiming));
+    AKV_CUDA_CHECK(cudaEventRecord(kv_direct_read_, compute));
+    kv_direct_reads_pending_ = true;
+    return;
+  }
+  // Encoded into a staging slot on the compute stream, then down to its pinned half on the copy
+  // stream; finish_reads copies it out, like a started raw read.
+  const std::size_t data_at = align_up(decode_table_bytes(seg.n, 1));
+  const std::size_t i = take_kv_slot(data_at + host.size());
+  char* h = kv_ring_.host + i * kv_ring_.slot_bytes;
+  char* d = kv_ring_.device + i * kv_ring_.slot_bytes;
+  const void* dst = d + data_at;
+  fill_decode_table(kv, {&dst, 1}, {&block, 1}, h);
+  AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, decode_table_bytes(seg.n, 1), cudaMemcpyHostToDevice, compute));
+  const DecodeTable t = decode_table_at(d, seg.n, 1);
+  cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases, static_cast<int>(seg.n), 1,
+                                compute);
+  AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, compute));
+  AKV_CUDA_CHECK(cudaStreamWaitEvent(kv_stream_, kv_handoff_, 0));
+  AKV_CUDA_CHECK(cudaMemcpyAsync(h + data_at, d + data_at, host.size(), cudaMemcpyDeviceToHost, kv_stream_));
+  AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], kv_stream_));
   kv_ring_.held[i] = true;
   kv_reads_.push_back({.slot = i, .data_at = data_at, .host = host});
 }
@@ -141,6 +276,10 @@ void CudaBackend::finish_reads() {
     kv_ring_.held[r.slot] = false;
   }
   kv_reads_.clear();
+  if (kv_direct_reads_pending_) {
+    AKV_CUDA_CHECK(cudaEventSynchronize(kv_direct_read_));
+    kv_direct_reads_pending_ = false;
+  }
 }
 
 void CudaBackend::write_kv_block(KvStorage& kv, std::int32_t block,
@@ -204,6 +343,103 @@ std::size_t CudaBackend::take_kv_slot(std::size_t slot_bytes) {
   kv_ring_.next = i + 1;
   AKV_CUDA_CHECK(cudaEventSynchronize(kv_ring_.free[i]));
   return i;
+}
+
+namespace {
+
+void fill_decode_table(const KvStorage& kv, std::span<const void* const> src,
+                       std::span<const std::int32_t> ids, char* at) {
+  const Segments s = segments_of(kv.layout);
+  const std::size_t n = ids.size();
+  auto* bases = reinterpret_cast<void**>(at);
+  for (std::size_t i = 0; i < s.n; ++i) bases[i] = segment(kv, 0, i);
+  std::memcpy(at + s.n * sizeof(void*), src.data(), n * sizeof(void*));
+  std::memcpy(at + (s.n + n) * sizeof(void*), ids.data(), n * sizeof(std::int32_t));
+}
+
+}  // namespace
+
+std::unique_ptr<HostMemory> CudaBackend::alloc_host(std::size_t bytes) {
+  return std::make_unique<PinnedHostMemory>(bytes);
+}
+
+std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) {
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(!in_step_, "write_kv_blocks inside a recorded step");
+  if (blocks.empty()) return 0;
+  const BlockShape shape = block_shape_of(L);
+  const Segments seg = segments_of(L);
+  cudaStream_t compute = stream();
+  // Blocks in mapped memory: one decode launch per codec, reading them in place. Others: staged
+  // one by one through the ring (table and bytes up in one copy, decoded from the slot).
+  std::vector<SpillCodec> codecs;
+  for (const EncodedKvBlock& b : blocks)
+    if (std::find(codecs.begin(), codecs.end(), b.codec) == codecs.end()) codecs.push_back(b.codec);
+  std::vector<const void*> src;
+  std::vector<std::int32_t> ids;
+  for (SpillCodec codec : codecs) {
+    const cuda::KvCodecArgs args = codec_args(codec, shape);
+    const std::size_t encoded = encoded_bytes(codec, shape);
+    src.clear();
+    ids.clear();
+    for (const EncodedKvBlock& b : blocks) {
+      if (b.codec != codec) continue;
+      AKV_CHECK(b.block >= 0 && b.block < L.n_blocks, "block id out of range");
+      AKV_CHECK(b.bytes.size() == encoded, "write_kv_blocks: encoded size");
+      if (const void* direct = mapped_device_pointer(b.bytes.data())) {
+        src.push_back(direct);
+        ids.push_back(b.block);
+        continue;
+      }
+      const std::size_t data_at = align_up(decode_table_bytes(seg.n, 1));
+      const std::size_t i = take_kv_slot(data_at + encoded);
+      char* h = kv_ring_.host + i * kv_ring_.slot_bytes;
+      char* d = kv_ring_.device + i * kv_ring_.slot_bytes;
+      const void* staged = d + data_at;
+      fill_decode_table(kv, {&staged, 1}, {&b.block, 1}, h);
+      std::memcpy(h + data_at, b.bytes.data(), encoded);  // `b.bytes` is free again from here
+      AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, data_at + encoded, cudaMemcpyHostToDevice, kv_stream_));
+      AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, kv_stream_));
+      AKV_CUDA_CHECK(cudaStreamWaitEvent(compute, kv_handoff_, 0));
+      const DecodeTable t = decode_table_at(d, seg.n, 1);
+      cuda::launch_decode_kv_blocks(args, t.src, t.ids, t.bases, static_cast<int>(seg.n), 1, compute);
+      AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], compute));
+    }
+    constexpr std::size_t kMaxPerLaunch = 32768;
+    for (std::size_t first = 0; first < ids.size(); first += kMaxPerLaunch) {
+      const std::size_t n = std::min(kMaxPerLaunch, ids.size() - first);
+      decode_table_.resize(decode_table_bytes(seg.n, n));
+      fill_decode_table(kv, std::span(src).subspan(first, n), std::span(ids).subspan(first, n),
+                        reinterpret_cast<char*>(decode_table_.data()));
+      const DecodeTable t = decode_table_at(upload_small(decode_table_.data(), decode_table_.size()), seg.n, n);
+      cuda::launch_decode_kv_blocks(args, t.src, t.ids, t.bases, static_cast<int>(seg.n),
+                                    static_cast<int>(n), compute);
+    }
+  }
+  // The fence: once the compute stream passes here, every source above has been read.
+  cudaEvent_t e = nullptr;
+  if (!kv_spare_events_.empty()) {
+    e = kv_spare_events_.back();
+    kv_spare_events_.pop_back();
+  } else {
+    AKV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  AKV_CUDA_CHECK(cudaEventRecord(e, compute));
+  kv_write_events_.push_back({.fence = ++kv_write_fence_, .event = e});
+  return kv_write_fence_;
+}
+
+bool CudaBackend::kv_writes_done(std::uint64_t fence) {
+  while (!kv_write_events_.empty()) {
+    const KvWriteEvent& w = kv_write_events_.front();
+    const cudaError_t r = cudaEventQuery(w.event);
+    if (r == cudaErrorNotReady) break;
+    AKV_CUDA_CHECK(r);
+    kv_writes_done_ = w.fence;
+    kv_spare_events_.push_back(w.event);
+    kv_write_events_.pop_front();
+  }
+  return fence <= kv_writes_done_;
 }
 
 }  // namespace akv

@@ -1,4 +1,4 @@
-#include "kv/block_codec.h"
+#include "backend/kv_codec.h"
 
 #include <algorithm>
 #include <bit>
@@ -361,6 +361,36 @@ void decode_block(SpillCodec codec, const BlockShape& s, std::span<const std::by
       decode_quantized(*quant_spec(codec), s, in, raw);
       return;
   }
+}
+
+bool codec_is_raw(SpillCodec codec, DType live) {
+  return codec == SpillCodec::Native || (codec == SpillCodec::F32 && live == DType::F32) ||
+         (codec == SpillCodec::BF16 && live == DType::BF16);
+}
+
+EncodedLayout encoded_layout(SpillCodec codec, const BlockShape& s) {
+  EncodedLayout e;
+  e.slab_tokens = slab_tokens(s);
+  e.n_slabs = s.n_rows / e.slab_tokens;
+  e.row_width = s.row_width;
+  const QuantSpec* q = quant_spec(codec);
+  if (q == nullptr) {
+    e.elem_dtype = codec == SpillCodec::Native ? s.dtype
+                   : codec == SpillCodec::F32  ? DType::F32
+                                               : DType::BF16;
+    e.key_bytes = e.value_bytes =
+        static_cast<std::size_t>(e.slab_tokens * e.row_width) * dtype_size(e.elem_dtype);
+    return e;
+  }
+  e.bits = q->bits;
+  const SlabGrid k = slab_grid(*q, s, 0), v = slab_grid(*q, s, 1);
+  e.key_bytes = slab_bytes(*q, k);
+  e.value_bytes = slab_bytes(*q, v);
+  e.key_group_tokens = k.group_tokens;
+  e.key_group_channels = k.group_channels;
+  e.value_group_tokens = v.group_tokens;
+  e.value_group_channels = v.group_channels;
+  return e;
 }
 
 }  // namespace akv
