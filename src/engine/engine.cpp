@@ -215,7 +215,7 @@ void Engine::loop() {
     wake_.wait(lock, [&] {
       return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() ||
              !agent_inbox_.empty() || restore_done_ ||
-             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0);
+             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0) || kv_.n_spills_queued() > 0;
     });
     if (stop_) break;
     restore_done_ = false;
@@ -244,7 +244,9 @@ void Engine::loop() {
       if (auto it = active_.find(id); it != active_.end())
         finish(*it->second, FinishReason::Cancelled);
     cancelled_.clear();
-    idle = scheduler_.n_running() + scheduler_.n_waiting() > 0 ? !step() : false;
+    const bool busy = scheduler_.n_running() + scheduler_.n_waiting() > 0;
+    idle = busy ? !step() : false;
+    drain_spills(busy && !idle);
     lock.lock();
   }
   // Shutting down: nothing is left half-open.
@@ -255,6 +257,14 @@ void Engine::loop() {
   lock.unlock();
   for (AgentOp& op : agent_ops) apply(op);
   while (!active_.empty()) finish(*active_.begin()->second, FinishReason::Cancelled);
+}
+
+void Engine::drain_spills(bool busy) {
+  // Busy: a slice per step small next to a decode step's own traffic; idle: larger slices,
+  // with the inbox checked between them.
+  const std::int64_t bytes = busy ? kSpillBytesPerStep : kSpillBytesIdle;
+  const std::int64_t block = std::max<std::int64_t>(1, kv_storage_.layout.block_bytes());
+  kv_.spill_queued(static_cast<std::int32_t>(std::max<std::int64_t>(1, bytes / block)));
 }
 
 bool Engine::step() {

@@ -113,6 +113,11 @@ class Engine {
   bool take_inbox(std::unique_lock<std::mutex>& lock);
   // Runs one step; false when it planned nothing (every waiting sequence is restoring).
   bool step();
+  // Copies queued disk spills out of device memory (KvManager::spill_queued): a few per step
+  // while requests run, more per wake-up while idle.
+  void drain_spills(bool busy);
+  static constexpr std::int64_t kSpillBytesPerStep = 4ll << 20;
+  static constexpr std::int64_t kSpillBytesIdle = 32ll << 20;
   // Sends Started to requests whose first chunk is in `plan`.
   void announce_started(const StepPlan& plan);
   // Samples a's next token from `logits`, or takes `picked_id` (>= 0) when the runner picked it.

@@ -106,13 +106,12 @@ void KvManager::commit(KvSequence& seq, std::span<const std::int32_t> tokens,
       seq.keys_.push_back(meta.key);
       if (kept == mine) {  // newly indexed content: only new blocks go to the tiers
         note_key(mine, meta);
-        spill(mine, meta);
+        queue_spill(mine);
       }
     }
     seq.tail_key_ = index_.key_of(kept);
     seq.n_indexed_ = i + 1;
   }
-  finish_tier_reads();  // one wait for all the spills above
   if (keyer_ != nullptr) release_restores();
 }
 

@@ -146,6 +146,14 @@ class KvManager {
   // indexed and finished once at the end of match, allocate and commit, so a restore into a full
   // pool does not wait for the GPU per block; between calls nothing is pending.
   void attach_tiers(KvTiers tiers, KvBlockIo io);
+  // Write-behind to the disk tier: commit queues each newly indexed block here instead of
+  // copying it out at once (a 16K-token prompt is 1,000 blocks of 2 MiB for an 8B model: copying
+  // them inside its steps would double its prefill), and the engine drains the queue between
+  // steps, at most `max_blocks` per call (the copies of one call finished before it returns).
+  // A queued block that is evicted first is copied out at eviction. Returns blocks spilled.
+  std::int32_t spill_queued(std::int32_t max_blocks);
+  // Blocks waiting in that queue.
+  std::size_t n_spills_queued() const { return spill_queue_.size(); }
   // --- agents (kv_agents.cpp): the one writer of the agent index and the manifests ----------
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. A pinned agent's new
@@ -218,6 +226,7 @@ class KvManager {
   // to the host tier and the disk tier.
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
+  void queue_spill(BlockId block);
   // Spills seq's indexed blocks the disk lacks, up to the disk queue's room (remember_agent).
   void spill_missing(const KvSequence& seq);
   // Reads the block with `key` from device memory or the host tier into `raw` (shutdown);
@@ -261,6 +270,10 @@ class KvManager {
   std::size_t n_demote_buffers_ = 0;  // of demote_buffers_ in use by demoting_
   std::vector<PendingSpill> spilling_;
   std::size_t max_pending_ = 1;
+  // Indexed blocks waiting to be spilled (spill_queued), oldest first; spill_queued_[b] marks
+  // block b as waiting with block_meta_[b]'s key.
+  std::deque<BlockId> spill_queue_;
+  std::vector<bool> spill_waiting_;
   // Restores whose host bytes the device may still be reading: the host blocks they pinned and
   // the background load they read from, released once the fence has passed (oldest first).
   struct PendingRestore {

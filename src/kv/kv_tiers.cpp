@@ -77,6 +77,7 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   }
   buffer_.resize(io_.block_bytes);
   block_meta_.assign(static_cast<std::size_t>(pool_.n_blocks()), TierMeta{});
+  spill_waiting_.assign(static_cast<std::size_t>(pool_.n_blocks()), false);
   index_.set_evict_listener([this](BlockId b, std::uint64_t) { on_device_evict(b); });
 }
 
@@ -89,6 +90,10 @@ void KvManager::note_key(BlockId block, const TierMeta& meta) {
 void KvManager::on_device_evict(BlockId block) {
   const TierMeta meta = block_meta_[block];
   if (meta.key.is_zero()) return;
+  if (spill_waiting_[block]) {  // queued for the disk: its bytes go before the block is reused
+    spill_waiting_[block] = false;
+    spill(block, meta);
+  }
   block_meta_[block] = TierMeta{};
   if (auto it = by_key_.find(meta.key); it != by_key_.end() && it->second == block)
     by_key_.erase(it);
@@ -117,6 +122,26 @@ void KvManager::on_device_evict(BlockId block) {
   demoting_.push_back({.key = meta.key,
                        .meta = host_meta,
                        .buffer = static_cast<std::int32_t>(n_demote_buffers_++)});
+}
+
+void KvManager::queue_spill(BlockId block) {
+  if (disk_ == nullptr || spill_waiting_[block]) return;
+  spill_waiting_[block] = true;
+  spill_queue_.push_back(block);
+}
+
+std::int32_t KvManager::spill_queued(std::int32_t max_blocks) {
+  std::int32_t n = 0;
+  while (n < max_blocks && !spill_queue_.empty()) {
+    const BlockId b = spill_queue_.front();
+    spill_queue_.pop_front();
+    if (!spill_waiting_[b]) continue;  // copied out when it was evicted
+    spill_waiting_[b] = false;
+    spill(b, block_meta_[b]);
+    ++n;
+  }
+  finish_tier_reads();
+  return n;
 }
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
@@ -305,7 +330,7 @@ void KvManager::spill_missing(const KvSequence& seq) {
   for (std::size_t i = 0; i < n && room > 0; ++i) {
     const BlockId b = seq.blocks_[i];
     const TierMeta& meta = block_meta_[b];
-    if (meta.key != seq.keys_[i] || disk_->has(meta.key)) continue;
+    if (meta.key != seq.keys_[i] || spill_waiting_[b] || disk_->has(meta.key)) continue;
     spill(b, meta);
     --room;
   }

@@ -85,6 +85,7 @@ struct Device {
     for (std::int32_t b = hit / kBs; b * kBs < n; ++b)
       mem[seq.block_table()[b]] = content(std::span(tokens).first(std::min(n, (b + 1) * kBs)));
     kv.commit(seq, tokens, n);
+    kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
     last_host_restored = seq.n_host_restored_blocks();
     last_disk_restored = seq.n_restored_blocks();
     kv.release(seq);
@@ -254,6 +255,7 @@ TEST(KvTiers, ARestoreFindsTheOrphansItDemotesItself) {
   for (std::int32_t blk = 0; blk < 5; ++blk)
     d.mem[seq.block_table()[blk]] = content(std::span(a).first(std::min(17, (blk + 1) * kBs)));
   d.kv.commit(seq, a, 17);
+  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
   d.kv.remember_agent(seq, "", "agent", 17, false);
   d.kv.release(seq);
   const std::vector<Hash128> chain = agents.find("", "agent")->chain;
@@ -280,6 +282,7 @@ TEST(KvTiers, EvictKeysEmptiesDeviceAndHost) {
   d.kv.match(seq, a, "");
   ASSERT_TRUE(d.kv.allocate(seq, 13));
   d.kv.commit(seq, a, 13);
+  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
   d.kv.remember_agent(seq, "", "agent", 13, false);
   d.kv.release(seq);
   const std::vector<Hash128> chain = agents.find("", "agent")->chain;
@@ -307,6 +310,7 @@ TEST(KvTiers, UnpinKeepsTheBlocksAnotherPinnedAgentHoldsHigh) {
     d.kv.match(seq, tokens, "");
     EXPECT_TRUE(d.kv.allocate(seq, 16));
     d.kv.commit(seq, tokens, 16);
+    d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
     d.kv.remember_agent(seq, "", agent, 16, false);
     const std::vector<BlockId> blocks(seq.block_table().begin(), seq.block_table().end());
     d.kv.release(seq);
@@ -356,6 +360,7 @@ TEST(KvTiers, ATurnEndingAfterAPinLeavesItsWholeChainHigh) {
   d.kv.match(first, t1, "");
   ASSERT_TRUE(d.kv.allocate(first, 8));
   d.kv.commit(first, t1, 8);
+  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
   d.kv.remember_agent(first, "", "a", 8, false);
   d.kv.release(first);
 
@@ -364,6 +369,7 @@ TEST(KvTiers, ATurnEndingAfterAPinLeavesItsWholeChainHigh) {
   ASSERT_TRUE(d.kv.set_agent_pinned("", "a", true));
   ASSERT_TRUE(d.kv.allocate(turn, 16));
   d.kv.commit(turn, t2, 16);
+  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
   d.kv.remember_agent(turn, "", "a", 16, true);
   const std::vector<BlockId> blocks(turn.block_table().begin(), turn.block_table().end());
   d.kv.release(turn);
@@ -485,6 +491,7 @@ TEST(KvTiers, HostCodecsRestoreEveryLiveDtype) {
           if (keep) computed.push_back(raw);
         }
         kv.commit(seq, tokens, n);
+        kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
         kv.release(seq);
         return hit;
       };
@@ -578,6 +585,7 @@ TEST(KvTiers, RememberAgentQueuesTheChainsDroppedBlocksAgain) {
   for (std::int32_t b = 0; b * kBs < n; ++b)
     d.mem[seq.block_table()[b]] = content(std::span(t).first(std::min(n, (b + 1) * kBs)));
   d.kv.commit(seq, t, n);
+  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
   EXPECT_EQ(disk->stats().n_dropped_queue_full, 4) << "a queue of 2 blocks took 2 of the 6";
   {
     std::lock_guard lock(mu);
@@ -596,6 +604,50 @@ TEST(KvTiers, RememberAgentQueuesTheChainsDroppedBlocksAgain) {
   d.kv.remember_agent(seq, "", "a", n, false);
   EXPECT_EQ(n_on_disk(), 6);
   d.kv.release(seq);
+}
+
+}  // namespace
+}  // namespace akv
+
+namespace akv {
+namespace {
+
+// Write-behind: commit only queues newly indexed blocks for the disk (the engine drains the
+// queue between steps), spill_queued copies out at most the blocks asked for, and a waiting
+// block evicted first is copied out before its reuse, so nothing queued is lost or torn.
+TEST(KvTiers, CommitQueuesDiskSpillsAndEvictionCopiesAWaitingBlockFirst) {
+  test::ScratchDir dir;
+  DiskStoreOptions o;
+  o.dir = dir.path;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  Device d(8);
+  d.kv.attach_tiers({.disk = disk.get()}, d.io());
+  const Tokens a = iota_tokens(4 * kBs + 1, 10);  // 4 full blocks and one token
+  const auto n = static_cast<std::int32_t>(a.size());
+  KvSequence seq;
+  EXPECT_EQ(d.kv.match(seq, a, ""), 0);
+  ASSERT_TRUE(d.kv.allocate(seq, n));
+  for (std::int32_t b = 0; b * kBs < n; ++b)
+    d.mem[seq.block_table()[b]] = content(std::span(a).first(std::min(n, (b + 1) * kBs)));
+  d.kv.commit(seq, a, n);
+  EXPECT_EQ(d.kv.n_spills_queued(), 4u) << "commit copies nothing out";
+  disk->flush();
+  EXPECT_EQ(disk->stats().n_written, 0);
+  EXPECT_EQ(d.kv.spill_queued(1), 1);
+  disk->flush();
+  EXPECT_EQ(disk->stats().n_written, 1);
+  d.kv.release(seq);
+  // Another prompt needs the whole pool: a's three waiting blocks are evicted, copied out first.
+  d.run(iota_tokens(7 * kBs + 1, 500));
+  EXPECT_EQ(d.kv.n_spills_queued(), 0u);
+  disk->flush();
+  Device fresh(8);
+  fresh.kv.attach_tiers({.disk = disk.get()}, fresh.io());
+  EXPECT_EQ(fresh.run(a), 4 * kBs) << "every block of a reached the disk with its content";
+  EXPECT_EQ(fresh.last_disk_restored, 4);
 }
 
 }  // namespace
