@@ -2,6 +2,8 @@
 // (ids -> token strings -> decoders).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer_parts.h"
 #include "tokenizer/unicode.h"
 
@@ -11,11 +13,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return encode_impl(text, add_special_tokens, false);
 }
 
+std::vector<int32_t> Tokenizer::encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const {
+  return encode_impl(text, add_special_tokens, false, max_ids);
+}
+
 std::vector<int32_t> Tokenizer::encode_reference(std::string_view text, bool add_special_tokens) const {
   return encode_impl(text, add_special_tokens, true);
 }
 
-std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference) const {
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference,
+                                            size_t max_ids) const {
   const tok::TokenizerParts& p = *parts_;
   std::string sanitized;
   if (!tok::utf8_is_valid(text)) {
@@ -23,11 +30,12 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
     text = sanitized;
   }
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
+  ids.reserve(std::min(text.size() / 3, max_ids) + 4);
   std::vector<tok::AddedSplit> raw_splits, normalized_splits;
   std::vector<tok::PreToken> words;
   p.added.split(text, false, raw_splits);
   for (const tok::AddedSplit& raw : raw_splits) {
+    if (ids.size() > max_ids) return ids;
     if (raw.id >= 0) {
       ids.push_back(raw.id);
       continue;
@@ -45,6 +53,7 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
       words.push_back({segment.substr(piece.begin, piece.end - piece.begin), raw.begin == 0 && piece.begin == 0});
       if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
       for (const tok::PreToken& word : words) {
+        if (ids.size() > max_ids) return ids;
         if (word.text.empty()) continue;
         if (reference) p.model->encode_word_reference(word.text, ids);
         else p.model->encode_word(word.text, ids);

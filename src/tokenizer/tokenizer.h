@@ -46,6 +46,11 @@ class Tokenizer {
   // is replaced by U+FFFD first. Thread-safe: any number of threads may encode at once.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
 
+  // encode() that gives up once the ids pass `max_ids`: then it returns more than `max_ids`
+  // ids (a prefix of the encoding), and only that many words were encoded. For a bound such as
+  // the context, so a huge text costs about `max_ids` tokens of work, not its whole length.
+  std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const;
+
   // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
   // per word). For tests and benchmarks only: much slower on long words.
   std::vector<int32_t> encode_reference(std::string_view text, bool add_special_tokens) const;
@@ -77,7 +82,8 @@ class Tokenizer {
 
  private:
   Tokenizer();
-  std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference,
+                                   size_t max_ids = SIZE_MAX) const;
   std::unique_ptr<tok::TokenizerParts> parts_;
   TokenizerConfig config_;
   int32_t bos_id_ = -1;
