@@ -9,8 +9,10 @@ int json_nesting_depth(std::string_view text, int stop_above) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // the escaped byte (\" or \\) cannot end the string
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;  // the escaped byte (\" or \\) cannot end the string
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -26,7 +28,8 @@ int json_nesting_depth(std::string_view text, int stop_above) {
 }
 
 nlohmann::ordered_json parse_json_or_discarded(std::string_view text, int max_depth) {
-  if (json_nesting_depth(text, max_depth) > max_depth) return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+  if (json_nesting_depth(text, max_depth) > max_depth)
+    return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
   return nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 

@@ -75,7 +75,8 @@ ChatMessage parse_message(const json& m, const std::string& path, bool last) {
   else if (role == "system") msg.role = ChatRole::System;
   else fail(join(path, "role"), "Input should be 'user', 'assistant' or 'system'");
   const json& content = require(m, "content", path);
-  const bool empty = content.is_string() ? content.get_ref<const std::string&>().empty() : content.is_array() && content.empty();
+  const bool empty = content.is_string() ? content.get_ref<const std::string&>().empty()
+                                         : content.is_array() && content.empty();
   if (empty && !(last && msg.role == ChatRole::Assistant))
     fail(join(path, "content"), "must not be empty (only a final assistant message may be)");
   if (content.is_string()) {

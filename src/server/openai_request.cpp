@@ -45,7 +45,8 @@ void parse_tool_calls(const json& m, const std::string& path, ChatMessage& msg) 
     const std::string args = opt_string(fn, "arguments", join(p, "function")).value_or("{}");
     const std::string args_path = join(join(p, "function"), "arguments");
     call.input = parse_json_field(args, args_path);
-    if (call.input.is_discarded() || !call.input.is_object()) fail(args_path, "must be a JSON object encoded as a string");
+    if (call.input.is_discarded() || !call.input.is_object())
+      fail(args_path, "must be a JSON object encoded as a string");
     msg.blocks.push_back(std::move(call));
   }
 }
@@ -196,7 +197,9 @@ OpenAiCompletionRequest parse_openai_completion(const json& body) {
       const json& id = prompt[i];
       if (!id.is_number_integer()) fail(join("prompt", i), "Input should be a valid integer");
       // number_unsigned holds values past INT64_MAX; get<int64_t> would wrap them.
-      if (id.is_number_unsigned() ? id.get<std::uint64_t>() > INT32_MAX : id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > INT32_MAX)
+      const bool in_range = id.is_number_unsigned() ? id.get<std::uint64_t>() <= INT32_MAX
+                                                    : id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() <= INT32_MAX;
+      if (!in_range)
         fail(join("prompt", i), "Input should be a token id between 0 and " + std::to_string(INT32_MAX));
       out.prompt_ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
     }
@@ -207,7 +210,8 @@ OpenAiCompletionRequest parse_openai_completion(const json& body) {
   out.options.model = out.model;
   out.options.max_tokens = opt_int(body, "max_tokens", "", 0, 1'000'000'000).value_or(16);
   out.echo = opt_bool(body, "echo", "").value_or(false);
-  if (has(body, "logprobs") && !body["logprobs"].is_number_integer()) fail("logprobs", "Input should be a valid integer");
+  if (has(body, "logprobs") && !body["logprobs"].is_number_integer())
+    fail("logprobs", "Input should be a valid integer");
   reject_logprobs(body);
   check_unused_fields(body);
   out.include_usage = include_usage(body);

@@ -118,9 +118,10 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   const std::int64_t context = ctx.engine.max_context();
   if (parsed.prompt_is_ids) check_prompt_ids(parsed.prompt_ids, ctx.tokenizer.vocab_size());
   // Encoding stops past the context: a longer prompt is refused without encoding all of it.
-  std::vector<std::int32_t> ids = parsed.prompt_is_ids ? parsed.prompt_ids
-                                                       : ctx.tokenizer.encode_up_to(parsed.prompt_text, /*add_special_tokens=*/true,
-                                                                                    static_cast<std::size_t>(std::max<std::int64_t>(context, 0)));
+  const auto bound = static_cast<std::size_t>(std::max<std::int64_t>(context, 0));
+  std::vector<std::int32_t> ids =
+      parsed.prompt_is_ids ? parsed.prompt_ids
+                           : ctx.tokenizer.encode_up_to(parsed.prompt_text, /*add_special_tokens=*/true, bound);
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "prompt: must not be empty");
   const std::int64_t room = context - static_cast<std::int64_t>(ids.size());
   if (room < 1)

@@ -58,7 +58,8 @@ RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req,
   return identify(ctx.options, req, body);
 }
 
-RequestIdentity identify(const ServerOptions& options, const httplib::Request& req, const nlohmann::ordered_json& body) {
+RequestIdentity identify(const ServerOptions& options, const httplib::Request& req,
+                         const nlohmann::ordered_json& body) {
   RequestIdentity who;
   if (!options.api_keys.empty()) {
     const std::string key = api_key_of(req);

@@ -26,7 +26,8 @@ struct RequestIdentity {
 // Throws Error{InvalidArgument} naming the header or field for an invalid agent id
 // (longer than 128 bytes, or characters outside [A-Za-z0-9._:@-], or "." / "..").
 RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req, const nlohmann::ordered_json& body);
-RequestIdentity identify(const ServerOptions& options, const httplib::Request& req, const nlohmann::ordered_json& body);
+RequestIdentity identify(const ServerOptions& options, const httplib::Request& req,
+                         const nlohmann::ordered_json& body);
 
 // The first value of header `name`, whole: httplib's get_header_value() stops at a NUL byte,
 // which would let "a\0../b" pass validation as "a". "" when absent.

@@ -31,8 +31,8 @@ constexpr size_t kUncertainWords = 3;
 
 }  // namespace
 
-void Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool reference, bool cut, size_t max_ids,
-                               std::vector<int32_t>& ids) const {
+size_t Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                                 std::vector<int32_t>& ids) const {
   const tok::TokenizerParts& p = *parts_;
   std::string segment(raw);
   if (p.normalizer) p.normalizer->apply(segment);
@@ -43,7 +43,8 @@ void Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool r
   if (cut)
     for (size_t i = 0; i < pieces.size(); ++i)
       if (pieces[i].id < 0) last_text = i;
-  if (cut && last_text == pieces.size()) return;  // only added tokens: none is certain
+  if (cut && last_text == pieces.size()) return 0;  // only added tokens: none is certain
+  size_t n_words = 0;
   std::vector<tok::PreToken> words;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const tok::AddedSplit& piece = pieces[i];
@@ -56,14 +57,25 @@ void Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool r
     words.clear();
     words.push_back({segment.substr(piece.begin, piece.end - piece.begin), at_input_start && piece.begin == 0});
     if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
-    const size_t n_words = last ? words.size() - std::min(words.size(), kUncertainWords) : words.size();
-    for (size_t w = 0; w < n_words; ++w) {
-      if (ids.size() > max_ids) return;
-      if (words[w].text.empty()) continue;
-      if (reference) p.model->encode_word_reference(words[w].text, ids);
-      else p.model->encode_word(words[w].text, ids);
+    n_words += words.size();
+    const size_t n_kept = last ? words.size() - std::min(words.size(), kUncertainWords) : words.size();
+    for (size_t w = 0; w < n_kept; ++w) {
+      if (ids.size() > max_ids) return n_words;
+      std::string_view word = words[w].text;
+      if (word.empty()) continue;
+      // A word too long to fit (one giant word where nothing splits the text): its beginning
+      // alone passes the bound, so only that much is encoded.
+      const size_t per_id = p.model->max_bytes_per_id();
+      if (max_ids != SIZE_MAX && per_id > 0 && word.size() / per_id > max_ids - ids.size() + 1) {
+        size_t end = (max_ids - ids.size() + 2) * per_id;
+        while (end > 0 && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;  // a character boundary
+        word = word.substr(0, end);
+      }
+      if (reference) p.model->encode_word_reference(word, ids);
+      else p.model->encode_word(word, ids);
     }
   }
+  return n_words;
 }
 
 bool Tokenizer::prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids,
@@ -74,11 +86,12 @@ bool Tokenizer::prefix_passes(std::string_view segment, bool at_input_start, siz
     size_t cut = n;
     while (cut > 0 && (static_cast<unsigned char>(segment[cut]) & 0xC0) == 0x80) --cut;  // a character boundary
     std::vector<int32_t> trial = ids;
-    encode_segment(segment.substr(0, cut), at_input_start, false, /*cut=*/true, max_ids, trial);
+    const size_t n_words = encode_segment(segment.substr(0, cut), at_input_start, false, /*cut=*/true, max_ids, trial);
     if (trial.size() > max_ids) {
       ids = std::move(trial);
       return true;
     }
+    if (n_words <= kUncertainWords) return false;  // nothing splits this text: no prefix will help
   }
   return false;
 }

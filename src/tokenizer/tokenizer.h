@@ -47,11 +47,12 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
 
   // encode() that gives up once the ids pass `max_ids`: then it returns more than `max_ids`
-  // ids, all of them ids of the full encoding in order (with some words near a cut left out),
-  // so the full encoding is longer than `max_ids` too. A long segment is first encoded by its
-  // prefixes (16 bytes per wanted id, doubling), leaving uncounted the last words before each
-  // cut, so a huge text costs about `max_ids` tokens of work, not its whole length. A tokenizer
-  // without a pre-tokenizer (one word per segment) gets no help from prefixes.
+  // ids, and the full encoding is longer than `max_ids` too; they are the full encoding's ids in
+  // order, with some words near a cut left out, except the last word's, which may be those of
+  // its beginning only. Work stays about `max_ids` tokens' worth, not the text's length: a long
+  // segment is first encoded by its prefixes (16 bytes per wanted id, doubling), leaving
+  // uncounted the last words before each cut, which the text past it could change; a word
+  // longer than BpeModel::max_bytes_per_id() per remaining id is encoded only that far.
   std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const;
 
   // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
@@ -91,8 +92,9 @@ class Tokenizer {
   // and stopping once they pass `max_ids`. `cut`: the segment is a prefix cut short, so its last
   // words (which the text past the cut could change) are left out: the ids are then a lower
   // bound, word for word those of the whole segment.
-  void encode_segment(std::string_view segment, bool at_input_start, bool reference, bool cut, size_t max_ids,
-                      std::vector<int32_t>& ids) const;
+  // Returns the number of words the segment split into (before any was left out).
+  size_t encode_segment(std::string_view segment, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                        std::vector<int32_t>& ids) const;
   // Whether growing prefixes of `segment` (cut ones) alone take `ids` past `max_ids`; then
   // `ids` holds them.
   bool prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids, std::vector<int32_t>& ids) const;

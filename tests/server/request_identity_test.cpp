@@ -2,8 +2,8 @@
 // short (httplib's get_header_value() stops at it) and let it pass as a shorter valid id.
 #include "server/request_identity.h"
 
-#include <httplib.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "base/error.h"
 #include "server/api_error.h"
@@ -25,10 +25,13 @@ std::string error_of(const httplib::Request& req, const json& body = json::objec
 }
 
 TEST(RequestIdentity, NulInAnAgentHeaderIsA400) {
-  for (const char* h : {"x-agent-id", "x-claude-code-agent-id", "x-claude-code-session-id", "x-claude-code-parent-agent-id"}) {
+  for (const char* h : {"x-agent-id", "x-claude-code-agent-id", "x-claude-code-session-id",
+                        "x-claude-code-parent-agent-id"}) {
     httplib::Request req;
     req.headers.emplace(h, std::string("agent1\0../other", 15));
-    EXPECT_NE(error_of(req).find(std::string("header ") + h + ": agent id may contain only"), std::string::npos) << h;
+    EXPECT_NE(error_of(req).find(std::string("header ") + h + ": agent id may contain only"),
+              std::string::npos)
+        << h;
   }
   httplib::Request req;
   req.headers.emplace("x-agent-id", std::string("agent1\x01", 7));

@@ -14,7 +14,9 @@ namespace {
 CollectingSink reply_with_a_call(Dialect dialect) {
   auto parser = make_chat_output_parser(dialect, {.format = ToolCallFormat::Hermes});
   CollectingSink sink;
-  EXPECT_TRUE(parser->feed("<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>", sink));
+  EXPECT_TRUE(parser->feed(
+      "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>",
+      sink));
   EXPECT_TRUE(parser->finish(sink));
   sink.finish({.reason = StopReason::ToolUse});
   return sink;
@@ -33,7 +35,8 @@ TEST(ToolCallId, AnthropicRepliesUseToolu) {
   EXPECT_TRUE(has_id_form(sink.blocks()[0].id, "toolu_01")) << sink.blocks()[0].id;
   const auto message = anthropic_message("msg_1", "m", sink);
   EXPECT_EQ(message["content"][0]["type"], "tool_use");
-  EXPECT_TRUE(has_id_form(message["content"][0]["id"].get<std::string>(), "toolu_")) << message.dump();
+  EXPECT_TRUE(has_id_form(message["content"][0]["id"].get<std::string>(), "toolu_"))
+      << message.dump();
 }
 
 TEST(ToolCallId, OpenAiRepliesUseCall) {
