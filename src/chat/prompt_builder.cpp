@@ -255,7 +255,7 @@ ojson PromptBuilder::build_context(const ChatRequest& request, RememberedTurns* 
   return context;
 }
 
-BuiltPrompt PromptBuilder::build(const ChatRequest& request) const {
+BuiltPrompt PromptBuilder::build(const ChatRequest& request, std::size_t max_tokens) const {
   RememberedTurns remembered;
   const ojson context = build_context(request, splices_ids_ ? &remembered : nullptr);
   BuiltPrompt out;
@@ -270,7 +270,7 @@ BuiltPrompt PromptBuilder::build(const ChatRequest& request) const {
                   "the chat template does not render the final assistant message's text");
     }
   }
-  splice_remembered_turns(context, remembered, out);
+  splice_remembered_turns(context, remembered, max_tokens, out);
   out.starts_in_thinking = uses_think_ && ends_inside_think(out.text);
   return out;
 }
@@ -291,7 +291,7 @@ std::string PromptBuilder::generation_prompt(const ojson& context,
 }
 
 void PromptBuilder::splice_remembered_turns(const ojson& context, const RememberedTurns& turns,
-                                            BuiltPrompt& out) const {
+                                            std::size_t max_tokens, BuiltPrompt& out) const {
   // Phase 1: replace each remembered turn, oldest first, by the exact text the KV cache holds
   // for it (its prompt, the skipped part of the generation prompt included, + generated text).
   const std::string rendered = out.text;
@@ -311,10 +311,12 @@ void PromptBuilder::splice_remembered_turns(const ojson& context, const Remember
   }
   // Phase 2: the ids the KV cache holds for that text, then the rest encoded.
   if (!last) {
-    out.tokens = tokenizer_->encode(out.text, /*add_special_tokens=*/false);
+    out.tokens = tokenizer_->encode_up_to(out.text, /*add_special_tokens=*/false, max_tokens);
     return;
   }
-  const auto tail = tokenizer_->encode(std::string_view(out.text).substr(kv_end), false);
+  const std::size_t n_head = last->prompt_ids.size() + last->generated_ids.size();
+  const auto tail = tokenizer_->encode_up_to(std::string_view(out.text).substr(kv_end), false,
+                                             max_tokens - std::min(max_tokens, n_head));
   out.tokens = last->prompt_ids;
   out.tokens.reserve(out.tokens.size() + last->generated_ids.size() + tail.size());
   out.tokens.insert(out.tokens.end(), last->generated_ids.begin(), last->generated_ids.end());

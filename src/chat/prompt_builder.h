@@ -75,7 +75,10 @@ class PromptBuilder {
   // template's Error
   // (InvalidArgument for raise_exception and runtime errors, ResourceExhausted for limits).
   // Thread-safe; cost: linear in the conversation (render + encode).
-  BuiltPrompt build(const ChatRequest& request) const;
+  // With `max_tokens`, encoding stops once the ids pass it: then `tokens` holds more than
+  // max_tokens ids but not the whole prompt (enough to refuse a prompt longer than the context
+  // without encoding all of a huge one).
+  BuiltPrompt build(const ChatRequest& request, std::size_t max_tokens = SIZE_MAX) const;
 
   // Call after generating an assistant turn: `turn` as returned to the client (text, tool_use,
   // thinking blocks), `raw_text` exactly as the model generated it (decoded with special tokens
@@ -103,7 +106,7 @@ class PromptBuilder {
                                 std::string_view rendered) const;
   // Sets out.tokens from out.text (rendered), splicing in the remembered turns' ids.
   void splice_remembered_turns(const nlohmann::ordered_json& context, const RememberedTurns& turns,
-                               BuiltPrompt& out) const;
+                               std::size_t max_tokens, BuiltPrompt& out) const;
 
   const Tokenizer* tokenizer_;
   PromptBuilderOptions options_;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "chat/json_depth.h"
 #include "chat/json_scanner.h"
 
 namespace akv {
@@ -121,7 +122,7 @@ std::optional<ParsedCall> parse_call_object(const ojson& v, bool require_argumen
     return call;
   }
   if (args->is_string()) {
-    ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    ojson parsed = parse_json_or_discarded(args->get<std::string>(), kMaxJsonDepth);
     if (!parsed.is_object()) return std::nullopt;
     call.arguments = std::move(parsed);
   } else if (args->is_object()) {
@@ -308,13 +309,13 @@ class ToolCallParser::CallStream final : public JsonListener {
       return;
     }
     // Not streamed: the call comes out whole if the object is one.
-    const ojson v = ojson::parse(body_.substr(object_begin_, end - object_begin_), nullptr, false);
+    const ojson v = parse_json_or_discarded(body_.substr(object_begin_, end - object_begin_), kMaxJsonDepth);
     std::optional<ParsedCall> call = parse_call_object(v, strict_);
     if (!call) return;
     std::string args = call->arguments.dump();
     if (args_begin_ && args_end_ > *args_begin_) {  // the model's own text when it is the same object
       const std::string_view raw = body_.substr(*args_begin_, args_end_ - *args_begin_);
-      if (ojson::parse(raw, nullptr, false) == call->arguments) args = raw;
+      if (parse_json_or_discarded(raw, kMaxJsonDepth) == call->arguments) args = raw;
     }
     yield_start(call->name);
     yield_args(args);
@@ -560,7 +561,7 @@ void ToolCallParser::end_call(std::vector<OutputEvent>& out, std::string_view bo
 }
 
 bool ToolCallParser::emit_calls(std::vector<OutputEvent>& out, std::string_view body) {
-  const ojson v = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  const ojson v = parse_json_or_discarded(body, kMaxJsonDepth);
   // A bare Llama JSON reply must look like a call (name + parameters) to be taken as one.
   const bool strict = call_opener_.empty();
   std::vector<ParsedCall> calls;

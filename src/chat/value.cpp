@@ -110,45 +110,55 @@ Value Value::function(std::string name, NativeFn fn) {
   return from(std::make_shared<Function>(Function{std::move(name), std::move(fn)}));
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+// `level`: how many containers enclose `j`. Refuses to descend past kMaxValueDepth, so a deep
+// json tree fails here rather than overflowing the stack below.
+Value value_from_json(const nlohmann::ordered_json& j, int level) {
+  using Type = nlohmann::ordered_json::value_t;
+  if ((j.type() == Type::array || j.type() == Type::object) && level >= kMaxValueDepth) checked_depth(kMaxValueDepth);
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return none();
-    case nlohmann::ordered_json::value_t::boolean:
+    case Type::null:
+      return Value::none();
+    case Type::boolean:
       return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
+    case Type::number_integer:
       return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case Type::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<int64_t>(u));
       return Value(static_cast<double>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
+    case Type::number_float:
       return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
+    case Type::string:
       return Value(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Type::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : j) items.push_back(value_from_json(e, level + 1));
+      return Value::list(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
-      Value d = dict();
+    case Type::object: {
+      Value d = Value::dict();
       DictData& data = d.get_dict();
       data.items.reserve(j.size());
       int depth = 0;
       for (const auto& [k, e] : j.items()) {
-        data.items.emplace_back(Value(k), from_json(e));
+        data.items.emplace_back(Value(k), value_from_json(e, level + 1));
         depth = std::max(depth, value_depth(data.items.back().second));
       }
       data.depth = checked_depth(depth);
       return d;
     }
     default:
-      return none();  // binary / discarded: not produced by JSON parsing
+      return Value::none();  // binary / discarded: not produced by JSON parsing
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j, 0); }
 
 double Value::to_double() const {
   switch (kind()) {

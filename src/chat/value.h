@@ -96,6 +96,7 @@ class Value {
   static Value dict();
   static Value namespace_();
   static Value function(std::string name, NativeFn fn);
+  // Throws Error(ResourceExhausted) for containers past kMaxValueDepth, before descending further.
   static Value from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }

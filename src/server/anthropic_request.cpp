@@ -65,7 +65,8 @@ std::optional<ContentBlock> parse_block(const json& b, const std::string& path) 
   return block;
 }
 
-ChatMessage parse_message(const json& m, const std::string& path) {
+// `last`: the final message, which may be an empty assistant turn (a prefill of nothing).
+ChatMessage parse_message(const json& m, const std::string& path, bool last) {
   if (!m.is_object()) fail(path, "Input should be a valid message object");
   ChatMessage msg;
   const std::string role = require_string(m, "role", path);
@@ -74,6 +75,10 @@ ChatMessage parse_message(const json& m, const std::string& path) {
   else if (role == "system") msg.role = ChatRole::System;
   else fail(join(path, "role"), "Input should be 'user', 'assistant' or 'system'");
   const json& content = require(m, "content", path);
+  const bool empty = content.is_string() ? content.get_ref<const std::string&>().empty()
+                                         : content.is_array() && content.empty();
+  if (empty && !(last && msg.role == ChatRole::Assistant))
+    fail(join(path, "content"), "must not be empty (only a final assistant message may be)");
   if (content.is_string()) {
     msg.content_was_string = true;
     msg.blocks.push_back({.type = BlockType::Text, .text = content.get<std::string>()});
@@ -117,8 +122,9 @@ void parse_tools(const json& body, ChatRequest& r) {
     if (type != "custom" && !has(t, "input_schema")) continue;  // server tools (web_search_..., bash_...)
     ToolSpec spec;
     spec.name = require_string(t, "name", path);
+    if (spec.name.empty()) fail(join(path, "name"), "must not be empty");
     spec.description = opt_string(t, "description", path).value_or("");
-    spec.input_schema = has(t, "input_schema") ? t["input_schema"] : json{{"type", "object"}};
+    spec.input_schema = require(t, "input_schema", path);
     if (!spec.input_schema.is_object()) fail(join(path, "input_schema"), "Input should be a valid dictionary");
     r.tools.push_back(std::move(spec));
   }
@@ -150,14 +156,21 @@ ChatRequest parse_common(const json& body) {
   ChatRequest r;
   r.model = require_string(body, "model", "");
   const json& messages = require_array(body, "messages", "");
+  if (messages.empty()) fail("messages", "at least one message is required");
   if (messages.size() > 100000) fail("messages", "at most 100000 messages");
-  for (std::size_t i = 0; i < messages.size(); ++i) r.messages.push_back(parse_message(messages[i], join("messages", i)));
+  for (std::size_t i = 0; i < messages.size(); ++i)
+    r.messages.push_back(parse_message(messages[i], join("messages", i), i + 1 == messages.size()));
   parse_system(body, r);
   parse_tools(body, r);
   parse_tool_choice(body, r);
   if (has(body, "thinking")) {
     const json& t = body["thinking"];
-    if (t.is_object()) r.thinking_enabled = t.value("type", "") == "enabled";
+    if (!t.is_object()) fail("thinking", "Input should be a valid dictionary");
+    r.thinking_enabled = require_string(t, "type", "thinking") == "enabled";  // any other type: off
+  }
+  if (has(body, "metadata")) {
+    if (!body["metadata"].is_object()) fail("metadata", "Input should be a valid dictionary");
+    opt_string(body["metadata"], "user_id", "metadata");
   }
   return r;
 }
@@ -168,7 +181,8 @@ ChatRequest parse_anthropic_messages(const json& body) {
   ChatRequest r = parse_common(body);
   r.max_tokens = require_int(body, "max_tokens", "", 0, 1'000'000'000);
   r.stream = opt_bool(body, "stream", "").value_or(false);
-  r.stop_sequences = opt_string_list(body, "stop_sequences", "");
+  r.stop_sequences =
+      opt_string_list(body, "stop_sequences", "", /*bare_string_ok=*/false, kMaxStopSequences, kMaxStopSequenceBytes);
   r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(1.0);
   r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(1.0);
   r.sampling.top_k = static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(0));

@@ -3,13 +3,21 @@
 // Error{InvalidArgument} naming its path, which becomes a 400 invalid_request_error.
 #pragma once
 
+#include <cstddef>
+
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_request.h"
 
 namespace akv {
 
-// POST /v1/messages. max_tokens is required (0 allowed).
+// Bounds on stop_sequences (each is matched against every generated token).
+inline constexpr std::size_t kMaxStopSequences = 64;
+
+// POST /v1/messages. max_tokens is required (0 allowed: fill the prefix cache, api-notes §1.2).
+// Also rejected (400): no messages, empty content except in a final assistant message, a
+// custom tool without input_schema or with an empty name, `thinking`/`metadata` not objects,
+// stop_sequences not a list or past kMaxStopSequences / fields::kMaxStopSequenceBytes.
 ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body);
 // POST /v1/messages/count_tokens: the same body without max_tokens.
 ChatRequest parse_anthropic_count_tokens(const nlohmann::ordered_json& body);

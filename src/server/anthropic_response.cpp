@@ -1,12 +1,16 @@
 #include "server/anthropic_response.h"
 
+#include "chat/json_depth.h"
+#include "server/json_fields.h"
+
 namespace akv {
 
 namespace {
 using json = nlohmann::ordered_json;
 
+// The model's arguments; {} when they are not an object (or nest past kMaxJsonDepth).
 json parse_args(const std::string& args) {
-  json input = json::parse(args.empty() ? "{}" : args, nullptr, /*allow_exceptions=*/false);
+  json input = parse_json_or_discarded(args.empty() ? "{}" : args, fields::kMaxJsonDepth);
   return input.is_object() ? input : json::object();
 }
 }  // namespace

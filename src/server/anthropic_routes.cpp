@@ -43,7 +43,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = std::make_shared<AdmissionSlot>(ctx);
   if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "Overloaded: too many requests in flight");
-  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, /*anthropic_zero_is_prewarm=*/true));
+  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, Dialect::Anthropic));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.omit_thinking = thinking_display_omitted(body);

@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "tokenizer/unicode.h"
+
 namespace akv {
 
 namespace {
@@ -30,7 +32,9 @@ constexpr StatusTypes kTypes[] = {
 ApiError api_error(int status, std::string message) {
   ApiError e;
   e.status = status;
-  e.message = std::move(message);
+  // A message may quote the client's bytes (a JSON parse error's "last read"); the error body
+  // must still dump as JSON.
+  e.message = tok::utf8_is_valid(message) ? std::move(message) : tok::utf8_lossy(message);
   e.anthropic_type = "api_error";
   e.openai_type = "server_error";
   for (const StatusTypes& t : kTypes) {

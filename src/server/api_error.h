@@ -23,6 +23,7 @@ struct ApiError {
 
 // The HTTP status and types for an akv::Error raised while handling a request.
 ApiError api_error_from(const Error& e);
+// `message` may hold any bytes: invalid UTF-8 becomes U+FFFD, so error_body() always dumps.
 ApiError api_error(int status, std::string message);
 
 // The error body in a dialect: Anthropic {"type":"error","error":{type,message},"request_id"},

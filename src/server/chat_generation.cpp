@@ -1,15 +1,29 @@
 #include "server/chat_generation.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "chat/json_depth.h"
+#include "server/json_fields.h"
 #include "server/tool_output_parser.h"
 
 namespace akv {
 
 namespace {
 
+// Renders and encodes the prompt, encoding at most a little past `max_tokens` ids. A template
+// limit (render steps, output size, value depth) fails the same way for every retry of the
+// request: a 400, not the retryable 529 that ResourceExhausted means for admission.
+BuiltPrompt build_prompt(ServingContext& ctx, const ChatRequest& chat, std::size_t max_tokens) {
+  try {
+    return ctx.prompts.build(chat, max_tokens);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::ResourceExhausted) throw;
+    throw Error(ErrorKind::InvalidArgument, std::string("the request exceeds a prompt template limit: ") + e.what());
+  }
+}
 
 // The assistant turn as the client will send it back next time.
 ChatMessage assistant_turn(const std::vector<OutputBlock>& blocks) {
@@ -30,7 +44,7 @@ ChatMessage assistant_turn(const std::vector<OutputBlock>& blocks) {
         c.type = BlockType::ToolUse;
         c.tool_use_id = b.id;
         c.tool_name = b.name;
-        c.input = nlohmann::ordered_json::parse(b.args_json.empty() ? "{}" : b.args_json, nullptr, false);
+        c.input = parse_json_or_discarded(b.args_json.empty() ? "{}" : b.args_json, fields::kMaxJsonDepth);
         if (c.input.is_discarded() || !c.input.is_object()) c.input = nlohmann::ordered_json::object();
         break;
       }
@@ -79,18 +93,28 @@ SamplingParams sampling_params(const SamplingOptions& s) {
   return p;
 }
 
-std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
-  return static_cast<std::int64_t>(ctx.prompts.build(chat).tokens.size());
+std::string new_tool_call_id(Dialect dialect) {
+  return random_id(dialect == Dialect::Anthropic ? "toolu_" : "call_");
 }
 
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool anthropic_zero_is_prewarm) {
+std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallParserOptions options) {
+  options.make_call_id = [dialect] { return new_tool_call_id(dialect); };
+  return make_tool_output_parser(std::move(options));
+}
+
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
+  return static_cast<std::int64_t>(build_prompt(ctx, chat, SIZE_MAX).tokens.size());
+}
+
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, Dialect dialect) {
   PreparedChat p;
-  BuiltPrompt prompt = ctx.prompts.build(chat);
-  p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
   const std::int64_t context = ctx.engine.max_context();
+  // A prompt of `context` tokens already leaves no room: encoding stops past it.
+  BuiltPrompt prompt = build_prompt(ctx, chat, static_cast<std::size_t>(std::max<std::int64_t>(context, 0)));
+  p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
   const std::int64_t room = context - p.prompt_tokens;
   std::int64_t max_tokens = chat.max_tokens;
-  if (max_tokens == 0 && anthropic_zero_is_prewarm) {
+  if (max_tokens == 0 && dialect == Dialect::Anthropic) {
     p.prewarm_only = true;
     max_tokens = 1;
   } else if (max_tokens == 0) {
@@ -113,9 +137,9 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
   p.job.stop_sequences = chat.stop_sequences;
   const ToolCallFormat format =
       chat.tool_choice.type == ToolChoiceType::None || chat.tools.empty() ? ToolCallFormat::None : ctx.prompts.tool_call_format();
-  p.job.parser = make_tool_output_parser({.format = format,
-                                          .parse_thinking = ctx.prompts.template_uses_think_tags(),
-                                          .starts_in_thinking = prompt.starts_in_thinking});
+  p.job.parser = make_chat_output_parser(dialect, {.format = format,
+                                                   .parse_thinking = ctx.prompts.template_uses_think_tags(),
+                                                   .starts_in_thinking = prompt.starts_in_thinking});
   p.job.keep_special_tokens = format == ToolCallFormat::Llama3Json || format == ToolCallFormat::Mistral;
   if (ctx.constraint_vocab && format != ToolCallFormat::None) {
     auto constraint = make_forced_call_constraint(chat, format, ctx.constraint_vocab, r.max_tokens);

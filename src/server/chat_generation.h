@@ -5,11 +5,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "chat/chat_request.h"
+#include "server/api_error.h"
 #include "server/generation.h"
 #include "server/serving.h"
+#include "server/tool_output_parser.h"
 
 namespace akv {
 
@@ -20,10 +23,19 @@ struct PreparedChat {
 };
 
 // Throws Error{InvalidArgument} when the prompt leaves no room in the context, with Anthropic's
-// wording: "input length and `max_tokens` exceed context limit: A + B > C".
+// wording: "input length and `max_tokens` exceed context limit: A + B > C". Encoding stops
+// once the prompt cannot fit, so then A is the count reached (more than C), not the whole.
 // A max_tokens of 0 in the request means "up to the context" for OpenAI and pre-warm for
-// Anthropic (`anthropic_zero_is_prewarm`).
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool anthropic_zero_is_prewarm);
+// Anthropic. Tool calls get ids of the dialect (new_tool_call_id).
+// Template limits (render_limits.h, value depth) are the request's fault: InvalidArgument too.
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, Dialect dialect);
+
+// A fresh id for a tool call the model makes: "toolu_01..." (Anthropic), "call_..." (OpenAI).
+std::string new_tool_call_id(Dialect dialect);
+
+// The reply's output parser (tool calls, reasoning) as prepare_chat makes it: `options` with
+// call ids from new_tool_call_id(dialect).
+std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallParserOptions options);
 
 // The number of prompt tokens count_tokens reports: identical to what generation prefills.
 std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat);

@@ -1,6 +1,7 @@
 #include "server/json_fields.h"
 
 #include "base/error.h"
+#include "chat/json_depth.h"
 
 namespace akv::fields {
 
@@ -70,23 +71,46 @@ std::optional<std::int64_t> opt_int(const json& obj, const char* key, const std:
   return require_int(obj, key, path, min, max);
 }
 
-std::vector<std::string> opt_string_list(const json& obj, const char* key, const std::string& path) {
+std::vector<std::string> opt_string_list(const json& obj, const char* key, const std::string& path, bool bare_string_ok,
+                                         std::size_t max_count, std::size_t max_bytes) {
   std::vector<std::string> out;
   if (!has(obj, key)) return out;
+  const std::string field = join(path, key);
   const json& v = obj[key];
-  if (v.is_string()) {
+  if (v.is_string() && bare_string_ok) {
     out.push_back(v.get<std::string>());
-    return out;
+  } else if (v.is_array()) {
+    if (v.size() > max_count) fail(field, "at most " + std::to_string(max_count) + " strings are allowed");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) fail(join(field, i), "Input should be a valid string");
+      out.push_back(v[i].get<std::string>());
+    }
+  } else {
+    fail(field, bare_string_ok ? "Input should be a string or a list of strings" : "Input should be a valid list");
   }
-  if (!v.is_array()) fail(join(path, key), "Input should be a string or a list of strings");
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_string()) fail(join(join(path, key), i), "Input should be a valid string");
-    out.push_back(v[i].get<std::string>());
-  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (out[i].size() > max_bytes)
+      fail(v.is_array() ? join(field, i) : field, "at most " + std::to_string(max_bytes) + " bytes are allowed");
   return out;
 }
 
-json parse_body(const std::string& body) {
+namespace {
+
+void check_depth(std::string_view text, const std::string& what) {
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    throw Error(ErrorKind::InvalidArgument,
+                what + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (the limit)");
+}
+
+}  // namespace
+
+json parse_body(std::string_view body) {
+  // nlohmann reads a NUL byte as the end of the input; JSON allows none outside strings (and
+  // none unescaped inside them), so anything from a NUL on would be silently ignored.
+  if (const std::size_t nul = body.find('\0'); nul != std::string_view::npos)
+    throw Error(ErrorKind::InvalidArgument,
+                "request body is not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  check_depth(body, "request body");
   json j;
   try {
     j = json::parse(body);
@@ -95,6 +119,12 @@ json parse_body(const std::string& body) {
   }
   if (!j.is_object()) throw Error(ErrorKind::InvalidArgument, "request body must be a JSON object");
   return j;
+}
+
+json parse_json_field(std::string_view text, const std::string& path) {
+  if (text.find('\0') != std::string_view::npos) return json(json::value_t::discarded);
+  check_depth(text, path);
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 }  // namespace akv::fields

@@ -43,9 +43,10 @@ void parse_tool_calls(const json& m, const std::string& path, ChatMessage& msg) 
     call.tool_use_id = opt_string(calls[i], "id", p).value_or("call_" + std::to_string(i));
     call.tool_name = require_string(fn, "name", join(p, "function"));
     const std::string args = opt_string(fn, "arguments", join(p, "function")).value_or("{}");
-    call.input = json::parse(args, nullptr, /*allow_exceptions=*/false);
+    const std::string args_path = join(join(p, "function"), "arguments");
+    call.input = parse_json_field(args, args_path);
     if (call.input.is_discarded() || !call.input.is_object())
-      fail(join(join(p, "function"), "arguments"), "must be a JSON object encoded as a string");
+      fail(args_path, "must be a JSON object encoded as a string");
     msg.blocks.push_back(std::move(call));
   }
 }
@@ -124,18 +125,42 @@ void parse_sampling(const json& body, ChatRequest& r) {
   r.sampling.frequency_penalty = opt_number(body, "frequency_penalty", "", -2.0, 2.0).value_or(0.0);
   r.sampling.repetition_penalty = opt_number(body, "repetition_penalty", "", 0.01, 10.0).value_or(1.0);
   if (auto seed = opt_int(body, "seed", "", INT64_MIN, INT64_MAX)) r.sampling.seed = static_cast<std::uint64_t>(*seed);
-  r.stop_sequences = opt_string_list(body, "stop", "");
-  if (r.stop_sequences.size() > 16) fail("stop", "at most 16 stop sequences");
+  r.stop_sequences = opt_string_list(body, "stop", "", /*bare_string_ok=*/true, 16, kMaxStopSequenceBytes);
   r.stream = opt_bool(body, "stream", "").value_or(false);
   if (auto n = opt_int(body, "n", "", 1, 128); n && *n != 1) fail("n", "only n=1 is supported");
 }
 
 bool include_usage(const json& body) {
-  return has(body, "stream_options") && body["stream_options"].is_object() &&
-         body["stream_options"].value("include_usage", false);
+  if (!has(body, "stream_options")) return false;
+  const json& o = body["stream_options"];
+  if (!o.is_object()) fail("stream_options", "Input should be a valid dictionary");
+  return opt_bool(o, "include_usage", "stream_options").value_or(false);
+}
+
+// Fields both OpenAI endpoints validate but do not use.
+void check_unused_fields(const json& body) {
+  opt_string(body, "user", "");  // used as the agent id (request_identity.h) when valid
+}
+
+// Log probabilities are not returned: asking for them is a 400, not a silent null.
+void reject_logprobs(const json& body) {
+  const auto top = opt_int(body, "top_logprobs", "", 0, 20);
+  if (has(body, "logprobs")) {
+    const json& v = body["logprobs"];
+    const bool asked = v.is_boolean() ? v.get<bool>() : !(v.is_number_integer() && v.get<std::int64_t>() == 0);
+    if (asked) fail("logprobs", "log probabilities are not supported by this server");
+  }
+  if (top.value_or(0) > 0) fail("top_logprobs", "log probabilities are not supported by this server");
 }
 
 }  // namespace
+
+void check_prompt_ids(const std::vector<std::int32_t>& ids, std::int32_t vocab_size) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      fail(join("prompt", i), "token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab_size) + ")");
+}
 
 OpenAiChatRequest parse_openai_chat(const json& body) {
   OpenAiChatRequest out;
@@ -150,8 +175,9 @@ OpenAiChatRequest parse_openai_chat(const json& body) {
   const auto max_completion = opt_int(body, "max_completion_tokens", "", 1, 1'000'000'000);
   const auto max_tokens = opt_int(body, "max_tokens", "", 1, 1'000'000'000);
   r.max_tokens = max_completion.value_or(max_tokens.value_or(0));  // 0: up to the context
-  out.logprobs = opt_bool(body, "logprobs", "").value_or(false);
-  if (out.logprobs) r.top_logprobs = static_cast<std::int32_t>(opt_int(body, "top_logprobs", "", 0, 20).value_or(0));
+  if (has(body, "logprobs") && !body["logprobs"].is_boolean()) fail("logprobs", "Input should be a valid boolean");
+  reject_logprobs(body);
+  check_unused_fields(body);
   out.include_usage = include_usage(body);
   if (has(body, "reasoning_effort")) r.thinking_enabled = body["reasoning_effort"] != "none";
   return out;
@@ -168,8 +194,14 @@ OpenAiCompletionRequest parse_openai_completion(const json& body) {
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
     out.prompt_is_ids = true;
     for (std::size_t i = 0; i < prompt.size(); ++i) {
-      if (!prompt[i].is_number_integer()) fail(join("prompt", i), "Input should be a valid integer");
-      out.prompt_ids.push_back(prompt[i].get<std::int32_t>());
+      const json& id = prompt[i];
+      if (!id.is_number_integer()) fail(join("prompt", i), "Input should be a valid integer");
+      // number_unsigned holds values past INT64_MAX; get<int64_t> would wrap them.
+      const bool in_range = id.is_number_unsigned() ? id.get<std::uint64_t>() <= INT32_MAX
+                                                    : id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() <= INT32_MAX;
+      if (!in_range)
+        fail(join("prompt", i), "Input should be a token id between 0 and " + std::to_string(INT32_MAX));
+      out.prompt_ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
     }
   } else {
     fail("prompt", "Input should be a string, a one-element list of strings, or a list of token ids");
@@ -178,6 +210,10 @@ OpenAiCompletionRequest parse_openai_completion(const json& body) {
   out.options.model = out.model;
   out.options.max_tokens = opt_int(body, "max_tokens", "", 0, 1'000'000'000).value_or(16);
   out.echo = opt_bool(body, "echo", "").value_or(false);
+  if (has(body, "logprobs") && !body["logprobs"].is_number_integer())
+    fail("logprobs", "Input should be a valid integer");
+  reject_logprobs(body);
+  check_unused_fields(body);
   out.include_usage = include_usage(body);
   return out;
 }

@@ -16,9 +16,11 @@ namespace akv {
 struct OpenAiChatRequest {
   ChatRequest chat;
   bool include_usage = false;  // stream_options.include_usage
-  bool logprobs = false;
 };
 
+// Also rejected (400): `logprobs` true / `top_logprobs` above 0 (log probabilities are not
+// returned), top_logprobs outside 0..20, `user` not a string, stream_options.include_usage not
+// a boolean, more than 16 stop strings or one past kMaxStopSequenceBytes (json_fields.h).
 OpenAiChatRequest parse_openai_chat(const nlohmann::ordered_json& body);
 
 // /v1/completions: the prompt is text or token ids (no chat template).
@@ -32,6 +34,11 @@ struct OpenAiCompletionRequest {
   ChatRequest options;  // max_tokens, stop, sampling, stream (messages unused)
 };
 
+// Token ids outside int32 are rejected here; ids outside the model's vocabulary by
+// check_prompt_ids, which the route calls with the vocabulary size.
 OpenAiCompletionRequest parse_openai_completion(const nlohmann::ordered_json& body);
+
+// Throws Error{InvalidArgument} naming prompt.<i> for an id outside [0, vocab_size).
+void check_prompt_ids(const std::vector<std::int32_t>& ids, std::int32_t vocab_size);
 
 }  // namespace akv

@@ -87,7 +87,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = admit(ctx);
-  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, /*anthropic_zero_is_prewarm=*/false));
+  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, Dialect::OpenAI));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);
@@ -118,10 +118,15 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   OpenAiCompletionRequest parsed = parse_openai_completion(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = admit(ctx);
+  const std::int64_t context = ctx.engine.max_context();
+  if (parsed.prompt_is_ids) check_prompt_ids(parsed.prompt_ids, ctx.tokenizer.vocab_size());
+  // Encoding stops past the context: a longer prompt is refused without encoding all of it.
+  const auto bound = static_cast<std::size_t>(std::max<std::int64_t>(context, 0));
   std::vector<std::int32_t> ids =
-      parsed.prompt_is_ids ? parsed.prompt_ids : ctx.tokenizer.encode(parsed.prompt_text, /*add_special_tokens=*/true);
+      parsed.prompt_is_ids ? parsed.prompt_ids
+                           : ctx.tokenizer.encode_up_to(parsed.prompt_text, /*add_special_tokens=*/true, bound);
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "prompt: must not be empty");
-  const std::int64_t room = ctx.engine.max_context() - static_cast<std::int64_t>(ids.size());
+  const std::int64_t room = context - static_cast<std::int64_t>(ids.size());
   if (room < 1)
     throw Error(ErrorKind::InvalidArgument, "prompt: " + std::to_string(ids.size()) + " tokens leave no room in the context of " +
                                                 std::to_string(ctx.engine.max_context()) +

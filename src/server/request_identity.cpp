@@ -6,13 +6,20 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "chat/json_depth.h"
+#include "server/json_fields.h"
 #include "server/serving.h"
 
 namespace akv {
 
+std::string header_value(const httplib::Request& req, const char* name) {
+  const auto it = req.headers.find(name);
+  return it == req.headers.end() ? std::string() : it->second;
+}
+
 std::string api_key_of(const httplib::Request& req) {
-  std::string key = req.get_header_value("x-api-key");
-  const std::string auth = req.get_header_value("Authorization");
+  std::string key = header_value(req, "x-api-key");
+  const std::string auth = header_value(req, "Authorization");
   if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
   return key;
 }
@@ -28,7 +35,7 @@ std::string hex64(std::uint64_t v) {
 // Claude Code puts a JSON string in metadata.user_id ({"device_id":..., "session_id":...});
 // its session id is the agent. Anything else is used as is.
 std::string agent_from_user_id(const std::string& user_id) {
-  const auto j = nlohmann::json::parse(user_id, nullptr, /*allow_exceptions=*/false);
+  const auto j = parse_json_or_discarded(user_id, fields::kMaxJsonDepth);
   if (j.is_object() && j.contains("session_id") && j["session_id"].is_string()) return j["session_id"].get<std::string>();
   return user_id;
 }
@@ -48,8 +55,13 @@ void validate_agent_id(const std::string& id, const std::string& source) {
 }
 
 RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req, const nlohmann::ordered_json& body) {
+  return identify(ctx.options, req, body);
+}
+
+RequestIdentity identify(const ServerOptions& options, const httplib::Request& req,
+                         const nlohmann::ordered_json& body) {
   RequestIdentity who;
-  if (!ctx.options.api_keys.empty()) {
+  if (!options.api_keys.empty()) {
     const std::string key = api_key_of(req);
     who.tenant = "t" + hex64(XXH3_64bits(key.data(), key.size()));
   }
@@ -59,7 +71,7 @@ RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req,
   };
   std::vector<Source> sources;
   for (const char* h : {"x-agent-id", "x-claude-code-agent-id", "x-claude-code-session-id"})
-    if (req.has_header(h)) sources.push_back({req.get_header_value(h), std::string("header ") + h});
+    if (req.has_header(h)) sources.push_back({header_value(req, h), std::string("header ") + h});
   if (body.contains("metadata") && body["metadata"].is_object() && body["metadata"].contains("user_id") &&
       body["metadata"]["user_id"].is_string())
     sources.push_back({agent_from_user_id(body["metadata"]["user_id"].get<std::string>()), "metadata.user_id", true});
@@ -81,7 +93,7 @@ RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req,
     break;
   }
   if (req.has_header("x-claude-code-parent-agent-id")) {
-    who.parent_agent = req.get_header_value("x-claude-code-parent-agent-id");
+    who.parent_agent = header_value(req, "x-claude-code-parent-agent-id");
     validate_agent_id(who.parent_agent, "header x-claude-code-parent-agent-id");
   }
   return who;

@@ -15,6 +15,7 @@ struct Request;
 namespace akv {
 
 struct ServingContext;
+struct ServerOptions;
 
 struct RequestIdentity {
   std::string tenant;        // a hash of the API key; "" without auth
@@ -25,6 +26,12 @@ struct RequestIdentity {
 // Throws Error{InvalidArgument} naming the header or field for an invalid agent id
 // (longer than 128 bytes, or characters outside [A-Za-z0-9._:@-], or "." / "..").
 RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req, const nlohmann::ordered_json& body);
+RequestIdentity identify(const ServerOptions& options, const httplib::Request& req,
+                         const nlohmann::ordered_json& body);
+
+// The first value of header `name`, whole: httplib's get_header_value() stops at a NUL byte,
+// which would let "a\0../b" pass validation as "a". "" when absent.
+std::string header_value(const httplib::Request& req, const char* name);
 
 // The caller's API key: x-api-key, else an `Authorization: Bearer` token; "" when neither.
 std::string api_key_of(const httplib::Request& req);

@@ -83,6 +83,14 @@ std::unique_ptr<BpeModel> BpeModel::parse_or_throw(const Json& j, const std::str
                       "merge \"" + a + " " + b + "\" refers to a token missing from the vocab");
     m->merges_[pair_key(*id_a, *id_b)] = Merge{static_cast<int32_t>(rank), *id_new};
   }
+  // Each id covers the word bytes of its token text (less any subword prefix/suffix), a
+  // byte-fallback id one byte, an unk id one character; fused unks cover any number.
+  if (m->fuse_unk_ && m->unk_id_ >= 0 && !m->byte_fallback_) {
+    m->max_bytes_per_id_ = 0;
+  } else {
+    m->max_bytes_per_id_ = 4;
+    for (const std::string& t : m->id_to_token_) m->max_bytes_per_id_ = std::max(m->max_bytes_per_id_, t.size());
+  }
   return m;
 }
 

@@ -40,6 +40,9 @@ class BpeModel {
   const std::string* token_of(int32_t id) const;
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
   int32_t unk_id() const { return unk_id_; }
+  // The most bytes of a word one id can stand for, so encode_word(w) appends at least
+  // w.size() / max_bytes_per_id() ids; 0 when unbounded (fused unknown characters).
+  size_t max_bytes_per_id() const { return max_bytes_per_id_; }
 
  private:
   struct Merge {
@@ -62,6 +65,7 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
+  size_t max_bytes_per_id_ = 0;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
 

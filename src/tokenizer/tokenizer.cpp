@@ -2,6 +2,8 @@
 // (ids -> token strings -> decoders).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer_parts.h"
 #include "tokenizer/unicode.h"
 
@@ -11,11 +13,91 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return encode_impl(text, add_special_tokens, false);
 }
 
+std::vector<int32_t> Tokenizer::encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const {
+  return encode_impl(text, add_special_tokens, false, max_ids);
+}
+
 std::vector<int32_t> Tokenizer::encode_reference(std::string_view text, bool add_special_tokens) const {
   return encode_impl(text, add_special_tokens, true);
 }
 
-std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference) const {
+namespace {
+
+// Bytes of text per wanted id in the first prefix encode_up_to() tries (ordinary text takes 2-5).
+constexpr size_t kPrefixBytesPerId = 16;
+// Words at the end of a cut prefix left uncounted: the text past the cut can change how the
+// last characters normalize and split (a greedy run, a lookahead, a composing mark).
+constexpr size_t kUncertainWords = 3;
+
+}  // namespace
+
+size_t Tokenizer::encode_segment(std::string_view raw, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                                 std::vector<int32_t>& ids) const {
+  const tok::TokenizerParts& p = *parts_;
+  std::string segment(raw);
+  if (p.normalizer) p.normalizer->apply(segment);
+  std::vector<tok::AddedSplit> pieces;
+  p.added.split(segment, true, pieces);
+  // Cut: the last text piece loses its last words, and the added tokens after it are dropped.
+  size_t last_text = pieces.size();
+  if (cut)
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].id < 0) last_text = i;
+  if (cut && last_text == pieces.size()) return 0;  // only added tokens: none is certain
+  size_t n_words = 0;
+  std::vector<tok::PreToken> words;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const tok::AddedSplit& piece = pieces[i];
+    if (cut && i > last_text) break;
+    const bool last = cut && i == last_text;
+    if (piece.id >= 0) {
+      ids.push_back(piece.id);
+      continue;
+    }
+    words.clear();
+    words.push_back({segment.substr(piece.begin, piece.end - piece.begin), at_input_start && piece.begin == 0});
+    if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
+    n_words += words.size();
+    const size_t n_kept = last ? words.size() - std::min(words.size(), kUncertainWords) : words.size();
+    for (size_t w = 0; w < n_kept; ++w) {
+      if (ids.size() > max_ids) return n_words;
+      std::string_view word = words[w].text;
+      if (word.empty()) continue;
+      // A word too long to fit (one giant word where nothing splits the text): its beginning
+      // alone passes the bound, so only that much is encoded.
+      const size_t per_id = p.model->max_bytes_per_id();
+      if (max_ids != SIZE_MAX && per_id > 0 && word.size() / per_id > max_ids - ids.size() + 1) {
+        size_t end = (max_ids - ids.size() + 2) * per_id;
+        while (end > 0 && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;  // a character boundary
+        word = word.substr(0, end);
+      }
+      if (reference) p.model->encode_word_reference(word, ids);
+      else p.model->encode_word(word, ids);
+    }
+  }
+  return n_words;
+}
+
+bool Tokenizer::prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids,
+                              std::vector<int32_t>& ids) const {
+  const size_t wanted = max_ids + 1 - std::min(ids.size(), max_ids + 1);
+  if (wanted > segment.size() / kPrefixBytesPerId) return false;
+  for (size_t n = wanted * kPrefixBytesPerId; n < segment.size(); n *= 2) {
+    size_t cut = n;
+    while (cut > 0 && (static_cast<unsigned char>(segment[cut]) & 0xC0) == 0x80) --cut;  // a character boundary
+    std::vector<int32_t> trial = ids;
+    const size_t n_words = encode_segment(segment.substr(0, cut), at_input_start, false, /*cut=*/true, max_ids, trial);
+    if (trial.size() > max_ids) {
+      ids = std::move(trial);
+      return true;
+    }
+    if (n_words <= kUncertainWords) return false;  // nothing splits this text: no prefix will help
+  }
+  return false;
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference,
+                                            size_t max_ids) const {
   const tok::TokenizerParts& p = *parts_;
   std::string sanitized;
   if (!tok::utf8_is_valid(text)) {
@@ -23,34 +105,22 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
     text = sanitized;
   }
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
-  std::vector<tok::AddedSplit> raw_splits, normalized_splits;
-  std::vector<tok::PreToken> words;
+  ids.reserve(std::min(text.size() / 3, max_ids) + 4);
+  std::vector<tok::AddedSplit> raw_splits;
   p.added.split(text, false, raw_splits);
   for (const tok::AddedSplit& raw : raw_splits) {
+    if (ids.size() > max_ids) return ids;
     if (raw.id >= 0) {
       ids.push_back(raw.id);
       continue;
     }
-    std::string segment(text.substr(raw.begin, raw.end - raw.begin));
-    if (p.normalizer) p.normalizer->apply(segment);
-    normalized_splits.clear();
-    p.added.split(segment, true, normalized_splits);
-    for (const tok::AddedSplit& piece : normalized_splits) {
-      if (piece.id >= 0) {
-        ids.push_back(piece.id);
-        continue;
-      }
-      words.clear();
-      words.push_back({segment.substr(piece.begin, piece.end - piece.begin), raw.begin == 0 && piece.begin == 0});
-      if (p.pre_tokenizer) p.pre_tokenizer->apply(words);
-      for (const tok::PreToken& word : words) {
-        if (word.text.empty()) continue;
-        if (reference) p.model->encode_word_reference(word.text, ids);
-        else p.model->encode_word(word.text, ids);
-      }
-    }
+    const std::string_view segment = text.substr(raw.begin, raw.end - raw.begin);
+    // Bounded: a long segment is first tried by its prefixes, so normalizing and splitting all
+    // of a huge text is skipped when a part of it already passes the bound.
+    if (max_ids != SIZE_MAX && prefix_passes(segment, raw.begin == 0, max_ids, ids)) return ids;
+    encode_segment(segment, raw.begin == 0, reference, /*cut=*/false, max_ids, ids);
   }
+  if (ids.size() > max_ids) return ids;
   p.post_processor.apply(ids, add_special_tokens);
   return ids;
 }

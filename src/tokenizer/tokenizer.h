@@ -46,6 +46,15 @@ class Tokenizer {
   // is replaced by U+FFFD first. Thread-safe: any number of threads may encode at once.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
 
+  // encode() that gives up once the ids pass `max_ids`: then it returns more than `max_ids`
+  // ids, and the full encoding is longer than `max_ids` too; they are the full encoding's ids in
+  // order, with some words near a cut left out, except the last word's, which may be those of
+  // its beginning only. Work stays about `max_ids` tokens' worth, not the text's length: a long
+  // segment is first encoded by its prefixes (16 bytes per wanted id, doubling), leaving
+  // uncounted the last words before each cut, which the text past it could change; a word
+  // longer than BpeModel::max_bytes_per_id() per remaining id is encoded only that far.
+  std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const;
+
   // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
   // per word). For tests and benchmarks only: much slower on long words.
   std::vector<int32_t> encode_reference(std::string_view text, bool add_special_tokens) const;
@@ -77,7 +86,18 @@ class Tokenizer {
 
  private:
   Tokenizer();
-  std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference,
+                                   size_t max_ids = SIZE_MAX) const;
+  // Normalizes, splits and encodes one text segment between added tokens, appending to `ids`
+  // and stopping once they pass `max_ids`. `cut`: the segment is a prefix cut short, so its last
+  // words (which the text past the cut could change) are left out: the ids are then a lower
+  // bound, word for word those of the whole segment.
+  // Returns the number of words the segment split into (before any was left out).
+  size_t encode_segment(std::string_view segment, bool at_input_start, bool reference, bool cut, size_t max_ids,
+                        std::vector<int32_t>& ids) const;
+  // Whether growing prefixes of `segment` (cut ones) alone take `ids` past `max_ids`; then
+  // `ids` holds them.
+  bool prefix_passes(std::string_view segment, bool at_input_start, size_t max_ids, std::vector<int32_t>& ids) const;
   std::unique_ptr<tok::TokenizerParts> parts_;
   TokenizerConfig config_;
   int32_t bos_id_ = -1;

@@ -145,7 +145,7 @@ TEST(PromptBuilderGolden, NeutralRequestRendersLikeTransformers) {
     const std::string name =
         c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>();
     SCOPED_TRACE(name);
-    const std::string tok_path = c["tokenizer"].is_string() ? c["tokenizer"].get<std::string>()
+    const std::string tok_path = c.contains("tokenizer") && c["tokenizer"].is_string() ? c["tokenizer"].get<std::string>()
                                                             : "tokenizers/qwen3/tokenizer.json";
     PromptBuilderOptions options;
     options.template_override = template_source(c["template"]);

@@ -71,19 +71,19 @@ TEST(AnthropicRequest, AcceptsAndIgnoresUnknownFieldsBlocksAndThinking) {
 }
 
 TEST(AnthropicRequest, MissingOrMistypedFieldsNameTheirPath) {
-  EXPECT_NE(error_of(json::parse(R"({"model":"m","messages":[]})")).find("max_tokens: Field required"), std::string::npos);
-  EXPECT_NE(error_of(json::parse(R"({"max_tokens":1,"messages":[]})")).find("model: Field required"), std::string::npos);
-  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":-1,"messages":[]})")).find("max_tokens"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","messages":[{"role":"user","content":"x"}]})")).find("max_tokens: Field required"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"max_tokens":1,"messages":[{"role":"user","content":"x"}]})")).find("model: Field required"), std::string::npos);
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"x"}]})")).find("max_tokens"), std::string::npos);
   EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"robot","content":"x"}]})"))
                 .find("messages.0.role"),
             std::string::npos);
   EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text"}]}]})"))
                 .find("messages.0.content.0.text: Field required"),
             std::string::npos);
-  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[],"tool_choice":{"type":"tool","name":"X"}})"))
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"tool","name":"X"}})"))
                 .find("tool_choice"),
             std::string::npos);
-  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[],"temperature":"hot"})")).find("temperature"),
+  EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"temperature":"hot"})")).find("temperature"),
             std::string::npos);
 }
 
