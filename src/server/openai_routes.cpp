@@ -71,19 +71,13 @@ void stream_reply(ServingContext& ctx, httplib::Response& res, std::shared_ptr<P
       });
 }
 
-std::shared_ptr<AdmissionSlot> admit(ServingContext& ctx) {
-  auto slot = std::make_shared<AdmissionSlot>(ctx);
-  if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "too many requests in flight; retry shortly");
-  return slot;
-}
-
 }  // namespace
 
 void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = fields::parse_body(req.body);
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
-  auto slot = admit(ctx);
+  auto slot = claim_admission_slot(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, /*anthropic_zero_is_prewarm=*/false));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
@@ -114,7 +108,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   const json body = fields::parse_body(req.body);
   OpenAiCompletionRequest parsed = parse_openai_completion(body);
   const RequestIdentity who = identify(ctx, req, body);
-  auto slot = admit(ctx);
+  auto slot = claim_admission_slot(ctx);
   std::vector<std::int32_t> ids =
       parsed.prompt_is_ids ? parsed.prompt_ids : ctx.tokenizer.encode(parsed.prompt_text, /*add_special_tokens=*/true);
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "prompt: must not be empty");
