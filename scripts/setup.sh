@@ -10,11 +10,16 @@ packages=(
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libopenblas-dev libcli11-dev
   libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  python3 curl  # the serve end-to-end tests (tests/app)
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm for the SDK end-to-end tests (tests/e2e); a Node from elsewhere that has both is kept.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
 if ((${#missing[@]})); then
   SUDO=""
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"

@@ -35,7 +35,19 @@ int main(int argc, char** argv) {
   serve->add_option("--served-model-name", srv.server.served_model_name, "Model id in /v1/models")->capture_default_str();
   serve->add_flag("--strict-model", srv.server.strict_model, "404 for model ids other than the served name");
   serve->add_option("--chat-template", srv.chat_template_file, "Jinja chat template file (overrides the model's)");
-  serve->add_option("--max-queue", srv.server.max_queue, "Requests in flight before 529/429")->capture_default_str();
+  serve->add_option("--max-queue", srv.server.max_queue,
+                    "Generation requests in flight (from their headers to their last byte) before 529/429; "
+                    "the HTTP pool has this many workers plus 16 for everything else")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  serve->add_option("--header-timeout-s", srv.server.header_timeout_s,
+                    "Most seconds from a request's first byte to the end of its headers")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  serve->add_option("--body-timeout-s", srv.server.body_timeout_s,
+                    "Most seconds from the end of a request's headers to the end of its body")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   serve->add_option("--backend", srv.backend, "auto (cuda if built and a GPU is present, else cpu) | reference | cpu | cuda")
       ->capture_default_str();
   serve->add_option("--threads", srv.threads, "CPU threads (0: all cores)")->capture_default_str();

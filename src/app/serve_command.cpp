@@ -199,7 +199,8 @@ int run_serve(const ServeOptions& o) {
                      .options = server_options,
                      .stop_token_ids = stop_ids(o.model_dir, config, tokenizer),
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
-                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes}};
+                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes},
+                     .connections = {}};
   HttpServer server(ctx);
   const EngineMonitor monitor(engine, std::chrono::seconds(10));  // a log line every 10 s while busy
   server.bind();

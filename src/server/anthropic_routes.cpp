@@ -41,8 +41,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   const json body = fields::parse_body(req.body);
   ChatRequest chat = parse_anthropic_messages(body);
   const RequestIdentity who = identify(ctx, req, body);
-  auto slot = std::make_shared<AdmissionSlot>(ctx);
-  if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "Overloaded: too many requests in flight");
+  auto slot = claim_admission_slot(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, Dialect::Anthropic));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;

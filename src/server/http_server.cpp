@@ -3,8 +3,10 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include "base/check.h"
 #include "base/log.h"
 #include "server/api_error.h"
+#include "server/http_connections.h"
 #include "server/request_identity.h"
 #include "server/routes.h"
 
@@ -39,6 +41,16 @@ bool authorized(const ServingContext& ctx, const httplib::Request& req) {
   return false;
 }
 
+// Routes that generate: they take an admission slot when their headers arrive.
+bool is_generation_route(const httplib::Request& req) {
+  return req.method == "POST" &&
+         (req.path == "/v1/messages" || req.path == "/v1/chat/completions" || req.path == "/v1/completions");
+}
+
+// Each worker thread serves one request at a time (cpp-httplib), so the slot taken for a
+// request's headers waits here for its handler; it is dropped once the reply is written.
+thread_local std::shared_ptr<AdmissionSlot> t_admission;
+
 using Handler = void (*)(ServingContext&, const httplib::Request&, httplib::Response&);
 
 // The one place request-handling exceptions are caught (style: the HTTP handler wrapper).
@@ -60,22 +72,40 @@ httplib::Server::Handler wrap(ServingContext& ctx, Handler handler) {
 
 }  // namespace
 
-HttpServer::HttpServer(ServingContext& ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
-  const int threads = std::max(4, ctx.options.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+std::shared_ptr<AdmissionSlot> claim_admission_slot(ServingContext& ctx) {
+  std::shared_ptr<AdmissionSlot> slot = std::move(t_admission);
+  if (slot == nullptr) slot = std::make_shared<AdmissionSlot>(ctx);
+  if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "Overloaded: too many requests in flight; retry shortly");
+  return slot;
+}
+
+namespace {
+
+// Generation holds at most max_queue workers (admission slots); the reserve answers everything
+// else. Idle keep-alive connections are closed after 5 s (as Node and many proxies do).
+ConnectionLimits connection_limits(const ServerOptions& o) {
+  AKV_CHECK(o.max_queue >= 1 && o.reserved_http_workers >= 1, "max_queue and reserved_http_workers must be positive");
+  ConnectionLimits l;
+  l.workers = o.max_queue + o.reserved_http_workers;
+  l.header_timeout = std::chrono::seconds(o.header_timeout_s);
+  l.body_timeout = std::chrono::seconds(o.body_timeout_s);
+  l.keep_alive = std::chrono::seconds(5);
+  l.write_idle = std::chrono::seconds(600);
+  return l;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServingContext& ctx)
+    : ctx_(ctx),
+      http_(std::make_unique<DeadlineHttpServer>(connection_limits(ctx.options), ctx.connections,
+                                                 [] { t_admission.reset(); })) {
   http_->set_socket_options([this](socket_t sock) {
     httplib::default_socket_options(sock);
     listen_fd_ = sock;
   });
   http_->set_payload_max_length(ctx.options.max_body_bytes);
   http_->set_keep_alive_max_count(100000);
-  // Idle keep-alive connections are closed after 5 s (as Node and many proxies do); a longer
-  // timeout would also hold shutdown for that long, since workers wait on idle connections.
-  http_->set_keep_alive_timeout(5);
-  // A stalled upload (or a bodyless POST without Content-Length, which cpp-httplib 0.11 reads
-  // to the end of the connection) is dropped after 30 s of silence.
-  http_->set_read_timeout(30);
-  http_->set_write_timeout(600);
   http_->set_tcp_nodelay(true);
   register_routes();
 }
@@ -85,8 +115,11 @@ HttpServer::~HttpServer() = default;
 void HttpServer::register_routes() {
   ServingContext& ctx = ctx_;
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health" || req.path == "/metrics" || authorized(ctx, req))
+    if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    if (authorized(ctx, req)) {
+      if (is_generation_route(req)) t_admission = std::make_shared<AdmissionSlot>(ctx);
       return httplib::Server::HandlerResponse::Unhandled;
+    }
     send_error(req, res, api_error(401, "invalid x-api-key or Authorization bearer token"));
     return httplib::Server::HandlerResponse::Handled;
   });

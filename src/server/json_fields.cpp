@@ -114,7 +114,7 @@ json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double
     throw Error(ErrorKind::InvalidArgument, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw Error(ErrorKind::InvalidArgument, "request body must be a JSON object");

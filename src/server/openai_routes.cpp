@@ -74,19 +74,13 @@ void stream_reply(ServingContext& ctx, const httplib::Request& req, httplib::Res
       });
 }
 
-std::shared_ptr<AdmissionSlot> admit(ServingContext& ctx) {
-  auto slot = std::make_shared<AdmissionSlot>(ctx);
-  if (!slot->ok()) throw Error(ErrorKind::ResourceExhausted, "too many requests in flight; retry shortly");
-  return slot;
-}
-
 }  // namespace
 
 void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = fields::parse_body(req.body);
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
-  auto slot = admit(ctx);
+  auto slot = claim_admission_slot(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, Dialect::OpenAI));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
@@ -117,7 +111,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   const json body = fields::parse_body(req.body);
   OpenAiCompletionRequest parsed = parse_openai_completion(body);
   const RequestIdentity who = identify(ctx, req, body);
-  auto slot = admit(ctx);
+  auto slot = claim_admission_slot(ctx);
   const std::int64_t context = ctx.engine.max_context();
   if (parsed.prompt_is_ids) check_prompt_ids(parsed.prompt_ids, ctx.tokenizer.vocab_size());
   // Encoding stops past the context: a longer prompt is refused without encoding all of it.

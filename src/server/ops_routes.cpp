@@ -75,6 +75,12 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + std::to_string(v) + "\n";
   };
   gauge("agentkv_requests_in_flight", "HTTP requests holding an admission slot", ctx.in_flight.load());
+  gauge("agentkv_http_workers_busy", "HTTP workers serving a connection", ctx.connections.busy_workers.load());
+  gauge("agentkv_http_connections_waiting", "Accepted connections waiting for an HTTP worker",
+        ctx.connections.waiting_connections.load());
+  out += "# HELP agentkv_http_requests_cut_total Requests dropped: headers or body past their deadline or size\n"
+         "# TYPE agentkv_http_requests_cut_total counter\nagentkv_http_requests_cut_total " +
+         std::to_string(ctx.connections.cut_requests.load()) + "\n";
   append_engine_metrics(m, out);
   const std::optional<HostStoreStats> host =
       ctx.memory.host != nullptr ? std::optional(ctx.memory.host->stats()) : std::nullopt;

@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "chat/prompt_builder.h"
 #include "chat/tool_call_constraint.h"
 #include "engine/engine.h"
+#include "server/connection_counters.h"
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
@@ -21,9 +23,13 @@ struct ServerOptions {
   std::vector<std::string> api_keys;    // empty: no auth (then bind to loopback unless told)
   std::string served_model_name = "agentkv";
   bool strict_model = false;            // 404 for a model id other than served_model_name
-  int max_queue = 64;                   // requests in flight before 529/429
+  int max_queue = 64;                   // generation requests in flight before 529/429
+  // HTTP workers beyond max_queue: /health, /metrics, count_tokens, the agents API, 529/429
+  // answers and clients still sending their request never wait for a generation to end.
+  int reserved_http_workers = 16;
+  int header_timeout_s = 10;            // request line + headers, from their first byte
+  int body_timeout_s = 30;              // the body, from the end of the headers
   std::size_t max_body_bytes = 32u << 20;
-  int http_threads = 32;
   int ping_interval_ms = 5000;          // SSE keep-alive while waiting for tokens
   std::int64_t created_unix = 0;        // model "created" time for /v1/models
 };
@@ -45,10 +51,12 @@ struct ServingContext {
   std::shared_ptr<const ConstraintVocab> constraint_vocab;  // for forced tool calls
   AgentMemoryRefs memory;
   std::atomic<int> in_flight{0};
+  ConnectionCounters connections;
 };
 
 // Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is
-// full (the handler answers 529 / 429).
+// full (the handler answers 529 / 429). The HTTP front takes it when a generation request's
+// headers arrive, so clients still sending their body count against --max-queue too.
 class AdmissionSlot {
  public:
   explicit AdmissionSlot(ServingContext& ctx) : ctx_(ctx) {
@@ -63,5 +71,10 @@ class AdmissionSlot {
   ServingContext& ctx_;
   bool ok_;
 };
+
+// The slot the HTTP front took for this worker thread's request when its headers arrived (a
+// generation route), or a new one where none was taken. Throws Error{ResourceExhausted} (529 /
+// 429) when the queue was full. Call after validating the body: a bad request is a 400 first.
+std::shared_ptr<AdmissionSlot> claim_admission_slot(ServingContext& ctx);
 
 }  // namespace akv

@@ -5,6 +5,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 agentkv="$1" make_tiny_model="$2" testdata="$3" work="$4"
 cd "$here"
+for tool in node npm; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "FAIL: $tool not found: the SDK tests need node and npm (Debian: apt-get install nodejs npm; scripts/setup.sh installs them)"
+    exit 1
+  fi
+done
 # Exact versions from package-lock.json; reinstalled only when the lock file changes.
 if [[ ! -d node_modules || package-lock.json -nt node_modules/.installed ]]; then
   npm ci --no-audit --no-fund --loglevel=error

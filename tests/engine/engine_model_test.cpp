@@ -150,7 +150,8 @@ std::vector<Collector::Result> run_batched(const std::string& dir, bool fast, co
 class GreedyIds : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(GreedyIds, SameTokensWithAndWithoutTheShortcut) {
-  const auto& [name, fast] = GetParam();
+  const std::string name = std::get<0>(GetParam());  // not a structured binding: clang 14 cannot
+  const bool fast = std::get<1>(GetParam());          // capture one in a lambda (the TSan build)
   const std::string dir = name == "stories260K" ? kStories : tiny(name);
   std::mt19937 rng(23);
   std::vector<Ids> prompts;
@@ -189,7 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GreedyIds,
 class SampledIds : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(SampledIds, SameTokensWithAndWithoutTheShortcut) {
-  const auto& [name, fast] = GetParam();
+  const std::string name = std::get<0>(GetParam());  // not a structured binding: clang 14 cannot
+  const bool fast = std::get<1>(GetParam());          // capture one in a lambda (the TSan build)
   const std::string dir = name == "stories260K" ? kStories : tiny(name);
   std::mt19937 rng(29);
   std::vector<Ids> prompts;
