@@ -240,10 +240,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int r = g + 8 * hi;
-    if (r >= kR) continue;
-    float l = l_run[hi];
+    float l = l_run[hi];  // the quad's sum, reduced by the whole warp before any lane leaves
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (r >= kR) continue;
     if (c == 0) {
       sm_m[warp * kR + r] = m_run[hi];
       sm_l[warp * kR + r] = l;
