@@ -42,18 +42,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Times `f` with device events: median over `reps` after `warmup` runs, in seconds.
+// Times `f` with device events on `stream` (the one f's work goes to): median over `reps` after
+// `warmup` runs, in seconds.
 template <typename F>
-double time_events(F&& f, int warmup, int reps) {
+double time_events(F&& f, int warmup, int reps, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
   AKV_CUDA_CHECK(cudaEventCreate(&a));
   AKV_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < warmup; ++i) f();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    AKV_CUDA_CHECK(cudaEventRecord(a));
+    AKV_CUDA_CHECK(cudaEventRecord(a, stream));
     f();
-    AKV_CUDA_CHECK(cudaEventRecord(b));
+    AKV_CUDA_CHECK(cudaEventRecord(b, stream));
     AKV_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -418,7 +419,7 @@ void measure_chunks(CudaBackend& be, const ModelConfig& c, KvStorage& kv, const 
                                 be.attention(q->tensor().rows_slice(0, n), kv, 0, batch, p,
                                              out->tensor().rows_slice(0, n));
                               },
-                              3, 20);
+                              3, 20, be.stream());
       step(context, n);  // warm-up
       std::vector<double> t;
       for (int i = 0; i < 5; ++i) t.push_back(step(context, n));
