@@ -31,16 +31,17 @@ TEST(CudaOps, AttentionShortChunksLongContext) {
   const std::vector<SeqSpec> mixed = {{16000, 6}, {1023, 2}, {5000, 7}, {9000, 1}, {2050, 15}};
   const std::vector<SeqSpec> ten = {{16000, 10}};
   const std::vector<SeqSpec> windowed = {{16000, 13}, {3000, 3}, {1100, 15}, {8000, 1}};
+  // The reference walks every key of every token in double: the whole-context cases are kept
+  // few (the f32 kernel is the unchanged one-token-a-block path: two head shapes of it).
   for (DType kvt : {DType::BF16, DType::F32}) {
     for (AttnHeads hd : {AttnHeads{8, 2, 128}, AttnHeads{16, 2, 128}, AttnHeads{8, 4, 64}, AttnHeads{4, 4, 128},
                          AttnHeads{8, 1, 64}, AttnHeads{4, 1, 64}, AttnHeads{6, 2, 128}}) {
-      EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, 0, 0.0, mixed), 1e-5) << heads_name(kvt, hd, 0, 0.0);
-      for (std::int64_t window : {37, 1000}) {
-        for (double cap : {0.0, 30.0}) {
-          EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, window, cap, windowed), 1e-5)
-              << heads_name(kvt, hd, window, cap);
-        }
+      if (kvt == DType::BF16 || hd.kv == 4) {
+        EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, 0, 0.0, mixed), 1e-5) << heads_name(kvt, hd, 0, 0.0);
       }
+      for (const auto& [window, cap] : {std::pair<std::int64_t, double>{37, 0.0}, {1000, 30.0}})
+        EXPECT_LE(attention_error(kvt, hd.h, hd.kv, hd.d, window, cap, windowed), 1e-5)
+            << heads_name(kvt, hd, window, cap);
     }
     EXPECT_LE(attention_error(kvt, 8, 2, 128, 0, 0.0, ten), 1e-5) << dtype_name(kvt) << " 10 tokens after 16000";
     EXPECT_LE(attention_error(kvt, 8, 2, 128, 0, 30.0, ten), 1e-5) << dtype_name(kvt) << " 10 tokens, cap";
@@ -52,26 +53,28 @@ TEST(CudaOps, AttentionShortChunksLongContext) {
 // wgmma for even groups on sm_90, mma.sync for odd groups (and every group elsewhere).
 TEST(CudaOps, AttentionMediumChunksLongContext) {
   AKV_SKIP_WITHOUT_CUDA();
-  const std::vector<SeqSpec> mixed = {{16000, 16}, {1000, 64}, {7000, 33}, {3000, 1}};
+  const std::vector<SeqSpec> mixed = {{16000, 16}, {1000, 64}, {7000, 17}, {3000, 1}};
   const std::vector<SeqSpec> long_chunks = {{2500, 351}, {12000, 20}};
   const std::vector<SeqSpec> tiles = {{2000, 512}};
   const std::vector<SeqSpec> windowed = {{16000, 200}, {5000, 130}, {1500, 64}};
   struct Case {
     AttnHeads hd;
     std::vector<const std::vector<SeqSpec>*> batches;
+    bool windows;  // also the windowed batch (with and without softcap)
   };
   const std::vector<Case> cases = {
-      {{4, 1, 128}, {&mixed, &long_chunks, &tiles}},  // wgmma, 4 heads a block
-      {{2, 1, 64}, {&mixed, &long_chunks, &tiles}},   // wgmma, 2 heads a block
-      {{8, 1, 128}, {&mixed}},                        // group 8
-      {{3, 1, 64}, {&mixed, &tiles}},                 // mma.sync, one head a block
-      {{2, 2, 128}, {&mixed}},                        // group 1, mma.sync
-      {{8, 4, 64}, {&mixed}},                         // group 2 over 4 KV heads
+      {{4, 1, 128}, {&mixed, &long_chunks}, true},         // wgmma, 4 heads a block
+      {{2, 1, 64}, {&mixed, &long_chunks, &tiles}, true},  // wgmma, 2 heads a block
+      {{8, 1, 128}, {&mixed}, false},                      // group 8
+      {{3, 1, 64}, {&mixed, &tiles}, true},                // mma.sync, one head a block
+      {{2, 2, 128}, {&mixed}, false},                      // group 1, mma.sync
+      {{8, 4, 64}, {&mixed}, false},                       // group 2 over 4 KV heads
   };
   for (const Case& c : cases) {
     for (const std::vector<SeqSpec>* batch : c.batches)
       EXPECT_LE(attention_error(DType::BF16, c.hd.h, c.hd.kv, c.hd.d, 0, 0.0, *batch), 1e-2)
           << heads_name(DType::BF16, c.hd, 0, 0.0) << " chunks " << batch->size();
+    if (!c.windows) continue;
     for (const auto& [window, cap] : {std::pair<std::int64_t, double>{100, 0.0}, {1000, 30.0}})
       EXPECT_LE(attention_error(DType::BF16, c.hd.h, c.hd.kv, c.hd.d, window, cap, windowed), 1e-2)
           << heads_name(DType::BF16, c.hd, window, cap);
