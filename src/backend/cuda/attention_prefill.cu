@@ -342,11 +342,16 @@ bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim) {
 
 int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count) {
   int heads = a.head_dim == 64 ? heads_per_block<64>(a) : heads_per_block<128>(a);
+  int resident = 2;  // blocks per SM: the kernels' launch bounds
 #ifdef AKV_HAVE_WGMMA
-  if (prefill_attention_wgmma_supported(a)) heads = prefill_attention_wgmma_heads(a);
+  if (prefill_attention_wgmma_supported(a)) {
+    heads = prefill_attention_wgmma_heads(a);
+    resident = 4 / heads;
+  }
 #endif
   const std::int64_t blocks = std::int64_t{b.n_tiles} * (a.n_heads / heads);
-  const std::int64_t want = (2 * std::int64_t{sm_count} + blocks - 1) / std::max<std::int64_t>(blocks, 1);
+  const std::int64_t waves = 2 * std::int64_t{sm_count} * resident;  // two waves of resident blocks
+  const std::int64_t want = (waves + blocks - 1) / std::max<std::int64_t>(blocks, 1);
   const std::int64_t most = std::max(1, b.max_keys / kMinPrefillSplitKeys);
   return static_cast<int>(std::clamp<std::int64_t>(want, 1, std::min<std::int64_t>(most, 65535)));
 }
