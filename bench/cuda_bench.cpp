@@ -5,12 +5,17 @@
 // time at 1, 8 and 32 sequences, a 4K-token prefill and the cold time to first token from 1K to
 // 32K tokens. --prefill-only 1 measures only the prefill, its per-op table and the cold TTFT;
 // --decode-only 1 only the 8- and 32-sequence decode (logits copied back, then greedy ids picked
-// on the device, alternating in one run).
+// on the device, alternating in one run). --chunk-attention 1 measures only chunks of 1, 10, 64,
+// 351 and 512 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
+// whole forward (the time to the last token's logits), with the chunk attention paths off (one
+// token a split-K block, unsplit prefill tiles) and on, side by side.
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
+//                   [--chunk-attention 1] [--chunk-context N]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,18 +42,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Times `f` with device events: median over `reps` after `warmup` runs, in seconds.
+// Times `f` with device events on `stream` (the one f's work goes to): median over `reps` after
+// `warmup` runs, in seconds.
 template <typename F>
-double time_events(F&& f, int warmup, int reps) {
+double time_events(F&& f, int warmup, int reps, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
   AKV_CUDA_CHECK(cudaEventCreate(&a));
   AKV_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < warmup; ++i) f();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    AKV_CUDA_CHECK(cudaEventRecord(a));
+    AKV_CUDA_CHECK(cudaEventRecord(a, stream));
     f();
-    AKV_CUDA_CHECK(cudaEventRecord(b));
+    AKV_CUDA_CHECK(cudaEventRecord(b, stream));
     AKV_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -381,12 +387,67 @@ std::vector<std::int32_t> ids_at(std::int64_t start, std::int64_t n, std::int64_
   return ids;
 }
 
+// Chunk lengths --chunk-attention measures.
+constexpr std::array<std::int64_t, 5> kChunkSizes = {1, 10, 64, 351, 512};
+
+// --chunk-attention: each chunk of kChunkSizes after `context` cached tokens (filled by one
+// prefill first), timed with the chunk attention paths off and on: layer 0's attention alone
+// (device events, median of 20) and the whole forward through `step` (wall clock to the
+// logits on the host, median of 5).
+template <typename Step>
+void measure_chunks(CudaBackend& be, const ModelConfig& c, KvStorage& kv, const std::vector<std::int32_t>& table,
+                    std::int64_t context, Step&& step) {
+  for (std::int64_t done = 0; done < context;) {  // the cached context, in chunks of at most 16K tokens
+    const std::int64_t n = std::min<std::int64_t>(16384, context - done);
+    step(done, n);
+    done += n;
+  }
+  const std::int64_t max_n = kChunkSizes.back();
+  auto q = be.alloc(DType::F32, max_n, c.n_heads * c.head_dim);
+  auto out = be.alloc(DType::F32, max_n, c.n_heads * c.head_dim);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> qh(static_cast<std::size_t>(max_n * c.n_heads * c.head_dim));
+  for (float& x : qh) x = normal(rng);
+  be.upload(qh, q->tensor());
+  const AttentionParams p{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                          .scale = c.attention_scale, .window = 0, .logit_softcap = 0.0};
+  std::printf("\n| chunk after %lld cached tokens | attention, one layer: old | new | forward, %lld layers: old | new |\n"
+              "| --- | --- | --- | --- | --- |\n",
+              static_cast<long long>(context), static_cast<long long>(c.n_layers));
+  for (const std::int64_t n : kChunkSizes) {
+    const SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(n),
+                              .start_pos = static_cast<std::int32_t>(context), .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
+    const std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+    const ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
+    double attn_ms[2], fwd_ms[2];
+    for (int on = 0; on < 2; ++on) {
+      be.set_chunk_attention(on == 1);
+      attn_ms[on] = 1e3 * time_events(
+                              [&] {
+                                be.attention(q->tensor().rows_slice(0, n), kv, 0, batch, p,
+                                             out->tensor().rows_slice(0, n));
+                              },
+                              3, 20, be.stream());
+      step(context, n);  // warm-up
+      std::vector<double> t;
+      for (int i = 0; i < 5; ++i) t.push_back(step(context, n));
+      fwd_ms[on] = 1e3 * median(t);
+    }
+    std::printf("| %lld tokens | %.3f ms | %.3f ms | %.2f ms | %.2f ms |\n", static_cast<long long>(n), attn_ms[0],
+                attn_ms[1], fwd_ms[0], fwd_ms[1]);
+  }
+  be.set_chunk_attention(true);
+}
+
 struct DecodeTime {
   double median_s = 0, mean_s = 0;
 };
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
+  std::int64_t chunk_attention = 0, chunk_context = 16000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -396,6 +457,8 @@ int run(int argc, char** argv) {
     else if (a == "--ttft-max") ttft_max = v;
     else if (a == "--prefill-only") prefill_only = v;
     else if (a == "--decode-only") decode_only = v;
+    else if (a == "--chunk-attention") chunk_attention = v;
+    else if (a == "--chunk-context") chunk_context = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -420,7 +483,8 @@ int run(int argc, char** argv) {
   // One KV pool for every measurement, in the dtype `serve` allocates on this backend: a long
   // single sequence, or 32 sequences of 1K + decode.
   const std::int64_t block = 16, multi_ctx = 1024, multi_len = multi_ctx + 2 * (steps + 8) + 16;
-  const std::int64_t max_len = std::max({prefill + steps + 64, ttft_max + 16, 32 * multi_len});
+  const std::int64_t max_len =
+      std::max({prefill + steps + 64, ttft_max + 16, 32 * multi_len, chunk_context + kChunkSizes.back() + 16});
   const std::int64_t n_blocks = (max_len + block - 1) / block;
   KvStorage kv = be.alloc_kv(KvLayout{.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block,
                                       .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .dtype = be.preferred_kv_dtype()});
@@ -441,6 +505,11 @@ int run(int argc, char** argv) {
     model.forward(batch, kv, std::span<float>(logits).first(static_cast<std::size_t>(c.vocab_size)));
     return seconds_since(t);
   };
+
+  if (chunk_attention != 0) {
+    measure_chunks(be, c, kv, table, chunk_context, step);
+    return 0;
+  }
 
   OpTimer timer(be);
   // n_seqs sequences decoding together after 1K-token prompts (each its own scattered blocks):

@@ -1,11 +1,13 @@
 // CUDA-core paged attention for any KV dtype and head_dim <= 256: decode tokens and the
 // general fallback (BF16 KV of head_dim 64/128 with GQA groups of 2, 4, 8 runs on the tensor
-// cores instead: attention_decode.cu, same grid and split contract). Grid (token, head group, split): a block takes the kG query heads that share
+// cores instead: attention_decode.cu, same grid and split contract, and there several tokens of
+// a short chunk per block). Grid (token, head group, split): a block takes the kG query heads that share
 // one KV head, its 4 warps walk the split's keys through the block table with an online softmax,
 // and the warps' states are merged in shared memory. With several splits (flash-decoding for
 // long contexts) each block writes (max, sum, acc) and merge_kernel combines them. How many of the
 // grid's splits a token uses follows from its own key count on the device (at least
 // kMinSplitKeys keys a split), so one launch shape serves every context length (CUDA graphs).
+// merge_kernel also combines the splits of the prefill kernels (attention_split.cuh).
 #include <cmath>
 
 #include "backend/cuda/attention_split.cuh"
@@ -30,7 +32,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int D = a.head_dim;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const std::int32_t* table = b.tables + b.seq_info[4 * b.token_seq[t] + 3];
-  const TokenKeys keys = token_keys(b, a, sa.n_splits, t);
+  const TokenKeys keys = group_keys(b, a, sa, t);
   if (split >= keys.splits) return;  // the whole block: this token needs fewer splits
   const auto [begin, end] = split_keys(keys, split);
   const int d0 = lane * kE;
@@ -132,7 +134,7 @@ __global__ void merge_kernel(DeviceBatch b, AttentionArgs a, SplitArgs sa) {
   pdl_trigger();
   pdl_wait();
   const int t = blockIdx.x, h = blockIdx.y, D = a.head_dim;
-  const int n_used = token_keys(b, a, sa.n_splits, t).splits;
+  const int n_used = group_keys(b, a, sa, t).splits;
   const float* p = sa.partial + (std::int64_t{t} * a.n_heads + h) * sa.n_splits * (D + 2);
   float mx = -INFINITY;
   for (int s = 0; s < n_used; ++s) mx = fmaxf(mx, p[s * (D + 2)]);
@@ -140,7 +142,8 @@ __global__ void merge_kernel(DeviceBatch b, AttentionArgs a, SplitArgs sa) {
     float sum = 0.0f, o = 0.0f;
     for (int s = 0; s < n_used; ++s) {
       const float* ps = p + s * (D + 2);
-      const float f = ps[0] == -INFINITY ? 0.0f : __expf(ps[0] - mx);
+      if (ps[0] == -INFINITY) continue;  // no key of this token in the split
+      const float f = __expf(ps[0] - mx);
       sum += ps[1] * f;
       o += ps[2 + d] * f;
     }
@@ -165,13 +168,26 @@ void launch_e(const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, co
 
 }  // namespace
 
+void launch_attention_merge(const DeviceBatch& b, const AttentionArgs& a, const SplitArgs& sa, Stream s) {
+  launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, b, a, sa);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+int attention_split_group_tokens(TensorRef q, const KvView& kv, const AttentionArgs& a) {
+  const int heads = heads_per_block(a.n_heads / a.n_kv_heads);
+  const SplitArgs sa{static_cast<const float*>(q.data), q.stride, nullptr, 0, nullptr, 1};
+  return decode_attention_mma_supported(kv, a, sa, heads) ? 16 / heads : 1;
+}
+
 void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                            int n_splits, float* partial, TensorRef out, Stream s) {
+                            int n_splits, int group_tokens, float* partial, TensorRef out, Stream s) {
   AKV_CHECK(a.head_dim <= 256 && a.n_heads % a.n_kv_heads == 0, "attention: head_dim <= 256, whole groups");
   AKV_CHECK(n_splits >= 1 && (n_splits == 1 || partial != nullptr), "attention: splits");
+  AKV_CHECK(group_tokens == 1 || group_tokens == attention_split_group_tokens(q, kv, a),
+            "attention: token groups only on the tensor-core kernel");
   if (b.n_tokens == 0) return;
   const SplitArgs sa{static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride,
-                     partial, n_splits};
+                     partial, n_splits, group_tokens, 1};
   const int group = a.n_heads / a.n_kv_heads;
   if (decode_attention_mma_supported(kv, a, sa, heads_per_block(group))) {
     launch_attention_decode_mma(kv, b, a, sa, heads_per_block(group), s);
@@ -189,10 +205,7 @@ void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b,
     });
     AKV_CUDA_CHECK_LAUNCH();
   }
-  if (n_splits > 1) {
-    launch(merge_kernel, dim3(b.n_tokens, a.n_heads), 128, 0, s, b, a, sa);
-    AKV_CUDA_CHECK_LAUNCH();
-  }
+  if (n_splits > 1) launch_attention_merge(b, a, sa, s);
 }
 
 }  // namespace akv::cuda

@@ -7,8 +7,10 @@
 // through the block table with cp.async into padded shared memory, two stages deep.
 // Causal and sliding-window masks and the logit softcap are applied to the f32 scores; P stays in
 // registers.
+#include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_tile.cuh"
@@ -30,6 +32,8 @@ constexpr int kPad = 8;                  // bf16 elements of row padding: confli
 
 using bf16 = __nv_bfloat16;
 
+static_assert(kKeys == kPrefillSplitAlign, "splits are runs of whole key tiles");
+
 template <int D, int kHeads>
 constexpr int smem_bytes() {
   return (kHeads * kRows + 2 * kStages * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
@@ -46,7 +50,8 @@ __host__ __device__ constexpr int block_threads() {
 template <int D, int kHeads, bool kSoftcap>
 __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
     prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
-                             std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
+                             std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a, int n_splits,
+                             float* __restrict__ partial) {
   pdl_trigger();
   pdl_wait();
   constexpr int LD = D + kPad;
@@ -63,8 +68,12 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
   const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.y);
   const int h0 = blockIdx.x * kHeads;
   const PrefillTile pt = prefill_tile<kRows>(b, a, tile);
-  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0, last = pt.last, lo = pt.lo;
+  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0;
   const std::int32_t* table = pt.table;
+  const int split = blockIdx.z;
+  const KeyRange range = prefill_split_keys(b, a, n_splits, first_row, pt.lo, pt.last, split);
+  if (range.begin >= range.end) return;  // the whole block: this tile needs fewer splits
+  const int lo = range.begin, end = range.end;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int wr = warp % kWarpsPerHead;  // row group of this warp within its head's tile
@@ -80,11 +89,11 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
       const int p = kb + r;
       bf16* kd = Ks + (buf * kKeys + r) * LD + c8;
       bf16* vd = Vs + (buf * kKeys + r) * LD + c8;
-      gather_kv16(kd, vd, kc, vc, kv, table, p, p <= last);
+      gather_kv16(kd, vd, kc, vc, kv, table, p, p < end);
     }
   };
 
-  const int n_kt = (last - lo + kKeys) / kKeys;
+  const int n_kt = (end - lo + kKeys - 1) / kKeys;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_kt) load_kv(s, lo + s * kKeys);
@@ -160,9 +169,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
       }
     }
 
-    // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query, and
-    // sliding windows, need the mask.
-    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * kWarpRows;
+    // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query or the
+    // split's end, and sliding windows, need the mask.
+    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * kWarpRows || kb + kKeys > end;
     float mx[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) mx[r] = m_run[r];
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
           if (masked) {
             const int key = kb + nt * 8 + 2 * c + (e & 1);
             const int qp = qpos0 + 8 * r;
-            const bool ok = key <= qp && (a.window <= 0 || key > qp - a.window);
+            const bool ok = key <= qp && key < end && (a.window <= 0 || key > qp - a.window);
             s = ok ? s : -INFINITY;
           }
           sc[mt][nt][e] = s;
@@ -253,8 +262,21 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = wr * kWarpRows + 16 * (r / 2) + g + 8 * (r % 2);
     if (row >= rows) continue;
+    const std::int64_t t = first_row + row;
+    if (n_splits > 1) {  // merge_kernel's partial row: max in natural-log units, sum, acc
+      float* p = partial + ((t * a.n_heads + h0 + hl) * n_splits + split) * (D + 2);
+      if (c == 0) {
+        p[0] = m_run[r] / kLog2e;
+        p[1] = l;
+      }
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<float2*>(p + 2 + dt * 8 + 2 * c) =
+            make_float2(o[r / 2][dt][2 * (r % 2)], o[r / 2][dt][2 * (r % 2) + 1]);
+      continue;
+    }
     const float inv = 1.0f / l;
-    float* orow = out + (first_row + row) * os + std::int64_t{h0 + hl} * D + 2 * c;
+    float* orow = out + t * os + std::int64_t{h0 + hl} * D + 2 * c;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
       *reinterpret_cast<float2*>(orow + dt * 8) =
@@ -263,43 +285,53 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
 }
 
 template <int D, int kHeads, bool kSoftcap>
-void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
-                Stream s) {
+void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, int n_splits,
+                float* partial, TensorRef out, Stream s) {
   static bool attribute_set = false;  // the engine thread is the only caller
   if (!attribute_set) {
     AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kHeads, kSoftcap>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
     attribute_set = true;
   }
-  launch(prefill_attention_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles),
+  launch(prefill_attention_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles, n_splits),
          block_threads<kHeads>(), smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride,
-         static_cast<float*>(out.data), out.stride, kv, b, a);
+         static_cast<float*>(out.data), out.stride, kv, b, a, n_splits, partial);
 }
 
 template <int D, int kHeads>
-void launch_dh(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
-               Stream s) {
+void launch_dh(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, int n_splits,
+               float* partial, TensorRef out, Stream s) {
   if (a.softcap > 0.0f)
-    launch_dhs<D, kHeads, true>(q, kv, b, a, out, s);
+    launch_dhs<D, kHeads, true>(q, kv, b, a, n_splits, partial, out, s);
   else
-    launch_dhs<D, kHeads, false>(q, kv, b, a, out, s);
+    launch_dhs<D, kHeads, false>(q, kv, b, a, n_splits, partial, out, s);
 }
 
 // Two query heads per block when the GQA group and the shared memory allow it (104 KB for
 // head_dim 128: sm_80/sm_90); else one head (87 KB: sm_86/sm_89 too).
-template <int D>
-void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
-              Stream s) {
-  static int smem_optin = -1;  // the engine thread is the only caller
-  if (smem_optin < 0) {
+int smem_optin() {
+  static int bytes = -1;  // the engine thread is the only caller
+  if (bytes < 0) {
     int dev = 0;
     AKV_CUDA_CHECK(cudaGetDevice(&dev));
-    AKV_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    AKV_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
-  if ((a.n_heads / a.n_kv_heads) % kGroupHeads == 0 && smem_bytes<D, kGroupHeads>() <= smem_optin)
-    launch_dh<D, kGroupHeads>(q, kv, b, a, out, s);
+  return bytes;
+}
+
+template <int D>
+int heads_per_block(const AttentionArgs& a) {
+  return (a.n_heads / a.n_kv_heads) % kGroupHeads == 0 && smem_bytes<D, kGroupHeads>() <= smem_optin() ? kGroupHeads
+                                                                                                        : 1;
+}
+
+template <int D>
+void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, int n_splits,
+              float* partial, TensorRef out, Stream s) {
+  if (heads_per_block<D>(a) == kGroupHeads)
+    launch_dh<D, kGroupHeads>(q, kv, b, a, n_splits, partial, out, s);
   else
-    launch_dh<D, 1>(q, kv, b, a, out, s);
+    launch_dh<D, 1>(q, kv, b, a, n_splits, partial, out, s);
 }
 
 }  // namespace
@@ -308,24 +340,47 @@ bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim) {
   return kv_dtype == DType::BF16 && (head_dim == 64 || head_dim == 128);
 }
 
+int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count) {
+  int heads = a.head_dim == 64 ? heads_per_block<64>(a) : heads_per_block<128>(a);
+  int resident = 2;  // blocks per SM: the kernels' launch bounds
+#ifdef AKV_HAVE_WGMMA
+  if (prefill_attention_wgmma_supported(a)) {
+    heads = prefill_attention_wgmma_heads(a);
+    resident = 4 / heads;
+  }
+#endif
+  const std::int64_t blocks = std::int64_t{b.n_tiles} * (a.n_heads / heads);
+  const std::int64_t waves = 2 * std::int64_t{sm_count} * resident;  // two waves of resident blocks
+  const std::int64_t want = (waves + blocks - 1) / std::max<std::int64_t>(blocks, 1);
+  const std::int64_t most = std::max(1, b.max_keys / kMinPrefillSplitKeys);
+  return static_cast<int>(std::clamp<std::int64_t>(want, 1, std::min<std::int64_t>(most, 65535)));
+}
+
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                              TensorRef out, Stream s) {
+                              int n_splits, float* partial, TensorRef out, Stream s) {
   AKV_CHECK(prefill_attention_supported(kv.dtype, a.head_dim), "prefill attention: BF16 KV, head_dim 64/128");
   AKV_CHECK(reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0 && kv.row_width % 8 == 0,
             "prefill attention: q rows and KV rows must be 16-byte aligned");
+  AKV_CHECK(n_splits >= 1 && n_splits <= 65535 && (n_splits == 1 || partial != nullptr), "prefill attention: splits");
   if (b.n_tiles == 0) return;
   AKV_CHECK(b.n_tiles <= 65535, "prefill attention: at most 65535 query tiles per launch");
 #ifdef AKV_HAVE_WGMMA
   if (prefill_attention_wgmma_supported(a)) {
-    launch_attention_prefill_wgmma(q, kv, b, a, out, s);
-    return;
-  }
+    launch_attention_prefill_wgmma(q, kv, b, a, n_splits, partial, out, s);
+  } else
 #endif
-  if (a.head_dim == 64)
-    launch_d<64>(q, kv, b, a, out, s);
-  else
-    launch_d<128>(q, kv, b, a, out, s);
-  AKV_CUDA_CHECK_LAUNCH();
+  {
+    if (a.head_dim == 64)
+      launch_d<64>(q, kv, b, a, n_splits, partial, out, s);
+    else
+      launch_d<128>(q, kv, b, a, n_splits, partial, out, s);
+    AKV_CUDA_CHECK_LAUNCH();
+  }
+  if (n_splits > 1) {
+    const SplitArgs sa{static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data), out.stride,
+                       partial, n_splits, kPrefillTileRows, kPrefillSplitAlign};
+    launch_attention_merge(b, a, sa, s);
+  }
 }
 
 }  // namespace akv::cuda

@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kv_tile.cuh"
 #include "backend/cuda/mma_util.cuh"
@@ -31,6 +32,7 @@ constexpr int kStages = 2;
 using bf16 = __nv_bfloat16;
 
 static_assert(kRows == 64, "one wgmma m64 tile of query rows per head");
+static_assert(kKeys == kPrefillSplitAlign, "splits are runs of whole key tiles");
 
 template <int D, int kHeads>
 constexpr int smem_bytes() {
@@ -113,7 +115,8 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[D / 2], const std::uint32_t 
 template <int D, int kHeads, bool kSoftcap>
 __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
     prefill_attention_wgmma_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
-                                   std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a) {
+                                   std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a, int n_splits,
+                                   float* __restrict__ partial) {
 #ifdef AKV_WGMMA_DEVICE
   pdl_trigger();
   pdl_wait();
@@ -130,8 +133,12 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
   const int tile = b.n_tiles - 1 - static_cast<int>(blockIdx.y);
   const int h0 = blockIdx.x * kHeads;
   const PrefillTile pt = prefill_tile<kRows>(b, a, tile);
-  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0, last = pt.last, lo = pt.lo;
+  const int first_row = pt.first_row, rows = pt.rows, pos0 = pt.pos0;
   const std::int32_t* table = pt.table;
+  const int split = blockIdx.z;
+  const KeyRange range = prefill_split_keys(b, a, n_splits, first_row, pt.lo, pt.last, split);
+  if (range.begin >= range.end) return;  // the whole block: this tile needs fewer splits
+  const int lo = range.begin, end = range.end;
   const int kvh = h0 / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, c = lane % 4;
 
@@ -148,11 +155,11 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
       const int p = kb + (i / (8 * kChunks)) * 8 + i % 8;
       bf16* kd = Ks + buf * kKeys * D + i * 8;
       bf16* vd = Vs + buf * kKeys * D + i * 8;
-      gather_kv16(kd, vd, kc, vc, kv, table, p, p <= last);
+      gather_kv16(kd, vd, kc, vc, kv, table, p, p < end);
     }
   };
 
-  const int n_kt = (last - lo + kKeys) / kKeys;
+  const int n_kt = (end - lo + kKeys - 1) / kKeys;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_kt) load_kv(s, lo + s * kKeys);
@@ -204,9 +211,9 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
 #pragma unroll
     for (int i = 0; i < 32; ++i) pin(s[i]);
 
-    // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query, and
-    // sliding windows, need the mask.
-    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + 16 * warp;
+    // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query or the
+    // split's end, and sliding windows, need the mask.
+    const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + 16 * warp || kb + kKeys > end;
     float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
@@ -221,7 +228,7 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
         if (masked) {
           const int key = kb + 8 * j + 2 * c + (e & 1);
           const int qp = qpos0 + 8 * r;
-          x = key <= qp && (a.window <= 0 || key > qp - a.window) ? x : -INFINITY;
+          x = key <= qp && key < end && (a.window <= 0 || key > qp - a.window) ? x : -INFINITY;
         }
         s[4 * j + e] = x;
         mx[r] = fmaxf(mx[r], x);
@@ -271,41 +278,53 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = row0 + 8 * r;
     if (row >= rows) continue;
+    const std::int64_t t = first_row + row;
+    if (n_splits > 1) {  // merge_kernel's partial row: max in natural-log units, sum, acc
+      float* p = partial + ((t * a.n_heads + h0 + wg) * n_splits + split) * (D + 2);
+      if (c == 0) {
+        p[0] = m_run[r] / kLog2e;
+        p[1] = l;
+      }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<float2*>(p + 2 + 8 * j + 2 * c) = make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+      continue;
+    }
     const float inv = 1.0f / l;
-    float* orow = out + (first_row + row) * os + std::int64_t{h0 + wg} * D + 2 * c;
+    float* orow = out + t * os + std::int64_t{h0 + wg} * D + 2 * c;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
       *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
   }
 #else
-  (void)q, (void)qs, (void)out, (void)os, (void)kv, (void)b, (void)a;
+  (void)q, (void)qs, (void)out, (void)os, (void)kv, (void)b, (void)a, (void)n_splits, (void)partial;
   __trap();  // launched only where the sm_90a image exists (prefill_attention_wgmma_supported)
 #endif
 }
 
 template <int D, int kHeads, bool kSoftcap>
-void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
-               Stream s) {
+void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, int n_splits,
+                float* partial, TensorRef out, Stream s) {
   static bool attribute_set = false;  // the engine thread is the only caller
   if (!attribute_set) {
     AKV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<D, kHeads, kSoftcap>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, kHeads>()));
     attribute_set = true;
   }
-  launch(prefill_attention_wgmma_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles), kHeads * 128,
-         smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride, static_cast<float*>(out.data),
-         out.stride, kv, b, a);
+  launch(prefill_attention_wgmma_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles, n_splits),
+         kHeads * 128, smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride,
+         static_cast<float*>(out.data), out.stride, kv, b, a, n_splits, partial);
 }
 
 // The whole GQA group of four heads per block where it divides (K/V tiles come through L2 once
 // for four heads), else two.
 template <int D, bool kSoftcap>
-void launch_ds(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, TensorRef out,
-               Stream s) {
-  if ((a.n_heads / a.n_kv_heads) % 4 == 0)
-    launch_dhs<D, 4, kSoftcap>(q, kv, b, a, out, s);
+void launch_ds(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, int n_splits,
+               float* partial, TensorRef out, Stream s) {
+  if (prefill_attention_wgmma_heads(a) == 4)
+    launch_dhs<D, 4, kSoftcap>(q, kv, b, a, n_splits, partial, out, s);
   else
-    launch_dhs<D, 2, kSoftcap>(q, kv, b, a, out, s);
+    launch_dhs<D, 2, kSoftcap>(q, kv, b, a, n_splits, partial, out, s);
 }
 
 }  // namespace
@@ -324,18 +343,20 @@ bool prefill_attention_wgmma_supported(const AttentionArgs& a) {
   return device_ok && (a.head_dim == 64 || a.head_dim == 128) && (a.n_heads / a.n_kv_heads) % 2 == 0;
 }
 
+int prefill_attention_wgmma_heads(const AttentionArgs& a) { return (a.n_heads / a.n_kv_heads) % 4 == 0 ? 4 : 2; }
+
 void launch_attention_prefill_wgmma(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                                    TensorRef out, Stream s) {
+                                    int n_splits, float* partial, TensorRef out, Stream s) {
   if (a.head_dim == 64) {
     if (a.softcap > 0.0f)
-      launch_ds<64, true>(q, kv, b, a, out, s);
+      launch_ds<64, true>(q, kv, b, a, n_splits, partial, out, s);
     else
-      launch_ds<64, false>(q, kv, b, a, out, s);
+      launch_ds<64, false>(q, kv, b, a, n_splits, partial, out, s);
   } else {
     if (a.softcap > 0.0f)
-      launch_ds<128, true>(q, kv, b, a, out, s);
+      launch_ds<128, true>(q, kv, b, a, n_splits, partial, out, s);
     else
-      launch_ds<128, false>(q, kv, b, a, out, s);
+      launch_ds<128, false>(q, kv, b, a, n_splits, partial, out, s);
   }
   AKV_CUDA_CHECK_LAUNCH();
 }

@@ -9,7 +9,9 @@ namespace akv::cuda {
 
 // True when this device runs the kernel and `a` is a shape it handles.
 bool prefill_attention_wgmma_supported(const AttentionArgs& a);
+// Query heads per block (the GQA group's heads sharing each K/V tile): 4 or 2.
+int prefill_attention_wgmma_heads(const AttentionArgs& a);
 void launch_attention_prefill_wgmma(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                                    TensorRef out, Stream s);
+                                    int n_splits, float* partial, TensorRef out, Stream s);
 
 }  // namespace akv::cuda

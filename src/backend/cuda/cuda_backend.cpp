@@ -561,23 +561,34 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
                                    .u(static_cast<std::uint64_t>(p.n_heads)).u(static_cast<std::uint64_t>(p.head_dim))
                                    .f(p.scale).u(static_cast<std::uint64_t>(p.window)).f(p.logit_softcap).t(out).h))
     return;
+  auto partial_for = [&](int n_splits) -> float* {
+    if (n_splits == 1) return nullptr;
+    return static_cast<float*>(scratch(
+        static_cast<std::size_t>(std::int64_t{b.n_tokens} * p.n_heads * n_splits * (p.head_dim + 2)) * sizeof(float),
+        1));
+  };
   const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
   if (b.max_chunk >= kMinPrefillChunk && q_aligned && cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
-    cuda::launch_attention_prefill(q, view, b, a, out, stream());
+    // Tiles x head groups that leave SMs idle (a short chunk over a long context) split their keys.
+    const int n_splits = chunk_attention_ ? cuda::prefill_attention_splits(b, a, sm_count_) : 1;
+    cuda::launch_attention_prefill(q, view, b, a, n_splits, partial_for(n_splits), out, stream());
     return;
   }
+  // Several tokens of a chunk per block where the tensor-core kernel can take them (each K/V
+  // tile read once per group); decode-only batches (the recorded steps) keep one token a block.
+  const int group_tokens =
+      chunk_attention_ && b.max_chunk > 1 ? cuda::attention_split_group_tokens(q, view, a) : 1;
   // Enough blocks to fill the GPU four times, each split keeping at least kMinSplitKeys keys. A
   // recorded step sizes the grid for its key bound; each token uses as many splits as eagerly.
-  const std::int64_t blocks = std::int64_t{b.n_tokens} * (p.n_heads / heads_per_block(p.n_heads / p.n_kv_heads));
+  const std::int64_t blocks =
+      cuda::split_token_groups(b, group_tokens) * (p.n_heads / heads_per_block(p.n_heads / p.n_kv_heads));
   const std::int64_t want = (4 * sm_count_ + blocks - 1) / std::max<std::int64_t>(blocks, 1);
   const std::int32_t keys = step_mode_ == StepMode::Capture ? step_keys_bound_ : b.max_keys;
   const int n_splits = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, keys / cuda::kMinSplitKeys)));
-  float* partial = nullptr;
-  if (n_splits > 1)
-    partial = static_cast<float*>(scratch(static_cast<std::size_t>(b.n_tokens * p.n_heads * n_splits * (p.head_dim + 2)) *
-                                              sizeof(float), 1));
-  cuda::launch_attention_split(q, view, b, a, n_splits, partial, out, stream());
+  cuda::launch_attention_split(q, view, b, a, n_splits, group_tokens, partial_for(n_splits), out, stream());
 }
+
+void CudaBackend::set_chunk_attention(bool on) { chunk_attention_ = on; }
 
 void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {
   AKV_CHECK(gate.rows == up.rows && gate.cols == up.cols && out.cols == gate.cols && out.rows == gate.rows,

@@ -123,6 +123,10 @@ class CudaBackend final : public Backend {
     std::int64_t captured = 0, replayed = 0, eager = 0;  // steps, counted at end_step
   };
   StepStats step_stats() const { return step_stats_; }
+  // Attention for chunks over long contexts (on by default): several tokens of a short chunk per
+  // split-K block, and key splits for prefill launches that do not fill the GPU. Off: one token a
+  // block and unsplit prefill tiles (the earlier kernels, for before/after measurements).
+  void set_chunk_attention(bool on);
 
   // A device copy of raw bytes as a weight (benchmarks fill it on the device themselves).
   WeightRef alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols);
@@ -244,6 +248,7 @@ class CudaBackend final : public Backend {
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
   bool graphs_on_ = true;
+  bool chunk_attention_ = true;
   StepMode step_mode_ = StepMode::Eager;
   bool in_step_ = false;
   std::vector<std::unique_ptr<cuda::StepGraph>> graphs_;

@@ -137,16 +137,38 @@ void launch_skinny_gemm(TensorRef x, std::span<const GemvOutput> outs, const Ski
 // attention.cu: CUDA-core attention, split over the keys (flash-decoding) when n_splits > 1.
 // Token t uses min(n_splits, max(1, keys_t / kMinSplitKeys)) of the splits, decided on the device.
 // `partial` holds n_tokens * n_heads * n_splits * (head_dim + 2) floats when n_splits > 1.
+// group_tokens > 1 (only the value attention_split_group_tokens gives): each block takes that
+// many consecutive tokens of a chunk on the tensor cores (groups aligned to the chunk's start,
+// walked through the prefill tiles), so every K/V tile is read once per group rather than once
+// per token; a group's splits follow from its keys (first token's window start to last token).
 inline constexpr int kMinSplitKeys = 32;
 void launch_attention_split(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                            int n_splits, float* partial, TensorRef out, Stream s);
+                            int n_splits, int group_tokens, float* partial, TensorRef out, Stream s);
+// Tokens per block the tensor-core split kernel takes for multi-token chunks of this shape
+// (16 rows of query heads x tokens), or 1 where only the per-token kernels run.
+int attention_split_group_tokens(TensorRef q, const KvView& kv, const AttentionArgs& a);
+// Token groups of a launch (grid x): one per token for group_tokens == 1, else the groups of
+// every prefill tile (the chunk's first min(max_chunk, kPrefillTileRows) tokens, rounded up).
+inline std::int64_t split_token_groups(const DeviceBatch& b, int group_tokens) {
+  if (group_tokens == 1) return b.n_tokens;
+  const std::int32_t rows = b.max_chunk < kPrefillTileRows ? b.max_chunk : kPrefillTileRows;
+  return std::int64_t{b.n_tiles} * ((rows + group_tokens - 1) / group_tokens);
+}
 
 // attention_prefill.cu: tensor-core flash attention over kPrefillTileRows query tiles, only for
 // BF16 KV and head_dim 64 or 128. On a compute capability 9.0 device with an even GQA group it
 // runs the wgmma kernel (attention_prefill_wgmma.h: 2 or 4 heads per block); else mma.sync with
 // 32 query rows per warp and two query heads of a GQA group per block where the group is even.
+// n_splits > 1 splits each tile's keys (runs of whole 64-key tiles, at least kMinSplitKeys keys a
+// split, decided on the device as for the decode kernels); `partial` then holds
+// n_tokens * n_heads * n_splits * (head_dim + 2) floats and a merge launch follows.
 bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim);
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
-                              TensorRef out, Stream s);
+                              int n_splits, float* partial, TensorRef out, Stream s);
+// Splits that bring a prefill launch to about two waves of resident blocks when its tiles x
+// head groups are fewer (short chunks over long contexts), keeping at least kMinPrefillSplitKeys
+// keys a split; 1 when the tiles alone fill the GPU. Reads b.max_keys (set by the caller).
+inline constexpr int kMinPrefillSplitKeys = 512;
+int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count);
 
 }  // namespace akv::cuda
