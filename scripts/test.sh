@@ -3,6 +3,8 @@
 # libFuzzer target under ASan and UBSan for a bounded time (AGENTKV_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CI builds treat warnings as errors (users' builds do not: AGENTKV_WERROR defaults to OFF).
+export AGENTKV_WERROR=ON
 scripts/setup.sh
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
@@ -12,14 +14,14 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 # The CUDA backend compiles everywhere the toolkit is (its tests skip themselves without a GPU).
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA=ON \
-    -DAGENTKV_BENCH=OFF >/dev/null
+    -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
   cmake --build build-cuda -j"$jobs" --target agentkv cuda_parity_test
   ctest --test-dir build-cuda --output-on-failure -L cuda
 fi
 
 # Fuzzing: a clang build with sanitizers, separate from the main build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF >/dev/null
+  -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
 fuzz_targets=()
 for src in fuzz/*_fuzz.cpp; do fuzz_targets+=("$(basename "$src" .cpp)"); done
 cmake --build build-fuzz -j"$jobs" --target "${fuzz_targets[@]}"
