@@ -3,9 +3,8 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +17,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "base/thread_pool.h"
+#include "kv/store_dir.h"
 
 namespace akv {
 
@@ -143,34 +143,10 @@ std::vector<CacheEntry> read_cache(const std::string& path, bool& damaged) {
   return entries ? std::move(*entries) : std::vector<CacheEntry>{};
 }
 
-// Temp file, fsync, rename, directory fsync. False on any failure (nothing left behind).
 bool write_cache(const std::string& dir, const std::string& bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string path = dir + "/" + kWeightDigestCacheName;
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  bool ok = done == bytes.size() && ::fsync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return true;
+  return write_file_durably(dir, kWeightDigestCacheName, std::as_bytes(std::span(bytes)));
 }
 
 // One chunk of one file to hash.
@@ -197,6 +173,9 @@ std::vector<Hash128> hash_files(const std::vector<MappedFile>& maps, int n_threa
       const auto bytes = maps[job.file].bytes();
       const std::size_t at = job.chunk * kChunkBytes;
       const std::size_t n = std::min(kChunkBytes, bytes.size() - at);
+      // Asks for the whole chunk at once: large reads from a cold disk instead of page faults'
+      // small readahead (the mapping and the chunk offsets are page-aligned).
+      ::madvise(const_cast<std::uint8_t*>(bytes.data() + at), n, MADV_WILLNEED);
       chunk_digests[job.file][job.chunk] = XXH3_128bits(bytes.data() + at, n);
     }
   };
