@@ -79,13 +79,18 @@ SamplingParams sampling_params(const SamplingOptions& s) {
   return p;
 }
 
-std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
-  return static_cast<std::int64_t>(ctx.prompts.build(chat).tokens.size());
+TurnOwner turn_owner(const RequestIdentity& who) {
+  return {.tenant = who.tenant, .agent = who.agent};
 }
 
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool anthropic_zero_is_prewarm) {
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who) {
+  return static_cast<std::int64_t>(ctx.prompts.build(chat, turn_owner(who)).tokens.size());
+}
+
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who,
+                          bool anthropic_zero_is_prewarm) {
   PreparedChat p;
-  BuiltPrompt prompt = ctx.prompts.build(chat);
+  BuiltPrompt prompt = ctx.prompts.build(chat, turn_owner(who));
   p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
   const std::int64_t context = ctx.engine.max_context();
   const std::int64_t room = context - p.prompt_tokens;
@@ -122,10 +127,10 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool ant
     r.constraint = std::move(constraint);
   }
   const PromptBuilder* prompts = &ctx.prompts;
-  p.job.on_complete = [prompts, prompt_text = std::move(prompt.text)](
+  p.job.on_complete = [prompts, owner = turn_owner(who), prompt_text = std::move(prompt.text)](
                           const std::vector<OutputBlock>& blocks, const std::string& raw,
                           std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids) {
-    prompts->remember_assistant_output(assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
+    prompts->remember_assistant_output(owner, assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   return p;

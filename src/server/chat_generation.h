@@ -9,6 +9,7 @@
 
 #include "chat/chat_request.h"
 #include "server/generation.h"
+#include "server/request_identity.h"
 #include "server/serving.h"
 
 namespace akv {
@@ -22,11 +23,14 @@ struct PreparedChat {
 // Throws Error{InvalidArgument} when the prompt leaves no room in the context, with Anthropic's
 // wording: "input length and `max_tokens` exceed context limit: A + B > C".
 // A max_tokens of 0 in the request means "up to the context" for OpenAI and pre-warm for
-// Anthropic (`anthropic_zero_is_prewarm`).
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, bool anthropic_zero_is_prewarm);
+// Anthropic (`anthropic_zero_is_prewarm`). Earlier turns are found, and the reply is remembered,
+// in `who`'s conversation only (tenant and agent; none without an agent id: TurnOwner).
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who,
+                          bool anthropic_zero_is_prewarm);
 
-// The number of prompt tokens count_tokens reports: identical to what generation prefills.
-std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat);
+// The number of prompt tokens count_tokens reports: identical to what generation prefills for
+// the same body and identity.
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who);
 
 // The engine's sampling parameters for a request's options (both dialects, chat and legacy).
 SamplingParams sampling_params(const SamplingOptions& options);

@@ -84,7 +84,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = admit(ctx);
-  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, /*anthropic_zero_is_prewarm=*/false));
+  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, who, /*anthropic_zero_is_prewarm=*/false));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);
