@@ -43,8 +43,8 @@ struct RememberedTurn {
 // end turns with the same reply), so an anonymous request's turns are neither remembered nor
 // found: its assistant turns re-render through the template (a shorter KV prefix match).
 struct TurnOwner {
-  std::string tenant;  // "" without auth
-  std::string agent;   // "": anonymous
+  std::string tenant{};  // "" without auth
+  std::string agent{};   // "": anonymous
   bool identified() const { return !agent.empty(); }
   friend bool operator==(const TurnOwner&, const TurnOwner&) = default;
 };

@@ -20,7 +20,7 @@ struct FingerprintInputs {
   std::string chat_template;  // the template in use when it overrides the model's ("" otherwise)
   KvLayout kv;  // n_blocks is ignored; block_size, heads, head_dim, layers, dtype count
   SpillCodec codec = SpillCodec::Native;
-  std::string cache_dir;  // where the weight digests are cached (the KV directory); "": none
+  std::string cache_dir{};  // where the weight digests are cached (the KV directory); "": none
 };
 
 // The checkpoint's weight files in `model_dir`, sorted: every *.safetensors file. The one place
