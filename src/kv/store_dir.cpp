@@ -107,7 +107,8 @@ std::string move_aside(const std::string& dir) {
                          .count();
   std::string aside;
   for (int n = 0;; ++n) {
-    aside = dir + "/unusable-" + std::to_string(now_s) + (n > 0 ? "-" + std::to_string(n) : "");
+    aside = dir + "/unusable-" + std::to_string(now_s);
+    if (n > 0) aside.append("-").append(std::to_string(n));
     if (::mkdir(aside.c_str(), 0700) == 0) break;
     if (errno != EEXIST) throw Error(ErrorKind::Io, "cannot create " + aside + ": " + errno_text());
   }

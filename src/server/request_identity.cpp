@@ -51,7 +51,7 @@ RequestIdentity identify(const ServingContext& ctx, const httplib::Request& req,
   RequestIdentity who;
   if (!ctx.options.api_keys.empty()) {
     const std::string key = api_key_of(req);
-    who.tenant = "t" + hex64(XXH3_64bits(key.data(), key.size()));
+    who.tenant = std::string("t").append(hex64(XXH3_64bits(key.data(), key.size())));  // append: GCC 12 -O3 -Wrestrict
   }
   struct Source {
     std::string value, name;
