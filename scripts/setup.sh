@@ -2,6 +2,7 @@
 # Installs agentkv's Debian dependencies (idempotent) and builds it into ./build.
 # Usage: scripts/setup.sh            (CPU build)
 #        AGENTKV_CUDA=ON scripts/setup.sh   (also the CUDA backend; toolkit in /usr/local/cuda)
+#        AGENTKV_WERROR=ON scripts/setup.sh (warnings as errors: what CI builds with)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +30,6 @@ fi
 
 # Cache hits across checkouts in different folders (CI clones).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA="${AGENTKV_CUDA:-OFF}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA="${AGENTKV_CUDA:-OFF}" \
+  -DAGENTKV_WERROR="${AGENTKV_WERROR:-OFF}"
 cmake --build build -j"$(nproc)"

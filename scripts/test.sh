@@ -5,6 +5,8 @@
 # prerequisite (node/npm, the CUDA toolkit, clang) fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CI builds treat warnings as errors (users' builds do not: AGENTKV_WERROR defaults to OFF).
+export AGENTKV_WERROR=ON
 scripts/setup.sh
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
@@ -16,7 +18,7 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 if [[ "${AGENTKV_CUDA_BUILD:-ON}" != OFF ]]; then
   [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "FAIL: no CUDA toolkit in /usr/local/cuda (AGENTKV_CUDA_BUILD=OFF skips the CUDA build)"; exit 1; }
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA=ON \
-    -DAGENTKV_BENCH=OFF >/dev/null
+    -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
   cmake --build build-cuda -j"$jobs" --target agentkv cuda_parity_test
   ctest --test-dir build-cuda --output-on-failure -L cuda
 fi
@@ -36,7 +38,7 @@ OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 
 # Fuzzing: a clang build with sanitizers, separate from the main build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF >/dev/null
+  -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
 fuzz_targets=()
 for src in fuzz/*_fuzz.cpp; do fuzz_targets+=("$(basename "$src" .cpp)"); done
 cmake --build build-fuzz -j"$jobs" --target "${fuzz_targets[@]}"

@@ -19,6 +19,7 @@
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
 #include "kv/model_fingerprint.h"
+#include "kv/store_dir.h"
 #include "models/model.h"
 #include "server/http_server.h"
 
@@ -79,19 +80,30 @@ std::int64_t parse_byte_size(const std::string& text, const char* flag) {
   return n << shift;
 }
 
-// The KV disk tier of --kv-dir (null without it). Throws Error for a bad codec or directory.
+// The KV disk tier of --kv-dir (null without it). A directory that cannot be created or written
+// is not fatal: null, with the reason in `unavailable` and a warning. Throws Error for a bad
+// codec, a directory in use, or a secret that cannot be read.
 std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
-                                          const std::string& chat_template) {
+                                          const std::string& chat_template, std::string& unavailable) {
   const std::int64_t max_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
   if (o.kv_dir.empty()) return nullptr;
   const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
   if (!codec)
     throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16, int8 or int4, not '" +
                                                 o.kv_spill_codec + "'");
+  if (const std::optional<std::string> problem = find_store_dir_problem(o.kv_dir)) {
+    log_warn("serving WITHOUT the KV disk tier: --kv-dir {}: {}", o.kv_dir, *problem);
+    unavailable = *problem;
+    return nullptr;
+  }
   const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype);
   DiskStoreOptions d;
   d.dir = o.kv_dir;
-  d.fingerprint = model_fingerprint({.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = *codec});
+  WeightDigestStats w;
+  d.fingerprint = model_fingerprint(
+      {.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = *codec, .cache_dir = o.kv_dir}, &w);
+  log_info("model fingerprint: {} weight files, {} read ({} MiB in {:.1f} s), {} known from {}/{}", w.n_files, w.n_hashed,
+           w.bytes_hashed >> 20, w.hash_seconds, w.n_cached, o.kv_dir, kWeightDigestCacheName);
   d.codec = *codec;
   d.shape = block_shape_of(layout);
   d.block_size = e.block_size;
@@ -181,7 +193,9 @@ int run_serve(const ServeOptions& o) {
                                         .block_bytes = block_bytes});
   engine_config.n_blocks = pool.n_blocks;
   AgentIndex agents;
-  std::unique_ptr<DiskStore> disk = open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""));
+  std::string disk_unavailable;
+  std::unique_ptr<DiskStore> disk =
+      open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""), disk_unavailable);
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
   std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get(), *backend);
@@ -199,7 +213,8 @@ int run_serve(const ServeOptions& o) {
                      .options = server_options,
                      .stop_token_ids = stop_ids(o.model_dir, config, tokenizer),
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
-                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes},
+                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes,
+                                .disk_unavailable = disk_unavailable},
                      .connections = {}};
   HttpServer server(ctx);
   const EngineMonitor monitor(engine, std::chrono::seconds(10));  // a log line every 10 s while busy

@@ -1,5 +1,6 @@
 #include "chat/assistant_text_store.h"
 
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include "chat/prompt_normalizer.h"
@@ -38,22 +39,28 @@ std::string AssistantTextStore::canonical_content(const ChatMessage& turn) {
   return out;
 }
 
-AssistantTextStore::Key AssistantTextStore::key_of(const ChatMessage& turn) {
-  const std::string text = canonical_content(turn);
-  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+AssistantTextStore::Key AssistantTextStore::key_of(const TurnOwner& owner, const ChatMessage& turn) {
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  for (const std::string& part : {owner.tenant, owner.agent, canonical_content(turn)}) {
+    const std::uint64_t n = part.size();  // length first: ("ab", "c") and ("a", "bc") differ
+    XXH3_128bits_update(&state, &n, sizeof n);
+    XXH3_128bits_update(&state, part.data(), part.size());
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
   return Key{h.low64, h.high64};
 }
 
-void AssistantTextStore::remember(const ChatMessage& turn, std::string raw_text) {
+void AssistantTextStore::remember(const TurnOwner& owner, const ChatMessage& turn, std::string raw_text) {
   RememberedTurn remembered;
   remembered.raw_text = std::move(raw_text);
-  remember(turn, std::move(remembered));
+  remember(owner, turn, std::move(remembered));
 }
 
-void AssistantTextStore::remember(const ChatMessage& turn, RememberedTurn remembered) {
-  const std::size_t n_bytes = remembered.n_bytes();
-  if (remembered.raw_text.empty() || n_bytes > capacity_bytes_) return;
-  const Key key = key_of(turn);
+void AssistantTextStore::remember(const TurnOwner& owner, const ChatMessage& turn, RememberedTurn remembered) {
+  const std::size_t n_bytes = remembered.n_bytes() + owner.tenant.size() + owner.agent.size();
+  if (!owner.identified() || remembered.raw_text.empty() || n_bytes > capacity_bytes_) return;
+  const Key key = key_of(owner, turn);
   auto shared = std::make_shared<const RememberedTurn>(std::move(remembered));
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
@@ -62,22 +69,23 @@ void AssistantTextStore::remember(const ChatMessage& turn, RememberedTurn rememb
     index_.erase(it);
   }
   n_bytes_ += n_bytes;
-  lru_.push_front(Entry{key, std::move(shared), n_bytes});
+  lru_.push_front(Entry{key, owner, std::move(shared), n_bytes});
   index_[key] = lru_.begin();
   evict_locked();
 }
 
-std::optional<std::string> AssistantTextStore::find(const ChatMessage& turn) {
-  auto found = find_turn(turn);
+std::optional<std::string> AssistantTextStore::find(const TurnOwner& owner, const ChatMessage& turn) {
+  auto found = find_turn(owner, turn);
   if (!found) return std::nullopt;
   return found->raw_text;
 }
 
-std::shared_ptr<const RememberedTurn> AssistantTextStore::find_turn(const ChatMessage& turn) {
-  const Key key = key_of(turn);
+std::shared_ptr<const RememberedTurn> AssistantTextStore::find_turn(const TurnOwner& owner, const ChatMessage& turn) {
+  if (!owner.identified()) return nullptr;
+  const Key key = key_of(owner, turn);
   std::lock_guard lock(mu_);
   auto it = index_.find(key);
-  if (it == index_.end()) return nullptr;
+  if (it == index_.end() || it->second->owner != owner) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
   return it->second->turn;
 }

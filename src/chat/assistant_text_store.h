@@ -3,7 +3,9 @@
 // it through the template (which would change whitespace, key order or thinking and break the
 // KV prefix match), and, when the caller has them, the prompt and generated token ids the KV
 // cache holds for it (PromptBuilder splices them back). A bounded LRU shared by all requests of
-// one model.
+// one model, partitioned by conversation (TurnOwner): a turn is found only by the tenant and
+// agent that generated it, so a common reply ("Done.") never carries one conversation's raw
+// text (hidden reasoning included) into another's prompt.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,17 @@ struct RememberedTurn {
   }
 };
 
+// Whose conversation a turn belongs to: the request identity (server/request_identity.h).
+// Without an agent id there is no conversation identity (two conversations of one tenant may
+// end turns with the same reply), so an anonymous request's turns are neither remembered nor
+// found: its assistant turns re-render through the template (a shorter KV prefix match).
+struct TurnOwner {
+  std::string tenant{};  // "" without auth
+  std::string agent{};   // "": anonymous
+  bool identified() const { return !agent.empty(); }
+  friend bool operator==(const TurnOwner&, const TurnOwner&) = default;
+};
+
 class AssistantTextStore {
  public:
   // Holds at most `max_entries` turns and `capacity_bytes` (texts + 4 bytes per id); the least
@@ -45,16 +58,17 @@ class AssistantTextStore {
                               std::size_t max_entries = 8192);
 
   // Records that the model produced `raw_text` for `turn` (the assistant message as sent to the
-  // client: text, tool_use and thinking blocks). Empty raw text is ignored. Thread-safe.
-  void remember(const ChatMessage& turn, std::string raw_text);
-  // Same with the prompt and ids the KV cache holds (RememberedTurn). Empty raw text is ignored.
-  void remember(const ChatMessage& turn, RememberedTurn remembered);
+  // client: text, tool_use and thinking blocks) in `owner`'s conversation. Empty raw text and
+  // anonymous owners are ignored. Thread-safe.
+  void remember(const TurnOwner& owner, const ChatMessage& turn, std::string raw_text);
+  // Same with the prompt and ids the KV cache holds (RememberedTurn).
+  void remember(const TurnOwner& owner, const ChatMessage& turn, RememberedTurn remembered);
 
-  // The raw text of a turn with the same canonical content, refreshing its LRU position.
-  // Thread-safe.
-  std::optional<std::string> find(const ChatMessage& turn);
+  // The raw text of a turn `owner` remembered with the same canonical content, refreshing its
+  // LRU position; nullopt for an anonymous owner. Thread-safe.
+  std::optional<std::string> find(const TurnOwner& owner, const ChatMessage& turn);
   // The whole remembered turn (shared, immutable), or null. Thread-safe.
-  std::shared_ptr<const RememberedTurn> find_turn(const ChatMessage& turn);
+  std::shared_ptr<const RememberedTurn> find_turn(const TurnOwner& owner, const ChatMessage& turn);
 
   std::size_t n_entries() const;
   std::size_t n_bytes() const;
@@ -77,10 +91,11 @@ class AssistantTextStore {
   };
   struct Entry {
     Key key;
+    TurnOwner owner;  // compared on lookup: the key's hash alone never joins two owners
     std::shared_ptr<const RememberedTurn> turn;
     std::size_t n_bytes = 0;
   };
-  static Key key_of(const ChatMessage& turn);
+  static Key key_of(const TurnOwner& owner, const ChatMessage& turn);
   void evict_locked();
 
   const std::size_t capacity_bytes_;

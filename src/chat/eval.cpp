@@ -113,13 +113,13 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
     if (obj.is_list()) {
       const auto n = static_cast<int64_t>(obj.get_list().items.size());
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(as_int(key)) + "]");
+      if (i < 0 || i >= n) return Value::undefined(std::string("[").append(std::to_string(as_int(key))).append("]"));
       return obj.get_list().items[static_cast<size_t>(i)];
     }
     const std::vector<size_t> off = utf8_offsets(obj.get_string());
     const auto n = static_cast<int64_t>(off.size()) - 1;
     if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(as_int(key)) + "]");
+    if (i < 0 || i >= n) return Value::undefined(std::string("[").append(std::to_string(as_int(key))).append("]"));
     const auto k = static_cast<size_t>(i);
     return Value(obj.get_string().substr(off[k], off[k + 1] - off[k]));
   }

@@ -69,8 +69,8 @@ ojson tool_call_json(const ContentBlock& b) {
 class MessageWriter {
  public:
   // Remembered turns that carry ids are appended to `remembered` (when not null), in order.
-  MessageWriter(AssistantTextStore& store, ojson& out, RememberedTurns* remembered)
-      : store_(store), out_(out), remembered_(remembered) {}
+  MessageWriter(AssistantTextStore& store, const TurnOwner& owner, ojson& out, RememberedTurns* remembered)
+      : store_(store), owner_(owner), out_(out), remembered_(remembered) {}
 
   void system(const std::string& text) {
     out_.push_back(ojson{{"role", "system"}, {"content", text}});
@@ -104,7 +104,7 @@ class MessageWriter {
     for (const auto& b : m.blocks)
       if (b.type == BlockType::ToolUse) tool_names_[b.tool_use_id] = b.tool_name;
     if (allow_raw) {
-      if (auto found = store_.find_turn(m)) {
+      if (auto found = store_.find_turn(owner_, m)) {
         out_.push_back(ojson{{"role", "assistant"}, {"content", found->raw_text}});
         if (remembered_ && found->has_ids()) remembered_->push_back(std::move(found));
         return;
@@ -122,6 +122,7 @@ class MessageWriter {
 
  private:
   AssistantTextStore& store_;
+  const TurnOwner& owner_;
   ojson& out_;
   RememberedTurns* remembered_;
   std::map<std::string, std::string> tool_names_;
@@ -215,16 +216,17 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptBuilderOptions op
   splices_ids_ = encodes_pieces_independently(tokenizer);
 }
 
-ojson PromptBuilder::build_context(const ChatRequest& request) const {
-  return build_context(request, nullptr);
+ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& owner) const {
+  return build_context(request, owner, nullptr);
 }
 
-ojson PromptBuilder::build_context(const ChatRequest& request, RememberedTurns* remembered) const {
+ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& owner,
+                                   RememberedTurns* remembered) const {
   const ChatRequest normalized = normalize_prompt(request);
   const bool continue_final = !prefill_text(normalized).empty();
 
   ojson messages = ojson::array();
-  MessageWriter writer(store_, messages, remembered);
+  MessageWriter writer(store_, owner, messages, remembered);
   const std::string system_text = join_text_blocks(normalized.system);
   if (!system_text.empty()) writer.system(system_text);
   for (std::size_t i = 0; i < normalized.messages.size(); ++i) {
@@ -255,9 +257,10 @@ ojson PromptBuilder::build_context(const ChatRequest& request, RememberedTurns* 
   return context;
 }
 
-BuiltPrompt PromptBuilder::build(const ChatRequest& request, std::size_t max_tokens) const {
+BuiltPrompt PromptBuilder::build(const ChatRequest& request, const TurnOwner& owner,
+                                 std::size_t max_tokens) const {
   RememberedTurns remembered;
-  const ojson context = build_context(request, splices_ids_ ? &remembered : nullptr);
+  const ojson context = build_context(request, owner, splices_ids_ ? &remembered : nullptr);
   BuiltPrompt out;
   out.text = template_.render(context, options_.render);
   if (!context["add_generation_prompt"].get<bool>()) {
@@ -323,19 +326,21 @@ void PromptBuilder::splice_remembered_turns(const ojson& context, const Remember
   out.tokens.insert(out.tokens.end(), tail.begin(), tail.end());
 }
 
-void PromptBuilder::remember_assistant_output(const ChatMessage& turn, std::string raw_text) const {
-  store_.remember(turn, std::move(raw_text));
+void PromptBuilder::remember_assistant_output(const TurnOwner& owner, const ChatMessage& turn,
+                                              std::string raw_text) const {
+  store_.remember(owner, turn, std::move(raw_text));
 }
 
-void PromptBuilder::remember_assistant_output(const ChatMessage& turn, std::string raw_text,
+void PromptBuilder::remember_assistant_output(const TurnOwner& owner, const ChatMessage& turn,
+                                              std::string raw_text,
                                               std::string prompt_text,
                                               std::span<const std::int32_t> prompt_ids,
                                               std::span<const std::int32_t> generated_ids) const {
   if (!splices_ids_ || prompt_ids.empty()) {
-    store_.remember(turn, std::move(raw_text));
+    store_.remember(owner, turn, std::move(raw_text));
     return;
   }
-  store_.remember(turn,
+  store_.remember(owner, turn,
                   RememberedTurn{.raw_text = std::move(raw_text),
                                  .prompt_text = std::move(prompt_text),
                                  .prompt_ids = {prompt_ids.begin(), prompt_ids.end()},

@@ -58,15 +58,16 @@ class PromptBuilder {
   //   messages: [{role, content: string}] in transformers form; assistant tool calls as
   //     tool_calls: [{id, type: "function", function: {name, arguments: object}}]; tool results
   //     as {role: "tool", tool_call_id, name, content}; request.system first as a system message;
-  //     an assistant turn found in the raw-text store as {role: "assistant", content: raw text}.
+  //     an assistant turn `owner` remembered (the raw-text store) as {role: "assistant",
+  //     content: raw text}; an anonymous owner (no agent id) finds none.
   //   tools: [{type: "function", function: {name, description, parameters}}] (absent when none),
   //   add_generation_prompt, bos_token, eos_token, enable_thinking, then request.template_kwargs.
-  nlohmann::ordered_json build_context(const ChatRequest& request) const;
+  nlohmann::ordered_json build_context(const ChatRequest& request, const TurnOwner& owner = {}) const;
 
   // Renders and tokenizes (Tokenizer::encode(text, add_special_tokens=false), as transformers'
   // apply_chat_template: the template writes BOS itself). A final assistant turn with text is
   // continued, as transformers' continue_final_message.
-  // KV reuse: when the history holds remembered turns with ids (see remember_assistant_output)
+  // KV reuse: when the history holds turns `owner` remembered with ids (remember_assistant_output)
   // and the client sent everything up to such a turn's generated text back unchanged, the text
   // up to there is the turn's prompt + generated text exactly as the KV cache holds it (with
   // any part of the generation prompt the template leaves out in history, e.g. Qwen3's empty
@@ -75,19 +76,22 @@ class PromptBuilder {
   // template's Error
   // (InvalidArgument for raise_exception and runtime errors, ResourceExhausted for limits).
   // Thread-safe; cost: linear in the conversation (render + encode).
-  // With `max_tokens`, encoding stops once the ids pass it: then `tokens` holds more than
-  // max_tokens ids but not the whole prompt (enough to refuse a prompt longer than the context
-  // without encoding all of a huge one).
-  BuiltPrompt build(const ChatRequest& request, std::size_t max_tokens = SIZE_MAX) const;
+  // Earlier turns are found in `owner`'s conversation only (assistant_text_store.h). With
+  // `max_tokens`, encoding stops once the ids pass it: then `tokens` holds more than max_tokens
+  // ids but not the whole prompt (enough to refuse a prompt longer than the context without
+  // encoding all of a huge one).
+  BuiltPrompt build(const ChatRequest& request, const TurnOwner& owner = {},
+                    std::size_t max_tokens = SIZE_MAX) const;
 
-  // Call after generating an assistant turn: `turn` as returned to the client (text, tool_use,
+  // Call after generating an assistant turn for `owner` (the request's tenant and agent; turns
+  // of an anonymous owner are not remembered): `turn` as returned to the client (text, tool_use,
   // thinking blocks), `raw_text` exactly as the model generated it (decoded with special tokens
-  // kept, stop token excluded). Thread-safe.
-  void remember_assistant_output(const ChatMessage& turn, std::string raw_text) const;
+  // kept, stop token excluded). Only later builds for the same owner find it. Thread-safe.
+  void remember_assistant_output(const TurnOwner& owner, const ChatMessage& turn, std::string raw_text) const;
   // Same, with what the KV cache holds: the prompt as built (BuiltPrompt text and tokens) and
   // the generated ids as sampled (stop token excluded; decode(generated_ids) == raw_text), so
   // the next turn's ids can start with prompt_ids + generated_ids. Thread-safe.
-  void remember_assistant_output(const ChatMessage& turn, std::string raw_text,
+  void remember_assistant_output(const TurnOwner& owner, const ChatMessage& turn, std::string raw_text,
                                  std::string prompt_text, std::span<const std::int32_t> prompt_ids,
                                  std::span<const std::int32_t> generated_ids) const;
 
@@ -99,7 +103,7 @@ class PromptBuilder {
 
  private:
   using RememberedTurns = std::vector<std::shared_ptr<const RememberedTurn>>;
-  nlohmann::ordered_json build_context(const ChatRequest& request,
+  nlohmann::ordered_json build_context(const ChatRequest& request, const TurnOwner& owner,
                                        RememberedTurns* remembered) const;
   // What add_generation_prompt appends to `rendered` (its rendering of `context`); "" if none.
   std::string generation_prompt(const nlohmann::ordered_json& context,

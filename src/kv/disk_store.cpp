@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <queue>
+#include <utility>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -18,6 +19,7 @@
 #include "kv/disk_format.h"
 #include "kv/disk_store_internal.h"
 #include "kv/durable_batch.h"
+#include "kv/store_dir.h"
 
 namespace akv {
 
@@ -124,27 +126,18 @@ void DiskStore::open_dir() {
   if (lock_fd_ < 0) throw Error(ErrorKind::Io, "cannot open " + lock_path + ": " + errno_text());
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
     throw Error(ErrorKind::Io, "KV directory " + options_.dir + " is in use by another process");
-  blocks_fd_ = open_dir_fd(options_.dir + "/blocks");
-  agents_fd_ = open_dir_fd(options_.dir + "/agents");
-
-  // The key secret: created once, kept with the blocks it names.
-  const std::string secret_path = options_.dir + "/secret";
-  bool ok = false;
-  std::vector<std::byte> bytes = read_all(secret_path, ok);
-  KeySecret secret;
-  if (ok && bytes.size() == secret.size()) {
-    std::memcpy(secret.data(), bytes.data(), secret.size());
-  } else {
-    if (ok)
-      log_warn("KV directory {}: the key secret is damaged; cached blocks there will not match",
-               options_.dir);
-    secret = random_key_secret();
-    const int root_fd = open_dir_fd(options_.dir);
-    const bool written = write_durably(root_fd, "secret", secret, {}, tmp_serial_);
-    ::close(root_fd);
-    if (!written) throw Error(ErrorKind::Io, "cannot write " + secret_path + ": " + errno_text());
+  // The key secret: created once, kept with the blocks it names; a damaged one never destroys
+  // them (store_dir.h). Before the folders are opened: it may move them aside.
+  try {
+    keyer_ = std::make_unique<BlockKeyer>(load_or_create_store_secret(options_.dir), options_.fingerprint);
+    blocks_fd_ = open_dir_fd(options_.dir + "/blocks");
+    agents_fd_ = open_dir_fd(options_.dir + "/agents");
+  } catch (const Error&) {
+    // No destructor runs for a constructor that throws: let go of the lock here.
+    for (int* fd : {&blocks_fd_, &agents_fd_, &lock_fd_})
+      if (*fd >= 0) ::close(std::exchange(*fd, -1));
+    throw;
   }
-  keyer_ = std::make_unique<BlockKeyer>(secret, options_.fingerprint);
 }
 
 void DiskStore::scan_blocks() {
@@ -227,8 +220,9 @@ void DiskStore::scan_manifests() {
     const std::vector<std::byte> bytes = read_all(folder + name, ok);
     AgentRecord r;
     FileCheck check = ok ? parse_manifest(bytes, options_.fingerprint, r) : FileCheck::Corrupt;
+    // Whole and checksummed but named under another key secret: not ours to delete.
     if (check == FileCheck::Ok && name != manifest_name(r.tenant, r.agent))
-      check = FileCheck::Corrupt;
+      check = FileCheck::ForeignModel;
     switch (check) {
       case FileCheck::Ok:
         manifests_[name] = {.chain = r.chain, .pinned = r.pinned};

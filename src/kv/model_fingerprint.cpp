@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "kv/weight_digests.h"
 
 namespace akv {
 
@@ -48,43 +49,33 @@ void add_optional_file(Hasher& h, const std::filesystem::path& p) {
   h.add_string(read_file_or_throw(p.string()));
 }
 
-// Header bytes, the first and last 4 KiB of the data and 64 samples of 256 bytes in between.
-void add_safetensors(Hasher& h, const std::filesystem::path& p) {
-  const MappedFile f = MappedFile::open_or_throw(p.string());
-  const auto bytes = f.bytes();
-  h.add_string(p.filename().string());
-  h.add_value(static_cast<std::uint64_t>(bytes.size()));
-  std::uint64_t header = 0;
-  if (bytes.size() >= 8) std::copy_n(bytes.data(), 8, reinterpret_cast<std::uint8_t*>(&header));
-  const std::size_t data_begin =
-      static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), 8 + header));
-  h.add_bytes(bytes.subspan(0, data_begin));
-  const auto data = bytes.subspan(data_begin);
-  const std::size_t edge = std::min<std::size_t>(4096, data.size());
-  h.add_bytes(data.subspan(0, edge));
-  h.add_bytes(data.subspan(data.size() - edge));
-  const std::size_t window = std::min<std::size_t>(256, data.size());
-  for (std::size_t i = 0; i < 64 && data.size() > window; ++i) {
-    const std::size_t at = (data.size() - window) / 64 * i;
-    h.add_bytes(data.subspan(at, window));
-  }
-}
-
 }  // namespace
 
-Hash128 model_fingerprint(const FingerprintInputs& in) {
+std::vector<std::string> list_weight_files(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(model_dir, ec))
+    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Hash128 model_fingerprint(const FingerprintInputs& in, WeightDigestStats* stats) {
   namespace fs = std::filesystem;
   const fs::path dir(in.model_dir);
   Hasher h;
-  h.add_string("agentkv model fingerprint v1");
+  h.add_string("agentkv model fingerprint v2");
   h.add_string(read_file_or_throw((dir / "config.json").string()));
-  std::vector<fs::path> weights;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".safetensors") weights.push_back(e.path());
-  std::sort(weights.begin(), weights.end());
+  const std::vector<std::string> weights = list_weight_files(in.model_dir);
+  const std::vector<Hash128> digests = weight_digests(weights, in.cache_dir, stats);
   h.add_value(static_cast<std::uint64_t>(weights.size()));
-  for (const fs::path& w : weights) add_safetensors(h, w);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    h.add_string(fs::path(weights[i]).filename().string());
+    h.add_value(digests[i].hi);
+    h.add_value(digests[i].lo);
+  }
+  add_optional_file(h, dir / "model.safetensors.index.json");
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
     add_optional_file(h, dir / name);
   h.add_string(in.chat_template);

@@ -42,7 +42,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   ChatRequest chat = parse_anthropic_messages(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
-  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, Dialect::Anthropic));
+  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, who, Dialect::Anthropic));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.omit_thinking = thinking_display_omitted(body);
@@ -107,7 +107,8 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
 void handle_anthropic_count_tokens(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = fields::parse_body(req.body);
   const ChatRequest chat = parse_anthropic_count_tokens(body);
-  res.set_content(json{{"input_tokens", count_prompt_tokens(ctx, chat)}}.dump(), "application/json");
+  const RequestIdentity who = identify(ctx, req, body);  // the conversation's remembered turns count
+  res.set_content(json{{"input_tokens", count_prompt_tokens(ctx, chat, who)}}.dump(), "application/json");
 }
 
 }  // namespace akv

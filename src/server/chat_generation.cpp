@@ -16,9 +16,10 @@ namespace {
 // Renders and encodes the prompt, encoding at most a little past `max_tokens` ids. A template
 // limit (render steps, output size, value depth) fails the same way for every retry of the
 // request: a 400, not the retryable 529 that ResourceExhausted means for admission.
-BuiltPrompt build_prompt(ServingContext& ctx, const ChatRequest& chat, std::size_t max_tokens) {
+BuiltPrompt build_prompt(ServingContext& ctx, const ChatRequest& chat, const TurnOwner& owner,
+                         std::size_t max_tokens) {
   try {
-    return ctx.prompts.build(chat, max_tokens);
+    return ctx.prompts.build(chat, owner, max_tokens);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::ResourceExhausted) throw;
     throw Error(ErrorKind::InvalidArgument, std::string("the request exceeds a prompt template limit: ") + e.what());
@@ -102,15 +103,21 @@ std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallP
   return make_tool_output_parser(std::move(options));
 }
 
-std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat) {
-  return static_cast<std::int64_t>(build_prompt(ctx, chat, SIZE_MAX).tokens.size());
+TurnOwner turn_owner(const RequestIdentity& who) {
+  return {.tenant = who.tenant, .agent = who.agent};
 }
 
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, Dialect dialect) {
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who) {
+  return static_cast<std::int64_t>(build_prompt(ctx, chat, turn_owner(who), SIZE_MAX).tokens.size());
+}
+
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who,
+                          Dialect dialect) {
   PreparedChat p;
   const std::int64_t context = ctx.engine.max_context();
   // A prompt of `context` tokens already leaves no room: encoding stops past it.
-  BuiltPrompt prompt = build_prompt(ctx, chat, static_cast<std::size_t>(std::max<std::int64_t>(context, 0)));
+  BuiltPrompt prompt =
+      build_prompt(ctx, chat, turn_owner(who), static_cast<std::size_t>(std::max<std::int64_t>(context, 0)));
   p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
   const std::int64_t room = context - p.prompt_tokens;
   std::int64_t max_tokens = chat.max_tokens;
@@ -147,10 +154,10 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, Dialect 
     r.constraint = std::move(constraint);
   }
   const PromptBuilder* prompts = &ctx.prompts;
-  p.job.on_complete = [prompts, prompt_text = std::move(prompt.text)](
+  p.job.on_complete = [prompts, owner = turn_owner(who), prompt_text = std::move(prompt.text)](
                           const std::vector<OutputBlock>& blocks, const std::string& raw,
                           std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids) {
-    prompts->remember_assistant_output(assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
+    prompts->remember_assistant_output(owner, assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   return p;

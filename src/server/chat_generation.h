@@ -11,6 +11,7 @@
 #include "chat/chat_request.h"
 #include "server/api_error.h"
 #include "server/generation.h"
+#include "server/request_identity.h"
 #include "server/serving.h"
 #include "server/tool_output_parser.h"
 
@@ -26,9 +27,12 @@ struct PreparedChat {
 // wording: "input length and `max_tokens` exceed context limit: A + B > C". Encoding stops
 // once the prompt cannot fit, so then A is the count reached (more than C), not the whole.
 // A max_tokens of 0 in the request means "up to the context" for OpenAI and pre-warm for
-// Anthropic. Tool calls get ids of the dialect (new_tool_call_id).
+// Anthropic. Tool calls get ids of the dialect (new_tool_call_id). Earlier turns are found, and
+// the reply is remembered, in `who`'s conversation only (tenant and agent; none without an
+// agent id: TurnOwner).
 // Template limits (render_limits.h, value depth) are the request's fault: InvalidArgument too.
-PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, Dialect dialect);
+PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who,
+                          Dialect dialect);
 
 // A fresh id for a tool call the model makes: "toolu_01..." (Anthropic), "call_..." (OpenAI).
 std::string new_tool_call_id(Dialect dialect);
@@ -37,8 +41,9 @@ std::string new_tool_call_id(Dialect dialect);
 // call ids from new_tool_call_id(dialect).
 std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallParserOptions options);
 
-// The number of prompt tokens count_tokens reports: identical to what generation prefills.
-std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat);
+// The number of prompt tokens count_tokens reports: identical to what generation prefills for
+// the same body and identity.
+std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who);
 
 // The engine's sampling parameters for a request's options (both dialects, chat and legacy).
 SamplingParams sampling_params(const SamplingOptions& options);

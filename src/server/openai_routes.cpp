@@ -81,7 +81,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
-  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, Dialect::OpenAI));
+  auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, who, Dialect::OpenAI));
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);

@@ -64,7 +64,13 @@ void handle_anthropic_model(ServingContext& ctx, const httplib::Request& req, ht
   res.set_content(m.dump(), "application/json");
 }
 
-void handle_health(ServingContext&, const httplib::Request&, httplib::Response& res) {
+void handle_health(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+  // Serving works without the disk tier; say that it is off (the reason, with the path, is in
+  // the log: /health answers without a key).
+  if (!ctx.memory.disk_unavailable.empty()) {
+    res.set_content(R"({"status":"ok","kv_disk":"unavailable"})", "application/json");
+    return;
+  }
   res.set_content(R"({"status":"ok"})", "application/json");
 }
 
@@ -81,6 +87,8 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
   out += "# HELP agentkv_http_requests_cut_total Requests dropped: headers or body past their deadline or size\n"
          "# TYPE agentkv_http_requests_cut_total counter\nagentkv_http_requests_cut_total " +
          std::to_string(ctx.connections.cut_requests.load()) + "\n";
+  gauge("agentkv_kv_disk_unavailable", "1 when --kv-dir could not be used and serving runs without the disk tier",
+        ctx.memory.disk_unavailable.empty() ? 0 : 1);
   append_engine_metrics(m, out);
   const std::optional<HostStoreStats> host =
       ctx.memory.host != nullptr ? std::optional(ctx.memory.host->stats()) : std::nullopt;

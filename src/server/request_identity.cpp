@@ -63,7 +63,7 @@ RequestIdentity identify(const ServerOptions& options, const httplib::Request& r
   RequestIdentity who;
   if (!options.api_keys.empty()) {
     const std::string key = api_key_of(req);
-    who.tenant = "t" + hex64(XXH3_64bits(key.data(), key.size()));
+    who.tenant = std::string("t").append(hex64(XXH3_64bits(key.data(), key.size())));  // append: GCC 12 -O3 -Wrestrict
   }
   struct Source {
     std::string value, name;

@@ -40,6 +40,7 @@ struct AgentMemoryRefs {
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
   std::int64_t device_block_bytes = 0;
+  std::string disk_unavailable{};  // why --kv-dir could not be used (the disk tier is off); "" otherwise
 };
 
 struct ServingContext {

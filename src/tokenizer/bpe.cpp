@@ -45,7 +45,7 @@ std::unique_ptr<BpeModel> BpeModel::parse_or_throw(const Json& j, const std::str
   m->end_of_word_suffix_ = json_string_or(j, "end_of_word_suffix", "");
   if (auto it = j.find("unk_token"); it != j.end() && it->is_string()) {
     auto id = m->find(it->get<std::string>());
-    if (!id) throw_bad_field(where + ".unk_token", "'" + it->get<std::string>() + "' is not in the vocab");
+    if (!id) throw_bad_field(where + ".unk_token", std::string("'").append(it->get<std::string>()).append("' is not in the vocab"));
     m->unk_id_ = *id;
   }
   for (int b = 0; b < 256; ++b) {

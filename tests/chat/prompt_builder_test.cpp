@@ -232,7 +232,8 @@ TEST(PromptBuilderRawText, StoredTurnReRendersAsTheModelWroteIt) {
   r.tools.push_back({.name = "Bash", .description = "Run", .input_schema = {{"type", "object"}}});
   r.messages.push_back(
       {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "list"}}});
-  const BuiltPrompt turn1 = builder.build(r);
+  const TurnOwner owner{.tenant = "t", .agent = "a"};
+  const BuiltPrompt turn1 = builder.build(r, owner);
 
   // The model wrote compact JSON and text before the call: the template would re-serialise it.
   const std::string raw =
@@ -247,16 +248,16 @@ TEST(PromptBuilderRawText, StoredTurnReRendersAsTheModelWroteIt) {
       {.role = ChatRole::User,
        .blocks = {{.type = BlockType::ToolResult, .text = "x", .tool_use_id = "toolu_9"}}});
 
-  const BuiltPrompt without_store = builder.build(r);
+  const BuiltPrompt without_store = builder.build(r, owner);
   EXPECT_FALSE(without_store.text.starts_with(turn1.text + raw));
 
-  builder.remember_assistant_output(turn, raw);
+  builder.remember_assistant_output(owner, turn, raw);
   // The client echoes the turn back with a different id and key order: still found.
   ContentBlock echoed = call;
   echoed.tool_use_id = "toolu_other";
   r.messages[1] = {.role = ChatRole::Assistant,
                    .blocks = {{.type = BlockType::Text, .text = "Let me look."}, echoed}};
-  const BuiltPrompt with_store = builder.build(r);
+  const BuiltPrompt with_store = builder.build(r, owner);
   EXPECT_TRUE(with_store.text.starts_with(turn1.text + raw + "<|im_end|>\n")) << with_store.text;
   EXPECT_TRUE(std::equal(turn1.tokens.begin(), turn1.tokens.end(), with_store.tokens.begin()));
 }
@@ -269,6 +270,7 @@ class PromptBuilderKvSplice : public ::testing::Test {
  protected:
   const Tokenizer& tok = tokenizer_for("tokenizers/qwen3/tokenizer.json");
   PromptBuilder builder{tok};
+  const TurnOwner owner{.tenant = "t", .agent = "a"};
 
   static ChatRequest first_request() {
     ChatRequest r;
@@ -300,7 +302,7 @@ class PromptBuilderKvSplice : public ::testing::Test {
 };
 
 TEST_F(PromptBuilderKvSplice, NextPromptStartsWithPromptAndGeneratedIds) {
-  const BuiltPrompt p1 = builder.build(first_request());
+  const BuiltPrompt p1 = builder.build(first_request(), owner);
   ASSERT_TRUE(p1.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n")) << p1.text;
 
   // "<tool_call>" in four pieces instead of its added token.
@@ -318,12 +320,12 @@ TEST_F(PromptBuilderKvSplice, NextPromptStartsWithPromptAndGeneratedIds) {
   // Without the ids the template drops the think block: the prefix match ends at turn 1's prompt.
   const ChatRequest r2 = second_request(call_turn("Rome", "call_1"));
   PromptBuilder text_only(tok);
-  text_only.remember_assistant_output(call_turn("Rome", "call_0"), raw);
-  EXPECT_FALSE(text_only.build(r2).text.starts_with(p1.text));
+  text_only.remember_assistant_output(owner, call_turn("Rome", "call_0"), raw);
+  EXPECT_FALSE(text_only.build(r2, owner).text.starts_with(p1.text));
 
-  builder.remember_assistant_output(call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
+  builder.remember_assistant_output(owner, call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
                                     generated);
-  const BuiltPrompt p2 = builder.build(r2);
+  const BuiltPrompt p2 = builder.build(r2, owner);
   std::vector<std::int32_t> kv = p1.tokens;
   kv.insert(kv.end(), generated.begin(), generated.end());
   EXPECT_TRUE(starts_with(p2.tokens, kv));
@@ -331,18 +333,18 @@ TEST_F(PromptBuilderKvSplice, NextPromptStartsWithPromptAndGeneratedIds) {
       << p2.text;
   EXPECT_TRUE(p2.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_EQ(tok.decode(p2.tokens, false), p2.text);
-  EXPECT_EQ(builder.build(r2).tokens, p2.tokens);  // count_tokens builds the same way
+  EXPECT_EQ(builder.build(r2, owner).tokens, p2.tokens);  // count_tokens builds the same way
 
   // Turn 3 chains on turn 2's spliced prompt.
   const std::vector<std::int32_t> generated2 = enc("It is sunny.");
   ChatMessage answer{.role = ChatRole::Assistant,
                      .blocks = {{.type = BlockType::Text, .text = "It is sunny."}}};
-  builder.remember_assistant_output(answer, "It is sunny.", p2.text, p2.tokens, generated2);
+  builder.remember_assistant_output(owner, answer, "It is sunny.", p2.text, p2.tokens, generated2);
   ChatRequest r3 = r2;
   r3.messages.push_back(answer);
   r3.messages.push_back(
       {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "And Paris?"}}});
-  const BuiltPrompt p3 = builder.build(r3);
+  const BuiltPrompt p3 = builder.build(r3, owner);
   kv = p2.tokens;
   kv.insert(kv.end(), generated2.begin(), generated2.end());
   EXPECT_TRUE(starts_with(p3.tokens, kv));
@@ -350,18 +352,18 @@ TEST_F(PromptBuilderKvSplice, NextPromptStartsWithPromptAndGeneratedIds) {
 }
 
 TEST_F(PromptBuilderKvSplice, EditedTurnIsRenderedAndEncodedAfresh) {
-  const BuiltPrompt p1 = builder.build(first_request());
+  const BuiltPrompt p1 = builder.build(first_request(), owner);
   const std::string raw =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
   std::vector<std::int32_t> generated = enc("<");
   const auto rest = enc(raw.substr(1));
   generated.insert(generated.end(), rest.begin(), rest.end());
-  builder.remember_assistant_output(call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
+  builder.remember_assistant_output(owner, call_turn("Rome", "call_0"), raw, p1.text, p1.tokens,
                                     generated);
 
   // The client changed the call: nothing remembered applies.
   const ChatRequest edited = second_request(call_turn("Paris", "call_1"));
-  const BuiltPrompt p = builder.build(edited);
+  const BuiltPrompt p = builder.build(edited, owner);
   PromptBuilder fresh(tok);
   EXPECT_EQ(p.text, fresh.build(edited).text);
   EXPECT_EQ(p.tokens, enc(p.text));
@@ -370,46 +372,105 @@ TEST_F(PromptBuilderKvSplice, EditedTurnIsRenderedAndEncodedAfresh) {
   // A remembered turn whose prompt differs (another conversation with the same reply).
   ChatRequest other = second_request(call_turn("Rome", "call_1"));
   other.messages[0].blocks[0].text = "Weather in Rome, please?";
-  const BuiltPrompt q = builder.build(other);
+  const BuiltPrompt q = builder.build(other, owner);
   EXPECT_EQ(q.tokens, enc(q.text));
   EXPECT_EQ(q.text.find(p1.text), std::string::npos);
 }
 
 TEST(AssistantTextStore, LruEvictsByBytesAndEntries) {
-  AssistantTextStore store(/*capacity_bytes=*/10, /*max_entries=*/2);
+  // Each entry counts its texts, 4 bytes per id and its owner's strings (here 1 byte).
+  const TurnOwner o{.tenant = "", .agent = "a"};
+  AssistantTextStore store(/*capacity_bytes=*/11, /*max_entries=*/2);
   auto turn = [](std::string t) {
     return ChatMessage{.role = ChatRole::Assistant,
                        .blocks = {{.type = BlockType::Text, .text = t}}};
   };
-  store.remember(turn("a"), "AAAA");
-  store.remember(turn("b"), "BBBB");
-  ASSERT_TRUE(store.find(turn("a")));  // a is now most recent
-  store.remember(turn("c"), "CCCC");   // over 2 entries: b goes
-  EXPECT_FALSE(store.find(turn("b")));
-  EXPECT_EQ(*store.find(turn("a")), "AAAA");
-  store.remember(turn("d"), "DDDDDDDD");  // 12 bytes > 10: evicts until it fits
-  EXPECT_LE(store.n_bytes(), 10u);
-  EXPECT_EQ(*store.find(turn("d")), "DDDDDDDD");
-  store.remember(turn("e"), std::string(11, 'x'));  // larger than capacity: not stored
-  EXPECT_FALSE(store.find(turn("e")));
+  store.remember(o, turn("a"), "AAAA");
+  store.remember(o, turn("b"), "BBBB");
+  ASSERT_TRUE(store.find(o, turn("a")));  // a is now most recent
+  store.remember(o, turn("c"), "CCCC");   // over 2 entries: b goes
+  EXPECT_FALSE(store.find(o, turn("b")));
+  EXPECT_EQ(*store.find(o, turn("a")), "AAAA");
+  store.remember(o, turn("d"), "DDDDDDDD");  // 14 bytes > 11: evicts until it fits
+  EXPECT_LE(store.n_bytes(), 11u);
+  EXPECT_EQ(*store.find(o, turn("d")), "DDDDDDDD");
+  store.remember(o, turn("e"), std::string(11, 'x'));  // larger than capacity: not stored
+  EXPECT_FALSE(store.find(o, turn("e")));
   // Surrounding whitespace and thinking blocks do not change the key.
   ChatMessage with_thinking = turn(" d\n");
   with_thinking.blocks.insert(with_thinking.blocks.begin(),
                               {.type = BlockType::Thinking, .text = "t"});
-  EXPECT_TRUE(store.find(with_thinking));
+  EXPECT_TRUE(store.find(o, with_thinking));
 
-  // Ids count 4 bytes each: 2 + 0 + 4 * 2 = 10 fits; one more id does not.
-  AssistantTextStore with_ids(/*capacity_bytes=*/10);
+  // Ids count 4 bytes each: 2 + 0 + 4 * 2 + 1 = 11 fits; one more id does not.
+  AssistantTextStore with_ids(/*capacity_bytes=*/11);
   with_ids.remember(
-      turn("f"),
+      o, turn("f"),
       RememberedTurn{.raw_text = "FF", .prompt_text = "", .prompt_ids = {1}, .generated_ids = {2}});
-  EXPECT_EQ(with_ids.n_bytes(), 10u);
-  EXPECT_EQ(with_ids.find_turn(turn("f"))->generated_ids, std::vector<std::int32_t>{2});
+  EXPECT_EQ(with_ids.n_bytes(), 11u);
+  EXPECT_EQ(with_ids.find_turn(o, turn("f"))->generated_ids, std::vector<std::int32_t>{2});
   with_ids.remember(
-      turn("g"),
+      o, turn("g"),
       RememberedTurn{
           .raw_text = "GG", .prompt_text = "", .prompt_ids = {1, 2}, .generated_ids = {3}});
-  EXPECT_FALSE(with_ids.find(turn("g")));
+  EXPECT_FALSE(with_ids.find(o, turn("g")));
+}
+
+// A common reply ("Done.", a `Bash ls` call) remembered in one conversation is never found by
+// another tenant or another agent: its raw text (with reasoning the other client never saw)
+// must not reach their prompts. Without an agent id nothing is remembered or found.
+TEST(AssistantTextStore, TurnsAreFoundOnlyInTheirOwnConversation) {
+  AssistantTextStore store;
+  ContentBlock call{.type = BlockType::ToolUse, .tool_use_id = "toolu_1", .tool_name = "Bash"};
+  call.input = {{"command", "ls"}};
+  const ChatMessage done{.role = ChatRole::Assistant, .blocks = {{.type = BlockType::Text, .text = "Done."}}};
+  const ChatMessage ls{.role = ChatRole::Assistant, .blocks = {call}};
+  const TurnOwner alice{.tenant = "t1", .agent = "alice"};
+  store.remember(alice, done, "<think>tenant 1's secret plan</think>Done.");
+  store.remember(alice, ls, "<think>t1 only</think><tool_call>{\"name\":\"Bash\"}</tool_call>");
+  EXPECT_EQ(*store.find(alice, done), "<think>tenant 1's secret plan</think>Done.");
+  EXPECT_TRUE(store.find(alice, ls));
+
+  for (const TurnOwner& other : {TurnOwner{.tenant = "t2", .agent = "alice"},  // another tenant
+                                 TurnOwner{.tenant = "t1", .agent = "bob"},    // another agent
+                                 TurnOwner{.tenant = "t1", .agent = ""},       // anonymous
+                                 TurnOwner{.tenant = "", .agent = "alice"},    // no auth
+                                 TurnOwner{.tenant = "t1alice", .agent = ""}, TurnOwner{.tenant = "t", .agent = "1alice"}}) {
+    SCOPED_TRACE(other.tenant + "/" + other.agent);
+    EXPECT_FALSE(store.find(other, done));
+    EXPECT_FALSE(store.find_turn(other, ls));
+  }
+  const TurnOwner anonymous{.tenant = "t1", .agent = ""};
+  store.remember(anonymous, done, "anonymous raw");
+  EXPECT_FALSE(store.find(anonymous, done)) << "no conversation identity: not remembered";
+  EXPECT_EQ(*store.find(alice, done), "<think>tenant 1's secret plan</think>Done.");
+}
+
+// The same through PromptBuilder: tenant 2 sends the same history as tenant 1's conversation;
+// its prompt is the template's rendering, without tenant 1's raw text.
+TEST(PromptBuilderRawText, AnotherTenantOrAgentGetsNoneOfAConversationsRawText) {
+  const Tokenizer tok = Tokenizer::load_files_or_throw(
+      test::testdata_file("models/stories260K/hf/tokenizer.json"),
+      test::testdata_file("models/stories260K/hf/tokenizer_config.json"));
+  PromptBuilder builder(tok);
+  ChatRequest r;
+  r.messages.push_back({.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "Clean up."}}});
+  const ChatMessage done{.role = ChatRole::Assistant, .blocks = {{.type = BlockType::Text, .text = "Done."}}};
+  const std::string raw = " <think>tenant 1's hidden reasoning</think>Done.";
+  const TurnOwner alice{.tenant = "t1", .agent = "alice"};
+  builder.remember_assistant_output(alice, done, raw);
+  r.messages.push_back(done);
+  r.messages.push_back({.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "Thanks."}}});
+
+  EXPECT_NE(builder.build(r, alice).text.find("hidden reasoning"), std::string::npos) << "its own conversation";
+  for (const TurnOwner& other : {TurnOwner{.tenant = "t2", .agent = "alice"}, TurnOwner{.tenant = "t1", .agent = "bob"},
+                                 TurnOwner{.tenant = "t1", .agent = ""}}) {
+    SCOPED_TRACE(other.tenant + "/" + other.agent);
+    const std::string text = builder.build(r, other).text;
+    EXPECT_EQ(text.find("hidden reasoning"), std::string::npos) << text;
+    EXPECT_EQ(text, PromptBuilder(tok).build(r).text) << "the template's own rendering";
+    EXPECT_EQ(builder.build_context(r, other).dump().find("hidden"), std::string::npos);
+  }
 }
 
 TEST(PromptBuilderFallback, PlainTemplateForModelsWithout) {
@@ -441,11 +502,12 @@ TEST(PromptBuilderFallback, PlainTemplateForModelsWithout) {
   const std::string raw = " Once upon a time";
   ChatMessage reply{.role = ChatRole::Assistant,
                     .blocks = {{.type = BlockType::Text, .text = "Once upon a time"}}};
-  builder.remember_assistant_output(reply, raw);
+  const TurnOwner owner{.tenant = "", .agent = "a"};
+  builder.remember_assistant_output(owner, reply, raw);
   r.messages.push_back(reply);
   r.messages.push_back(
       {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "More."}}});
-  EXPECT_EQ(builder.build(r).text, p.text + raw + "\nUser: More.\nAssistant:");
+  EXPECT_EQ(builder.build(r, owner).text, p.text + raw + "\nUser: More.\nAssistant:");
 }
 
 }  // namespace

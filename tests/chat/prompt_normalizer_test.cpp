@@ -140,21 +140,22 @@ TEST(PromptNormalizer, SystemFoldingKeepsTurnOnePrefixOnTurnTwo) {
   turn1.messages = {msg(ChatRole::User,
                         {text("<system-reminder>\nnote\n</system-reminder>"), text("list files")}),
                     msg(ChatRole::System, {text("# Environment\ncwd: /tmp")})};
-  const BuiltPrompt p1 = builder.build(turn1);
+  const TurnOwner owner{.tenant = "t", .agent = "session-1"};
+  const BuiltPrompt p1 = builder.build(turn1, owner);
 
   ContentBlock call{.type = BlockType::ToolUse, .tool_use_id = "toolu_1", .tool_name = "Bash"};
   call.input = {{"command", "ls"}};
   ChatMessage assistant = msg(ChatRole::Assistant, {call});
   const std::string raw =
       "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>";
-  builder.remember_assistant_output(assistant, raw);
+  builder.remember_assistant_output(owner, assistant, raw);
 
   ChatRequest turn2 = turn1;
   turn2.messages.push_back(assistant);
   turn2.messages.push_back(
       msg(ChatRole::User,
           {{.type = BlockType::ToolResult, .text = "a.txt", .tool_use_id = "toolu_1"}}));
-  const BuiltPrompt p2 = builder.build(turn2);
+  const BuiltPrompt p2 = builder.build(turn2, owner);
   ASSERT_TRUE(p2.text.starts_with(p1.text + raw)) << p1.text << "\n----\n" << p2.text;
   ASSERT_GE(p2.tokens.size(), p1.tokens.size());
   EXPECT_TRUE(std::equal(p1.tokens.begin(), p1.tokens.end(), p2.tokens.begin()));

@@ -95,14 +95,16 @@ test('T2 forced tool streamed: one block per call, input_json_delta concatenates
 });
 
 test('T3 tool round trip: turn 2 reuses turn 1 (prompt and generated tokens) from the cache', async () => {
+  // The conversation is named (an agent id): turns are reused within their own conversation only.
+  const options = { headers: { 'x-agent-id': 't3-conversation' } };
   const messages = [{ role: 'user', content: 'Weather in Rome? Use the tool.' }];
-  const first = await anthropic.messages.create({ model, max_tokens: 200, temperature: 0, tools: [weatherTool], tool_choice: { type: 'any' }, messages });
+  const first = await anthropic.messages.create({ model, max_tokens: 200, temperature: 0, tools: [weatherTool], tool_choice: { type: 'any' }, messages }, options);
   const call = first.content.find((b) => b.type === 'tool_use');
   const turn1Tokens = first.usage.input_tokens + first.usage.cache_read_input_tokens;
   messages.push({ role: 'assistant', content: first.content });
   messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: 'sunny, 24C', is_error: false, cache_control: { type: 'ephemeral' } }] });
-  const second = await anthropic.messages.create({ model, max_tokens: 5, temperature: 0, tools: [weatherTool], messages });
-  const { input_tokens } = await anthropic.messages.countTokens({ model, tools: [weatherTool], messages });
+  const second = await anthropic.messages.create({ model, max_tokens: 5, temperature: 0, tools: [weatherTool], messages }, options);
+  const { input_tokens } = await anthropic.messages.countTokens({ model, tools: [weatherTool], messages }, options);
   const u = second.usage;
   assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, input_tokens);
   // Everything of turn 1 that fills whole KV blocks (16 tokens) is reused.
