@@ -165,7 +165,7 @@ TEST(PromptBound, AHugePromptIsRefusedQuickly) {
       {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = prose(20u << 20)}}});
   constexpr std::size_t kContext = 32768;
   const auto t0 = std::chrono::steady_clock::now();
-  const BuiltPrompt p = builder.build(r, kContext);
+  const BuiltPrompt p = builder.build(r, {}, kContext);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(p.tokens.size(), kContext);
@@ -193,8 +193,8 @@ TEST(PromptBound, APromptUnderTheBoundIsWhole) {
   r.messages.push_back(
       {.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = prose(4000)}}});
   const BuiltPrompt whole = builder.build(r);
-  EXPECT_EQ(builder.build(r, whole.tokens.size()).tokens, whole.tokens);
-  EXPECT_GT(builder.build(r, whole.tokens.size() - 1).tokens.size(), whole.tokens.size() - 1);
+  EXPECT_EQ(builder.build(r, {}, whole.tokens.size()).tokens, whole.tokens);
+  EXPECT_GT(builder.build(r, {}, whole.tokens.size() - 1).tokens.size(), whole.tokens.size() - 1);
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ TEST(StreamDisconnect, AClientThatLeavesDuringALongPrefillIsCancelledWellUnderAS
                      .options = options,
                      .stop_token_ids = {},
                      .constraint_vocab = nullptr,
-                     .memory = {}};
+                     .memory = {},
+                     .connections = {}};
   HttpServer server(ctx);
   server.bind();
   std::thread serving([&] { server.run(); });
