@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up agentkv and runs every test: the unit, model and server tests (ctest), the CUDA build,
-# a ThreadSanitizer run of the engine, KV and server tests, then each libFuzzer target under
+# a Release build with warnings as errors, a ThreadSanitizer run of the engine, KV and server tests, then each libFuzzer target under
 # ASan and UBSan for a bounded time (AGENTKV_FUZZ_SECONDS each, default 40). Any missing
 # prerequisite (node/npm, the CUDA toolkit, clang) fails the run.
 set -euo pipefail
@@ -22,6 +22,12 @@ if [[ "${AGENTKV_CUDA_BUILD:-ON}" != OFF ]]; then
   cmake --build build-cuda -j"$jobs" --target agentkv cuda_parity_test
   ctest --test-dir build-cuda --output-on-failure -L cuda
 fi
+
+# A Release build (GCC -O3) of the server with warnings as errors: -O3 brings warnings -O2 does
+# not (users build Release without -Werror, which AGENTKV_WERROR leaves off by default).
+cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DAGENTKV_WERROR=ON -DAGENTKV_TESTS=OFF \
+  -DAGENTKV_BENCH=OFF >/dev/null
+cmake --build build-release -j"$jobs" --target agentkv
 
 # ThreadSanitizer: the engine, KV and server tests (the engine thread, HTTP threads, the
 # tiers' IO threads) in a clang build of their own. Not here: disk_store_crash_test (forks a
