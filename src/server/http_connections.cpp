@@ -58,8 +58,11 @@ class DeadlineStream final : public httplib::Stream {
   bool is_readable() const override {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     if (left.count() <= 0) return cut_ = true, false;
-    if (poll_ms(sock_, POLLIN, std::min(left, limits_.read_idle)) > 0) return true;
-    if (Clock::now() >= deadline_) cut_ = true;
+    const auto wait = std::min(left, limits_.read_idle);
+    if (poll_ms(sock_, POLLIN, wait) > 0) return true;
+    // Waited up to the phase's deadline (poll may wake a little before it): a cut, not a read's
+    // silence.
+    if (wait == left) cut_ = true;
     return false;
   }
 
@@ -182,8 +185,8 @@ bool DeadlineHttpServer::process_and_close_socket(socket_t sock) {
     bool client_closes = false;
     ok = process_request(stream, /*close_connection=*/left == 1, client_closes,
                          [&stream](httplib::Request&) { stream.start_body(); });
+    if (stream.cut()) counters_.cut_requests.fetch_add(1);  // counted before the slot is released
     if (after_request_) after_request_();
-    if (stream.cut()) counters_.cut_requests.fetch_add(1);
     if (!ok || client_closes || stream.cut()) break;
   }
   ::shutdown(sock, SHUT_RDWR);
