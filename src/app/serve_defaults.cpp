@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "base/error.h"
 
 namespace akv {
@@ -48,15 +50,14 @@ KvPoolPlan plan_kv_pool(const KvPoolInputs& in) {
   std::int64_t bytes = 0;
   if (in.kv_cache_mb > 0) {
     bytes = in.kv_cache_mb << 20;
-    plan.how = "--kv-cache-mb " + std::to_string(in.kv_cache_mb);
+    plan.how = fmt::format("--kv-cache-mb {}", in.kv_cache_mb);
   } else if (in.device) {
     const auto total = static_cast<double>(in.device->total_bytes);
     const std::int64_t used = in.device->total_bytes - in.device->free_bytes;
     const auto allowed = static_cast<std::int64_t>(in.gpu_memory_fraction * total);
     bytes = std::min(allowed - used, in.device->free_bytes) - in.reserve_bytes;
-    plan.how = "--gpu-memory-fraction " + std::to_string(in.gpu_memory_fraction).substr(0, 4) + " of " +
-               std::to_string(in.device->total_bytes >> 20) + " MiB, " + std::to_string(used >> 20) +
-               " MiB in use, " + std::to_string(in.reserve_bytes >> 20) + " MiB kept for activations";
+    plan.how = fmt::format("--gpu-memory-fraction {:.2f} of {} MiB, {} MiB in use, {} MiB kept for activations",
+                           in.gpu_memory_fraction, in.device->total_bytes >> 20, used >> 20, in.reserve_bytes >> 20);
   } else {
     bytes = in.cpu_default_mb << 20;
     plan.how = "default for a host-memory backend (--kv-cache-mb to change)";

@@ -8,23 +8,11 @@ agentkv="$1"
 testdata="$2"
 model="$testdata/models/stories260K/hf"
 tmp="$(mktemp -d)"
-pid=""
+source "$(dirname "$0")/serve_util.sh"
 cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-port=""
-start() {  # extra flags
-  "$agentkv" serve --model "$model" --port 0 --kv-dir "$tmp/kv" --block-size 16 --api-key k1 --api-key k2 "$@" \
-    >"$tmp/log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    port="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/log")"
-    [[ -n "$port" ]] && return
-    sleep 0.1
-  done
-  echo "FAIL: server did not start"; cat "$tmp/log"; exit 1
-}
-stop() { kill "$pid"; wait "$pid" || true; pid=""; }
+start() { serve_start --kv-dir "$tmp/kv" --block-size 16 --api-key k1 --api-key k2 "$@"; }  # extra flags
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 prompt='Once upon a time there was a little girl named Lily who loved to play outside in the park with her friends and her dog. One day she saw a big red ball'
 complete() {  # key agent
@@ -32,10 +20,6 @@ complete() {  # key agent
     -H 'content-type: application/json' -d "{\"model\":\"m\",\"prompt\":\"$prompt\",\"max_tokens\":20,\"temperature\":0}"
 }
 api() { curl -s -o "$tmp/body" -w '%{http_code}' "${@:2}" -H "x-api-key: $1"; }
-expect() {  # name, got, want
-  if [[ "$2" != "$3" ]]; then echo "FAIL: $1: got '$2', want '$3'"; exit 1; fi
-  echo "ok: $1"
-}
 
 start
 first="$(complete k1 alice)"

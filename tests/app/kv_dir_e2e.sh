@@ -8,27 +8,11 @@ agentkv="$1"
 testdata="$2"
 model="$testdata/models/stories260K/hf"
 tmp="$(mktemp -d)"
-pid=""
+source "$(dirname "$0")/serve_util.sh"
 cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-port=""
-start() {  # kv dir
-  "$agentkv" serve --model "$model" --port 0 --kv-dir "$1" --block-size 16 >"$tmp/log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    port="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/log")"
-    [[ -n "$port" ]] && return
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "FAIL: server did not start"; cat "$tmp/log"; exit 1
-}
-stop() { kill "$pid"; wait "$pid" || true; pid=""; }
-expect() {  # name, got, want
-  if [[ "$2" != "$3" ]]; then echo "FAIL: $1: got '$2', want '$3'"; cat "$tmp/log"; exit 1; fi
-  echo "ok: $1"
-}
+start() { serve_start --kv-dir "$1" --block-size 16; }  # kv dir
 metric() { curl -sf "localhost:$port/metrics" | sed -n "s/^$1 //p"; }
 
 echo x >"$tmp/file"
