@@ -194,11 +194,14 @@ int run_serve(const ServeOptions& o) {
   engine_config.n_blocks = pool.n_blocks;
   AgentIndex agents;
   std::string disk_unavailable;
+  // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
+  // blocks lent from host slots (DiskStore::put_lent) until it stops.
+  std::unique_ptr<HostStore> host;
   std::unique_ptr<DiskStore> disk =
       open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""), disk_unavailable);
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
-  std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get(), *backend);
+  host = open_host_tier(o, config, engine_config, disk.get(), *backend);
   engine_config.agents = &agents;
   engine_config.host = host.get();
   engine_config.disk = disk.get();

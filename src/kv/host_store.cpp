@@ -166,6 +166,14 @@ std::span<const std::byte> HostStore::pin(const Hash128& key, const Hash128& par
   return {slot_data(it->second.slot), slot_bytes_};
 }
 
+std::span<const std::byte> HostStore::lend(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end() || !it->second.ready || it->second.erased) return {};
+  ++it->second.pins;
+  return {slot_data(it->second.slot), slot_bytes_};
+}
+
 void HostStore::unpin(const Hash128& key) {
   std::lock_guard lock(mu_);
   release_locked(key, /*publish=*/false);

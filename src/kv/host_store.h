@@ -96,6 +96,9 @@ class HostStore {
   std::span<const std::byte> pin(const Hash128& key, const Hash128& parent,
                                  const Hash128& tokens_hash);
   void unpin(const Hash128& key);
+  // Pins a held block for a copy of its encoded bytes (the disk tier's write-through) without
+  // counting a hit or refreshing its priority; empty when not held. Released by unpin.
+  std::span<const std::byte> lend(const Hash128& key);
   // Demoting in place: a slot for the block's encoded bytes (encoded_block_bytes()), dropping
   // the lowest-priority unpinned block if the budget is full. The caller fills it, then calls
   // publish(key) (the block is held from then on) or abandon(key). Empty when the key is held
