@@ -138,6 +138,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   h.attention_equal_tokens = attention_equal_tokens(config);
   if (disk != nullptr) h.on_disk = [disk](const Hash128& key) { return disk->has(key); };
   h.alloc = [&backend](std::size_t bytes) { return backend.alloc_host(bytes); };  // page-locked on CUDA
+  h.allocate_ahead = true;
   if (h.max_bytes < encoded_bytes(h.codec, h.shape))
     throw Error(ErrorKind::InvalidArgument, "--kv-host-bytes: " + o.kv_host_bytes + " holds no KV block (one is " +
                                                 std::to_string(encoded_bytes(h.codec, h.shape)) + " bytes)");

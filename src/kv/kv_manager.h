@@ -86,11 +86,21 @@ struct AgentSpill {
   std::int64_t n_late = 0;     // chain blocks not queued: out of time or spilling paused
 };
 
+// Engine-thread time spent moving KV between tiers, cumulative (where a slow tier path shows).
+// Each includes the others it causes (a restore's evictions, an eviction's finish).
+struct KvTierTimes {
+  double evict_s = 0;    // evictions: starting demotions and the copies of waiting spills
+  double finish_s = 0;   // waiting for started copies out of the device and handing them over
+  double restore_s = 0;  // restoring a prefix from the host tier and disk (match)
+  double spill_s = 0;    // draining the disk spill queue between steps
+};
+
 struct KvUsage {
   std::int32_t n_blocks = 0;
   std::int32_t n_free = 0;    // on the free list
   std::int32_t n_cached = 0;  // unreferenced but indexed: evictable, reusable by a match
   std::int32_t n_used = 0;    // referenced by at least one sequence
+  KvTierTimes tier;
 };
 
 // The tiers below device memory; any may be null. All must outlive the manager.
@@ -306,6 +316,7 @@ class KvManager {
   std::vector<std::span<const std::byte>> restore_slots_;
   std::vector<EncodedKvBlock> restore_batch_;
   std::vector<Hash128> restore_pins_;
+  KvTierTimes tier_times_;
 };
 
 }  // namespace akv

@@ -16,6 +16,19 @@ namespace akv {
 
 namespace {
 constexpr std::size_t kMaxPendingBytes = 64u << 20;  // of started copies out of the device
+
+// Adds the time from its construction to its destruction to a KvTierTimes field.
+class TierTimer {
+ public:
+  explicit TierTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~TierTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  TierTimer(const TierTimer&) = delete;
+  TierTimer& operator=(const TierTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 }  // namespace
 
 KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
@@ -97,6 +110,7 @@ void KvManager::note_key(BlockId block, const TierMeta& meta) {
 }
 
 void KvManager::on_device_evict(BlockId block) {
+  const TierTimer timer(tier_times_.evict_s);
   const TierMeta meta = block_meta_[block];
   if (meta.key.is_zero()) return;
   if (spill_waiting_[block]) {  // queued for the disk: its bytes go before the block is reused
@@ -167,6 +181,7 @@ std::size_t KvManager::spill_room() const {
 }
 
 std::int32_t KvManager::spill_queued(std::int32_t max_blocks) {
+  const TierTimer timer(tier_times_.spill_s);
   std::int32_t n = 0;
   // Only as many as the disk queue takes now: the others wait (copied at eviction if need be)
   // rather than being copied and dropped.
@@ -210,6 +225,7 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
 
 void KvManager::finish_tier_reads() {
   if (demoting_.empty() && spilling_.empty()) return;
+  const TierTimer timer(tier_times_.finish_s);
   io_.finish_reads();
   for (const PendingDemotion& d : demoting_) {
     if (d.buffer < 0)
@@ -318,6 +334,7 @@ void KvManager::release_restores() {
 
 std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
                                            std::int32_t matched, std::int32_t limit) {
+  const TierTimer timer(tier_times_.restore_s);
   const std::int32_t bs = pool_.block_size();
   // First the chain's keys, pinning the blocks the host tier holds: taking device blocks below
   // starts demotions, and those must not push out the blocks this restore is about to read.
