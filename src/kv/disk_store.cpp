@@ -58,6 +58,32 @@ bool read_file_into(const std::string& path, std::vector<std::byte>& out) {
   return ok;
 }
 
+// Reads a file of exactly header.size() + payload.size() bytes: the first part into `header`,
+// the rest straight into `payload` (a restore's destination: no copy through a buffer). False
+// when it cannot be read or has another size.
+bool read_split_file(const std::string& path, std::span<std::byte> header, std::span<std::byte> payload) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = false;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == header.size() + payload.size()) {
+    ok = true;
+    std::size_t at = 0;
+    for (const std::span<std::byte> part : {header, payload}) {
+      std::size_t done = 0;
+      while (ok && done < part.size()) {
+        const ssize_t n = ::pread(fd, part.data() + done, part.size() - done, static_cast<off_t>(at + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) ok = false;
+        else done += static_cast<std::size_t>(n);
+      }
+      at += part.size();
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
 std::vector<std::byte> read_all(const std::string& path, bool& ok) {
   std::vector<std::byte> out;
   ok = read_file_into(path, out);
@@ -472,32 +498,34 @@ bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128
                         SpillCodec codec, std::span<std::byte> out) {
   AKV_CHECK(out.size() == encoded_bytes(codec, options_.shape), "load: encoded block size");
   if (!on_disk(key)) return false;
-  // One file buffer per loading thread, reused: restores read many blocks of one size.
-  thread_local std::vector<std::byte> bytes;
-  const bool ok = read_file_into(block_path(key), bytes);
-  BlockHeader h;
   const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
+  // The payload goes straight into `out` when that is its codec; else through one buffer per
+  // loading thread, reused (restores read many blocks of one size).
+  thread_local std::vector<std::byte> bytes;
+  bytes.resize(kBlockHeaderBytes + (codec == options_.codec ? 0 : payload));
+  const std::span<std::byte> body_in =
+      codec == options_.codec ? out : std::span(bytes).subspan(kBlockHeaderBytes);
+  const bool ok = read_split_file(block_path(key), std::span(bytes).first(kBlockHeaderBytes), body_in);
+  BlockHeader h;
   bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok &&
               h.key == key && h.parent == parent && h.tokens_hash == tokens_hash &&
-              h.codec == options_.codec && h.payload_bytes == payload &&
-              bytes.size() == kBlockHeaderBytes + payload;
-  const std::span<const std::byte> body =
-      good ? std::span(bytes).subspan(kBlockHeaderBytes) : std::span<const std::byte>{};
+              h.codec == options_.codec && h.payload_bytes == payload;
+  const std::span<const std::byte> body = body_in;
   good = good && payload_checksum(body) == h.payload_checksum;
   if (!good) {
     // A missing file (erased meanwhile) is not damage; anything else is.
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
-  if (codec == options_.codec) {
-    std::memcpy(out.data(), body.data(), out.size());
-  } else if (codec_is_raw(codec, options_.shape.dtype)) {
-    decode_block(options_.codec, options_.shape, body, out);
-  } else {
-    thread_local std::vector<std::byte> raw;
-    raw.resize(options_.shape.raw_bytes());
-    decode_block(options_.codec, options_.shape, body, raw);
-    encode_block(codec, options_.shape, raw, out);
+  if (codec != options_.codec) {  // else read in place
+    if (codec_is_raw(codec, options_.shape.dtype)) {
+      decode_block(options_.codec, options_.shape, body, out);
+    } else {
+      thread_local std::vector<std::byte> raw;
+      raw.resize(options_.shape.raw_bytes());
+      decode_block(options_.codec, options_.shape, body, raw);
+      encode_block(codec, options_.shape, raw, out);
+    }
   }
   const std::int64_t now = now_unix_ms();
   {

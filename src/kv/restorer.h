@@ -94,7 +94,7 @@ struct RestoreBudget {
 class Restorer {
  public:
   static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
-  static constexpr int kDefaultThreads = 4;
+  static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
   // `host`: load into the host tier's slots (null: into memory of each job's own).
