@@ -74,13 +74,12 @@ class CudaBackend final : public Backend {
   // device and the compute stream scatters it into the block after that copy (no host wait).
   // Waits only when every staging slot is still in flight.
   void write_kv_block(KvStorage& kv, std::int32_t block, std::span<const std::byte> host) override;
-  // Page-locked, mapped host memory (cudaHostAlloc): demotions gather into it in place, and
-  // restores copy it up by DMA with no host copy. Callable from any thread.
+  // Page-locked, mapped host memory (cudaHostAlloc): tier copies read and write it in place.
   std::unique_ptr<HostMemory> alloc_host(std::size_t bytes) override;
-  // Each block goes up through a ring slot by DMA on the copy stream (straight from mapped
-  // memory, alloc_host; other memory through the slot's pinned half first) and is decoded from
-  // the slot on the compute stream (kv_codec.cu). Waits only when every slot is in flight. The
-  // fence is an event recorded on the compute stream after the last of those kernels.
+  // Blocks whose bytes lie in mapped memory (alloc_host): one decode kernel per codec on the
+  // compute stream reads them in place over PCIe (kv_codec.cu); no host copy, no wait. Others
+  // are staged through the ring like write_kv_block and decoded from the slot. The fence is an
+  // event recorded on the compute stream after the last of those kernels.
   std::uint64_t write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) override;
   bool kv_writes_done(std::uint64_t fence) override;
 
@@ -224,7 +223,7 @@ class CudaBackend final : public Backend {
   std::deque<KvWriteEvent> kv_write_events_;
   std::vector<CUevent_st*> kv_spare_events_;
   std::uint64_t kv_write_fence_ = 0, kv_writes_done_ = 0;
-  std::vector<std::byte> decode_table_;     // start_read_kv_block_encoded's table, kept to avoid allocation
+  std::vector<std::byte> decode_table_;     // write_kv_blocks' table, kept to avoid allocation
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;

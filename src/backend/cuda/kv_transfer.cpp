@@ -1,8 +1,9 @@
 // The CUDA backend's KV block copies: block to block on the device (copy_kv_block), and the tier
 // copies between a device block and host bytes (read_kv_block and its deferred form,
 // write_kv_block, write_kv_blocks). Host memory from alloc_host is page-locked and mapped, so the
-// device writes it in place (a started read gathers the block straight into it), and
-// write_kv_blocks copies it up by DMA without a host copy first. Other host memory goes through a ring of pinned staging slots and a copy stream of their
+// device reads and writes it in place: a started read gathers the block straight into it, and
+// write_kv_blocks decodes every block of a call in one kernel that reads the encoded bytes over
+// PCIe. Other host memory goes through a ring of pinned staging slots and a copy stream of their
 // own: one DMA of the whole block plus one gather/scatter (or decode) kernel over the block's
 // 2 * n_layers segments (read_kv_block's layout).
 #include <algorithm>
@@ -370,39 +371,50 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
   const BlockShape shape = block_shape_of(L);
   const Segments seg = segments_of(L);
   cudaStream_t compute = stream();
-  // Every block goes up through the ring's device slots by DMA (the copy engines move page-locked
-  // host memory at the link's speed; a kernel reading it in place over PCIe reaches about half
-  // of that) and is decoded from there. Page-locked sources (the host tier's slots) are copied
-  // straight from where they are; others through the slot's pinned half first.
+  // Blocks in mapped memory: one decode launch per codec, reading them in place. Others: staged
+  // one by one through the ring (table and bytes up in one copy, decoded from the slot).
   std::vector<SpillCodec> codecs;
   for (const EncodedKvBlock& b : blocks)
     if (std::find(codecs.begin(), codecs.end(), b.codec) == codecs.end()) codecs.push_back(b.codec);
+  std::vector<const void*> src;
+  std::vector<std::int32_t> ids;
   for (SpillCodec codec : codecs) {
     const cuda::KvCodecArgs args = codec_args(codec, shape);
     const std::size_t encoded = encoded_bytes(codec, shape);
+    src.clear();
+    ids.clear();
     for (const EncodedKvBlock& b : blocks) {
       if (b.codec != codec) continue;
       AKV_CHECK(b.block >= 0 && b.block < L.n_blocks, "block id out of range");
       AKV_CHECK(b.bytes.size() == encoded, "write_kv_blocks: encoded size");
-      const bool pinned = mapped_device_pointer(b.bytes.data()) != nullptr;
+      if (const void* direct = mapped_device_pointer(b.bytes.data())) {
+        src.push_back(direct);
+        ids.push_back(b.block);
+        continue;
+      }
       const std::size_t data_at = align_up(decode_table_bytes(seg.n, 1));
       const std::size_t i = take_kv_slot(data_at + encoded);
       char* h = kv_ring_.host + i * kv_ring_.slot_bytes;
       char* d = kv_ring_.device + i * kv_ring_.slot_bytes;
       const void* staged = d + data_at;
       fill_decode_table(kv, {&staged, 1}, {&b.block, 1}, h);
-      if (pinned) {  // read by the DMA: `b.bytes` stays untouched until the fence
-        AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, data_at, cudaMemcpyHostToDevice, kv_stream_));
-        AKV_CUDA_CHECK(cudaMemcpyAsync(d + data_at, b.bytes.data(), encoded, cudaMemcpyHostToDevice, kv_stream_));
-      } else {
-        std::memcpy(h + data_at, b.bytes.data(), encoded);  // `b.bytes` is free again from here
-        AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, data_at + encoded, cudaMemcpyHostToDevice, kv_stream_));
-      }
+      std::memcpy(h + data_at, b.bytes.data(), encoded);  // `b.bytes` is free again from here
+      AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, data_at + encoded, cudaMemcpyHostToDevice, kv_stream_));
       AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, kv_stream_));
       AKV_CUDA_CHECK(cudaStreamWaitEvent(compute, kv_handoff_, 0));
       const DecodeTable t = decode_table_at(d, seg.n, 1);
       cuda::launch_decode_kv_blocks(args, t.src, t.ids, t.bases, static_cast<int>(seg.n), 1, compute);
       AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], compute));
+    }
+    constexpr std::size_t kMaxPerLaunch = 32768;
+    for (std::size_t first = 0; first < ids.size(); first += kMaxPerLaunch) {
+      const std::size_t n = std::min(kMaxPerLaunch, ids.size() - first);
+      decode_table_.resize(decode_table_bytes(seg.n, n));
+      fill_decode_table(kv, std::span(src).subspan(first, n), std::span(ids).subspan(first, n),
+                        reinterpret_cast<char*>(decode_table_.data()));
+      const DecodeTable t = decode_table_at(upload_small(decode_table_.data(), decode_table_.size()), seg.n, n);
+      cuda::launch_decode_kv_blocks(args, t.src, t.ids, t.bases, static_cast<int>(seg.n),
+                                    static_cast<int>(n), compute);
     }
   }
   // The fence: once the compute stream passes here, every source above has been read.
