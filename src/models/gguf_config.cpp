@@ -17,12 +17,13 @@ struct ArchInfo {
   Family family;
 };
 constexpr ArchInfo kArchs[] = {
-    {"llama", "LlamaForCausalLM", Family::Llama},   {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
-    {"qwen3", "Qwen3ForCausalLM", Family::Qwen3},   {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
+    {"llama", "LlamaForCausalLM", Family::Llama}, {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
+    {"qwen3", "Qwen3ForCausalLM", Family::Qwen3}, {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
     {"phi3", "Phi3ForCausalLM", Family::Phi3},
 };
 
-[[noreturn]] void fail_key(const GgufReader& g, const std::string& key, const std::string& problem) {
+[[noreturn]] void fail_key(const GgufReader& g, const std::string& key,
+                           const std::string& problem) {
   throw Error(ErrorKind::BadFormat, g.path() + ": metadata key '" + key + "': " + problem);
 }
 
@@ -66,11 +67,13 @@ void read_rope(const GgufReader& g, const std::string& a, ModelConfig& c) {
     const GgufTensor* lf = g.find("rope_factors_long.weight");
     const GgufTensor* sf = g.find("rope_factors_short.weight");
     if (lf == nullptr || sf == nullptr)
-      throw Error(ErrorKind::BadFormat, g.path() + ": longrope scaling without rope_factors_long/short tensors");
+      throw Error(ErrorKind::BadFormat,
+                  g.path() + ": longrope scaling without rope_factors_long/short tensors");
     r.long_factor = f32_tensor_values(*lf);
     r.short_factor = f32_tensor_values(*sf);
   } else if (type != "none") {
-    throw Error(ErrorKind::Unsupported, g.path() + ": metadata key '" + a + ".rope.scaling.type': '" + type +
+    throw Error(ErrorKind::Unsupported, g.path() + ": metadata key '" + a +
+                                            ".rope.scaling.type': '" + type +
                                             "' is not supported (none, linear, yarn, longrope)");
   }
   if (r.factor <= 0) fail_key(g, a + ".rope.scaling.factor", "must be positive");
@@ -81,10 +84,12 @@ void read_rope(const GgufReader& g, const std::string& a, ModelConfig& c) {
       static_cast<std::int64_t>(static_cast<double>(c.head_dim) * r.partial_rotary_factor) / 2);
   if (!r.freq_factors.empty() && r.freq_factors.size() != half)
     throw Error(ErrorKind::BadFormat, g.path() + ": tensor 'rope_freqs.weight' has " +
-                                          std::to_string(r.freq_factors.size()) + " entries, expected " +
-                                          std::to_string(half));
-  if (r.type == RopeType::LongRope && (r.long_factor.size() != half || r.short_factor.size() != half))
-    throw Error(ErrorKind::BadFormat, g.path() + ": rope_factors_long/short need " + std::to_string(half) + " entries each");
+                                          std::to_string(r.freq_factors.size()) +
+                                          " entries, expected " + std::to_string(half));
+  if (r.type == RopeType::LongRope &&
+      (r.long_factor.size() != half || r.short_factor.size() != half))
+    throw Error(ErrorKind::BadFormat, g.path() + ": rope_factors_long/short need " +
+                                          std::to_string(half) + " entries each");
 
   c.rope_sliding = c.rope;
   if (c.family == Family::Gemma3) {
@@ -102,15 +107,19 @@ void read_sliding(const GgufReader& g, const std::string& a, ModelConfig& c) {
   const std::string pattern_key = a + ".attention.sliding_window_pattern";
   const GgufValue* pattern = md.find(pattern_key);
   if (pattern != nullptr && pattern->type == GgufValueType::Array) {
-    if (pattern->elem_type != GgufValueType::Bool || pattern->n_elems != static_cast<std::uint64_t>(c.n_layers))
+    if (pattern->elem_type != GgufValueType::Bool ||
+        pattern->n_elems != static_cast<std::uint64_t>(c.n_layers))
       fail_key(g, pattern_key, "expected an array of block_count booleans");
     for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = pattern->raw[i] != 0;
   } else {
     // A period n: every n-th layer is global. Gemma 3 uses 6 when the key is absent.
     std::int64_t n = 0;
-    if (pattern != nullptr) n = md.get_u32(pattern_key);
-    else if (c.family == Family::Gemma3) n = 6;
-    for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = n <= 0 || (i + 1) % n != 0;
+    if (pattern != nullptr)
+      n = md.get_u32(pattern_key);
+    else if (c.family == Family::Gemma3)
+      n = 6;
+    for (std::int64_t i = 0; i < c.n_layers; ++i)
+      c.layer_is_sliding[i] = n <= 0 || (i + 1) % n != 0;
   }
   bool any = false;
   for (bool s : c.layer_is_sliding) any |= s;
@@ -132,10 +141,12 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
   for (const ArchInfo& x : kArchs)
     if (x.gguf == a) arch = &x;
   if (arch == nullptr)
-    throw Error(ErrorKind::Unsupported, g.path() + ": GGUF architecture '" + a +
-                                            "' is not supported (llama, qwen2, qwen3, gemma3, phi3)");
+    throw Error(ErrorKind::Unsupported,
+                g.path() + ": GGUF architecture '" + a +
+                    "' is not supported (llama, qwen2, qwen3, gemma3, phi3)");
   if (md.find_u32(a + ".expert_count").value_or(0) > 0)
-    throw Error(ErrorKind::Unsupported, g.path() + ": mixture-of-experts models are not supported yet");
+    throw Error(ErrorKind::Unsupported,
+                g.path() + ": mixture-of-experts models are not supported yet");
 
   ModelConfig c;
   c.architecture = std::string(arch->hf);
@@ -145,23 +156,33 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
   c.intermediate_size = positive(g, a + ".feed_forward_length");
   c.n_layers = positive(g, a + ".block_count");
   c.n_heads = positive(g, a + ".attention.head_count");
-  c.n_kv_heads = md.has(a + ".attention.head_count_kv") ? positive(g, a + ".attention.head_count_kv") : c.n_heads;
+  c.n_kv_heads = md.has(a + ".attention.head_count_kv")
+                     ? positive(g, a + ".attention.head_count_kv")
+                     : c.n_heads;
   if (c.n_heads % c.n_kv_heads != 0)
-    fail_key(g, a + ".attention.head_count_kv", "must divide the head count " + std::to_string(c.n_heads));
-  if (md.has(a + ".attention.key_length")) c.head_dim = positive(g, a + ".attention.key_length");
-  else if (c.hidden_size % c.n_heads == 0) c.head_dim = c.hidden_size / c.n_heads;
-  else fail_key(g, a + ".attention.key_length", "missing and the embedding length is not a multiple of the head count");
+    fail_key(g, a + ".attention.head_count_kv",
+             "must divide the head count " + std::to_string(c.n_heads));
+  if (md.has(a + ".attention.key_length"))
+    c.head_dim = positive(g, a + ".attention.key_length");
+  else if (c.hidden_size % c.n_heads == 0)
+    c.head_dim = c.hidden_size / c.n_heads;
+  else
+    fail_key(g, a + ".attention.key_length",
+             "missing and the embedding length is not a multiple of the head count");
   if (const auto v = md.find_u32(a + ".attention.value_length"); v && *v != c.head_dim)
     throw Error(ErrorKind::Unsupported, g.path() + ": value_length != key_length is not supported");
   if (c.head_dim % 2 != 0) fail_key(g, a + ".attention.key_length", "must be even for RoPE");
 
   const GgufTensor& embd = g.get_or_throw("token_embd.weight");
   c.vocab_size = md.has(a + ".vocab_size") ? positive(g, a + ".vocab_size") : embd.shape()[0];
-  c.max_position_embeddings = md.has(a + ".context_length") ? positive(g, a + ".context_length") : 4096;
+  c.max_position_embeddings =
+      md.has(a + ".context_length") ? positive(g, a + ".context_length") : 4096;
   c.rms_norm_eps = md.find_f32(a + ".attention.layer_norm_rms_epsilon").value_or(1e-6f);
-  if (c.rms_norm_eps <= 0 || c.rms_norm_eps > 1) fail_key(g, a + ".attention.layer_norm_rms_epsilon", "must be in (0, 1]");
+  if (c.rms_norm_eps <= 0 || c.rms_norm_eps > 1)
+    fail_key(g, a + ".attention.layer_norm_rms_epsilon", "must be in (0, 1]");
   c.tie_word_embeddings = g.find("output.weight") == nullptr;
-  c.attention_bias = g.find("blk.0.attn_q.bias") != nullptr || g.find("blk.0.attn_qkv.bias") != nullptr;
+  c.attention_bias =
+      g.find("blk.0.attn_q.bias") != nullptr || g.find("blk.0.attn_qkv.bias") != nullptr;
   c.mlp_bias = g.find("blk.0.ffn_up.bias") != nullptr;
   c.activation = c.family == Family::Gemma3 ? Activation::GeluTanh : Activation::Silu;
 
@@ -172,7 +193,8 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
   if (c.family == Family::Gemma3) {
     // query_pre_attn_scalar is not stored; llama.cpp uses hidden / heads for the 62-layer 27B
     // and head_dim otherwise, as the released checkpoints do.
-    if (c.n_layers == 62) c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.hidden_size / c.n_heads));
+    if (c.n_layers == 62)
+      c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.hidden_size / c.n_heads));
     c.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));
   }
   c.attn_logit_softcap = md.find_f32(a + ".attn_logit_softcapping").value_or(0.0f);
@@ -180,7 +202,8 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
   c.bos_token_id = md.find_i32("tokenizer.ggml.bos_token_id").value_or(-1);
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
     const auto id = md.find_i32(key);
-    if (id && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end())
+    if (id &&
+        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end())
       c.eos_token_ids.push_back(*id);
   }
   return c;

@@ -16,12 +16,12 @@ struct LayerName {
   std::string_view gguf, hf;
 };
 constexpr LayerName kLayerNames[] = {
-    {"attn_norm", "input_layernorm"},        {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},          {"attn_v", "self_attn.v_proj"},
-    {"attn_qkv", "self_attn.qkv_proj"},      {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},     {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_gate", "mlp.gate_proj"},           {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},           {"ffn_norm", "post_attention_layernorm"},
+    {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+    {"attn_qkv", "self_attn.qkv_proj"},  {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},       {"ffn_norm", "post_attention_layernorm"},
 };
 // Gemma 3 names its four norms differently; Phi-3 keeps gate and up fused in ffn_up.
 constexpr LayerName kGemma3Names[] = {
@@ -45,7 +45,8 @@ std::optional<std::string_view> layer_stem(std::string_view stem, Family family)
 // Works on whole rows of any type (quantized rows are whole blocks).
 std::vector<std::uint8_t> unpermute_rows(std::span<const std::uint8_t> bytes, std::int64_t n_rows,
                                          std::int64_t head_dim) {
-  AKV_CHECK(n_rows % head_dim == 0 && head_dim % 2 == 0, "unpermute_rows: shape checked by the caller");
+  AKV_CHECK(n_rows % head_dim == 0 && head_dim % 2 == 0,
+            "unpermute_rows: shape checked by the caller");
   const std::size_t row_bytes = bytes.size() / static_cast<std::size_t>(n_rows);
   std::vector<std::uint8_t> out(bytes.size());
   const std::int64_t half = head_dim / 2;
@@ -61,10 +62,14 @@ std::vector<std::uint8_t> unpermute_rows(std::span<const std::uint8_t> bytes, st
 
 std::optional<DType> plain_dtype(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return DType::F32;
-    case GgmlType::F16: return DType::F16;
-    case GgmlType::BF16: return DType::BF16;
-    default: return std::nullopt;
+    case GgmlType::F32:
+      return DType::F32;
+    case GgmlType::F16:
+      return DType::F16;
+    case GgmlType::BF16:
+      return DType::BF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -93,7 +98,8 @@ std::optional<std::string> hf_tensor_name(std::string_view name, Family family) 
   const std::size_t dot = name.find('.', 4);
   if (dot == std::string_view::npos) return std::nullopt;
   const std::string_view layer = name.substr(4, dot - 4);
-  if (layer.empty() || layer.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  if (layer.empty() || layer.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
   const std::string_view rest = name.substr(dot + 1);  // "attn_q.weight"
   const std::size_t last = rest.rfind('.');
   if (last == std::string_view::npos) return std::nullopt;
@@ -101,7 +107,8 @@ std::optional<std::string> hf_tensor_name(std::string_view name, Family family) 
   if (suffix != "weight" && suffix != "bias") return std::nullopt;
   const auto stem = layer_stem(rest.substr(0, last), family);
   if (!stem) return std::nullopt;
-  return "model.layers." + std::string(layer) + "." + std::string(*stem) + "." + std::string(suffix);
+  return "model.layers." + std::string(layer) + "." + std::string(*stem) + "." +
+         std::string(suffix);
 }
 
 DType gguf_weight_dtype(const GgufReader& g, DType quantized_dtype) {
@@ -115,7 +122,8 @@ DType gguf_weight_dtype(const GgufReader& g, DType quantized_dtype) {
   return out;
 }
 
-SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, const ModelConfig& c, DType dtype) {
+SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, const ModelConfig& c,
+                                    DType dtype) {
   const GgufReader& g = *gguf;
   const bool llama_permuted = g.metadata().get_string("general.architecture") == "llama";
   std::vector<TensorInfo> tensors;
@@ -133,7 +141,8 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
     if (llama_permuted && (is_q || is_k)) {
       const std::int64_t rows = t.shape()[0];
       if (rows != (is_q ? c.n_heads : c.n_kv_heads) * c.head_dim)
-        throw Error(ErrorKind::BadFormat, t.file + ": tensor '" + name + "' has " + std::to_string(rows) +
+        throw Error(ErrorKind::BadFormat, t.file + ": tensor '" + name + "' has " +
+                                              std::to_string(rows) +
                                               " rows, expected heads * head_dim");
       unpermuted = unpermute_rows(t.bytes, rows, c.head_dim);
       bytes = unpermuted;
@@ -158,7 +167,8 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
     }
     tensors.push_back(std::move(info));
   }
-  return SafetensorsReader::from_memory(g.path(), std::move(tensors), std::move(storage), std::move(gguf));
+  return SafetensorsReader::from_memory(g.path(), std::move(tensors), std::move(storage),
+                                        std::move(gguf));
 }
 
 }  // namespace akv

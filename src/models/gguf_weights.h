@@ -29,7 +29,7 @@ DType gguf_weight_dtype(const GgufReader& gguf, DType quantized_dtype);
 // Every tensor the families load, converted to `dtype` (zero copy when the stored type already
 // is `dtype` and nothing needs undoing). The result keeps `gguf`'s mappings alive.
 // Throws Error naming the file and tensor for a tensor whose shape cannot be mapped.
-SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, const ModelConfig& config,
-                                    DType dtype);
+SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf,
+                                    const ModelConfig& config, DType dtype);
 
 }  // namespace akv

@@ -219,6 +219,7 @@ void dequantize(GgmlType type, std::span<const std::uint8_t> src, std::span<floa
   AKV_CHECK(n % static_cast<std::size_t>(tr.block_elems) == 0, "dequantize: not a whole number of blocks");
   const std::size_t n_blocks = n / static_cast<std::size_t>(tr.block_elems);
   AKV_CHECK(src.size() == n_blocks * static_cast<std::size_t>(tr.block_bytes), "dequantize: source size");
+  if (n == 0) return;  // an empty tensor has no bytes (memcpy's pointers may be null)
   switch (type) {
     case GgmlType::F32: std::memcpy(dst.data(), src.data(), n * 4); return;
     case GgmlType::F16: convert_to_f32(DType::F16, src.data(), dst.data(), n); return;

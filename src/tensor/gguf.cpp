@@ -21,7 +21,8 @@ namespace {
 [[noreturn]] void fail(const std::string& file, const std::string& problem) {
   throw Error(ErrorKind::BadFormat, file + ": " + problem);
 }
-[[noreturn]] void fail_key(const std::string& file, std::string_view key, const std::string& problem) {
+[[noreturn]] void fail_key(const std::string& file, std::string_view key,
+                           const std::string& problem) {
   throw Error(ErrorKind::BadFormat, file + ": key '" + std::string(key) + "': " + problem);
 }
 [[noreturn]] void fail_tensor(const std::string& file, std::string_view tensor,
@@ -32,7 +33,8 @@ namespace {
 // Reads little-endian fields; running out of bytes throws naming what was being read.
 class Cursor {
  public:
-  Cursor(std::span<const std::uint8_t> bytes, const std::string& file) : bytes_(bytes), file_(file) {}
+  Cursor(std::span<const std::uint8_t> bytes, const std::string& file)
+      : bytes_(bytes), file_(file) {}
 
   std::uint64_t pos() const { return pos_; }
   std::uint64_t remaining() const { return bytes_.size() - pos_; }
@@ -87,7 +89,8 @@ GgufValueType read_value_type(Cursor& c, const std::string& file, std::string_vi
 void read_value(Cursor& c, GgufValueType type, GgufValue* out, int depth, const std::string& file,
                 std::string_view key);
 
-void read_array(Cursor& c, GgufValue* out, int depth, const std::string& file, std::string_view key) {
+void read_array(Cursor& c, GgufValue* out, int depth, const std::string& file,
+                std::string_view key) {
   if (depth >= GgufLimits::kMaxArrayDepth)
     fail_key(file, key, "arrays nested deeper than " + std::to_string(GgufLimits::kMaxArrayDepth));
   const GgufValueType elem = read_value_type(c, file, key);
@@ -99,17 +102,19 @@ void read_array(Cursor& c, GgufValue* out, int depth, const std::string& file, s
                                  : elem == GgufValueType::Array ? 12
                                                                 : gguf_value_type_size(elem);
   if (n > c.remaining() / min_elem)
-    fail_key(file, key, "array of " + std::to_string(n) + " " +
-                            std::string(gguf_value_type_name(elem)) +
-                            " elements runs past the end of the file");
+    fail_key(file, key,
+             "array of " + std::to_string(n) + " " + std::string(gguf_value_type_name(elem)) +
+                 " elements runs past the end of the file");
   if (elem == GgufValueType::String) {
     out->strings.reserve(n);
     for (std::uint64_t i = 0; i < n; ++i)
-      out->strings.push_back(c.string(GgufLimits::kMaxStringBytes,
-                                      "element " + std::to_string(i) + " of key '" + std::string(key) + "'"));
+      out->strings.push_back(
+          c.string(GgufLimits::kMaxStringBytes,
+                   "element " + std::to_string(i) + " of key '" + std::string(key) + "'"));
   } else if (elem == GgufValueType::Array) {
     out->arrays.resize(n);
-    for (std::uint64_t i = 0; i < n; ++i) read_value(c, elem, &out->arrays[i], depth + 1, file, key);
+    for (std::uint64_t i = 0; i < n; ++i)
+      read_value(c, elem, &out->arrays[i], depth + 1, file, key);
   } else {
     const std::uint64_t n_bytes = n * min_elem;
     const std::uint8_t* p = c.take(n_bytes, "array of key '" + std::string(key) + "'");
@@ -163,7 +168,9 @@ void read_value(Cursor& c, GgufValueType type, GgufValue* out, int depth, const 
   }
 }
 
-std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
+std::uint64_t align_up(std::uint64_t x, std::uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 void read_metadata(Cursor& c, std::uint64_t n_kv, GgufFileInfo* info, const std::string& file) {
   for (std::uint64_t k = 0; k < n_kv; ++k) {
@@ -179,7 +186,8 @@ void read_metadata(Cursor& c, std::uint64_t n_kv, GgufFileInfo* info, const std:
     if (a->type != GgufValueType::U32)
       fail_key(file, "general.alignment", "type " + a->type_string() + ", expected UINT32");
     if (a->u == 0 || (a->u & (a->u - 1)) != 0)
-      fail_key(file, "general.alignment", "value " + std::to_string(a->u) + " is not a power of two");
+      fail_key(file, "general.alignment",
+               "value " + std::to_string(a->u) + " is not a power of two");
     info->alignment = static_cast<std::uint32_t>(a->u);
   }
 }
@@ -194,7 +202,8 @@ GgufTensor read_tensor_info(Cursor& c, std::uint64_t index, const std::string& f
   std::int64_t numel = 1;
   for (std::uint32_t d = 0; d < n_dims; ++d) {
     const std::uint64_t ne = c.u64("dimension of tensor '" + t.name + "'");
-    if (ne > static_cast<std::uint64_t>(INT64_MAX)) fail_tensor(file, t.name, "dimension overflows");
+    if (ne > static_cast<std::uint64_t>(INT64_MAX))
+      fail_tensor(file, t.name, "dimension overflows");
     t.dims.push_back(static_cast<std::int64_t>(ne));
     if (__builtin_mul_overflow(numel, static_cast<std::int64_t>(ne), &numel))
       fail_tensor(file, t.name, "element count overflows");
@@ -206,9 +215,10 @@ GgufTensor read_tensor_info(Cursor& c, std::uint64_t index, const std::string& f
                 ErrorKind::Unsupported);
   t.type = static_cast<GgmlType>(raw_type);
   if (t.dims[0] % traits->block_elems != 0)
-    fail_tensor(file, t.name, "row length " + std::to_string(t.dims[0]) + " is not a multiple of " +
-                                  std::string(traits->name) + "'s block of " +
-                                  std::to_string(traits->block_elems));
+    fail_tensor(file, t.name,
+                "row length " + std::to_string(t.dims[0]) + " is not a multiple of " +
+                    std::string(traits->name) + "'s block of " +
+                    std::to_string(traits->block_elems));
   t.offset = c.u64("offset of tensor '" + t.name + "'");
   return t;
 }
@@ -216,22 +226,27 @@ GgufTensor read_tensor_info(Cursor& c, std::uint64_t index, const std::string& f
 std::uint64_t tensor_bytes(const GgufTensor& t) {
   const GgmlTypeTraits tr = ggml_type_traits(t.type);
   // numel fits int64 and block_bytes <= 8 * block_elems, so this cannot overflow uint64.
-  return static_cast<std::uint64_t>(t.numel() / tr.block_elems) * static_cast<std::uint64_t>(tr.block_bytes);
+  return static_cast<std::uint64_t>(t.numel() / tr.block_elems) *
+         static_cast<std::uint64_t>(tr.block_bytes);
 }
 
 // Points every tensor at its bytes, checking alignment, extent and overlap.
-void place_tensors(std::span<const std::uint8_t> file_bytes, GgufFileInfo* info, const std::string& file) {
+void place_tensors(std::span<const std::uint8_t> file_bytes, GgufFileInfo* info,
+                   const std::string& file) {
   std::vector<std::pair<std::uint64_t, const GgufTensor*>> by_offset;
-  const std::uint64_t data_size = info->data_offset <= file_bytes.size() ? file_bytes.size() - info->data_offset : 0;
+  const std::uint64_t data_size =
+      info->data_offset <= file_bytes.size() ? file_bytes.size() - info->data_offset : 0;
   for (GgufTensor& t : info->tensors) {
     const std::uint64_t n = tensor_bytes(t);
     if (t.offset % info->alignment != 0)
-      fail_tensor(file, t.name, "offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                                    std::to_string(info->alignment));
+      fail_tensor(file, t.name,
+                  "offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+                      std::to_string(info->alignment));
     if (t.offset > data_size || n > data_size - t.offset)
-      fail_tensor(file, t.name, "data [" + std::to_string(t.offset) + ", +" + std::to_string(n) +
-                                    ") runs past the data section (" + std::to_string(data_size) +
-                                    " bytes): truncated file?");
+      fail_tensor(file, t.name,
+                  "data [" + std::to_string(t.offset) + ", +" + std::to_string(n) +
+                      ") runs past the data section (" + std::to_string(data_size) +
+                      " bytes): truncated file?");
     t.bytes = file_bytes.subspan(info->data_offset + t.offset, n);
     by_offset.emplace_back(t.offset, &t);
   }
@@ -258,8 +273,10 @@ bool GgufValue::is_integer() const {
     case GgufValueType::U32:
     case GgufValueType::I32:
     case GgufValueType::U64:
-    case GgufValueType::I64: return true;
-    default: return false;
+    case GgufValueType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -274,7 +291,9 @@ std::int64_t GgufTensor::numel() const {
   return n;
 }
 
-std::vector<std::int64_t> GgufTensor::shape() const { return {dims.rbegin(), dims.rend()}; }
+std::vector<std::int64_t> GgufTensor::shape() const {
+  return {dims.rbegin(), dims.rend()};
+}
 
 // ---- parse ----
 
@@ -297,9 +316,11 @@ GgufFileInfo parse_gguf(std::span<const std::uint8_t> file_bytes, const std::str
   const std::uint64_t n_tensors = c.u64("tensor count");
   const std::uint64_t n_kv = c.u64("metadata count");
   if (n_tensors > GgufLimits::kMaxTensors || n_tensors > c.remaining() / 24)
-    fail(file, "tensor count " + std::to_string(n_tensors) + " exceeds the limit or the file size: truncated file?");
+    fail(file, "tensor count " + std::to_string(n_tensors) +
+                   " exceeds the limit or the file size: truncated file?");
   if (n_kv > GgufLimits::kMaxKeys || n_kv > c.remaining() / 12)
-    fail(file, "metadata count " + std::to_string(n_kv) + " exceeds the limit or the file size: truncated file?");
+    fail(file, "metadata count " + std::to_string(n_kv) +
+                   " exceeds the limit or the file size: truncated file?");
 
   read_metadata(c, n_kv, &info, file);
 
@@ -332,7 +353,8 @@ bool GgufMetadata::insert(std::string key, GgufValue value) {
 const GgufValue& GgufMetadata::get_or_throw(std::string_view key) const {
   const GgufValue* v = find(key);
   if (v == nullptr)
-    throw Error(ErrorKind::NotFound, file_ + ": metadata key '" + std::string(key) + "' is missing");
+    throw Error(ErrorKind::NotFound,
+                file_ + ": metadata key '" + std::string(key) + "' is missing");
   return *v;
 }
 
@@ -351,9 +373,10 @@ std::int64_t integer_in(const std::string& file, std::string_view key, const Ggu
   const bool is_unsigned = v.type == GgufValueType::U8 || v.type == GgufValueType::U16 ||
                            v.type == GgufValueType::U32 || v.type == GgufValueType::U64;
   if (is_unsigned ? v.u > static_cast<std::uint64_t>(hi) : (v.i < lo || v.i > hi))
-    throw Error(ErrorKind::BadFormat, file + ": metadata key '" + std::string(key) + "' value " +
-                                          (is_unsigned ? std::to_string(v.u) : std::to_string(v.i)) +
-                                          " is out of range for " + std::string(wanted));
+    throw Error(ErrorKind::BadFormat,
+                file + ": metadata key '" + std::string(key) + "' value " +
+                    (is_unsigned ? std::to_string(v.u) : std::to_string(v.i)) +
+                    " is out of range for " + std::string(wanted));
   return is_unsigned ? static_cast<std::int64_t>(v.u) : v.i;
 }
 
@@ -373,12 +396,18 @@ GgufValue array_elem(const GgufValue& a, std::uint64_t i) {
       e.f = f;
       break;
     }
-    case GgufValueType::F64: std::memcpy(&e.f, &bits, 8); break;
+    case GgufValueType::F64:
+      std::memcpy(&e.f, &bits, 8);
+      break;
     case GgufValueType::I8:
     case GgufValueType::I16:
     case GgufValueType::I32:
-    case GgufValueType::I64: e.i = sign_extend(bits, static_cast<int>(n)); break;
-    default: e.u = bits; break;
+    case GgufValueType::I64:
+      e.i = sign_extend(bits, static_cast<int>(n));
+      break;
+    default:
+      e.u = bits;
+      break;
   }
   return e;
 }
@@ -392,7 +421,8 @@ std::string GgufMetadata::get_string(std::string_view key) const {
 }
 
 std::uint32_t GgufMetadata::get_u32(std::string_view key) const {
-  return static_cast<std::uint32_t>(integer_in(file_, key, get_or_throw(key), 0, UINT32_MAX, "UINT32"));
+  return static_cast<std::uint32_t>(
+      integer_in(file_, key, get_or_throw(key), 0, UINT32_MAX, "UINT32"));
 }
 
 std::uint64_t GgufMetadata::get_u64(std::string_view key) const {
@@ -402,7 +432,8 @@ std::uint64_t GgufMetadata::get_u64(std::string_view key) const {
 }
 
 std::int32_t GgufMetadata::get_i32(std::string_view key) const {
-  return static_cast<std::int32_t>(integer_in(file_, key, get_or_throw(key), INT32_MIN, INT32_MAX, "INT32"));
+  return static_cast<std::int32_t>(
+      integer_in(file_, key, get_or_throw(key), INT32_MIN, INT32_MAX, "INT32"));
 }
 
 std::int64_t GgufMetadata::get_i64(std::string_view key) const {
@@ -411,11 +442,14 @@ std::int64_t GgufMetadata::get_i64(std::string_view key) const {
 
 double GgufMetadata::get_f64(std::string_view key) const {
   const GgufValue& v = get_or_throw(key);
-  if (v.type != GgufValueType::F32 && v.type != GgufValueType::F64) wrong_type(file_, key, v, "FLOAT32");
+  if (v.type != GgufValueType::F32 && v.type != GgufValueType::F64)
+    wrong_type(file_, key, v, "FLOAT32");
   return v.f;
 }
 
-float GgufMetadata::get_f32(std::string_view key) const { return static_cast<float>(get_f64(key)); }
+float GgufMetadata::get_f32(std::string_view key) const {
+  return static_cast<float>(get_f64(key));
+}
 
 bool GgufMetadata::get_bool(std::string_view key) const {
   const GgufValue& v = get_or_throw(key);
@@ -432,8 +466,9 @@ std::vector<std::string> GgufMetadata::get_string_array(std::string_view key) co
 
 std::vector<std::int32_t> GgufMetadata::get_i32_array(std::string_view key) const {
   const GgufValue& v = get_or_throw(key);
-  if (v.type != GgufValueType::Array || v.elem_type == GgufValueType::F32 || v.elem_type == GgufValueType::F64 ||
-      v.elem_type == GgufValueType::Bool || gguf_value_type_size(v.elem_type) == 0)
+  if (v.type != GgufValueType::Array || v.elem_type == GgufValueType::F32 ||
+      v.elem_type == GgufValueType::F64 || v.elem_type == GgufValueType::Bool ||
+      gguf_value_type_size(v.elem_type) == 0)
     wrong_type(file_, key, v, "ARRAY[INT32]");
   std::vector<std::int32_t> out;
   out.reserve(v.n_elems);
@@ -450,7 +485,8 @@ std::vector<float> GgufMetadata::get_f32_array(std::string_view key) const {
     wrong_type(file_, key, v, "ARRAY[FLOAT32]");
   std::vector<float> out;
   out.reserve(v.n_elems);
-  for (std::uint64_t i = 0; i < v.n_elems; ++i) out.push_back(static_cast<float>(array_elem(v, i).f));
+  for (std::uint64_t i = 0; i < v.n_elems; ++i)
+    out.push_back(static_cast<float>(array_elem(v, i).f));
   return out;
 }
 
@@ -513,10 +549,12 @@ GgufReader GgufReader::open_or_throw(const std::string& path) {
   const auto split = parse_gguf_split_name(path);
   if (split) {
     if (split->index != 1)
-      throw Error(ErrorKind::InvalidArgument,
-                  path + ": part " + std::to_string(split->index) + " of a split GGUF; pass the first (" +
-                      gguf_split_path(split->prefix, 1, split->count) + ")");
-    for (int i = 2; i <= split->count; ++i) paths.push_back(gguf_split_path(split->prefix, i, split->count));
+      throw Error(ErrorKind::InvalidArgument, path + ": part " + std::to_string(split->index) +
+                                                  " of a split GGUF; pass the first (" +
+                                                  gguf_split_path(split->prefix, 1, split->count) +
+                                                  ")");
+    for (int i = 2; i <= split->count; ++i)
+      paths.push_back(gguf_split_path(split->prefix, i, split->count));
   }
 
   GgufReader r;
@@ -555,7 +593,8 @@ const GgufTensor* GgufReader::find(std::string_view name) const {
 
 const GgufTensor& GgufReader::get_or_throw(std::string_view name) const {
   const GgufTensor* t = find(name);
-  if (t == nullptr) throw Error(ErrorKind::NotFound, path_ + ": tensor '" + std::string(name) + "' not found");
+  if (t == nullptr)
+    throw Error(ErrorKind::NotFound, path_ + ": tensor '" + std::string(name) + "' not found");
   return *t;
 }
 

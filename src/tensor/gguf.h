@@ -112,8 +112,8 @@ struct GgufLimits {
 // The parsed header of one file.
 struct GgufFileInfo {
   std::uint32_t version = 0;
-  std::uint32_t alignment = 32;    // general.alignment, or the default 32
-  std::uint64_t data_offset = 0;   // start of the data section in the file
+  std::uint32_t alignment = 32;   // general.alignment, or the default 32
+  std::uint64_t data_offset = 0;  // start of the data section in the file
   GgufMetadata metadata;
   std::vector<GgufTensor> tensors;  // in file order
 };

@@ -61,7 +61,7 @@ enum class GgmlType : std::uint32_t {
 // A tensor type's storage: `block_elems` consecutive elements of a row take `block_bytes`.
 // Rows (ne[0]) must be a whole number of blocks.
 struct GgmlTypeTraits {
-  std::string_view name;        // ggml's spelling: "Q4_K", "BF16", ...
+  std::string_view name;         // ggml's spelling: "Q4_K", "BF16", ...
   std::int64_t block_elems = 0;  // 1 for plain types, 32 or 256 for quantized blocks
   std::int64_t block_bytes = 0;
   bool quantized = false;

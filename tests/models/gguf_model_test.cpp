@@ -3,12 +3,12 @@
 // (Q/K permutation and Gemma's norm shift undone), and logits against the fp64 references.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,14 +48,18 @@ std::vector<float> to_f32(const TensorInfo& t) {
   return v;
 }
 
-std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
+std::vector<float> prefill_logits(Model& model, Backend& backend,
+                                  const std::vector<std::int32_t>& ids) {
   const ModelConfig& c = model.config();
   const std::int64_t block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
   std::vector<std::int32_t> table(n_blocks);
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
-  SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(ids.size()), .start_pos = 0, .block_table = table};
+  SequenceChunk chunk{.first_row = 0,
+                      .n_tokens = static_cast<std::int32_t>(ids.size()),
+                      .start_pos = 0,
+                      .block_table = table};
   std::vector<std::int32_t> rows(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
   const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
@@ -71,12 +75,15 @@ struct Reference {
 };
 
 Reference read_reference(const std::string& model) {
-  const SafetensorsReader r = SafetensorsReader::open_or_throw(kTinyRandom + model + "/reference.safetensors");
+  const SafetensorsReader r =
+      SafetensorsReader::open_or_throw(kTinyRandom + model + "/reference.safetensors");
   Reference out;
   const TensorInfo& ids = r.get_or_throw("full_ids");
   for (std::int64_t i = 0; i < ids.numel(); ++i)
-    out.ids.push_back(ids.dtype == DType::I64 ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(ids.bytes.data())[i])
-                                              : reinterpret_cast<const std::int32_t*>(ids.bytes.data())[i]);
+    out.ids.push_back(
+        ids.dtype == DType::I64
+            ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(ids.bytes.data())[i])
+            : reinterpret_cast<const std::int32_t*>(ids.bytes.data())[i]);
   const TensorInfo& l = r.get_or_throw("full_logits_f64");
   const auto* p = reinterpret_cast<const double*>(l.bytes.data());
   out.logits.assign(p, p + l.numel());
@@ -94,9 +101,10 @@ std::pair<double, double> max_error(std::span<const float> got, std::span<const 
   return {err, ref};
 }
 
-const std::vector<std::string> kFamilies = {"llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
-                                 "qwen3-qknorm-tied",  "mistral-swa8",            "phi3-fused",
-                                 "gemma3-text-swa8"};
+const std::vector<std::string> kFamilies = {"llama3-rope-scaled", "smollm2-like-llama-tied",
+                                            "qwen2-bias-tied",    "qwen3-qknorm-tied",
+                                            "mistral-swa8",       "phi3-fused",
+                                            "gemma3-text-swa8"};
 
 class GgufFamily : public ::testing::TestWithParam<std::string> {};
 
@@ -105,8 +113,10 @@ class GgufFamily : public ::testing::TestWithParam<std::string> {};
 TEST_P(GgufFamily, ConfigMatchesConfigJson) {
   const std::string name = GetParam();
   const ModelConfig want = load_model_config(kTinyRandom + name);
-  const ModelConfig got = model_config_from_gguf(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
-  EXPECT_EQ(got.architecture, want.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : want.architecture);
+  const ModelConfig got =
+      model_config_from_gguf(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
+  EXPECT_EQ(got.architecture,
+            want.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : want.architecture);
   EXPECT_EQ(got.family, want.family);
   EXPECT_EQ(got.vocab_size, want.vocab_size);
   EXPECT_EQ(got.hidden_size, want.hidden_size);
@@ -130,13 +140,14 @@ TEST_P(GgufFamily, ConfigMatchesConfigJson) {
   for (const bool sliding : {false, true}) {
     const RopeFrequencies g = rope_frequencies(sliding ? got.rope_sliding : got.rope, got.head_dim,
                                                got.max_position_embeddings, 1);
-    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope, want.head_dim,
-                                               want.max_position_embeddings, 1);
+    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope,
+                                               want.head_dim, want.max_position_embeddings, 1);
     EXPECT_EQ(g.rotary_dim, w.rotary_dim);
     EXPECT_DOUBLE_EQ(g.attention_scaling, w.attention_scaling);
     ASSERT_EQ(g.inv_freq.size(), w.inv_freq.size());
     for (std::size_t i = 0; i < g.inv_freq.size(); ++i)
-      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i]) << (sliding ? "sliding " : "") << i;
+      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i])
+          << (sliding ? "sliding " : "") << i;
   }
 }
 
@@ -148,7 +159,8 @@ TEST_P(GgufFamily, Q8WeightsAreTheCheckpointsWithinRounding) {
   const std::string name = GetParam();
   const ModelConfig config = load_model_config(kTinyRandom + name);
   const SafetensorsReader want = SafetensorsReader::open_or_throw(kTinyRandom + name);
-  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
+  auto gguf =
+      std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
   const SafetensorsReader got = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
   std::size_t n_checked = 0;
   for (const std::string& tensor : want.names()) {
@@ -162,9 +174,11 @@ TEST_P(GgufFamily, Q8WeightsAreTheCheckpointsWithinRounding) {
     const std::int64_t row = w.shape.back();
     double worst = 0;
     for (std::size_t b = 0; b < wv.size(); b += 32) {
-      const std::size_t end = std::min(wv.size(), b + static_cast<std::size_t>(std::min<std::int64_t>(32, row)));
+      const std::size_t end =
+          std::min(wv.size(), b + static_cast<std::size_t>(std::min<std::int64_t>(32, row)));
       double amax = 0;
-      for (std::size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(static_cast<double>(wv[i])));
+      for (std::size_t i = b; i < end; ++i)
+        amax = std::max(amax, std::fabs(static_cast<double>(wv[i])));
       for (std::size_t i = b; i < end; ++i) {
         const double bound = amax / 254.0 * 1.01 + amax * std::ldexp(1.0, -10) + 1e-7;
         worst = std::max(worst, std::fabs(gv[i] - static_cast<double>(wv[i])) / bound);
@@ -173,7 +187,8 @@ TEST_P(GgufFamily, Q8WeightsAreTheCheckpointsWithinRounding) {
     EXPECT_LE(worst, 1.0);
     ++n_checked;
   }
-  EXPECT_EQ(n_checked + (config.tie_word_embeddings && want.find("lm_head.weight") ? 1 : 0), want.size());
+  EXPECT_EQ(n_checked + (config.tie_word_embeddings && want.find("lm_head.weight") ? 1 : 0),
+            want.size());
 }
 
 // The q8_0 model's logits are those of the checkpoint's own family code run on the dequantized
@@ -191,7 +206,8 @@ TEST_P(GgufFamily, Q8LogitsAreTheCheckpointsOnDequantizedWeights) {
   const std::vector<float> got = prefill_logits(*model, backend, ref.ids);
 
   auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(path));
-  const SafetensorsReader weights = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
+  const SafetensorsReader weights =
+      weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
   const std::string dir = ::testing::TempDir() + "/gguf_dequantized_" + name;
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -218,7 +234,8 @@ TEST_P(GgufFamily, Q8LogitsAreTheCheckpointsOnDequantizedWeights) {
               std::max_element(ref_row.begin(), ref_row.end()) - ref_row.begin();
   }
   RecordProperty("greedy_agreement", std::to_string(n_same) + "/" + std::to_string(n_pos));
-  EXPECT_GE(n_same * 10, n_pos * 8) << name << ": greedy token agrees at " << n_same << " of " << n_pos;
+  EXPECT_GE(n_same * 10, n_pos * 8)
+      << name << ": greedy token agrees at " << n_same << " of " << n_pos;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GgufFamily, ::testing::ValuesIn(kFamilies), [](const auto& info) {
@@ -233,18 +250,22 @@ INSTANTIATE_TEST_SUITE_P(Models, GgufFamily, ::testing::ValuesIn(kFamilies), [](
 TEST(GgufModel, F32LlamaMatchesFp64Reference) {
   const Reference ref = read_reference("llama3-rope-scaled");
   for (const bool fast : {false, true}) {
-    std::unique_ptr<Backend> backend = fast ? std::unique_ptr<Backend>(std::make_unique<FastBackend>())
-                                            : std::make_unique<ReferenceBackend>();
+    std::unique_ptr<Backend> backend =
+        fast ? std::unique_ptr<Backend>(std::make_unique<FastBackend>())
+             : std::make_unique<ReferenceBackend>();
     std::unique_ptr<Model> model = load_model(gguf_fixture("llama3-rope-scaled-f32"), *backend);
     const auto [err, max_ref] = max_error(prefill_logits(*model, *backend, ref.ids), ref.logits);
-    EXPECT_LE(err, 1e-5 * max_ref + 1e-5) << (fast ? "fast" : "reference") << ": max abs error " << err;
+    EXPECT_LE(err, 1e-5 * max_ref + 1e-5)
+        << (fast ? "fast" : "reference") << ": max abs error " << err;
   }
 }
 
 // The f32 file's tensors are the checkpoint's exactly (zero copy where nothing is undone).
 TEST(GgufModel, F32WeightsAreExact) {
-  const SafetensorsReader want = SafetensorsReader::open_or_throw(kTinyRandom + "llama3-rope-scaled");
-  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture("llama3-rope-scaled-f32")));
+  const SafetensorsReader want =
+      SafetensorsReader::open_or_throw(kTinyRandom + "llama3-rope-scaled");
+  auto gguf = std::make_shared<const GgufReader>(
+      GgufReader::open_or_throw(gguf_fixture("llama3-rope-scaled-f32")));
   EXPECT_EQ(gguf_weight_dtype(*gguf, DType::BF16), DType::F32);
   const SafetensorsReader got = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
   EXPECT_EQ(got.size(), want.size());
@@ -259,7 +280,8 @@ TEST(GgufModel, F32WeightsAreExact) {
 
 // Quantized tensors load in the requested compute dtype; the bf16 copy equals rounding the f32.
 TEST(GgufModel, QuantizedWeightsLoadInTheComputeDtype) {
-  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture("qwen2-bias-tied-q8_0")));
+  auto gguf = std::make_shared<const GgufReader>(
+      GgufReader::open_or_throw(gguf_fixture("qwen2-bias-tied-q8_0")));
   EXPECT_EQ(gguf_weight_dtype(*gguf, DType::BF16), DType::BF16);
   const ModelConfig c = model_config_from_gguf(*gguf);
   const SafetensorsReader f32 = weights_from_gguf(gguf, c, DType::F32);
@@ -269,14 +291,19 @@ TEST(GgufModel, QuantizedWeightsLoadInTheComputeDtype) {
   ASSERT_EQ(b.dtype, DType::BF16);
   const std::vector<float> av = to_f32(a), bv = to_f32(b);
   ASSERT_EQ(av.size(), bv.size());
-  for (std::size_t i = 0; i < av.size(); ++i) ASSERT_EQ(bv[i], bf16_to_f32(f32_to_bf16(av[i]))) << i;
+  for (std::size_t i = 0; i < av.size(); ++i)
+    ASSERT_EQ(bv[i], bf16_to_f32(f32_to_bf16(av[i]))) << i;
 }
 
 TEST(GgufModel, NameMapping) {
-  EXPECT_EQ(hf_tensor_name("blk.12.attn_q.bias", Family::Qwen2), "model.layers.12.self_attn.q_proj.bias");
-  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Llama), "model.layers.0.post_attention_layernorm.weight");
-  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Gemma3), "model.layers.0.pre_feedforward_layernorm.weight");
-  EXPECT_EQ(hf_tensor_name("blk.0.ffn_up.weight", Family::Phi3), "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(hf_tensor_name("blk.12.attn_q.bias", Family::Qwen2),
+            "model.layers.12.self_attn.q_proj.bias");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Llama),
+            "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Gemma3),
+            "model.layers.0.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_up.weight", Family::Phi3),
+            "model.layers.0.mlp.gate_up_proj.weight");
   EXPECT_EQ(hf_tensor_name("token_embd.weight", Family::Llama), "model.embed_tokens.weight");
   EXPECT_EQ(hf_tensor_name("rope_freqs.weight", Family::Llama), std::nullopt);
   EXPECT_EQ(hf_tensor_name("blk.x.attn_q.weight", Family::Llama), std::nullopt);

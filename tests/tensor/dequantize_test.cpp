@@ -27,9 +27,9 @@ std::vector<float> f32_values(const GgufTensor& t) {
 
 TEST(Dequantize, BitExactWithGgufPyOnEveryType) {
   const GgufReader r = GgufReader::open_or_throw(kFixture);
-  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q4_0,
-                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q8_0,
-                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,   GgmlType::Q5_K,
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,   GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,   GgmlType::Q8_0,
+                            GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,   GgmlType::Q5_K,
                             GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
   for (GgmlType type : types) {
     const std::string name(ggml_type_name(type));
@@ -41,9 +41,12 @@ TEST(Dequantize, BitExactWithGgufPyOnEveryType) {
     ASSERT_EQ(got.size(), want.size());
     std::size_t n_diff = 0, first = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
-      if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]) && n_diff++ == 0) first = i;
+      if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]) &&
+          n_diff++ == 0)
+        first = i;
     }
-    EXPECT_EQ(n_diff, 0u) << "first difference at " << first << ": " << got[first] << " vs " << want[first];
+    EXPECT_EQ(n_diff, 0u) << "first difference at " << first << ": " << got[first] << " vs "
+                          << want[first];
     // Not a trivial fixture: values vary and are finite.
     float lo = want[0], hi = want[0];
     for (float v : want) {
@@ -60,7 +63,8 @@ TEST(Dequantize, RowByRowEqualsWholeTensor) {
   const GgufTensor& q = r.get_or_throw("Q4_K");
   const std::vector<float> whole = dequantize_tensor(q);
   const GgmlTypeTraits tr = ggml_type_traits(q.type);
-  const std::size_t row_bytes = static_cast<std::size_t>(q.row_elems() / tr.block_elems * tr.block_bytes);
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(q.row_elems() / tr.block_elems * tr.block_bytes);
   std::vector<float> row(static_cast<std::size_t>(q.row_elems()));
   for (std::int64_t i = 0; i < q.n_rows(); ++i) {
     dequantize(q.type, q.bytes.subspan(static_cast<std::size_t>(i) * row_bytes, row_bytes), row);
@@ -85,6 +89,14 @@ TEST(Dequantize, HandWrittenBlocks) {
   EXPECT_EQ(y[0], 12.0f);
   EXPECT_EQ(y[16], -1.0f);
   EXPECT_EQ(y[1], 0.0f);
+}
+
+// A tensor with a zero dimension is valid GGUF: it dequantizes to nothing (its span has no data).
+TEST(Dequantize, EmptyTensor) {
+  std::vector<float> none;
+  dequantize(GgmlType::Q4_K, {}, none);
+  dequantize(GgmlType::F32, {}, none);
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace

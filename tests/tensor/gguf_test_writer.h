@@ -53,17 +53,23 @@ class GgufTestWriter {
     kv_ += value;
     ++n_kv_;
   }
-  void kv_u32(const std::string& key, std::uint32_t v) { kv_raw(key, GgufValueType::U32, enc(v, 4)); }
+  void kv_u32(const std::string& key, std::uint32_t v) {
+    kv_raw(key, GgufValueType::U32, enc(v, 4));
+  }
   void kv_i32(const std::string& key, std::int32_t v) {
     kv_raw(key, GgufValueType::I32, enc(static_cast<std::uint32_t>(v), 4));
   }
-  void kv_u64(const std::string& key, std::uint64_t v) { kv_raw(key, GgufValueType::U64, enc(v, 8)); }
+  void kv_u64(const std::string& key, std::uint64_t v) {
+    kv_raw(key, GgufValueType::U64, enc(v, 8));
+  }
   void kv_f32(const std::string& key, float v) {
     std::string s;
     GgufBytes::put_f32(s, v);
     kv_raw(key, GgufValueType::F32, s);
   }
-  void kv_bool(const std::string& key, bool v) { kv_raw(key, GgufValueType::Bool, enc(v ? 1 : 0, 1)); }
+  void kv_bool(const std::string& key, bool v) {
+    kv_raw(key, GgufValueType::Bool, enc(v ? 1 : 0, 1));
+  }
   void kv_str(const std::string& key, const std::string& v) {
     std::string s;
     GgufBytes::put_str(s, v);
@@ -97,7 +103,8 @@ class GgufTestWriter {
   }
 
   void tensor(Tensor t) { tensors_.push_back(std::move(t)); }
-  void tensor_f32(const std::string& name, std::vector<std::uint64_t> dims, const std::vector<float>& values) {
+  void tensor_f32(const std::string& name, std::vector<std::uint64_t> dims,
+                  const std::vector<float>& values) {
     std::string data(values.size() * 4, '\0');
     std::memcpy(data.data(), values.data(), data.size());
     tensors_.push_back({name, GgmlType::F32, std::move(dims), std::move(data), -1});
@@ -106,7 +113,10 @@ class GgufTestWriter {
   std::string bytes() const {
     std::string out = magic;
     GgufBytes::put(out, version, 4);
-    GgufBytes::put(out, n_tensors_override >= 0 ? static_cast<std::uint64_t>(n_tensors_override) : tensors_.size(), 8);
+    GgufBytes::put(
+        out,
+        n_tensors_override >= 0 ? static_cast<std::uint64_t>(n_tensors_override) : tensors_.size(),
+        8);
     GgufBytes::put(out, n_kv_override >= 0 ? static_cast<std::uint64_t>(n_kv_override) : n_kv_, 8);
     out += kv_;
     std::vector<std::uint64_t> offsets;
