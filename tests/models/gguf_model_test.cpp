@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../tensor/gguf_test_writer.h"
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
@@ -293,6 +295,125 @@ TEST(GgufModel, QuantizedWeightsLoadInTheComputeDtype) {
   ASSERT_EQ(av.size(), bv.size());
   for (std::size_t i = 0; i < av.size(); ++i)
     ASSERT_EQ(bv[i], bf16_to_f32(f32_to_bf16(av[i]))) << i;
+}
+
+// Writes `src`'s metadata (plus `extra` keys) and the tensors `keep` accepts, 2-D F32 tensors
+// stored as `matrix_type` (F32 or F16), with the writer of the tensor tests.
+void rewrite_gguf(const GgufReader& src, const std::string& out, GgmlType matrix_type,
+                  const std::function<bool(const std::string&)>& keep,
+                  const std::function<void(test::GgufTestWriter&)>& extra = {}) {
+  test::GgufTestWriter w;
+  for (const auto& [key, value] : src.metadata().entries())
+    if (key != "general.alignment") w.kv_value(key, value);
+  if (extra) extra(w);
+  for (const std::string& name : src.names()) {
+    if (!keep(name)) continue;
+    const GgufTensor& t = *src.find(name);
+    std::vector<std::uint64_t> dims(t.dims.begin(), t.dims.end());
+    std::string data(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+    GgmlType type = t.type;
+    if (type == GgmlType::F32 && dims.size() == 2 && matrix_type == GgmlType::F16) {
+      std::string half(data.size() / 2, '\0');
+      for (std::size_t i = 0; i < data.size() / 4; ++i) {
+        float f;
+        std::memcpy(&f, data.data() + 4 * i, 4);
+        const std::uint16_t h = f32_to_f16(f);
+        std::memcpy(half.data() + 2 * i, &h, 2);
+      }
+      data = std::move(half);
+      type = GgmlType::F16;
+    }
+    w.tensor({name, type, dims, data, -1});
+  }
+  w.write(out);
+}
+
+// An F16 file loads in F16 (matrices zero copy from the mapping unless un-permuted), and runs
+// within f16 rounding of the fp64 reference.
+TEST(GgufModel, F16FileLoadsInF16) {
+  const GgufReader f32 = GgufReader::open_or_throw(gguf_fixture("llama3-rope-scaled-f32"));
+  const std::string path = ::testing::TempDir() + "/gguf_llama3_f16.gguf";
+  rewrite_gguf(f32, path, GgmlType::F16, [](const std::string&) { return true; });
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(path));
+  EXPECT_EQ(gguf_weight_dtype(*gguf, DType::BF16), DType::F16);
+  const SafetensorsReader w = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F16);
+  EXPECT_EQ(w.get_or_throw("model.layers.0.mlp.up_proj.weight").bytes.data(),
+            gguf->get_or_throw("blk.0.ffn_up.weight").bytes.data());
+  EXPECT_EQ(w.get_or_throw("model.layers.0.mlp.up_proj.weight").dtype, DType::F16);
+  EXPECT_NE(w.get_or_throw("model.layers.0.self_attn.q_proj.weight").bytes.data(),
+            gguf->get_or_throw("blk.0.attn_q.weight").bytes.data());
+
+  ReferenceBackend backend;
+  std::unique_ptr<Model> model = load_model(path, backend);
+  EXPECT_EQ(model->config().dtype, DType::F16);
+  const Reference ref = read_reference("llama3-rope-scaled");
+  const auto [err, max_ref] = max_error(prefill_logits(*model, backend, ref.ids), ref.logits);
+  EXPECT_LE(err, 5e-3 * max_ref) << "max abs error " << err;
+}
+
+// A split set (gguf-split's layout: all metadata in the first part, split.* keys in each) loads
+// from its first file and computes exactly what the single file does.
+TEST(GgufModel, SplitSetLoadsFromItsFirstFile) {
+  const std::string single = gguf_fixture("llama3-rope-scaled-f32");
+  const GgufReader src = GgufReader::open_or_throw(single);
+  const std::string prefix = ::testing::TempDir() + "/gguf_llama3_split";
+  const auto in_first = [](const std::string& n) { return !n.starts_with("blk.1."); };
+  const auto split_keys = [](int no) {
+    return [no](test::GgufTestWriter& w) {
+      w.kv_raw("split.no", GgufValueType::U16, test::GgufTestWriter::enc(no, 2));
+      w.kv_raw("split.count", GgufValueType::U16, test::GgufTestWriter::enc(2, 2));
+    };
+  };
+  rewrite_gguf(src, gguf_split_path(prefix, 1, 2), GgmlType::F32, in_first, split_keys(0));
+  test::GgufTestWriter second;
+  split_keys(1)(second);
+  for (const std::string& name : src.names()) {
+    if (in_first(name)) continue;
+    const GgufTensor& t = *src.find(name);
+    second.tensor({name, t.type, std::vector<std::uint64_t>(t.dims.begin(), t.dims.end()),
+                   std::string(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size()), -1});
+  }
+  second.write(gguf_split_path(prefix, 2, 2));
+
+  ReferenceBackend backend;
+  const Reference ref = read_reference("llama3-rope-scaled");
+  std::unique_ptr<Model> whole = load_model(single, backend);
+  std::unique_ptr<Model> split = load_model(gguf_split_path(prefix, 1, 2), backend);
+  const std::vector<float> a = prefill_logits(*whole, backend, ref.ids);
+  const std::vector<float> b = prefill_logits(*split, backend, ref.ids);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// Unsupported architectures and missing keys are named.
+TEST(GgufModel, BadMetadataIsNamed) {
+  const std::string path = ::testing::TempDir() + "/gguf_bad_arch.gguf";
+  test::GgufTestWriter w;
+  w.kv_str("general.architecture", "mamba");
+  w.tensor_f32("token_embd.weight", {4, 2}, std::vector<float>(8, 0.0f));
+  w.write(path);
+  ReferenceBackend backend;
+  try {
+    load_model(path, backend);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("'mamba'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  test::GgufTestWriter m;
+  m.kv_str("general.architecture", "llama");
+  m.kv_u32("llama.embedding_length", 8);
+  m.tensor_f32("token_embd.weight", {8, 2}, std::vector<float>(16, 0.0f));
+  m.write(path);
+  try {
+    load_model(path, backend);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+    EXPECT_NE(std::string(e.what()).find("llama.feed_forward_length"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(GgufModel, NameMapping) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/gguf.h"
 #include "tensor/gguf_types.h"
 
 namespace akv::test {
@@ -89,6 +90,42 @@ class GgufTestWriter {
     std::string s = array_header(GgufValueType::F32, v.size());
     for (float e : v) GgufBytes::put_f32(s, e);
     kv_raw(key, GgufValueType::Array, s);
+  }
+  // A value as parsed by the reader, written back (to copy or edit a real file's metadata).
+  void kv_value(const std::string& key, const GgufValue& v) { kv_raw(key, v.type, encode(v)); }
+  static std::string encode(const GgufValue& v) {
+    std::string s;
+    switch (v.type) {
+      case GgufValueType::String:
+        GgufBytes::put_str(s, v.str);
+        break;
+      case GgufValueType::F32:
+        GgufBytes::put_f32(s, static_cast<float>(v.f));
+        break;
+      case GgufValueType::F64: {
+        std::uint64_t b;
+        std::memcpy(&b, &v.f, 8);
+        GgufBytes::put(s, b, 8);
+        break;
+      }
+      case GgufValueType::I8:
+      case GgufValueType::I16:
+      case GgufValueType::I32:
+      case GgufValueType::I64:
+        GgufBytes::put(s, static_cast<std::uint64_t>(v.i),
+                       static_cast<int>(gguf_value_type_size(v.type)));
+        break;
+      case GgufValueType::Array:
+        s = array_header(v.elem_type, v.n_elems);
+        for (const std::string& e : v.strings) GgufBytes::put_str(s, e);
+        s.append(v.raw.begin(), v.raw.end());
+        for (const GgufValue& a : v.arrays) s += encode(a);
+        break;
+      default:
+        GgufBytes::put(s, v.u, static_cast<int>(gguf_value_type_size(v.type)));
+        break;
+    }
+    return s;
   }
   static std::string array_header(GgufValueType elem, std::uint64_t n) {
     std::string s;
