@@ -146,6 +146,19 @@ TEST(GgufVocab, PreTokenizerFamilies) {
   EXPECT_EQ(Tokenizer::from_gguf_or_throw(m, "f").encode("hel", false), (Ids{15}));
 }
 
+TEST(GgufVocab, Qwen2NormalizesToNfc) {
+  // "é" as e + U+0301 becomes U+00E9 (bytes C3 A9, byte-level "Ã©") before the split.
+  GgufTokenizerMetadata m = gpt2_vocab("qwen2");
+  for (const char* t : {"\xC3\x83", "\xC2\xA9", "\xC3\x83\xC2\xA9"}) {
+    m.tokens.push_back(t);
+    m.token_types->push_back(static_cast<int32_t>(T::Normal));
+  }
+  m.merges->push_back("\xC3\x83 \xC2\xA9");
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(m, "f").encode("e\xCC\x81", false), (Ids{18}));
+  m.pre = "default";
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(m, "f").encode("e\xCC\x81", false), (Ids{1}));
+}
+
 TEST(SpmMerges, RankedByScoreThenIdThenParts) {
   const std::vector<std::string> tokens = {"a", "b", "c", "ab", "bc", "abc", "ca"};
   const std::vector<float> scores = {0, 0, 0, -2, -1, -3, -1};
