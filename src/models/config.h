@@ -30,6 +30,9 @@ struct RopeConfig {
   double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek-style), 0: unset
   bool truncate = true;                       // yarn
   std::vector<double> long_factor, short_factor;  // longrope
+  // Per-frequency divisors applied after the type's formula ([rotary_dim / 2]; empty: none):
+  // GGUF files carry Llama 3 scaling this way (the converter's rope_freqs tensor).
+  std::vector<double> freq_factors;
 };
 
 struct ModelConfig {

@@ -33,9 +33,15 @@ class Model {
 // caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()).
 KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype);
 
-// Loads config.json and the safetensors weights of `model_dir` onto `backend`.
+// Loads config.json and the safetensors weights of `model_dir` onto `backend`, or a .gguf file
+// (the first of a split set): its metadata as the config, its tensors as the weights, quantized
+// ones dequantized at load into the backend's preferred_kv_dtype() (models/gguf_weights.h).
 // Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, ...).
 // The backend must outlive the model.
 std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend);
+
+// Where the files beside the weights live (tokenizer.json, tokenizer_config.json, ...): the
+// model directory itself, or the directory holding a .gguf file.
+std::string model_sidecar_dir(const std::string& model);
 
 }  // namespace akv

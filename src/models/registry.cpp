@@ -1,11 +1,15 @@
-// load_model: config.json -> family constructor.
+// load_model: config.json (or GGUF metadata) -> family constructor.
+#include <filesystem>
+
 #include "models/families.h"
+#include "models/gguf_config.h"
+#include "models/gguf_weights.h"
 
 namespace akv {
 
-std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend) {
-  ModelConfig config = load_model_config(model_dir);
-  SafetensorsReader reader = SafetensorsReader::open_or_throw(model_dir);
+namespace {
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, SafetensorsReader reader, Backend& backend) {
   switch (config.family) {
     case Family::Llama:
     case Family::Qwen2: return make_llama(config, std::move(reader), backend);
@@ -15,6 +19,30 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend
   }
   AKV_CHECK(false, "unhandled family");
   return nullptr;
+}
+
+// A .gguf file: the same ModelConfig and checkpoint-named weights, quantized tensors
+// dequantized into the backend's compute dtype.
+std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend) {
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(path));
+  ModelConfig config = model_config_from_gguf(*gguf);
+  config.dtype = gguf_weight_dtype(*gguf, backend.preferred_kv_dtype());
+  SafetensorsReader weights = weights_from_gguf(gguf, config, config.dtype);
+  return make_model(config, std::move(weights), backend);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend) {
+  if (is_gguf_path(model_dir)) return load_gguf_model(model_dir, backend);
+  ModelConfig config = load_model_config(model_dir);
+  return make_model(config, SafetensorsReader::open_or_throw(model_dir), backend);
+}
+
+std::string model_sidecar_dir(const std::string& model) {
+  if (!is_gguf_path(model)) return model;
+  const std::string dir = std::filesystem::path(model).parent_path().string();
+  return dir.empty() ? "." : dir;
 }
 
 }  // namespace akv

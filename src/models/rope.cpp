@@ -126,6 +126,10 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head_dim,
       apply_longrope(r, max_position_embeddings, dim, seq_len, out);
       break;
   }
+  if (!r.freq_factors.empty()) {
+    AKV_CHECK(r.freq_factors.size() == out.inv_freq.size(), "rope freq_factors length checked at load");
+    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) out.inv_freq[i] /= r.freq_factors[i];
+  }
   return out;
 }
 

@@ -294,6 +294,22 @@ SafetensorsReader SafetensorsReader::open_or_throw(const std::string& path) {
   return r;
 }
 
+SafetensorsReader SafetensorsReader::from_memory(std::string label, std::vector<TensorInfo> tensors,
+                                                 std::vector<std::vector<std::uint8_t>> storage,
+                                                 std::shared_ptr<const void> keep_alive) {
+  SafetensorsReader r;
+  r.path_ = std::move(label);
+  r.storage_ = std::move(storage);  // moving the outer vector keeps every buffer in place
+  r.keep_alive_ = std::move(keep_alive);
+  for (TensorInfo& t : tensors) {
+    if (r.find(t.name) != nullptr)
+      throw Error(ErrorKind::InvalidArgument, r.path_ + ": tensor '" + t.name + "' given twice");
+    std::string name = t.name;
+    r.tensors_.emplace(std::move(name), std::move(t));
+  }
+  return r;
+}
+
 const TensorInfo* SafetensorsReader::find(std::string_view name) const {
   const auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

@@ -40,6 +40,13 @@ class SafetensorsReader {
   // `path` is a .safetensors file, a model.safetensors.index.json, or a directory holding
   // either (model.safetensors preferred). Throws Error naming the file on any problem.
   static SafetensorsReader open_or_throw(const std::string& path);
+  // A reader over tensors held in memory, e.g. another format's tensors under checkpoint names
+  // (models/gguf_weights.h). Each tensor's bytes point into `storage` (whose buffers the reader
+  // takes and never reallocates) or into memory that `keep_alive` owns. `label` names the
+  // source in errors. Throws Error{InvalidArgument} on a repeated name.
+  static SafetensorsReader from_memory(std::string label, std::vector<TensorInfo> tensors,
+                                       std::vector<std::vector<std::uint8_t>> storage,
+                                       std::shared_ptr<const void> keep_alive);
 
   const TensorInfo* find(std::string_view name) const;          // nullptr when absent
   const TensorInfo& get_or_throw(std::string_view name) const;  // Error{NotFound} naming it
@@ -53,6 +60,8 @@ class SafetensorsReader {
   std::vector<MappedFile> files_;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::string path_;  // what open_or_throw was given, for error messages
+  std::vector<std::vector<std::uint8_t>> storage_;  // from_memory: owned tensor bytes
+  std::shared_ptr<const void> keep_alive_;          // from_memory: owner of borrowed bytes
 };
 
 // Writes tensors as one safetensors file (header padded to 8 bytes, data in the given order),

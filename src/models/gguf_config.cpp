@@ -1,0 +1,189 @@
+// GGUF keys -> ModelConfig. Defaults follow what llama.cpp assumes when a key is absent, and
+// what it hard-codes per architecture (Gemma 3's sliding-window pattern and local RoPE base).
+#include "models/gguf_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "tensor/dequantize.h"
+
+namespace akv {
+
+namespace {
+
+struct ArchInfo {
+  std::string_view gguf, hf;
+  Family family;
+};
+constexpr ArchInfo kArchs[] = {
+    {"llama", "LlamaForCausalLM", Family::Llama},   {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
+    {"qwen3", "Qwen3ForCausalLM", Family::Qwen3},   {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
+    {"phi3", "Phi3ForCausalLM", Family::Phi3},
+};
+
+[[noreturn]] void fail_key(const GgufReader& g, const std::string& key, const std::string& problem) {
+  throw Error(ErrorKind::BadFormat, g.path() + ": metadata key '" + key + "': " + problem);
+}
+
+// A required positive integer key.
+std::int64_t positive(const GgufReader& g, const std::string& key) {
+  const std::int64_t v = static_cast<std::int64_t>(g.metadata().get_u64(key));
+  if (v <= 0) fail_key(g, key, "must be positive");
+  return v;
+}
+
+std::vector<double> f32_tensor_values(const GgufTensor& t) {
+  const std::vector<float> f = dequantize_tensor(t);
+  return {f.begin(), f.end()};
+}
+
+void read_rope(const GgufReader& g, const std::string& a, ModelConfig& c) {
+  const GgufMetadata& md = g.metadata();
+  RopeConfig& r = c.rope;
+  r.theta = md.find_f32(a + ".rope.freq_base").value_or(10000.0f);
+  if (r.theta <= 0) fail_key(g, a + ".rope.freq_base", "must be positive");
+  if (const auto rot = md.find_u32(a + ".rope.dimension_count")) {
+    if (*rot == 0 || *rot > c.head_dim || *rot % 2 != 0)
+      fail_key(g, a + ".rope.dimension_count", "must be even and in (0, head_dim]");
+    r.partial_rotary_factor = static_cast<double>(*rot) / static_cast<double>(c.head_dim);
+  }
+  r.original_max_position = md.find_u32(a + ".rope.scaling.original_context_length").value_or(0);
+  const std::string type = md.find_string(a + ".rope.scaling.type").value_or("none");
+  const double factor = md.find_f32(a + ".rope.scaling.factor").value_or(1.0f);
+  if (type == "linear") {
+    r.type = RopeType::Linear;
+    r.factor = factor;
+  } else if (type == "yarn") {
+    r.type = RopeType::Yarn;
+    r.factor = factor;
+    r.beta_fast = md.find_f32(a + ".rope.scaling.yarn_beta_fast").value_or(32.0f);
+    r.beta_slow = md.find_f32(a + ".rope.scaling.yarn_beta_slow").value_or(1.0f);
+    r.attention_factor = md.find_f32(a + ".rope.scaling.yarn_attn_factor").value_or(0.0f);
+  } else if (type == "longrope") {
+    r.type = RopeType::LongRope;
+    r.attention_factor = md.find_f32(a + ".rope.scaling.attn_factor").value_or(0.0f);
+    const GgufTensor* lf = g.find("rope_factors_long.weight");
+    const GgufTensor* sf = g.find("rope_factors_short.weight");
+    if (lf == nullptr || sf == nullptr)
+      throw Error(ErrorKind::BadFormat, g.path() + ": longrope scaling without rope_factors_long/short tensors");
+    r.long_factor = f32_tensor_values(*lf);
+    r.short_factor = f32_tensor_values(*sf);
+  } else if (type != "none") {
+    throw Error(ErrorKind::Unsupported, g.path() + ": metadata key '" + a + ".rope.scaling.type': '" + type +
+                                            "' is not supported (none, linear, yarn, longrope)");
+  }
+  if (r.factor <= 0) fail_key(g, a + ".rope.scaling.factor", "must be positive");
+  // Llama 3 scaling arrives as per-frequency divisors.
+  if (const GgufTensor* f = g.find("rope_freqs.weight")) r.freq_factors = f32_tensor_values(*f);
+
+  const auto half = static_cast<std::size_t>(
+      static_cast<std::int64_t>(static_cast<double>(c.head_dim) * r.partial_rotary_factor) / 2);
+  if (!r.freq_factors.empty() && r.freq_factors.size() != half)
+    throw Error(ErrorKind::BadFormat, g.path() + ": tensor 'rope_freqs.weight' has " +
+                                          std::to_string(r.freq_factors.size()) + " entries, expected " +
+                                          std::to_string(half));
+  if (r.type == RopeType::LongRope && (r.long_factor.size() != half || r.short_factor.size() != half))
+    throw Error(ErrorKind::BadFormat, g.path() + ": rope_factors_long/short need " + std::to_string(half) + " entries each");
+
+  c.rope_sliding = c.rope;
+  if (c.family == Family::Gemma3) {
+    // Local layers: plain RoPE with their own base (llama.cpp's default 10000 when absent).
+    c.rope_sliding = RopeConfig{};
+    c.rope_sliding.theta = md.find_f32(a + ".rope.freq_base_swa").value_or(10000.0f);
+  }
+}
+
+void read_sliding(const GgufReader& g, const std::string& a, ModelConfig& c) {
+  const GgufMetadata& md = g.metadata();
+  c.sliding_window = md.find_u32(a + ".attention.sliding_window").value_or(0);
+  c.layer_is_sliding.assign(static_cast<std::size_t>(c.n_layers), false);
+  if (c.sliding_window == 0) return;
+  const std::string pattern_key = a + ".attention.sliding_window_pattern";
+  const GgufValue* pattern = md.find(pattern_key);
+  if (pattern != nullptr && pattern->type == GgufValueType::Array) {
+    if (pattern->elem_type != GgufValueType::Bool || pattern->n_elems != static_cast<std::uint64_t>(c.n_layers))
+      fail_key(g, pattern_key, "expected an array of block_count booleans");
+    for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = pattern->raw[i] != 0;
+  } else {
+    // A period n: every n-th layer is global. Gemma 3 uses 6 when the key is absent.
+    std::int64_t n = 0;
+    if (pattern != nullptr) n = md.get_u32(pattern_key);
+    else if (c.family == Family::Gemma3) n = 6;
+    for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = n <= 0 || (i + 1) % n != 0;
+  }
+  bool any = false;
+  for (bool s : c.layer_is_sliding) any |= s;
+  if (!any) c.sliding_window = 0;
+}
+
+}  // namespace
+
+std::string hf_architecture_for_gguf(std::string_view gguf_arch) {
+  for (const ArchInfo& a : kArchs)
+    if (a.gguf == gguf_arch) return std::string(a.hf);
+  return {};
+}
+
+ModelConfig model_config_from_gguf(const GgufReader& g) {
+  const GgufMetadata& md = g.metadata();
+  const std::string a = md.get_string("general.architecture");
+  const ArchInfo* arch = nullptr;
+  for (const ArchInfo& x : kArchs)
+    if (x.gguf == a) arch = &x;
+  if (arch == nullptr)
+    throw Error(ErrorKind::Unsupported, g.path() + ": GGUF architecture '" + a +
+                                            "' is not supported (llama, qwen2, qwen3, gemma3, phi3)");
+  if (md.find_u32(a + ".expert_count").value_or(0) > 0)
+    throw Error(ErrorKind::Unsupported, g.path() + ": mixture-of-experts models are not supported yet");
+
+  ModelConfig c;
+  c.architecture = std::string(arch->hf);
+  c.model_type = a;
+  c.family = arch->family;
+  c.hidden_size = positive(g, a + ".embedding_length");
+  c.intermediate_size = positive(g, a + ".feed_forward_length");
+  c.n_layers = positive(g, a + ".block_count");
+  c.n_heads = positive(g, a + ".attention.head_count");
+  c.n_kv_heads = md.has(a + ".attention.head_count_kv") ? positive(g, a + ".attention.head_count_kv") : c.n_heads;
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail_key(g, a + ".attention.head_count_kv", "must divide the head count " + std::to_string(c.n_heads));
+  if (md.has(a + ".attention.key_length")) c.head_dim = positive(g, a + ".attention.key_length");
+  else if (c.hidden_size % c.n_heads == 0) c.head_dim = c.hidden_size / c.n_heads;
+  else fail_key(g, a + ".attention.key_length", "missing and the embedding length is not a multiple of the head count");
+  if (const auto v = md.find_u32(a + ".attention.value_length"); v && *v != c.head_dim)
+    throw Error(ErrorKind::Unsupported, g.path() + ": value_length != key_length is not supported");
+  if (c.head_dim % 2 != 0) fail_key(g, a + ".attention.key_length", "must be even for RoPE");
+
+  const GgufTensor& embd = g.get_or_throw("token_embd.weight");
+  c.vocab_size = md.has(a + ".vocab_size") ? positive(g, a + ".vocab_size") : embd.shape()[0];
+  c.max_position_embeddings = md.has(a + ".context_length") ? positive(g, a + ".context_length") : 4096;
+  c.rms_norm_eps = md.find_f32(a + ".attention.layer_norm_rms_epsilon").value_or(1e-6f);
+  if (c.rms_norm_eps <= 0 || c.rms_norm_eps > 1) fail_key(g, a + ".attention.layer_norm_rms_epsilon", "must be in (0, 1]");
+  c.tie_word_embeddings = g.find("output.weight") == nullptr;
+  c.attention_bias = g.find("blk.0.attn_q.bias") != nullptr || g.find("blk.0.attn_qkv.bias") != nullptr;
+  c.mlp_bias = g.find("blk.0.ffn_up.bias") != nullptr;
+  c.activation = c.family == Family::Gemma3 ? Activation::GeluTanh : Activation::Silu;
+
+  read_sliding(g, a, c);
+  read_rope(g, a, c);
+
+  c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (c.family == Family::Gemma3) {
+    // query_pre_attn_scalar is not stored; llama.cpp uses hidden / heads for the 62-layer 27B
+    // and head_dim otherwise, as the released checkpoints do.
+    if (c.n_layers == 62) c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.hidden_size / c.n_heads));
+    c.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));
+  }
+  c.attn_logit_softcap = md.find_f32(a + ".attn_logit_softcapping").value_or(0.0f);
+  c.final_logit_softcap = md.find_f32(a + ".final_logit_softcapping").value_or(0.0f);
+  c.bos_token_id = md.find_i32("tokenizer.ggml.bos_token_id").value_or(-1);
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+    const auto id = md.find_i32(key);
+    if (id && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end())
+      c.eos_token_ids.push_back(*id);
+  }
+  return c;
+}
+
+}  // namespace akv

@@ -1,0 +1,293 @@
+// Models from GGUF files made by llama.cpp's converter (tests/models/testdata/gguf, README
+// there): the same ModelConfig as config.json, the checkpoint's weights back under their names
+// (Q/K permutation and Gemma's norm shift undone), and logits against the fp64 references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/fast_backend.h"
+#include "backend/cpu/reference_backend.h"
+#include "base/error.h"
+#include "models/gguf_config.h"
+#include "models/gguf_weights.h"
+#include "models/model.h"
+#include "models/rope.h"
+#include "tensor/dtype.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kTinyRandom = std::string(AGENTKV_TESTDATA) + "/models/tiny-random/";
+
+// The decompressed copy of testdata/gguf/<name>.gguf.xz in the build tree.
+std::string gguf_fixture(const std::string& name) {
+  const fs::path xz = fs::path(AGENTKV_MODELS_TESTDATA) / "gguf" / (name + ".gguf.xz");
+  const fs::path out = fs::path(AGENTKV_TESTDATA_UNPACKED) / "models-gguf" / (name + ".gguf");
+  if (!fs::exists(out)) {
+    fs::create_directories(out.parent_path());
+    const std::string tmp = out.string() + ".tmp" + std::to_string(::getpid());
+    EXPECT_EQ(std::system(("xz -dkc '" + xz.string() + "' > '" + tmp + "'").c_str()), 0) << xz;
+    fs::rename(tmp, out);
+  }
+  return out.string();
+}
+
+std::vector<float> to_f32(const TensorInfo& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  convert_to_f32(t.dtype, t.bytes.data(), v.data(), v.size());
+  return v;
+}
+
+std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  const std::int64_t block = 16;
+  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
+  std::vector<std::int32_t> table(n_blocks);
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
+  SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(ids.size()), .start_pos = 0, .block_table = table};
+  std::vector<std::int32_t> rows(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
+  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
+  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
+  std::vector<float> logits(ids.size() * c.vocab_size);
+  model.forward(batch, kv, logits);
+  return logits;
+}
+
+struct Reference {
+  std::vector<std::int32_t> ids;
+  std::vector<double> logits;
+};
+
+Reference read_reference(const std::string& model) {
+  const SafetensorsReader r = SafetensorsReader::open_or_throw(kTinyRandom + model + "/reference.safetensors");
+  Reference out;
+  const TensorInfo& ids = r.get_or_throw("full_ids");
+  for (std::int64_t i = 0; i < ids.numel(); ++i)
+    out.ids.push_back(ids.dtype == DType::I64 ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(ids.bytes.data())[i])
+                                              : reinterpret_cast<const std::int32_t*>(ids.bytes.data())[i]);
+  const TensorInfo& l = r.get_or_throw("full_logits_f64");
+  const auto* p = reinterpret_cast<const double*>(l.bytes.data());
+  out.logits.assign(p, p + l.numel());
+  return out;
+}
+
+// max |got - want| and max |want|.
+std::pair<double, double> max_error(std::span<const float> got, std::span<const double> want) {
+  EXPECT_EQ(got.size(), want.size());
+  double err = 0, ref = 0;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    ref = std::max(ref, std::fabs(want[i]));
+  }
+  return {err, ref};
+}
+
+const std::vector<std::string> kFamilies = {"llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
+                                 "qwen3-qknorm-tied",  "mistral-swa8",            "phi3-fused",
+                                 "gemma3-text-swa8"};
+
+class GgufFamily : public ::testing::TestWithParam<std::string> {};
+
+// Every field of the ModelConfig agrees with config.json's (RoPE compared by the frequency
+// tables it produces: GGUF carries Llama 3 scaling as per-frequency factors).
+TEST_P(GgufFamily, ConfigMatchesConfigJson) {
+  const std::string name = GetParam();
+  const ModelConfig want = load_model_config(kTinyRandom + name);
+  const ModelConfig got = model_config_from_gguf(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
+  EXPECT_EQ(got.architecture, want.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : want.architecture);
+  EXPECT_EQ(got.family, want.family);
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.hidden_size, want.hidden_size);
+  EXPECT_EQ(got.intermediate_size, want.intermediate_size);
+  EXPECT_EQ(got.n_layers, want.n_layers);
+  EXPECT_EQ(got.n_heads, want.n_heads);
+  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
+  EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.max_position_embeddings, want.max_position_embeddings);
+  EXPECT_NEAR(got.rms_norm_eps, want.rms_norm_eps, 1e-12);
+  EXPECT_EQ(got.activation, want.activation);
+  EXPECT_EQ(got.tie_word_embeddings, want.tie_word_embeddings);
+  EXPECT_EQ(got.attention_bias, want.attention_bias);
+  EXPECT_EQ(got.mlp_bias, want.mlp_bias);
+  EXPECT_EQ(got.sliding_window, want.sliding_window);
+  EXPECT_EQ(got.layer_is_sliding, want.layer_is_sliding);
+  EXPECT_DOUBLE_EQ(got.attention_scale, want.attention_scale);
+  EXPECT_DOUBLE_EQ(got.embedding_multiplier, want.embedding_multiplier);
+  EXPECT_EQ(got.attn_logit_softcap, want.attn_logit_softcap);
+  EXPECT_EQ(got.final_logit_softcap, want.final_logit_softcap);
+  for (const bool sliding : {false, true}) {
+    const RopeFrequencies g = rope_frequencies(sliding ? got.rope_sliding : got.rope, got.head_dim,
+                                               got.max_position_embeddings, 1);
+    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope, want.head_dim,
+                                               want.max_position_embeddings, 1);
+    EXPECT_EQ(g.rotary_dim, w.rotary_dim);
+    EXPECT_DOUBLE_EQ(g.attention_scaling, w.attention_scaling);
+    ASSERT_EQ(g.inv_freq.size(), w.inv_freq.size());
+    for (std::size_t i = 0; i < g.inv_freq.size(); ++i)
+      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i]) << (sliding ? "sliding " : "") << i;
+  }
+}
+
+// Every weight of the q8_0 file, dequantized and mapped back, is the checkpoint's tensor within
+// the format's rounding: Q8_0 rows err by at most half a step of their block (amax / 254, plus
+// the f16 scale's rounding), F16 by 2^-11 relative. A wrong name, permutation or norm shift
+// errs by the size of the weights.
+TEST_P(GgufFamily, Q8WeightsAreTheCheckpointsWithinRounding) {
+  const std::string name = GetParam();
+  const ModelConfig config = load_model_config(kTinyRandom + name);
+  const SafetensorsReader want = SafetensorsReader::open_or_throw(kTinyRandom + name);
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
+  const SafetensorsReader got = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
+  std::size_t n_checked = 0;
+  for (const std::string& tensor : want.names()) {
+    SCOPED_TRACE(tensor);
+    const TensorInfo* g = got.find(tensor);
+    if (tensor == "lm_head.weight" && config.tie_word_embeddings) continue;
+    ASSERT_NE(g, nullptr);
+    const TensorInfo& w = want.get_or_throw(tensor);
+    ASSERT_EQ(g->shape, w.shape);
+    const std::vector<float> gv = to_f32(*g), wv = to_f32(w);
+    const std::int64_t row = w.shape.back();
+    double worst = 0;
+    for (std::size_t b = 0; b < wv.size(); b += 32) {
+      const std::size_t end = std::min(wv.size(), b + static_cast<std::size_t>(std::min<std::int64_t>(32, row)));
+      double amax = 0;
+      for (std::size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(static_cast<double>(wv[i])));
+      for (std::size_t i = b; i < end; ++i) {
+        const double bound = amax / 254.0 * 1.01 + amax * std::ldexp(1.0, -10) + 1e-7;
+        worst = std::max(worst, std::fabs(gv[i] - static_cast<double>(wv[i])) / bound);
+      }
+    }
+    EXPECT_LE(worst, 1.0);
+    ++n_checked;
+  }
+  EXPECT_EQ(n_checked + (config.tie_word_embeddings && want.find("lm_head.weight") ? 1 : 0), want.size());
+}
+
+// The q8_0 model's logits are those of the checkpoint's own family code run on the dequantized
+// weights (written back as a safetensors checkpoint beside config.json): the GGUF path adds no
+// error of its own beyond config.json's f64 epsilons (stored as f32) and Llama 3's RoPE factors
+// (stored as f32). Against the fp64 reference of the unquantized weights they differ by Q8_0's
+// rounding only: the greedy token agrees at nearly every position.
+TEST_P(GgufFamily, Q8LogitsAreTheCheckpointsOnDequantizedWeights) {
+  const std::string name = GetParam();
+  ReferenceBackend backend;
+  const std::string path = gguf_fixture(name + "-q8_0");
+  std::unique_ptr<Model> model = load_model(path, backend);
+  EXPECT_EQ(model->config().dtype, DType::F32);
+  const Reference ref = read_reference(name);
+  const std::vector<float> got = prefill_logits(*model, backend, ref.ids);
+
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(path));
+  const SafetensorsReader weights = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
+  const std::string dir = ::testing::TempDir() + "/gguf_dequantized_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kTinyRandom + name + "/config.json", dir + "/config.json");
+  std::vector<TensorToWrite> tensors;
+  for (const std::string& t : weights.names()) {
+    const TensorInfo& info = weights.get_or_throw(t);
+    tensors.push_back({info.name, info.dtype, info.shape, info.bytes});
+  }
+  write_safetensors(dir + "/model.safetensors", tensors);
+  std::unique_ptr<Model> checkpoint = load_model(dir, backend);
+  const std::vector<float> want = prefill_logits(*checkpoint, backend, ref.ids);
+  std::vector<double> want64(want.begin(), want.end());
+  const auto [err, max_ref] = max_error(got, want64);
+  EXPECT_LE(err, 1e-5 * max_ref + 1e-5) << name << ": max abs error " << err;
+
+  const std::int64_t vocab = model->config().vocab_size;
+  std::size_t n_same = 0;
+  const std::size_t n_pos = ref.ids.size();
+  for (std::size_t p = 0; p < n_pos; ++p) {
+    const auto row = std::span<const float>(got).subspan(p * vocab, vocab);
+    const auto ref_row = std::span<const double>(ref.logits).subspan(p * vocab, vocab);
+    n_same += std::max_element(row.begin(), row.end()) - row.begin() ==
+              std::max_element(ref_row.begin(), ref_row.end()) - ref_row.begin();
+  }
+  RecordProperty("greedy_agreement", std::to_string(n_same) + "/" + std::to_string(n_pos));
+  EXPECT_GE(n_same * 10, n_pos * 8) << name << ": greedy token agrees at " << n_same << " of " << n_pos;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GgufFamily, ::testing::ValuesIn(kFamilies), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+});
+
+// The f32 conversion of Llama 3.1-style weights (Q/K permuted by the converter, RoPE scaling as
+// rope_freqs) matches the fp64 reference at the safetensors path's tolerance, on both backends.
+TEST(GgufModel, F32LlamaMatchesFp64Reference) {
+  const Reference ref = read_reference("llama3-rope-scaled");
+  for (const bool fast : {false, true}) {
+    std::unique_ptr<Backend> backend = fast ? std::unique_ptr<Backend>(std::make_unique<FastBackend>())
+                                            : std::make_unique<ReferenceBackend>();
+    std::unique_ptr<Model> model = load_model(gguf_fixture("llama3-rope-scaled-f32"), *backend);
+    const auto [err, max_ref] = max_error(prefill_logits(*model, *backend, ref.ids), ref.logits);
+    EXPECT_LE(err, 1e-5 * max_ref + 1e-5) << (fast ? "fast" : "reference") << ": max abs error " << err;
+  }
+}
+
+// The f32 file's tensors are the checkpoint's exactly (zero copy where nothing is undone).
+TEST(GgufModel, F32WeightsAreExact) {
+  const SafetensorsReader want = SafetensorsReader::open_or_throw(kTinyRandom + "llama3-rope-scaled");
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture("llama3-rope-scaled-f32")));
+  EXPECT_EQ(gguf_weight_dtype(*gguf, DType::BF16), DType::F32);
+  const SafetensorsReader got = weights_from_gguf(gguf, model_config_from_gguf(*gguf), DType::F32);
+  EXPECT_EQ(got.size(), want.size());
+  for (const std::string& tensor : want.names()) {
+    const TensorInfo& w = want.get_or_throw(tensor);
+    const TensorInfo& g = got.get_or_throw(tensor);
+    EXPECT_EQ(g.shape, w.shape) << tensor;
+    ASSERT_EQ(g.bytes.size(), w.bytes.size()) << tensor;
+    EXPECT_EQ(0, std::memcmp(g.bytes.data(), w.bytes.data(), w.bytes.size())) << tensor;
+  }
+}
+
+// Quantized tensors load in the requested compute dtype; the bf16 copy equals rounding the f32.
+TEST(GgufModel, QuantizedWeightsLoadInTheComputeDtype) {
+  auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(gguf_fixture("qwen2-bias-tied-q8_0")));
+  EXPECT_EQ(gguf_weight_dtype(*gguf, DType::BF16), DType::BF16);
+  const ModelConfig c = model_config_from_gguf(*gguf);
+  const SafetensorsReader f32 = weights_from_gguf(gguf, c, DType::F32);
+  const SafetensorsReader bf16 = weights_from_gguf(gguf, c, DType::BF16);
+  const TensorInfo& a = f32.get_or_throw("model.layers.1.mlp.down_proj.weight");
+  const TensorInfo& b = bf16.get_or_throw("model.layers.1.mlp.down_proj.weight");
+  ASSERT_EQ(b.dtype, DType::BF16);
+  const std::vector<float> av = to_f32(a), bv = to_f32(b);
+  ASSERT_EQ(av.size(), bv.size());
+  for (std::size_t i = 0; i < av.size(); ++i) ASSERT_EQ(bv[i], bf16_to_f32(f32_to_bf16(av[i]))) << i;
+}
+
+TEST(GgufModel, NameMapping) {
+  EXPECT_EQ(hf_tensor_name("blk.12.attn_q.bias", Family::Qwen2), "model.layers.12.self_attn.q_proj.bias");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Llama), "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_norm.weight", Family::Gemma3), "model.layers.0.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_up.weight", Family::Phi3), "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(hf_tensor_name("token_embd.weight", Family::Llama), "model.embed_tokens.weight");
+  EXPECT_EQ(hf_tensor_name("rope_freqs.weight", Family::Llama), std::nullopt);
+  EXPECT_EQ(hf_tensor_name("blk.x.attn_q.weight", Family::Llama), std::nullopt);
+  EXPECT_EQ(hf_tensor_name("blk.0.attn_q.scale", Family::Llama), std::nullopt);
+}
+
+TEST(GgufModel, SidecarDirOfAGgufFile) {
+  EXPECT_EQ(model_sidecar_dir("/m/dir"), "/m/dir");
+  EXPECT_EQ(model_sidecar_dir("/m/dir/x-Q4_K_M.gguf"), "/m/dir");
+  EXPECT_EQ(model_sidecar_dir("x.gguf"), ".");
+}
+
+}  // namespace
+}  // namespace akv
