@@ -9,6 +9,9 @@ tokenizer tests' GGUF inputs (tests/tokenizer/gguf/README.md). Needs numpy, not 
                                                from a hash of transformers' output: name it here)
   make_gguf_vocab.py spm DIR OUT.gguf          DIR holds tokenizer.model (+ tokenizer.json and
                                                tokenizer_config.json for the special ids/template)
+  make_gguf_vocab.py spm DIR OUT.gguf MODEL.gguf   the same tokenizer metadata added to a copy of
+                                               MODEL.gguf's metadata and tensors (a model file
+                                               converted without its tokenizer)
 """
 import json
 import struct
@@ -133,6 +136,20 @@ def spm_vocab(folder):
     return tokens, scores, types
 
 
+def copy_model(w, model_path):
+    """Copies a GGUF file's metadata (less general.architecture and tokenizer.*) and tensors."""
+    reader = gguf.GGUFReader(model_path)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or key.startswith("tokenizer."):
+            continue
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(key, field.contents(), field.types[0], sub_type=field.types[-1])
+        else:
+            w.add_key_value(key, field.contents(), field.types[0])
+    for tensor in reader.tensors:
+        w.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+
+
 def main(argv):
     if len(argv) == 5 and argv[1] == "gpt2":
         folder, pre, out = Path(argv[2]), argv[3], argv[4]
@@ -143,10 +160,15 @@ def main(argv):
         w.add_token_list(tokens)
         w.add_token_types(types)
         gguf.SpecialVocab(folder, load_merges=True).add_to_gguf(w)
-    elif len(argv) == 4 and argv[1] == "spm":
+    elif len(argv) in (4, 5) and argv[1] == "spm":
         folder, out = Path(argv[2]), argv[3]
         tokens, scores, types = spm_vocab(folder)
-        w = writer_for(out, folder.name)
+        if len(argv) == 5:
+            arch = gguf.GGUFReader(argv[4]).fields["general.architecture"].contents()
+            w = gguf.GGUFWriter(out, arch)
+            copy_model(w, argv[4])
+        else:
+            w = writer_for(out, folder.name)
         w.add_tokenizer_model("llama")
         w.add_tokenizer_pre("default")
         w.add_token_list(tokens)

@@ -19,8 +19,10 @@ GgufTokenizerMetadata read_tokenizer_metadata(const GgufMetadata& meta) {
   m.pre = meta.find_string("tokenizer.ggml.pre").value_or("");
   if (meta.has("tokenizer.ggml.tokens")) m.tokens = meta.get_string_array("tokenizer.ggml.tokens");
   m.scores = find<std::vector<float>>(meta, "tokenizer.ggml.scores", &GgufMetadata::get_f32_array);
-  m.token_types = find<std::vector<int32_t>>(meta, "tokenizer.ggml.token_type", &GgufMetadata::get_i32_array);
-  m.merges = find<std::vector<std::string>>(meta, "tokenizer.ggml.merges", &GgufMetadata::get_string_array);
+  m.token_types =
+      find<std::vector<int32_t>>(meta, "tokenizer.ggml.token_type", &GgufMetadata::get_i32_array);
+  m.merges = find<std::vector<std::string>>(meta, "tokenizer.ggml.merges",
+                                            &GgufMetadata::get_string_array);
   auto id = [&](const char* key) { return find<int64_t>(meta, key, &GgufMetadata::get_i64); };
   m.bos_id = id("tokenizer.ggml.bos_token_id");
   m.eos_id = id("tokenizer.ggml.eos_token_id");

@@ -39,16 +39,24 @@ const std::vector<PreFamily>& pre_families() {
       {{"", "default", "gpt-2", "gpt2", "phi-2"}, nullptr, false, false, false},
       {{"llama3", "llama-v3", "llama-bpe"},
        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-       false, true, false},
+       false,
+       true,
+       false},
       {{"qwen2", "deepseek-r1-qwen"},
        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-       true, false, false},
+       true,
+       false,
+       false},
       {{"tekken"},
        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-       false, true, false},
+       false,
+       true,
+       false},
       {{"gpt-4o"},
        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-       false, true, false},
+       false,
+       true,
+       false},
       {{"smollm", "starcoder"}, nullptr, false, false, true},
   };
   return families;
@@ -58,7 +66,8 @@ const PreFamily& pre_family_or_throw(const std::string& pre, const std::string& 
   for (const PreFamily& f : pre_families())
     for (std::string_view name : f.names)
       if (name == pre) return f;
-  throw Error(ErrorKind::Unsupported, path + ": tokenizer.ggml.pre: pre-tokenizer '" + pre + "' is not supported");
+  throw Error(ErrorKind::Unsupported,
+              path + ": tokenizer.ggml.pre: pre-tokenizer '" + pre + "' is not supported");
 }
 
 // ---- validation --------------------------------------------------------------------------
@@ -70,18 +79,23 @@ GgufTokenType type_of(const GgufTokenizerMetadata& m, size_t id) {
 void check_arrays(const GgufTokenizerMetadata& m, const std::string& path) {
   if (m.model.empty()) bad(path, "tokenizer.ggml.model", "missing");
   if (m.model != "gpt2" && m.model != "llama")
-    throw Error(ErrorKind::Unsupported, path + ": tokenizer.ggml.model: tokenizer '" + m.model + "' is not supported");
+    throw Error(ErrorKind::Unsupported,
+                path + ": tokenizer.ggml.model: tokenizer '" + m.model + "' is not supported");
   const size_t n = m.tokens.size();
   if (n == 0) bad(path, "tokenizer.ggml.tokens", "missing or empty");
-  if (n > kGgufMaxTokens) bad(path, "tokenizer.ggml.tokens", std::to_string(n) + " tokens is more than any vocab has");
+  if (n > kGgufMaxTokens)
+    bad(path, "tokenizer.ggml.tokens", std::to_string(n) + " tokens is more than any vocab has");
   for (size_t id = 0; id < n; ++id)
     if (m.tokens[id].size() > kGgufMaxTokenBytes)
-      bad(path, "tokenizer.ggml.tokens[" + std::to_string(id) + "]", std::to_string(m.tokens[id].size()) + " bytes");
+      bad(path, "tokenizer.ggml.tokens[" + std::to_string(id) + "]",
+          std::to_string(m.tokens[id].size()) + " bytes");
   if (m.scores) {
     if (m.scores->size() != n)
-      bad(path, "tokenizer.ggml.scores", std::to_string(m.scores->size()) + " scores for " + std::to_string(n) + " tokens");
+      bad(path, "tokenizer.ggml.scores",
+          std::to_string(m.scores->size()) + " scores for " + std::to_string(n) + " tokens");
     for (size_t id = 0; id < n; ++id)
-      if (!std::isfinite((*m.scores)[id])) bad(path, "tokenizer.ggml.scores[" + std::to_string(id) + "]", "not finite");
+      if (!std::isfinite((*m.scores)[id]))
+        bad(path, "tokenizer.ggml.scores[" + std::to_string(id) + "]", "not finite");
   } else if (m.model == "llama") {
     bad(path, "tokenizer.ggml.scores", "missing (a llama tokenizer merges by score)");
   }
@@ -90,20 +104,26 @@ void check_arrays(const GgufTokenizerMetadata& m, const std::string& path) {
       bad(path, "tokenizer.ggml.token_type",
           std::to_string(m.token_types->size()) + " types for " + std::to_string(n) + " tokens");
     for (size_t id = 0; id < n; ++id)
-      if ((*m.token_types)[id] < 0 || (*m.token_types)[id] > static_cast<int32_t>(GgufTokenType::Byte))
+      if ((*m.token_types)[id] < 0 ||
+          (*m.token_types)[id] > static_cast<int32_t>(GgufTokenType::Byte))
         bad(path, "tokenizer.ggml.token_type[" + std::to_string(id) + "]",
             "unknown token type " + std::to_string((*m.token_types)[id]));
   }
-  if (m.model == "gpt2" && !m.merges) bad(path, "tokenizer.ggml.merges", "missing (a gpt2 tokenizer needs merges)");
+  if (m.model == "gpt2" && !m.merges)
+    bad(path, "tokenizer.ggml.merges", "missing (a gpt2 tokenizer needs merges)");
   if (m.merges && m.merges->size() > kGgufMaxMerges)
-    bad(path, "tokenizer.ggml.merges", std::to_string(m.merges->size()) + " merges is more than any vocab has");
+    bad(path, "tokenizer.ggml.merges",
+        std::to_string(m.merges->size()) + " merges is more than any vocab has");
 }
 
 // A stored special id as an id of the vocab: -1 when absent or -1; throws when outside it.
-int32_t special_id(const std::optional<int64_t>& id, size_t n_tokens, const std::string& path, const char* key) {
+int32_t special_id(const std::optional<int64_t>& id, size_t n_tokens, const std::string& path,
+                   const char* key) {
   if (!id || *id == -1) return -1;
   if (*id < 0 || static_cast<uint64_t>(*id) >= n_tokens)
-    bad(path, key, "id " + std::to_string(*id) + " is outside the vocab of " + std::to_string(n_tokens) + " tokens");
+    bad(path, key,
+        "id " + std::to_string(*id) + " is outside the vocab of " + std::to_string(n_tokens) +
+            " tokens");
   return static_cast<int32_t>(*id);
 }
 
@@ -112,7 +132,8 @@ int32_t special_id(const std::optional<int64_t>& id, size_t n_tokens, const std:
 std::vector<BpeMerge> parse_merges(const GgufTokenizerMetadata& m, const std::string& path) {
   std::unordered_map<std::string_view, int32_t> ids;
   ids.reserve(m.tokens.size());
-  for (size_t id = 0; id < m.tokens.size(); ++id) ids.emplace(m.tokens[id], static_cast<int32_t>(id));
+  for (size_t id = 0; id < m.tokens.size(); ++id)
+    ids.emplace(m.tokens[id], static_cast<int32_t>(id));
   std::vector<BpeMerge> merges;
   merges.reserve(m.merges->size());
   std::string joined;
@@ -120,14 +141,16 @@ std::vector<BpeMerge> parse_merges(const GgufTokenizerMetadata& m, const std::st
     const std::string& entry = (*m.merges)[rank];
     const std::string key = "tokenizer.ggml.merges[" + std::to_string(rank) + "]";
     const size_t space = entry.find(' ', 1);
-    if (space == std::string::npos) bad(path, key, "expected \"left right\", got \"" + entry + "\"");
+    if (space == std::string::npos)
+      bad(path, key, "expected \"left right\", got \"" + entry + "\"");
     const std::string_view left = std::string_view(entry).substr(0, space);
     const std::string_view right = std::string_view(entry).substr(space + 1);
     joined.assign(left);
     joined.append(right);
     auto l = ids.find(left), r = ids.find(right), j = ids.find(joined);
     if (l == ids.end() || r == ids.end() || j == ids.end())
-      bad(path, key, "merge \"" + entry + "\" refers to a token missing from tokenizer.ggml.tokens");
+      bad(path, key,
+          "merge \"" + entry + "\" refers to a token missing from tokenizer.ggml.tokens");
     merges.push_back({l->second, r->second, j->second});
   }
   return merges;
@@ -144,8 +167,9 @@ std::vector<std::string> vocab_texts(const GgufTokenizerMetadata& m) {
   return texts;
 }
 
-std::unique_ptr<tok::BpeModel> build_model(const GgufTokenizerMetadata& m, std::vector<std::string> texts,
-                                           const PreFamily* family, int32_t unk_id, const std::string& path) {
+std::unique_ptr<tok::BpeModel> build_model(const GgufTokenizerMetadata& m,
+                                           std::vector<std::string> texts, const PreFamily* family,
+                                           int32_t unk_id, const std::string& path) {
   tok::BpeOptions options;
   options.unk_id = unk_id;
   std::vector<BpeMerge> merges;
@@ -157,7 +181,8 @@ std::unique_ptr<tok::BpeModel> build_model(const GgufTokenizerMetadata& m, std::
     options.ignore_merges = family->ignore_merges;
     merges = parse_merges(m, path);
   }
-  return tok::BpeModel::build_or_throw(std::move(texts), merges, options, path + ": tokenizer.ggml");
+  return tok::BpeModel::build_or_throw(std::move(texts), merges, options,
+                                       path + ": tokenizer.ggml");
 }
 
 // ---- the other stages ------------------------------------------------------------------------
@@ -191,7 +216,8 @@ void set_pre_tokenizer(tok::TokenizerParts& p, const PreFamily& f, const std::st
   byte_level.kind = PreTokenizer::Kind::ByteLevel;
   byte_level.add_prefix_space = false;
   byte_level.use_regex = f.pattern == nullptr;
-  if (byte_level.use_regex) byte_level.regex = tok::Regex::compile_or_throw(tok::kGpt2Pattern, path);
+  if (byte_level.use_regex)
+    byte_level.regex = tok::Regex::compile_or_throw(tok::kGpt2Pattern, path);
   seq.children.push_back(std::move(byte_level));
   p.pre_tokenizer = std::move(seq);
   if (f.nfc) {
@@ -237,12 +263,13 @@ void set_spm_stages(tok::TokenizerParts& p, bool add_space_prefix) {
 
 // Control, user-defined and unknown tokens are matched in the raw text before BPE, as llama.cpp
 // and the converters' tokenizer.json do; user-defined ones are not special (decode keeps them).
-std::vector<tok::AddedToken> added_tokens(const GgufTokenizerMetadata& m, const std::vector<std::string>& texts) {
+std::vector<tok::AddedToken> added_tokens(const GgufTokenizerMetadata& m,
+                                          const std::vector<std::string>& texts) {
   std::vector<tok::AddedToken> out;
   for (size_t id = 0; id < texts.size(); ++id) {
     const GgufTokenType type = type_of(m, id);
-    if (texts[id].empty() ||
-        (type != GgufTokenType::Control && type != GgufTokenType::UserDefined && type != GgufTokenType::Unknown))
+    if (texts[id].empty() || (type != GgufTokenType::Control &&
+                              type != GgufTokenType::UserDefined && type != GgufTokenType::Unknown))
       continue;
     tok::AddedToken t;
     t.id = static_cast<int32_t>(id);
@@ -277,8 +304,10 @@ Tokenizer Tokenizer::from_gguf_or_throw(const GgufTokenizerMetadata& m, const st
   std::vector<std::string> texts = vocab_texts(m);
   p.added = tok::AddedVocabulary::build(added_tokens(m, texts), nullptr);
   p.model = build_model(m, std::move(texts), family, unk, path);
-  if (spm) set_spm_stages(p, m.add_space_prefix.value_or(true));
-  else set_pre_tokenizer(p, *family, path);
+  if (spm)
+    set_spm_stages(p, m.add_space_prefix.value_or(true));
+  else
+    set_pre_tokenizer(p, *family, path);
 
   const bool add_bos = m.add_bos_token.value_or(spm) && bos >= 0;
   const bool add_eos = m.add_eos_token.value_or(false) && eos >= 0;

@@ -10,7 +10,8 @@
 
 namespace akv::tok {
 
-std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens, std::span<const float> scores) {
+std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens,
+                                         std::span<const float> scores) {
   AKV_CHECK(tokens.size() == scores.size(), "one score per token");
   std::unordered_map<std::string_view, int32_t> ids;
   ids.reserve(tokens.size());
@@ -24,7 +25,8 @@ std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens, st
   std::vector<BpeMerge> local;
   for (size_t id = 0; id < tokens.size(); ++id) {
     const std::string_view token = tokens[id];
-    if (token.size() < 2 || find(token) != static_cast<int32_t>(id)) continue;  // no split, or a repeated text
+    if (token.size() < 2 || find(token) != static_cast<int32_t>(id))
+      continue;  // no split, or a repeated text
     local.clear();
     size_t split = 0;
     while (true) {
@@ -39,8 +41,9 @@ std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens, st
     });
     merges.insert(merges.end(), local.begin(), local.end());
   }
-  std::stable_sort(merges.begin(), merges.end(),
-                   [&](const BpeMerge& a, const BpeMerge& b) { return scores[a.merged] > scores[b.merged]; });
+  std::stable_sort(merges.begin(), merges.end(), [&](const BpeMerge& a, const BpeMerge& b) {
+    return scores[a.merged] > scores[b.merged];
+  });
   return merges;
 }
 

@@ -16,6 +16,7 @@ namespace akv::tok {
 // order; the splits of one token are ordered by the ids of their left then right parts. Of two
 // equal token texts only the lower id counts. `scores` holds one finite score per token.
 // Cost: one hash lookup per character of the vocab, then a sort of the merges.
-std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens, std::span<const float> scores);
+std::vector<BpeMerge> merges_from_scores(std::span<const std::string> tokens,
+                                         std::span<const float> scores);
 
 }  // namespace akv::tok

@@ -30,7 +30,8 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-std::optional<int64_t> id_of(const std::vector<std::string>& tokens, const Json& config, const char* key) {
+std::optional<int64_t> id_of(const std::vector<std::string>& tokens, const Json& config,
+                             const char* key) {
   if (!config.contains(key) || !config[key].is_string()) return std::nullopt;
   for (size_t id = 0; id < tokens.size(); ++id)
     if (tokens[id] == config[key].get<std::string>()) return static_cast<int64_t>(id);
@@ -40,7 +41,8 @@ std::optional<int64_t> id_of(const std::vector<std::string>& tokens, const Json&
 // Tokens and types as the converter lists them: the vocab and the added tokens by id, holes as
 // unused [PADn]; added tokens special (or looking special) are control, the others
 // user-defined with U+2581 written as spaces.
-GgufTokenizerMetadata convert(const Json& tj, const Json& config, const std::string& model, const std::string& pre) {
+GgufTokenizerMetadata convert(const Json& tj, const Json& config, const std::string& model,
+                              const std::string& pre) {
   GgufTokenizerMetadata m;
   m.model = model;
   m.pre = pre;
@@ -81,19 +83,22 @@ GgufTokenizerMetadata convert(const Json& tj, const Json& config, const std::str
 
 std::vector<std::string> golden_texts(const char* golden) {
   std::vector<std::string> texts;
-  const Json cases = test::read_json(test::testdata_path(std::string("goldens/tokenization/") + golden + ".json"))["cases"];
+  const Json cases = test::read_json(
+      test::testdata_path(std::string("goldens/tokenization/") + golden + ".json"))["cases"];
   for (const Json& c : cases) texts.push_back(c["text"]);
   return texts;
 }
 
 TEST(GgufFromJson, GptOssMatchesTokenizerJson) {
   const Json tj = test::read_json(test::testdata_path("tokenizers/gpt-oss/tokenizer.json"));
-  const Json config = test::read_json(test::testdata_path("tokenizers/gpt-oss/tokenizer_config.json"));
+  const Json config =
+      test::read_json(test::testdata_path("tokenizers/gpt-oss/tokenizer_config.json"));
   GgufTokenizerMetadata m = convert(tj, config, "gpt2", "gpt-4o");
   m.merges.emplace();
   for (const Json& merge : tj["model"]["merges"])
-    m.merges->push_back(merge.is_string() ? merge.get<std::string>()
-                                          : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+    m.merges->push_back(merge.is_string()
+                            ? merge.get<std::string>()
+                            : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
   m.add_bos_token = false;
   const Tokenizer tok = Tokenizer::from_gguf_or_throw(m, "gpt-oss.gguf");
   const Tokenizer& json_tok = test::shared_tokenizer("gpt-oss");
@@ -118,20 +123,23 @@ TEST(GgufFromJson, GptOssMatchesTokenizerJson) {
 // add_space_prefix=false are as the converter writes them.
 TEST(GgufFromJson, Gemma3MatchesGoldens) {
   const Json tj = test::read_json(test::testdata_path("tokenizers/gemma3/tokenizer.json"));
-  const Json config = test::read_json(test::testdata_path("tokenizers/gemma3/tokenizer_config.json"));
+  const Json config =
+      test::read_json(test::testdata_path("tokenizers/gemma3/tokenizer_config.json"));
   GgufTokenizerMetadata m = convert(tj, config, "llama", "default");
   std::map<std::string, float> first_rank;
   int64_t rank = 0;
   for (const Json& merge : tj["model"]["merges"]) {
-    const std::string joined = merge.is_string() ? replace_all(merge.get<std::string>(), " ", "")
-                                                 : merge[0].get<std::string>() + merge[1].get<std::string>();
+    const std::string joined = merge.is_string()
+                                   ? replace_all(merge.get<std::string>(), " ", "")
+                                   : merge[0].get<std::string>() + merge[1].get<std::string>();
     first_rank.emplace(joined, -static_cast<float>(rank++));
   }
   m.scores.emplace();
   for (size_t id = 0; id < m.tokens.size(); ++id) {
-    const std::string text = (*m.token_types)[id] == static_cast<int32_t>(GgufTokenType::UserDefined)
-                                 ? replace_all(m.tokens[id], " ", kSp)
-                                 : m.tokens[id];
+    const std::string text =
+        (*m.token_types)[id] == static_cast<int32_t>(GgufTokenType::UserDefined)
+            ? replace_all(m.tokens[id], " ", kSp)
+            : m.tokens[id];
     auto it = first_rank.find(text);
     m.scores->push_back(it == first_rank.end() ? -1e9f : it->second);
   }
@@ -152,7 +160,9 @@ TEST(GgufFromJson, Gemma3MatchesGoldens) {
     n_ids += ids == c["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << c["id"] << " " << text;
     EXPECT_EQ(tok.encode(text, true), c["ids_with_special"].get<std::vector<int32_t>>()) << c["id"];
-    EXPECT_EQ(tok.decode(c["ids"].get<std::vector<int32_t>>(), false), c["decoded"].get<std::string>()) << c["id"];
+    EXPECT_EQ(tok.decode(c["ids"].get<std::vector<int32_t>>(), false),
+              c["decoded"].get<std::string>())
+        << c["id"];
   }
   std::printf("[gguf from json] gemma3: ids %d/%d\n", n_ids, n);
   EXPECT_EQ(n, 151);

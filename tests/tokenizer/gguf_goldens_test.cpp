@@ -22,8 +22,8 @@ std::string show(const std::vector<int32_t>& ids) {
 }
 
 struct GgufSet {
-  const char* name;       // test name
-  const char* gguf;       // shared testdata path, or a gguf/ fixture name when `fixture`
+  const char* name;  // test name
+  const char* gguf;  // shared testdata path, or a gguf/ fixture name when `fixture`
   bool fixture;
   const char* golden;     // goldens/tokenization/<golden>.json
   const char* tokenizer;  // tokenizers/<tokenizer>/ (the tokenizer.json path to agree with)
@@ -34,7 +34,8 @@ const Tokenizer& gguf_tokenizer(const GgufSet& set) {
   static std::map<std::string, Tokenizer> cache;
   auto it = cache.find(set.name);
   if (it == cache.end()) {
-    const std::string path = set.fixture ? test::gguf_fixture_path(set.gguf) : test::testdata_path(set.gguf);
+    const std::string path =
+        set.fixture ? test::gguf_fixture_path(set.gguf) : test::testdata_path(set.gguf);
     it = cache.emplace(set.name, Tokenizer::load_or_throw(path)).first;
   }
   return it->second;
@@ -53,8 +54,8 @@ TEST_P(GgufGoldensTest, IdsAndDecodeMatchTokenizerJson) {
   EXPECT_EQ(tok.add_bos_token(), json_tok.add_bos_token());
   EXPECT_EQ(tok.vocab_size(), json_tok.vocab_size());
 
-  const nlohmann::json golden =
-      test::read_json(test::testdata_path(std::string("goldens/tokenization/") + set.golden + ".json"));
+  const nlohmann::json golden = test::read_json(
+      test::testdata_path(std::string("goldens/tokenization/") + set.golden + ".json"));
   int n_cases = 0, n_ids = 0, n_special = 0, n_decoded = 0;
   for (const auto& c : golden["cases"]) {
     ++n_cases;
@@ -68,11 +69,12 @@ TEST_P(GgufGoldensTest, IdsAndDecodeMatchTokenizerJson) {
     n_special += ids_special == c["ids_with_special"].get<std::vector<int32_t>>();
     n_decoded += decoded == c["decoded"].get<std::string>();
     EXPECT_EQ(show(ids), show(expected)) << set.name << " " << id << " text=" << text;
-    EXPECT_EQ(show(ids_special), show(c["ids_with_special"].get<std::vector<int32_t>>())) << set.name << " " << id;
+    EXPECT_EQ(show(ids_special), show(c["ids_with_special"].get<std::vector<int32_t>>()))
+        << set.name << " " << id;
     EXPECT_EQ(decoded, c["decoded"].get<std::string>()) << set.name << " " << id;
   }
-  std::printf("[gguf goldens] %-14s ids %d/%d, ids_with_special %d/%d, decoded %d/%d\n", set.name, n_ids, n_cases,
-              n_special, n_cases, n_decoded, n_cases);
+  std::printf("[gguf goldens] %-14s ids %d/%d, ids_with_special %d/%d, decoded %d/%d\n", set.name,
+              n_ids, n_cases, n_special, n_cases, n_decoded, n_cases);
   EXPECT_GT(n_cases, 100);
 }
 
@@ -93,8 +95,8 @@ TEST_P(GgufGoldensTest, ChatTemplateRendersTheGoldens) {
   ChatRenderOptions options;
   const std::string config = std::string("tokenizers/") + set.tokenizer + "/tokenizer_config.json";
   const std::string json_path = std::string("tokenizers/") + set.tokenizer + "/" + set.json_name;
-  const nlohmann::ordered_json golden =
-      nlohmann::ordered_json::parse(read_file_or_throw(test::testdata_path("goldens/chat_templates.json")));
+  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(
+      read_file_or_throw(test::testdata_path("goldens/chat_templates.json")));
   int n_cases = 0;
   for (const auto& c : golden.at("cases")) {
     if (c.at("template") != config) continue;
@@ -116,8 +118,9 @@ TEST_P(GgufGoldensTest, ChatTemplateRendersTheGoldens) {
     EXPECT_EQ(rendered, c.at("rendered").get<std::string>()) << name;
     // The golden's ids come from its tokenizer.json; another variant (Mistral v0.3's legacy
     // one) is compared with its own tokenizer.json path.
-    const auto expected = c.at("tokenizer") == json_path ? c.at("token_ids").get<std::vector<int32_t>>()
-                                                          : json_tok.encode(rendered, false);
+    const auto expected = c.at("tokenizer") == json_path
+                              ? c.at("token_ids").get<std::vector<int32_t>>()
+                              : json_tok.encode(rendered, false);
     EXPECT_EQ(show(tok.encode(rendered, false)), show(expected)) << name;
   }
   EXPECT_GT(n_cases, 0);
@@ -125,15 +128,16 @@ TEST_P(GgufGoldensTest, ChatTemplateRendersTheGoldens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Files, GgufGoldensTest,
-    ::testing::Values(
-        GgufSet{"llama_spm", "vocab-tests/llama.cpp/gguf/ggml-vocab-llama-spm.gguf", false, "llama2", "llama2",
-                "tokenizer.json"},
-        GgufSet{"phi3", "vocab-tests/llama.cpp/gguf/ggml-vocab-phi-3.gguf", false, "phi3", "phi3", "tokenizer.json"},
-        GgufSet{"llama3", "llama3.gguf", true, "llama3", "llama3", "tokenizer.json"},
-        GgufSet{"qwen3", "qwen3.gguf", true, "qwen3", "qwen3", "tokenizer.json"},
-        GgufSet{"mistral_v0_1", "mistral-v0.1.gguf", true, "mistral-v0.1", "mistral-v0.1", "tokenizer.json"},
-        GgufSet{"mistral_v0_3", "mistral-v0.3.gguf", true, "mistral-v0.3-legacy", "mistral-v0.3",
-                "tokenizer.legacy.json"}),
+    ::testing::Values(GgufSet{"llama_spm", "vocab-tests/llama.cpp/gguf/ggml-vocab-llama-spm.gguf",
+                              false, "llama2", "llama2", "tokenizer.json"},
+                      GgufSet{"phi3", "vocab-tests/llama.cpp/gguf/ggml-vocab-phi-3.gguf", false,
+                              "phi3", "phi3", "tokenizer.json"},
+                      GgufSet{"llama3", "llama3.gguf", true, "llama3", "llama3", "tokenizer.json"},
+                      GgufSet{"qwen3", "qwen3.gguf", true, "qwen3", "qwen3", "tokenizer.json"},
+                      GgufSet{"mistral_v0_1", "mistral-v0.1.gguf", true, "mistral-v0.1",
+                              "mistral-v0.1", "tokenizer.json"},
+                      GgufSet{"mistral_v0_3", "mistral-v0.3.gguf", true, "mistral-v0.3-legacy",
+                              "mistral-v0.3", "tokenizer.legacy.json"}),
     [](const ::testing::TestParamInfo<GgufSet>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -30,12 +30,15 @@ GgufTokenizerMetadata spm_vocab() {
     T type;
   };
   const std::vector<Entry> entries = {
-      {"<unk>", 0, T::Unknown},   {"<s>", 0, T::Control},        {"</s>", 0, T::Control},
-      {"<0xC3>", 0, T::Byte},     {"<0xA9>", 0, T::Byte},        {kSp, -100, T::Normal},
-      {"h", -101, T::Normal},     {"e", -102, T::Normal},        {"l", -103, T::Normal},
-      {"o", -104, T::Normal},     {kSp + "h", -1, T::Normal},    {"el", -10, T::Normal},
-      {"ll", -2, T::Normal},      {kSp + "he", -3, T::Normal},   {"llo", -4, T::Normal},
-      {kSp + "hello", -5, T::Normal}, {"[PAD16]", -1000, T::Unused}, {"<x y>", -1000, T::UserDefined},
+      {"<unk>", 0, T::Unknown},      {"<s>", 0, T::Control},
+      {"</s>", 0, T::Control},       {"<0xC3>", 0, T::Byte},
+      {"<0xA9>", 0, T::Byte},        {kSp, -100, T::Normal},
+      {"h", -101, T::Normal},        {"e", -102, T::Normal},
+      {"l", -103, T::Normal},        {"o", -104, T::Normal},
+      {kSp + "h", -1, T::Normal},    {"el", -10, T::Normal},
+      {"ll", -2, T::Normal},         {kSp + "he", -3, T::Normal},
+      {"llo", -4, T::Normal},        {kSp + "hello", -5, T::Normal},
+      {"[PAD16]", -1000, T::Unused}, {"<x y>", -1000, T::UserDefined},
   };
   m.scores.emplace();
   m.token_types.emplace();
@@ -104,12 +107,14 @@ GgufTokenizerMetadata gpt2_vocab(const std::string& pre) {
   GgufTokenizerMetadata m;
   m.model = "gpt2";
   m.pre = pre;
-  m.tokens = {"h", "e", "l", "o", "\xC4\xA0", "he", "ll", "llo", "hello", "\xC4\xA0hello", "<|end|>", "<think>", "1", "2",
-              "12", "hel"};
+  m.tokens = {
+      "h",       "e",       "l", "o", "\xC4\xA0", "he", "ll", "llo", "hello", "\xC4\xA0hello",
+      "<|end|>", "<think>", "1", "2", "12",       "hel"};
   m.token_types = std::vector<int32_t>(m.tokens.size(), static_cast<int32_t>(T::Normal));
   (*m.token_types)[10] = static_cast<int32_t>(T::Control);
   (*m.token_types)[11] = static_cast<int32_t>(T::UserDefined);
-  m.merges = std::vector<std::string>{"h e", "l l", "ll o", "he llo", "\xC4\xA0 hello", "1 2", "he l"};
+  m.merges =
+      std::vector<std::string>{"h e", "l l", "ll o", "he llo", "\xC4\xA0 hello", "1 2", "he l"};
   m.eos_id = 10;
   return m;
 }
@@ -130,11 +135,15 @@ TEST(GgufVocab, Gpt2MergesAndPreTokenizer) {
 
 TEST(GgufVocab, PreTokenizerFamilies) {
   // smollm splits digits one by one; qwen2 too (\p{N}); llama3 keeps up to three together.
-  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("smollm"), "f").encode("12", false), (Ids{12, 13}));
-  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("qwen2"), "f").encode("12", false), (Ids{12, 13}));
-  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("llama-bpe"), "f").encode("12", false), (Ids{14}));
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("smollm"), "f").encode("12", false),
+            (Ids{12, 13}));
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("qwen2"), "f").encode("12", false),
+            (Ids{12, 13}));
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("llama-bpe"), "f").encode("12", false),
+            (Ids{14}));
   // llama3's ignore_merges: a word that is a token is that token, even with no merge into it.
-  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("default"), "f").encode("hel", false), (Ids{15}));
+  EXPECT_EQ(Tokenizer::from_gguf_or_throw(gpt2_vocab("default"), "f").encode("hel", false),
+            (Ids{15}));
   GgufTokenizerMetadata m = gpt2_vocab("llama-bpe");
   m.merges->pop_back();  // no merge into "hel"
   EXPECT_EQ(Tokenizer::from_gguf_or_throw(m, "f").encode("hel", false), (Ids{15}));
@@ -165,7 +174,8 @@ TEST(SpmMerges, RankedByScoreThenIdThenParts) {
   const auto merges = tok::merges_from_scores(tokens, scores);
   ASSERT_EQ(merges.size(), 5u);
   // bc (-1, id 4) and ca (-1, id 6) tie: id order; abc = a+bc (ids 0,4) before ab+c (3,2).
-  const std::vector<std::array<int32_t, 3>> expected = {{1, 2, 4}, {2, 0, 6}, {0, 1, 3}, {0, 4, 5}, {3, 2, 5}};
+  const std::vector<std::array<int32_t, 3>> expected = {
+      {1, 2, 4}, {2, 0, 6}, {0, 1, 3}, {0, 4, 5}, {3, 2, 5}};
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(merges[i].left, expected[i][0]) << i;
     EXPECT_EQ(merges[i].right, expected[i][1]) << i;
