@@ -139,17 +139,17 @@ std::vector<BpeMerge> parse_merges(const GgufTokenizerMetadata& m, const std::st
   std::string joined;
   for (size_t rank = 0; rank < m.merges->size(); ++rank) {
     const std::string& entry = (*m.merges)[rank];
-    const std::string key = "tokenizer.ggml.merges[" + std::to_string(rank) + "]";
+    auto key = [rank] { return "tokenizer.ggml.merges[" + std::to_string(rank) + "]"; };
     const size_t space = entry.find(' ', 1);
     if (space == std::string::npos)
-      bad(path, key, "expected \"left right\", got \"" + entry + "\"");
+      bad(path, key(), "expected \"left right\", got \"" + entry + "\"");
     const std::string_view left = std::string_view(entry).substr(0, space);
     const std::string_view right = std::string_view(entry).substr(space + 1);
     joined.assign(left);
     joined.append(right);
     auto l = ids.find(left), r = ids.find(right), j = ids.find(joined);
     if (l == ids.end() || r == ids.end() || j == ids.end())
-      bad(path, key,
+      bad(path, key(),
           "merge \"" + entry + "\" refers to a token missing from tokenizer.ggml.tokens");
     merges.push_back({l->second, r->second, j->second});
   }
@@ -157,7 +157,8 @@ std::vector<BpeMerge> parse_merges(const GgufTokenizerMetadata& m, const std::st
 }
 
 // The token texts as the tokenizer.json vocab has them. The converter writes a SentencePiece
-// user-defined token with its U+2581 turned into spaces; it is matched and merged in that form.
+// user-defined token with its U+2581 turned into spaces; they are turned back, so the token is
+// matched and merged as tokenizer.json's U+2581 form.
 std::vector<std::string> vocab_texts(const GgufTokenizerMetadata& m) {
   std::vector<std::string> texts = m.tokens;
   if (m.model == "llama")

@@ -5,7 +5,11 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 
+#include <unistd.h>
+
+#include "../tensor/gguf_test_writer.h"
 #include "base/error.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/spm_merges.h"
@@ -274,6 +278,73 @@ TEST(GgufVocabErrors, MinusOneMeansNoSpecialId) {
   const Tokenizer tok = Tokenizer::from_gguf_or_throw(m, "spm.gguf");
   EXPECT_EQ(tok.bos_id(), -1);
   EXPECT_EQ(tok.encode("hello", true), (Ids{15}));
+}
+
+// The same vocab through a file: Tokenizer::load_or_throw(FILE.gguf) reads the keys with the
+// GGUF reader; wrong value types and missing keys name the file and the key.
+class GgufFileTest : public ::testing::Test {
+ protected:
+  std::string path_ = (std::filesystem::temp_directory_path() /
+                       ("gguf_vocab_test_" + std::to_string(::getpid()) + ".gguf"))
+                          .string();
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  test::GgufTestWriter gpt2_file() {
+    const GgufTokenizerMetadata m = gpt2_vocab("default");
+    test::GgufTestWriter w;
+    w.kv_str("general.architecture", "llama");
+    w.kv_str("tokenizer.ggml.model", m.model);
+    w.kv_str("tokenizer.ggml.pre", m.pre);
+    w.kv_str_array("tokenizer.ggml.tokens", m.tokens);
+    w.kv_i32_array("tokenizer.ggml.token_type", *m.token_types);
+    w.kv_str_array("tokenizer.ggml.merges", *m.merges);
+    w.kv_u32("tokenizer.ggml.eos_token_id", 10);
+    w.kv_bool("tokenizer.ggml.add_bos_token", false);
+    w.kv_str("tokenizer.chat_template", "{{ messages }}");
+    return w;
+  }
+  std::string load_error(const test::GgufTestWriter& w) {
+    w.write(path_);
+    try {
+      Tokenizer::load_or_throw(path_);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+};
+
+TEST_F(GgufFileTest, LoadsTheTokenizerFromTheFile) {
+  gpt2_file().write(path_);
+  const Tokenizer tok = Tokenizer::load_or_throw(path_);
+  EXPECT_EQ(tok.encode("hello hello<|end|>", true), (Ids{8, 9, 10}));
+  EXPECT_EQ(tok.eos_id(), 10);
+  ASSERT_TRUE(tok.chat_template());
+  EXPECT_EQ(*tok.chat_template(), "{{ messages }}");
+}
+
+TEST_F(GgufFileTest, BadKeysNameTheFileAndKey) {
+  test::GgufTestWriter w = gpt2_file();
+  w.kv_u32("tokenizer.ggml.bos_token_id", 16);
+  std::string what = load_error(w);
+  EXPECT_NE(what.find(path_ + ": tokenizer.ggml.bos_token_id"), std::string::npos) << what;
+
+  w = gpt2_file();
+  w.kv_f32_array("tokenizer.ggml.scores", {0.0f, 1.0f});
+  what = load_error(w);
+  EXPECT_NE(what.find(path_ + ": tokenizer.ggml.scores"), std::string::npos) << what;
+
+  test::GgufTestWriter no_tokenizer;
+  no_tokenizer.kv_str("general.architecture", "llama");
+  what = load_error(no_tokenizer);
+  EXPECT_NE(what.find(path_ + ": tokenizer.ggml.model: missing"), std::string::npos) << what;
+
+  test::GgufTestWriter wrong_type;
+  wrong_type.kv_str("tokenizer.ggml.model", "gpt2");
+  wrong_type.kv_i32_array("tokenizer.ggml.tokens", {1, 2});
+  what = load_error(wrong_type);
+  EXPECT_NE(what.find(path_), std::string::npos) << what;
+  EXPECT_NE(what.find("tokenizer.ggml.tokens"), std::string::npos) << what;
 }
 
 }  // namespace
