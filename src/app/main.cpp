@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   akv::GenerateOptions gen;
   std::string prompt_ids;
   CLI::App* generate = app.add_subcommand("generate", "Run one prompt and stream the output");
-  generate->add_option("--model", gen.model_dir, "Hugging Face model directory")->required();
+  generate->add_option("--model", gen.model_dir, "Hugging Face model directory, or a .gguf file (the first of a split set)")->required();
   auto* prompt_opt = generate->add_option("--prompt", gen.prompt, "Prompt text (empty: start from BOS)");
   auto* ids_opt = generate->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. 1,2,3");
   prompt_opt->excludes(ids_opt);
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
 
   akv::ServeOptions srv;
   CLI::App* serve = app.add_subcommand("serve", "Serve the Anthropic Messages and OpenAI APIs over HTTP");
-  serve->add_option("--model", srv.model_dir, "Hugging Face model directory")->required();
+  serve->add_option("--model", srv.model_dir, "Hugging Face model directory, or a .gguf file (the first of a split set)")->required();
   serve->add_option("--host", srv.server.host, "Address to bind")->capture_default_str();
   serve->add_option("--port", srv.server.port, "Port (0: any free port)")->capture_default_str();
   serve->add_option("--api-key", srv.server.api_keys, "Accepted API key (repeatable); none: no auth");

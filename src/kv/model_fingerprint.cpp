@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "kv/weight_digests.h"
+#include "tensor/gguf.h"
 
 namespace akv {
 
@@ -54,6 +55,13 @@ void add_optional_file(Hasher& h, const std::filesystem::path& p) {
 std::vector<std::string> list_weight_files(const std::string& model_dir) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
+  if (is_gguf_path(model_dir)) {
+    // One file, or every part of a split set (named from the first, as the reader opens them).
+    const std::optional<GgufSplitName> split = parse_gguf_split_name(model_dir);
+    if (!split) return {model_dir};
+    for (int i = 1; i <= split->count; ++i) out.push_back(gguf_split_path(split->prefix, i, split->count));
+    return out;
+  }
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(model_dir, ec))
     if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
@@ -66,7 +74,15 @@ Hash128 model_fingerprint(const FingerprintInputs& in, WeightDigestStats* stats)
   const fs::path dir(in.model_dir);
   Hasher h;
   h.add_string("agentkv model fingerprint v2");
-  h.add_string(read_file_or_throw((dir / "config.json").string()));
+  // A GGUF file holds its config (metadata), tensor types and data: its whole-file digest below
+  // covers all three, so a Q4 file never shares KV with its bf16 sibling. Side files (tokenizer)
+  // sit next to it.
+  const bool gguf = is_gguf_path(in.model_dir);
+  const fs::path side_dir = gguf ? (dir.has_parent_path() ? dir.parent_path() : fs::path(".")) : dir;
+  if (gguf)
+    h.add_string("gguf");
+  else
+    h.add_string(read_file_or_throw((dir / "config.json").string()));
   const std::vector<std::string> weights = list_weight_files(in.model_dir);
   const std::vector<Hash128> digests = weight_digests(weights, in.cache_dir, stats);
   h.add_value(static_cast<std::uint64_t>(weights.size()));
@@ -75,9 +91,9 @@ Hash128 model_fingerprint(const FingerprintInputs& in, WeightDigestStats* stats)
     h.add_value(digests[i].hi);
     h.add_value(digests[i].lo);
   }
-  add_optional_file(h, dir / "model.safetensors.index.json");
+  if (!gguf) add_optional_file(h, dir / "model.safetensors.index.json");
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
-    add_optional_file(h, dir / name);
+    add_optional_file(h, side_dir / name);
   h.add_string(in.chat_template);
   for (std::int64_t v : {in.kv.n_layers, in.kv.block_size, in.kv.n_kv_heads, in.kv.head_dim})
     h.add_value(v);

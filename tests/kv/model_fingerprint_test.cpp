@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../tensor/gguf_test_writer.h"
+#include "tensor/gguf.h"
 #include "tensor/safetensors.h"
 #include "tier_test_util.h"
 #include "tiny_model.h"
@@ -238,6 +240,48 @@ TEST(WeightDigests, CacheKeepsABoundedNumberOfFiles) {
   const std::vector<std::string> first{dir.path + "/w0"};
   weight_digests(first, kv, &s);
   EXPECT_EQ(s.n_hashed, 1) << "the oldest went";
+}
+
+// A GGUF model: its metadata, tensor types and tensor data all count, and so do the parts of a
+// split set and the tokenizer beside the file. A quantized file never shares KV with its
+// full-precision sibling of the same shape and metadata.
+test::GgufTestWriter gguf_model(GgmlType type, const std::string& name = "tiny") {
+  test::GgufTestWriter w;
+  w.kv_str("general.architecture", "llama");
+  w.kv_str("general.name", name);
+  const std::size_t n_bytes = type == GgmlType::BF16 ? 64 * 2 * 2 : 2 * 2 * 18;  // [2, 64]
+  std::string data(n_bytes, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  w.tensor({"blk.0.attn_q.weight", type, {64, 2}, data, -1});
+  return w;
+}
+
+TEST(ModelFingerprint, GgufTypesMetadataSplitsAndTokenizerCount) {
+  ScratchDir dir;
+  const std::string bf16 = dir.path + "/m-bf16.gguf", q4 = dir.path + "/m-q4_0.gguf";
+  gguf_model(GgmlType::BF16).write(bf16);
+  gguf_model(GgmlType::Q4_0).write(q4);
+  ASSERT_NO_THROW(GgufReader::open_or_throw(q4));
+  EXPECT_EQ(list_weight_files(q4), std::vector<std::string>{q4});
+  const Hash128 a = fingerprint(bf16), b = fingerprint(q4);
+  EXPECT_NE(a, b) << "quantized vs bf16 sibling";
+  EXPECT_EQ(fingerprint(q4), b) << "deterministic";
+
+  fs::create_directories(dir.path + "/other");
+  const std::string renamed = dir.path + "/other/m-q4_0.gguf";  // same name, one metadata byte differs
+  gguf_model(GgmlType::Q4_0, "tinx").write(renamed);
+  EXPECT_NE(fingerprint(renamed), b);
+
+  write_all(dir.path + "/tokenizer.json", "{}");
+  EXPECT_NE(fingerprint(q4), b) << "the tokenizer beside the file counts";
+
+  const std::string prefix = dir.path + "/split";
+  for (int i = 1; i <= 2; ++i) gguf_model(GgmlType::Q4_0).write(gguf_split_path(prefix, i, 2));
+  const std::string first = gguf_split_path(prefix, 1, 2);
+  EXPECT_EQ(list_weight_files(first), (std::vector<std::string>{first, gguf_split_path(prefix, 2, 2)}));
+  const Hash128 split = fingerprint(first);
+  gguf_model(GgmlType::Q4_0, "tinx").write(gguf_split_path(prefix, 2, 2));
+  EXPECT_NE(fingerprint(first), split) << "the second part counts";
 }
 
 }  // namespace
