@@ -175,7 +175,7 @@ int run_serve(const ServeOptions& o) {
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.threads);
   std::unique_ptr<Model> model = load_model(o.model_dir, *backend);
   const ModelConfig config = model->config();
-  const Tokenizer tokenizer = Tokenizer::load_or_throw(model_sidecar_dir(o.model_dir));
+  const Tokenizer tokenizer = Tokenizer::load_or_throw(o.model_dir);
   PromptBuilderOptions prompt_options;
   if (!o.chat_template_file.empty()) prompt_options.template_override = read_file_or_throw(o.chat_template_file);
   const PromptBuilder prompts(tokenizer, prompt_options);

@@ -1,5 +1,7 @@
 // Reading a GGUF file's tokenizer metadata into GgufTokenizerMetadata (the mapping to the
 // pipeline is gguf_vocab.cpp's). Only the metadata is read: tensor data stays unmapped pages.
+#include <filesystem>
+
 #include "tensor/gguf.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +44,12 @@ GgufTokenizerMetadata read_tokenizer_metadata(const GgufMetadata& meta) {
 
 Tokenizer Tokenizer::load_gguf_or_throw(const std::string& gguf_path) {
   const GgufReader reader = GgufReader::open_or_throw(gguf_path);
+  if (!reader.metadata().has("tokenizer.ggml.model")) {
+    // A model converted without its tokenizer: the tokenizer.json beside it, if any.
+    const std::filesystem::path dir = std::filesystem::path(gguf_path).parent_path();
+    if (std::filesystem::exists(dir / "tokenizer.json"))
+      return load_or_throw(dir.empty() ? "." : dir.string());
+  }
   return from_gguf_or_throw(read_tokenizer_metadata(reader.metadata()), gguf_path);
 }
 

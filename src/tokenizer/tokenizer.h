@@ -40,7 +40,9 @@ class Tokenizer {
   // Same from explicit paths; `config_path` may be empty.
   static Tokenizer load_files_or_throw(const std::string& tokenizer_json_path, const std::string& config_path);
   // The tokenizer and chat template of a GGUF file's metadata (the first file of a split
-  // set holds it). Throws what the GGUF reader throws, and as from_gguf_or_throw.
+  // set holds it); a file with no tokenizer.ggml.model (converted without its tokenizer)
+  // takes the tokenizer.json in its folder when there is one. Throws what the GGUF reader
+  // throws, and as from_gguf_or_throw.
   static Tokenizer load_gguf_or_throw(const std::string& gguf_path);
   // From GGUF tokenizer metadata (tokenizer/gguf_vocab.h): tokenizer.ggml.model gpt2 or
   // llama. Throws Error{BadFormat} naming `path` and the key for inconsistent metadata

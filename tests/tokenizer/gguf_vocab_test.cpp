@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <unistd.h>
 
@@ -284,10 +285,11 @@ TEST(GgufVocabErrors, MinusOneMeansNoSpecialId) {
 // GGUF reader; wrong value types and missing keys name the file and the key.
 class GgufFileTest : public ::testing::Test {
  protected:
-  std::string path_ = (std::filesystem::temp_directory_path() /
-                       ("gguf_vocab_test_" + std::to_string(::getpid()) + ".gguf"))
-                          .string();
-  void TearDown() override { std::filesystem::remove(path_); }
+  std::filesystem::path dir_ =
+      std::filesystem::temp_directory_path() / ("gguf_vocab_test_" + std::to_string(::getpid()));
+  std::string path_ = (dir_ / "model.gguf").string();
+  void SetUp() override { std::filesystem::create_directories(dir_); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   test::GgufTestWriter gpt2_file() {
     const GgufTokenizerMetadata m = gpt2_vocab("default");
@@ -345,6 +347,18 @@ TEST_F(GgufFileTest, BadKeysNameTheFileAndKey) {
   what = load_error(wrong_type);
   EXPECT_NE(what.find(path_), std::string::npos) << what;
   EXPECT_NE(what.find("tokenizer.ggml.tokens"), std::string::npos) << what;
+}
+
+TEST_F(GgufFileTest, WithoutTokenizerKeysTheFolderTokenizerJsonServes) {
+  test::GgufTestWriter no_tokenizer;
+  no_tokenizer.kv_str("general.architecture", "llama");
+  no_tokenizer.write(path_);
+  std::ofstream(dir_ / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+  EXPECT_EQ(Tokenizer::load_or_throw(path_).encode("ab", false), (Ids{2}));
+  // A file with tokenizer metadata ignores the folder's tokenizer.json.
+  gpt2_file().write(path_);
+  EXPECT_EQ(Tokenizer::load_or_throw(path_).encode("hello", false), (Ids{8}));
 }
 
 }  // namespace
