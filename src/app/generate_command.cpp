@@ -69,7 +69,7 @@ int run_generate(const GenerateOptions& o) {
   const ModelConfig& config = model->config();
 
   std::optional<Tokenizer> tokenizer;
-  if (!o.print_ids || !o.has_prompt_ids) tokenizer = Tokenizer::load_or_throw(model_sidecar_dir(o.model_dir));
+  if (!o.print_ids || !o.has_prompt_ids) tokenizer = Tokenizer::load_or_throw(o.model_dir);
   std::vector<std::int32_t> prompt = o.has_prompt_ids ? o.prompt_ids : tokenizer->encode(o.prompt, true);
   if (prompt.empty()) {
     if (config.bos_token_id < 0)

@@ -33,14 +33,15 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
-// End-of-turn ids: the config's and generation_config's eos ids, the tokenizer's eos, and the
-// chat templates' end-of-turn specials when the vocabulary has them.
+// End-of-turn ids: the config's and generation_config's eos ids, the tokenizer's eos (and a GGUF
+// file's eot), and the chat templates' end-of-turn specials when the vocabulary has them.
 std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConfig& c, const Tokenizer& tok) {
   std::vector<std::int32_t> ids = c.eos_token_ids;
   auto add = [&ids](std::int32_t id) {
     if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
   add(tok.eos_id());
+  add(tok.eot_id());
   try {
     const auto gen = nlohmann::json::parse(read_file_or_throw(model_dir + "/generation_config.json"));
     if (gen.contains("eos_token_id")) {
@@ -175,7 +176,7 @@ int run_serve(const ServeOptions& o) {
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.threads);
   std::unique_ptr<Model> model = load_model(o.model_dir, *backend);
   const ModelConfig config = model->config();
-  const Tokenizer tokenizer = Tokenizer::load_or_throw(model_sidecar_dir(o.model_dir));
+  const Tokenizer tokenizer = Tokenizer::load_or_throw(o.model_dir);
   PromptBuilderOptions prompt_options;
   if (!o.chat_template_file.empty()) prompt_options.template_override = read_file_or_throw(o.chat_template_file);
   const PromptBuilder prompts(tokenizer, prompt_options);

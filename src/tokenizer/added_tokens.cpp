@@ -99,19 +99,29 @@ AddedVocabulary AddedVocabulary::parse_or_throw(const Json& j, const Normalizer*
     t.rstrip = json_bool_or(e, "rstrip", false);
     t.single_word = json_bool_or(e, "single_word", false);
     t.normalized = json_bool_or(e, "normalized", !t.special);
-    auto index = static_cast<int32_t>(v.tokens_.size());
-    v.by_id_[t.id] = v.tokens_.size();
-    v.by_content_.emplace(t.content, t.id);
-    if (t.normalized) {
-      std::string text = t.content;
-      if (normalizer != nullptr) normalizer->apply(text);
-      v.normalized_trie_.insert(text, index);
-    } else {
-      v.raw_trie_.insert(t.content, index);
-    }
-    v.tokens_.push_back(std::move(t));
+    v.add(std::move(t), normalizer);
   }
   return v;
+}
+
+AddedVocabulary AddedVocabulary::build(std::vector<AddedToken> tokens, const Normalizer* normalizer) {
+  AddedVocabulary v;
+  for (AddedToken& t : tokens) v.add(std::move(t), normalizer);
+  return v;
+}
+
+void AddedVocabulary::add(AddedToken t, const Normalizer* normalizer) {
+  auto index = static_cast<int32_t>(tokens_.size());
+  by_id_[t.id] = tokens_.size();
+  by_content_.emplace(t.content, t.id);
+  if (t.normalized) {
+    std::string text = t.content;
+    if (normalizer != nullptr) normalizer->apply(text);
+    normalized_trie_.insert(text, index);
+  } else {
+    raw_trie_.insert(t.content, index);
+  }
+  tokens_.push_back(std::move(t));
 }
 
 void AddedVocabulary::split(std::string_view text, bool normalized_tokens, std::vector<AddedSplit>& out) const {

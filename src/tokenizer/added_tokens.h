@@ -42,6 +42,8 @@ class AddedVocabulary {
   // rewrites the content of normalized tokens. Throws Error{BadFormat} naming `where`.
   static AddedVocabulary parse_or_throw(const nlohmann::json& tokens, const Normalizer* normalizer,
                                         const std::string& where);
+  // From tokens already checked (id >= 0, content not empty), in priority order.
+  static AddedVocabulary build(std::vector<AddedToken> tokens, const Normalizer* normalizer);
 
   // Splits `text` by the raw (normalized == false) or the normalized tokens.
   void split(std::string_view text, bool normalized_tokens, std::vector<AddedSplit>& out) const;
@@ -55,6 +57,8 @@ class AddedVocabulary {
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
+  void add(AddedToken token, const Normalizer* normalizer);
+
   // A byte trie over one set of token texts; leftmost-longest matching.
   struct Trie {
     std::unordered_map<uint64_t, int32_t> edges;  // (node << 8 | byte) -> child node

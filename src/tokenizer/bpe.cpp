@@ -48,11 +48,6 @@ std::unique_ptr<BpeModel> BpeModel::parse_or_throw(const Json& j, const std::str
     if (!id) throw_bad_field(where + ".unk_token", std::string("'").append(it->get<std::string>()).append("' is not in the vocab"));
     m->unk_id_ = *id;
   }
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    m->byte_ids_[b] = m->find(name).value_or(-1);
-  }
 
   auto merges = j.find("merges");
   if (merges == j.end() || !merges->is_array()) throw_bad_field(where + ".merges", "missing or not an array");
@@ -83,15 +78,50 @@ std::unique_ptr<BpeModel> BpeModel::parse_or_throw(const Json& j, const std::str
                       "merge \"" + a + " " + b + "\" refers to a token missing from the vocab");
     m->merges_[pair_key(*id_a, *id_b)] = Merge{static_cast<int32_t>(rank), *id_new};
   }
+  m->index_vocab();
+  return m;
+}
+
+std::unique_ptr<BpeModel> BpeModel::build_or_throw(std::vector<std::string> tokens, std::span<const BpeMerge> merges,
+                                                   const BpeOptions& options, const std::string& where) {
+  auto m = std::make_unique<BpeModel>();
+  const auto n_tokens = static_cast<int32_t>(tokens.size());
+  m->vocab_.reserve(tokens.size());
+  for (int32_t id = 0; id < n_tokens; ++id)
+    if (!tokens[id].empty()) m->vocab_.emplace(tokens[id], id);
+  m->id_to_token_ = std::move(tokens);
+  m->has_id_.assign(m->id_to_token_.size(), true);
+  if (options.unk_id >= n_tokens) throw_bad_field(where + ".unk_id", "id " + std::to_string(options.unk_id) + " is outside the vocab");
+  m->unk_id_ = options.unk_id;
+  m->byte_fallback_ = options.byte_fallback;
+  m->fuse_unk_ = options.fuse_unk;
+  m->ignore_merges_ = options.ignore_merges;
+  m->merges_.reserve(merges.size() * 2);
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const BpeMerge& e = merges[rank];
+    for (int32_t id : {e.left, e.right, e.merged})
+      if (id < 0 || id >= n_tokens)
+        throw_bad_field(where + ".merges[" + std::to_string(rank) + "]", "id " + std::to_string(id) + " is outside the vocab");
+    m->merges_.emplace(pair_key(e.left, e.right), Merge{static_cast<int32_t>(rank), e.merged});
+  }
+  m->index_vocab();
+  return m;
+}
+
+void BpeModel::index_vocab() {
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    byte_ids_[b] = find(name).value_or(-1);
+  }
   // Each id covers the word bytes of its token text (less any subword prefix/suffix), a
   // byte-fallback id one byte, an unk id one character; fused unks cover any number.
-  if (m->fuse_unk_ && m->unk_id_ >= 0 && !m->byte_fallback_) {
-    m->max_bytes_per_id_ = 0;
+  if (fuse_unk_ && unk_id_ >= 0 && !byte_fallback_) {
+    max_bytes_per_id_ = 0;
   } else {
-    m->max_bytes_per_id_ = 4;
-    for (const std::string& t : m->id_to_token_) m->max_bytes_per_id_ = std::max(m->max_bytes_per_id_, t.size());
+    max_bytes_per_id_ = 4;
+    for (const std::string& t : id_to_token_) max_bytes_per_id_ = std::max(max_bytes_per_id_, t.size());
   }
-  return m;
 }
 
 std::optional<int32_t> BpeModel::find(std::string_view token) const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -22,11 +23,30 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// How a BpeModel handles characters and words (the "model" flags of tokenizer.json).
+struct BpeOptions {
+  int32_t unk_id = -1;  // -1: characters the vocab cannot represent are dropped
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  bool ignore_merges = false;
+};
+
+// A merge of two adjacent symbols into `merged`; its index in the merge list is its rank.
+struct BpeMerge {
+  int32_t left, right, merged;
+};
+
 class BpeModel {
  public:
   // Parses the "model" object. Throws Error{BadFormat} naming `where` and the field (a merge
   // whose parts or result are not in the vocab, a non-integer id, ...).
   static std::unique_ptr<BpeModel> parse_or_throw(const nlohmann::json& model, const std::string& where);
+
+  // From the token text of each id (an empty text is not looked up; of two equal texts the
+  // lower id is found) and the merges in rank order. Throws Error{BadFormat} naming `where`
+  // for a merge or unk id outside the vocab.
+  static std::unique_ptr<BpeModel> build_or_throw(std::vector<std::string> tokens, std::span<const BpeMerge> merges,
+                                                  const BpeOptions& options, const std::string& where);
 
   // Appends the ids of one word. Thread-safe (the cache is behind a mutex).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -53,6 +73,8 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   const Merge* find_merge(int32_t a, int32_t b) const;
+  // byte_ids_ and max_bytes_per_id_, once the vocab and flags are set.
+  void index_vocab();
   void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
 

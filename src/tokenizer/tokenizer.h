@@ -1,5 +1,5 @@
 // Text <-> token ids for one model, loaded from Hugging Face tokenizer.json (+ the optional
-// tokenizer_config.json). Reproduces HF `tokenizers` encode/decode for byte-level BPE (GPT-2,
+// tokenizer_config.json) or from a GGUF file's tokenizer metadata. Reproduces HF `tokenizers` encode/decode for byte-level BPE (GPT-2,
 // Llama 3, Qwen) and SentencePiece-style BPE (Llama 2, Mistral, Gemma, Phi-3). Not the chat
 // template (src/chat) and not the transformers-side clean_up_tokenization_spaces.
 #pragma once
@@ -17,6 +17,7 @@ namespace akv {
 namespace tok {
 struct TokenizerParts;
 }
+struct GgufTokenizerMetadata;
 
 // The tokenizer_config.json fields the chat layer needs.
 struct TokenizerConfig {
@@ -30,13 +31,25 @@ struct TokenizerConfig {
 class Tokenizer {
  public:
   // Reads model_dir/tokenizer.json and, if present, model_dir/tokenizer_config.json (and
-  // model_dir/chat_template.jinja when the config has no template). Throws Error{NotFound,
-  // Io} for unreadable files, Error{BadFormat} naming the file and field for malformed JSON,
+  // model_dir/chat_template.jinja when the config has no template); when `model_dir` is a
+  // .gguf file, load_gguf_or_throw(model_dir) instead. Throws Error{NotFound, Io} for
+  // unreadable files, Error{BadFormat} naming the file and field for malformed JSON,
   // Error{Unsupported} for a model/normalizer/... type not implemented. Expensive (parses
   // the vocab and merges: ~0.1-1 s for 150K-260K vocabularies); load once per model.
   static Tokenizer load_or_throw(const std::string& model_dir);
   // Same from explicit paths; `config_path` may be empty.
   static Tokenizer load_files_or_throw(const std::string& tokenizer_json_path, const std::string& config_path);
+  // The tokenizer and chat template of a GGUF file's metadata (the first file of a split
+  // set holds it); a file with no tokenizer.ggml.model (converted without its tokenizer)
+  // takes the tokenizer.json in its folder when there is one. Throws what the GGUF reader
+  // throws, and as from_gguf_or_throw.
+  static Tokenizer load_gguf_or_throw(const std::string& gguf_path);
+  // From GGUF tokenizer metadata (tokenizer/gguf_vocab.h): tokenizer.ggml.model gpt2 or
+  // llama. Throws Error{BadFormat} naming `path` and the key for inconsistent metadata
+  // (missing tokens, a count that differs from the tokens', a merge of unknown tokens, a
+  // special id outside the vocab, absurd sizes), Error{Unsupported} for another model or an
+  // unknown tokenizer.ggml.pre. The same cost as load_or_throw.
+  static Tokenizer from_gguf_or_throw(const GgufTokenizerMetadata& metadata, const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -67,6 +80,8 @@ class Tokenizer {
   // Ids of the config's bos_token / eos_token, -1 if none.
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
+  // The end-of-turn id a GGUF file names (tokenizer.ggml.eot_token_id), -1 if none.
+  int32_t eot_id() const { return eot_id_; }
   // The id of an exact token string (added tokens first, then the model vocab).
   std::optional<int32_t> find_token(std::string_view token) const;
   // The stored text of `id` (byte-level or "▁" form for model tokens), nullptr if none.
@@ -102,6 +117,7 @@ class Tokenizer {
   TokenizerConfig config_;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
+  int32_t eot_id_ = -1;
   bool add_bos_token_ = false;
 };
 

@@ -112,6 +112,7 @@ Tokenizer Tokenizer::load_files_or_throw(const std::string& tokenizer_json_path,
 Tokenizer Tokenizer::load_or_throw(const std::string& model_dir) {
   namespace fs = std::filesystem;
   fs::path dir(model_dir);
+  if (dir.extension() == ".gguf" && fs::is_regular_file(dir)) return load_gguf_or_throw(model_dir);
   std::string config_path;
   if (fs::exists(dir / "tokenizer_config.json")) config_path = (dir / "tokenizer_config.json").string();
   Tokenizer t = load_files_or_throw((dir / "tokenizer.json").string(), config_path);

@@ -14,13 +14,15 @@ namespace akv::test {
 
 namespace fs = std::filesystem;
 
-std::string testdata_path(const std::string& relative) {
-  fs::path plain = fs::path(AGENTKV_TESTDATA) / relative;
+namespace {
+
+// `plain` itself, else its .xz decompressed to `unpacked` (once), else `plain` for the loader
+// to report.
+std::string plain_or_unpacked(const fs::path& plain, const fs::path& unpacked) {
   if (fs::exists(plain)) return plain.string();
   fs::path compressed = plain;
   compressed += ".xz";
-  if (!fs::exists(compressed)) return plain.string();  // let the loader report it
-  fs::path unpacked = fs::path(AGENTKV_TESTDATA_UNPACKED) / relative;
+  if (!fs::exists(compressed)) return plain.string();
   if (!fs::exists(unpacked)) {
     fs::create_directories(unpacked.parent_path());
     fs::path tmp = unpacked;
@@ -30,6 +32,17 @@ std::string testdata_path(const std::string& relative) {
     fs::rename(tmp, unpacked);
   }
   return unpacked.string();
+}
+
+}  // namespace
+
+std::string testdata_path(const std::string& relative) {
+  return plain_or_unpacked(fs::path(AGENTKV_TESTDATA) / relative, fs::path(AGENTKV_TESTDATA_UNPACKED) / relative);
+}
+
+std::string gguf_fixture_path(const std::string& name) {
+  return plain_or_unpacked(fs::path(AGENTKV_TOKENIZER_GGUF_FIXTURES) / name,
+                           fs::path(AGENTKV_TESTDATA_UNPACKED) / "tokenizer-gguf" / name);
 }
 
 const Tokenizer& shared_tokenizer(const std::string& name, const std::string& json_name) {

@@ -14,6 +14,10 @@ namespace akv::test {
 // compressed, the path of its decompressed copy (made with `xz -dkc` if missing).
 std::string testdata_path(const std::string& relative);
 
+// The decompressed copy of tests/tokenizer/gguf/<name>.xz (this repository's GGUF fixtures),
+// made in the build folder on first use.
+std::string gguf_fixture_path(const std::string& name);
+
 // The tokenizer in tokenizers/<name>/ (json_name: tokenizer.json or tokenizer.legacy.json).
 const Tokenizer& shared_tokenizer(const std::string& name, const std::string& json_name = "tokenizer.json");
 
