@@ -53,8 +53,14 @@ std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConf
   } catch (const std::exception&) {
     // generation_config.json is optional
   }
-  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"})
+  // Harmony (GPT-OSS): <|end|> closes one message of a reply, which ends at <|return|> or <|call|>.
+  const auto channel = tok.find_token("<|channel|>");
+  const bool harmony = channel && tok.is_special(*channel);
+  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|return|>", "<|call|>"}) {
+    const std::string_view name = t;
+    if (harmony ? name == "<|end|>" : (name == "<|return|>" || name == "<|call|>")) continue;
     if (auto id = tok.find_token(t); id && tok.is_special(*id)) add(*id);
+  }
   return ids;
 }
 
