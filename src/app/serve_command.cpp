@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "chat/tool_call_format.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
@@ -53,14 +54,9 @@ std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConf
   } catch (const std::exception&) {
     // generation_config.json is optional
   }
-  // Harmony (GPT-OSS): <|end|> closes one message of a reply, which ends at <|return|> or <|call|>.
   const auto channel = tok.find_token("<|channel|>");
-  const bool harmony = channel && tok.is_special(*channel);
-  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|return|>", "<|call|>"}) {
-    const std::string_view name = t;
-    if (harmony ? name == "<|end|>" : (name == "<|return|>" || name == "<|call|>")) continue;
+  for (const std::string_view t : end_of_turn_tokens(/*harmony_vocabulary=*/channel && tok.is_special(*channel)))
     if (auto id = tok.find_token(t); id && tok.is_special(*id)) add(*id);
-  }
   return ids;
 }
 

@@ -33,6 +33,17 @@ ToolCallFormat detect_tool_call_format(std::string_view source) {
   return ToolCallFormat::None;
 }
 
+std::vector<std::string_view> end_of_turn_tokens(bool harmony_vocabulary) {
+  std::vector<std::string_view> out = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|endoftext|>"};
+  if (harmony_vocabulary) {
+    out.push_back("<|return|>");
+    out.push_back("<|call|>");
+  } else {
+    out.push_back("<|end|>");
+  }
+  return out;
+}
+
 bool template_uses_think_tags(std::string_view source) {
   return source.find("<think>") != std::string_view::npos;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 namespace akv {
 
@@ -31,6 +32,12 @@ std::string_view to_string(ToolCallFormat format);
 //   "<|python_tag|>", or "<|start_header_id|>" with `"parameters": ` -> Llama3Json.
 // None when nothing matches.
 ToolCallFormat detect_tool_call_format(std::string_view template_source);
+
+// The special tokens that end a reply, where the vocabulary has them: <|im_end|>, <|eot_id|>,
+// <|eom_id|>, <end_of_turn>, <|end|>, <|endoftext|>; for a harmony vocabulary (one with a
+// special <|channel|>) <|return|> and <|call|> instead of <|end|>, which there closes one
+// message of a reply (its analysis) rather than the reply.
+std::vector<std::string_view> end_of_turn_tokens(bool harmony_vocabulary);
 
 // True when the template knows Qwen3-style reasoning ("<think>" appears in it).
 bool template_uses_think_tags(std::string_view template_source);

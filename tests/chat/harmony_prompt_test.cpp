@@ -92,9 +92,31 @@ constexpr std::string_view kCallRaw =
 
 TEST_F(HarmonyPrompt, DetectedFromTheTemplate) {
   EXPECT_EQ(builder.tool_call_format(), ToolCallFormat::Harmony);
+  for (const char* name : {"Qwen3-Coder", "Qwen3.5-4B", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"})
+    EXPECT_EQ(detect_tool_call_format(read_file_or_throw(test::testdata_file(
+                  std::string("chat-templates/templates/llama.cpp-2026/") + name + ".jinja"))),
+              ToolCallFormat::QwenXml)
+        << name;
   EXPECT_EQ(detect_tool_call_format(read_file_or_throw(
-                test::testdata_file("chat-templates/templates/llama.cpp-2026/Qwen3-Coder.jinja"))),
-            ToolCallFormat::QwenXml);
+                test::testdata_file("chat-templates/templates/llama.cpp/Qwen-Qwen3-0.6B.jinja"))),
+            ToolCallFormat::Hermes);
+}
+
+// <|end|> closes the analysis message: stopping there would end every reply after its reasoning.
+TEST_F(HarmonyPrompt, ReplyEndsAtReturnOrCallNotAtEnd) {
+  const auto channel = tok.find_token("<|channel|>");
+  ASSERT_TRUE(channel && tok.is_special(*channel));
+  const auto harmony = end_of_turn_tokens(/*harmony_vocabulary=*/true);
+  auto has = [](const std::vector<std::string_view>& v, std::string_view t) {
+    return std::find(v.begin(), v.end(), t) != v.end();
+  };
+  EXPECT_TRUE(has(harmony, "<|return|>"));
+  EXPECT_TRUE(has(harmony, "<|call|>"));
+  EXPECT_FALSE(has(harmony, "<|end|>"));
+  for (auto t : {"<|return|>", "<|call|>"}) EXPECT_TRUE(tok.find_token(t).has_value()) << t;
+  const auto others = end_of_turn_tokens(/*harmony_vocabulary=*/false);
+  EXPECT_TRUE(has(others, "<|end|>"));  // Phi-3's end of turn
+  EXPECT_FALSE(has(others, "<|call|>"));
 }
 
 TEST_F(HarmonyPrompt, ReasoningEffortReachesTheSystemMessage) {
@@ -223,7 +245,7 @@ TEST_F(HarmonyPrompt, ForcedCallGrammarWritesWhatTheParserReads) {
   auto vocab = std::make_shared<const ConstraintVocab>(tok);
   ChatRequest r = first_request();
   r.tool_choice.type = ToolChoiceType::Any;
-  auto constraint = make_forced_call_constraint(r, ToolCallFormat::Harmony, vocab, 64);
+  auto constraint = make_forced_call_constraint(r, ToolCallFormat::Harmony, vocab, 256);
   ASSERT_TRUE(constraint);
   const std::int32_t shortest = constraint->shortest_completion_tokens();
   EXPECT_LT(shortest, 40);
@@ -233,7 +255,8 @@ TEST_F(HarmonyPrompt, ForcedCallGrammarWritesWhatTheParserReads) {
   std::vector<std::uint8_t> allowed;
   for (std::int32_t id : ids) {
     constraint->allowed(allowed);
-    ASSERT_TRUE(allowed[id]) << tok.decode(std::vector<std::int32_t>{id}, false);
+    ASSERT_TRUE(allowed[id]) << "'" << tok.decode(std::vector<std::int32_t>{id}, false) << "' after '"
+                             << constraint->text() << "'";
     constraint->accept(id);
   }
   EXPECT_TRUE(constraint->done());
