@@ -186,14 +186,16 @@ bool HarmonyParser::step_header(std::vector<OutputEvent>& out, bool final) {
       return true;
     }
   }
-  // Not a header: what was meant as one is text, up to where the next message may start.
+  // Not a header: what was meant as one is text, up to where the next message may start (or
+  // through its <|message|>, when what came before it is no header).
   std::size_t end = broken_at;
+  if (message != std::string_view::npos && !too_long) end = std::min(end, message + kMessage.size());
   if (end == std::string_view::npos) {
     if (!final && !too_long) return false;  // the header may still end
     end = rest.size();
   }
   push_delta(out, OutputEvent::Kind::TextDelta, rest.substr(0, end));
-  const std::size_t drop = is_terminator(breaker) ? breaker.size() : 0;
+  const std::size_t drop = end == broken_at && is_terminator(breaker) ? breaker.size() : 0;
   buf_.erase(0, lead + std::min(end + drop, rest.size()));
   return true;
 }

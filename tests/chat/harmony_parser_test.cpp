@@ -63,6 +63,9 @@ TEST(HarmonyParser, MalformedOutputIsKeptAsText) {
   // A header cut by the next message, and one that never ends.
   test::check_every_split(make_parser(), "<|channel|>final<|start|>assistant<|channel|>final<|message|>ok",
                           {"T:<|channel|>finalok"});
+  // A header with something else in it: text through its <|message|>, then the body as text.
+  test::check_every_split(make_parser(), "<|channel|>final<b><|message|>body<|end|><|start|>assistant<|channel|>final<|message|>x",
+                          {"T:<|channel|>final<b><|message|>bodyx"});
   const std::string long_header = "<|channel|>" + std::string(kMaxHarmonyHeaderBytes, 'x') + "<|message|>body";
   EXPECT_EQ(test::run_parser(make_parser(), {long_header}).summary, std::vector<std::string>{"T:" + long_header});
 }
