@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "chat/tool_call_format.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
@@ -54,7 +55,8 @@ std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConf
   } catch (const std::exception&) {
     // generation_config.json is optional
   }
-  for (const char* t : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"})
+  const auto channel = tok.find_token("<|channel|>");
+  for (const std::string_view t : end_of_turn_tokens(/*harmony_vocabulary=*/channel && tok.is_special(*channel)))
     if (auto id = tok.find_token(t); id && tok.is_special(*id)) add(*id);
   return ids;
 }

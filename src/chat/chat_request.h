@@ -75,6 +75,7 @@ struct ChatRequest {
   SamplingOptions sampling;
   bool stream = false;
   bool thinking_enabled = false;      // the client asked for reasoning
+  std::string reasoning_effort{};     // "low" | "medium" | "high" (reasoning_effort.h); "": not given
   std::int32_t top_logprobs = 0;      // OpenAI logprobs
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // extra template variables
 };

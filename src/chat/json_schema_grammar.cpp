@@ -29,7 +29,10 @@ ToolCallSyntax tool_call_syntax(ToolCallFormat format) {
       return {"{\"name\": ", ", \"parameters\": ", "}"};
     case ToolCallFormat::Mistral:
       return {"[TOOL_CALLS][{\"name\": ", ", \"arguments\": ", "}]"};
+    case ToolCallFormat::Harmony:
+      return {"<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "<|call|>", false};
     case ToolCallFormat::Hermes:
+    case ToolCallFormat::QwenXml:
     case ToolCallFormat::None:
       break;
   }
@@ -48,7 +51,7 @@ ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFor
       root = static_cast<std::int32_t>(nodes_.size() - 1);
     }
     tool_roots_.push_back(root);
-    name_literals_.push_back(nlohmann::ordered_json(tool.name).dump());
+    name_literals_.push_back(syntax_.quoted_name ? nlohmann::ordered_json(tool.name).dump() : tool.name);
   }
   syntax_literals_ = {std::vector<std::string>{syntax_.prefix},
                       std::vector<std::string>{syntax_.middle},

@@ -62,14 +62,19 @@ struct GrammarNode {
   std::vector<std::uint32_t> optional_min_bytes{};  // Object [n+1]: shortest `"k":v` of props >= i
 };
 
-// The text around the call: prefix + "\"<name>\"" + middle + <arguments JSON> + suffix.
+// The text around the call: prefix + "\"<name>\"" (or the bare name) + middle + <arguments
+// JSON> + suffix.
 struct ToolCallSyntax {
   std::string prefix;
   std::string middle;
   std::string suffix;
+  bool quoted_name = true;  // the name as a JSON string; false: as it is
 };
 // Hermes (and None): <tool_call>\n{"name": N, "arguments": A}\n</tool_call>; Llama 3:
-// {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}].
+// {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}]; Harmony
+// (after the prompt's "<|start|>assistant"): <|channel|>commentary to=functions.N
+// <|constrain|>json<|message|>A<|call|>. QwenXml has no JSON form (make_forced_call_constraint
+// forces nothing for it).
 ToolCallSyntax tool_call_syntax(ToolCallFormat format);
 
 // One frame of the recognizer's stack (plain data: states are copied while walking the vocab).

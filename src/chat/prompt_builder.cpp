@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "chat/harmony_history.h"
 #include "chat/prompt_normalizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -69,8 +70,10 @@ ojson tool_call_json(const ContentBlock& b) {
 class MessageWriter {
  public:
   // Remembered turns that carry ids are appended to `remembered` (when not null), in order.
-  MessageWriter(AssistantTextStore& store, const TurnOwner& owner, ojson& out, RememberedTurns* remembered)
-      : store_(store), owner_(owner), out_(out), remembered_(remembered) {}
+  // `harmony`: assistant turns take the harmony template's form (harmony_history.h).
+  MessageWriter(AssistantTextStore& store, const TurnOwner& owner, ojson& out, RememberedTurns* remembered,
+                bool harmony)
+      : store_(store), owner_(owner), out_(out), remembered_(remembered), harmony_(harmony) {}
 
   void system(const std::string& text) {
     out_.push_back(ojson{{"role", "system"}, {"content", text}});
@@ -105,10 +108,19 @@ class MessageWriter {
       if (b.type == BlockType::ToolUse) tool_names_[b.tool_use_id] = b.tool_name;
     if (allow_raw) {
       if (auto found = store_.find_turn(owner_, m)) {
-        out_.push_back(ojson{{"role", "assistant"}, {"content", found->raw_text}});
+        if (harmony_) {  // the template takes the turn apart (it refuses channel markers in content)
+          const std::optional<ChatMessage> raw_turn = harmony_turn_from_raw(found->raw_text);
+          append_harmony_assistant(raw_turn ? *raw_turn : m, out_);
+        } else {
+          out_.push_back(ojson{{"role", "assistant"}, {"content", found->raw_text}});
+        }
         if (remembered_ && found->has_ids()) remembered_->push_back(std::move(found));
         return;
       }
+    }
+    if (harmony_) {
+      append_harmony_assistant(m, out_);
+      return;
     }
     ojson msg = ojson::object();
     msg["role"] = "assistant";
@@ -125,6 +137,7 @@ class MessageWriter {
   const TurnOwner& owner_;
   ojson& out_;
   RememberedTurns* remembered_;
+  const bool harmony_;
   std::map<std::string, std::string> tool_names_;
 };
 
@@ -222,11 +235,12 @@ ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& 
 
 ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& owner,
                                    RememberedTurns* remembered) const {
-  const ChatRequest normalized = normalize_prompt(request);
+  const bool harmony = tool_call_format_ == ToolCallFormat::Harmony;
+  const ChatRequest normalized = normalize_prompt(request, /*keep_thinking=*/harmony);
   const bool continue_final = !prefill_text(normalized).empty();
 
   ojson messages = ojson::array();
-  MessageWriter writer(store_, owner, messages, remembered);
+  MessageWriter writer(store_, owner, messages, remembered, harmony);
   const std::string system_text = join_text_blocks(normalized.system);
   if (!system_text.empty()) writer.system(system_text);
   for (std::size_t i = 0; i < normalized.messages.size(); ++i) {
@@ -251,6 +265,7 @@ ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& 
   context["bos_token"] = tokenizer_->bos_token();
   context["eos_token"] = tokenizer_->eos_token();
   context["enable_thinking"] = normalized.thinking_enabled;
+  if (!normalized.reasoning_effort.empty()) context["reasoning_effort"] = normalized.reasoning_effort;
   if (normalized.template_kwargs.is_object())
     for (const auto& [key, value] : normalized.template_kwargs.items())
       if (key != "messages" && key != "tools") context[key] = value;
@@ -297,18 +312,26 @@ void PromptBuilder::splice_remembered_turns(const ojson& context, const Remember
                                             std::size_t max_tokens, BuiltPrompt& out) const {
   // Phase 1: replace each remembered turn, oldest first, by the exact text the KV cache holds
   // for it (its prompt, the skipped part of the generation prompt included, + generated text).
+  // Harmony turns are found by what their messages say (harmony_history.h), since the template
+  // writes a call's header and arguments its own way.
   const std::string rendered = out.text;
   std::optional<std::string> gen_prompt;  // rendered on first need
   const RememberedTurn* last = nullptr;
   std::size_t kv_end = 0;  // out.text[0:kv_end] is last->prompt_text + last->raw_text
   for (const auto& turn : turns) {
-    std::optional<std::size_t> pos = find_generated_text(out.text, kv_end, *turn, "");
-    if (!pos) {
-      if (!gen_prompt) gen_prompt = generation_prompt(context, rendered);
-      pos = find_generated_text(out.text, kv_end, *turn, *gen_prompt);
+    std::optional<std::size_t> rest;  // where out.text continues after the turn's generated text
+    if (tool_call_format_ == ToolCallFormat::Harmony) {
+      rest = harmony_turn_rest(out.text, kv_end, *turn);
+    } else {
+      std::optional<std::size_t> pos = find_generated_text(out.text, kv_end, *turn, "");
+      if (!pos) {
+        if (!gen_prompt) gen_prompt = generation_prompt(context, rendered);
+        pos = find_generated_text(out.text, kv_end, *turn, *gen_prompt);
+      }
+      if (pos) rest = *pos + turn->raw_text.size();
     }
-    if (!pos) continue;
-    out.text = turn->prompt_text + turn->raw_text + out.text.substr(*pos + turn->raw_text.size());
+    if (!rest) continue;
+    out.text = turn->prompt_text + turn->raw_text + out.text.substr(*rest);
     kv_end = turn->prompt_text.size() + turn->raw_text.size();
     last = turn.get();
   }

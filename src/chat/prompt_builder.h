@@ -61,7 +61,8 @@ class PromptBuilder {
   //     an assistant turn `owner` remembered (the raw-text store) as {role: "assistant",
   //     content: raw text}; an anonymous owner (no agent id) finds none.
   //   tools: [{type: "function", function: {name, description, parameters}}] (absent when none),
-  //   add_generation_prompt, bos_token, eos_token, enable_thinking, then request.template_kwargs.
+  //   add_generation_prompt, bos_token, eos_token, enable_thinking, reasoning_effort (when the
+  //   request gave one), then request.template_kwargs (which win).
   nlohmann::ordered_json build_context(const ChatRequest& request, const TurnOwner& owner = {}) const;
 
   // Renders and tokenizes (Tokenizer::encode(text, add_special_tokens=false), as transformers'

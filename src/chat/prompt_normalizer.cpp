@@ -66,7 +66,7 @@ std::string wrap_system_reminder(std::string_view text) {
   return out;
 }
 
-ChatRequest normalize_prompt(const ChatRequest& request) {
+ChatRequest normalize_prompt(const ChatRequest& request, bool keep_thinking) {
   ChatRequest out = request;
   drop_billing_header(out.system);
   out.messages.clear();
@@ -79,7 +79,7 @@ ChatRequest normalize_prompt(const ChatRequest& request) {
         staged.push_back(fold_system_message(m));
         break;
       case ChatRole::Assistant:
-        staged.push_back(without_thinking(m));
+        staged.push_back(keep_thinking ? m : without_thinking(m));
         break;
       case ChatRole::Tool: {
         ChatMessage user = m;

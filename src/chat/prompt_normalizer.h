@@ -24,11 +24,13 @@ inline constexpr std::string_view kBillingHeaderPrefix = "x-anthropic-billing-he
 //     starts a new user turn. Empty system messages vanish.
 //  4. Thinking blocks are dropped from every assistant turn: a past turn's reasoning is never
 //     re-rendered from blocks (the model's own text, thinking included, comes back through the
-//     raw-text store instead, and the template decides what of it to keep).
+//     raw-text store instead, and the template decides what of it to keep). With
+//     `keep_thinking` (harmony templates, which take reasoning in a `thinking` field and decide
+//     themselves what to keep) they stay.
 //  5. Messages left with no blocks are dropped (except a final assistant turn, a prefill).
 //  6. Consecutive turns of the same role are merged (blocks concatenated in order).
 // content_was_string is cleared: a string and a one-text-block list are the same from here on.
-ChatRequest normalize_prompt(const ChatRequest& request);
+ChatRequest normalize_prompt(const ChatRequest& request, bool keep_thinking = false);
 
 // The text of a turn as templates see it: the non-empty Text (and Image placeholder) blocks
 // joined with "\n\n". One block renders as exactly its text; Thinking, ToolUse and ToolResult

@@ -14,8 +14,8 @@ namespace akv {
 namespace {
 
 // Call markers a tokenizer may mark special but a forced call must be able to write.
-constexpr std::string_view kMarkerTokens[] = {"<tool_call>", "</tool_call>", "[TOOL_CALLS]",
-                                              "<|python_tag|>"};
+constexpr std::string_view kMarkerTokens[] = {"<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
+                                              "<|channel|>", "<|constrain|>", "<|message|>", "<|call|>"};
 
 bool is_marker(std::string_view text) {
   return std::find(std::begin(kMarkerTokens), std::end(kMarkerTokens), text) !=
@@ -282,7 +282,7 @@ std::unique_ptr<ToolCallConstraint> make_forced_call_constraint(
     std::int32_t max_tokens) {
   const ToolChoice& choice = request.tool_choice;
   if (request.tools.empty() || choice.type == ToolChoiceType::Auto ||
-      choice.type == ToolChoiceType::None)
+      choice.type == ToolChoiceType::None || format == ToolCallFormat::QwenXml)
     return nullptr;
   std::vector<ToolSpec> tools;
   if (choice.type == ToolChoiceType::Tool) {

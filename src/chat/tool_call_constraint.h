@@ -139,7 +139,7 @@ class ToolCallConstraint final : public TokenConstraint {
 };
 
 // The constraint a request needs, or nullptr when it forces no call (tool_choice auto or none,
-// or no tools). tool_choice any: one call of any tool; tool: that one. `max_tokens`: the
+// or no tools) or the format has no JSON call form (QwenXml: such a request is not constrained). tool_choice any: one call of any tool; tool: that one. `max_tokens`: the
 // request's generation budget after clamping (0: none). Throws Error(InvalidArgument) naming the
 // tool when tool_choice names a tool not in request.tools. The caller should reject a budget
 // below shortest_completion_tokens().

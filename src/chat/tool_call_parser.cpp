@@ -361,6 +361,8 @@ ToolCallParser::ToolCallParser(ToolCallParserOptions options) : options_(std::mo
     case ToolCallFormat::Mistral:
       openers_ = {std::string(kMistralOpen)};
       break;
+    case ToolCallFormat::QwenXml:  // qwen_xml_call_parser.h
+    case ToolCallFormat::Harmony:  // harmony_parser.h
     case ToolCallFormat::None:
       break;
   }

@@ -1,5 +1,7 @@
 #include "server/anthropic_request.h"
 
+#include "chat/reasoning_effort.h"
+
 #include "server/json_fields.h"
 
 namespace akv {
@@ -163,11 +165,22 @@ ChatRequest parse_common(const json& body) {
   parse_system(body, r);
   parse_tools(body, r);
   parse_tool_choice(body, r);
+  std::string thinking_type;
   if (has(body, "thinking")) {
     const json& t = body["thinking"];
     if (!t.is_object()) fail("thinking", "Input should be a valid dictionary");
-    r.thinking_enabled = require_string(t, "type", "thinking") == "enabled";  // any other type: off
+    thinking_type = require_string(t, "type", "thinking");
+    r.thinking_enabled = thinking_type == "enabled";  // any other type: off
+    const auto budget = t.find("budget_tokens");  // never a 400 over it (api-notes §1.2)
+    if (r.thinking_enabled && budget != t.end() && budget->is_number_integer())
+      r.reasoning_effort = effort_for_budget(budget->get<std::int64_t>());
   }
+  // Reasoning effort: the thinking budget, else output_config.effort, else low when thinking is
+  // disabled (a harmony model always reasons), else the template's default.
+  if (r.reasoning_effort.empty() && has(body, "output_config") && body["output_config"].is_object())
+    if (auto effort = opt_string(body["output_config"], "effort", "output_config"))
+      r.reasoning_effort = effort_for_name(*effort);
+  if (r.reasoning_effort.empty() && thinking_type == "disabled") r.reasoning_effort = "low";
   if (has(body, "metadata")) {
     if (!body["metadata"].is_object()) fail("metadata", "Input should be a valid dictionary");
     opt_string(body["metadata"], "user_id", "metadata");

@@ -103,6 +103,21 @@ std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallP
   return make_tool_output_parser(std::move(options));
 }
 
+std::unique_ptr<OutputParser> make_model_output_parser(Dialect dialect, ToolCallFormat model_format, const ChatRequest& chat,
+                                                       bool parse_thinking, bool starts_in_thinking) {
+  const bool calls = chat.tool_choice.type != ToolChoiceType::None && !chat.tools.empty();
+  auto id = [dialect] { return new_tool_call_id(dialect); };
+  if (model_format == ToolCallFormat::Harmony)
+    return make_harmony_output_parser({.parse_calls = calls, .make_call_id = id});
+  if (model_format == ToolCallFormat::QwenXml && calls)
+    return make_qwen_xml_output_parser({.tools = chat.tools,
+                                        .parse_thinking = parse_thinking,
+                                        .starts_in_thinking = starts_in_thinking,
+                                        .make_call_id = id});
+  const ToolCallFormat format = calls && model_format != ToolCallFormat::QwenXml ? model_format : ToolCallFormat::None;
+  return make_chat_output_parser(dialect, {.format = format, .parse_thinking = parse_thinking, .starts_in_thinking = starts_in_thinking});
+}
+
 TurnOwner turn_owner(const RequestIdentity& who) {
   return {.tenant = who.tenant, .agent = who.agent};
 }
@@ -142,12 +157,14 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
   r.max_tokens = static_cast<std::int32_t>(max_tokens);
   r.n_logprobs = chat.top_logprobs;
   p.job.stop_sequences = chat.stop_sequences;
+  const ToolCallFormat model_format = ctx.prompts.tool_call_format();
   const ToolCallFormat format =
-      chat.tool_choice.type == ToolChoiceType::None || chat.tools.empty() ? ToolCallFormat::None : ctx.prompts.tool_call_format();
-  p.job.parser = make_chat_output_parser(dialect, {.format = format,
-                                                   .parse_thinking = ctx.prompts.template_uses_think_tags(),
-                                                   .starts_in_thinking = prompt.starts_in_thinking});
-  p.job.keep_special_tokens = format == ToolCallFormat::Llama3Json || format == ToolCallFormat::Mistral;
+      chat.tool_choice.type == ToolChoiceType::None || chat.tools.empty() ? ToolCallFormat::None : model_format;
+  p.job.parser = make_model_output_parser(dialect, model_format, chat, ctx.prompts.template_uses_think_tags(),
+                                          prompt.starts_in_thinking);
+  // Markers that are special tokens must reach the parser (harmony's channels: every reply).
+  p.job.keep_special_tokens = format == ToolCallFormat::Llama3Json || format == ToolCallFormat::Mistral ||
+                              model_format == ToolCallFormat::Harmony;
   if (ctx.constraint_vocab && format != ToolCallFormat::None) {
     auto constraint = make_forced_call_constraint(chat, format, ctx.constraint_vocab, r.max_tokens);
     if (constraint && !p.prewarm_only) check_forced_call_budget(*constraint, chat, r.max_tokens);

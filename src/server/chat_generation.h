@@ -41,6 +41,12 @@ std::string new_tool_call_id(Dialect dialect);
 // call ids from new_tool_call_id(dialect).
 std::unique_ptr<OutputParser> make_chat_output_parser(Dialect dialect, ToolCallParserOptions options);
 
+// The parser for a model whose template writes calls in `model_format`: Harmony always (its
+// channels are in every reply; calls only when `chat` allows them), QwenXml when `chat` allows
+// calls, else ToolCallParser with the format (None when no call is allowed).
+std::unique_ptr<OutputParser> make_model_output_parser(Dialect dialect, ToolCallFormat model_format, const ChatRequest& chat,
+                                                       bool parse_thinking, bool starts_in_thinking);
+
 // The number of prompt tokens count_tokens reports: identical to what generation prefills for
 // the same body and identity.
 std::int64_t count_prompt_tokens(ServingContext& ctx, const ChatRequest& chat, const RequestIdentity& who);

@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "chat/reasoning_effort.h"
+
 #include "server/json_fields.h"
 
 namespace akv {
@@ -72,7 +74,12 @@ ChatMessage parse_message(const json& m, const std::string& path) {
   if (msg.role != ChatRole::Assistant && !has(m, "content")) fail(join(path, "content"), "Field required");
   msg.content_was_string = was_string;
   msg.blocks = std::move(content);
-  if (msg.role == ChatRole::Assistant) parse_tool_calls(m, path, msg);
+  if (msg.role == ChatRole::Assistant) {
+    // The de-facto reasoning field comes back as the turn's reasoning (harmony's analysis).
+    if (auto reasoning = opt_string(m, "reasoning_content", path); reasoning && !reasoning->empty())
+      msg.blocks.insert(msg.blocks.begin(), ContentBlock{.type = BlockType::Thinking, .text = *reasoning});
+    parse_tool_calls(m, path, msg);
+  }
   return msg;
 }
 
@@ -179,7 +186,10 @@ OpenAiChatRequest parse_openai_chat(const json& body) {
   reject_logprobs(body);
   check_unused_fields(body);
   out.include_usage = include_usage(body);
-  if (has(body, "reasoning_effort")) r.thinking_enabled = body["reasoning_effort"] != "none";
+  if (has(body, "reasoning_effort")) {
+    r.thinking_enabled = body["reasoning_effort"] != "none";
+    if (body["reasoning_effort"].is_string()) r.reasoning_effort = effort_for_name(body["reasoning_effort"].get<std::string>());
+  }
   return out;
 }
 

@@ -6,9 +6,11 @@ namespace akv {
 
 namespace {
 
+// Any parser with feed/finish -> OutputEvents and call counts.
+template <typename Parser, typename Options>
 class ToolOutputParser final : public OutputParser {
  public:
-  explicit ToolOutputParser(ToolCallParserOptions options) : parser_(std::move(options)) {}
+  explicit ToolOutputParser(Options options) : parser_(std::move(options)) {}
 
   bool feed(std::string_view text, OutputSink& sink) override { return forward(parser_.feed(text), sink); }
   bool finish(OutputSink& sink) override { return forward(parser_.finish(), sink); }
@@ -33,13 +35,21 @@ class ToolOutputParser final : public OutputParser {
     return true;
   }
 
-  ToolCallParser parser_;
+  Parser parser_;
 };
 
 }  // namespace
 
 std::unique_ptr<OutputParser> make_tool_output_parser(ToolCallParserOptions options) {
-  return std::make_unique<ToolOutputParser>(std::move(options));
+  return std::make_unique<ToolOutputParser<ToolCallParser, ToolCallParserOptions>>(std::move(options));
+}
+
+std::unique_ptr<OutputParser> make_harmony_output_parser(HarmonyParserOptions options) {
+  return std::make_unique<ToolOutputParser<HarmonyParser, HarmonyParserOptions>>(std::move(options));
+}
+
+std::unique_ptr<OutputParser> make_qwen_xml_output_parser(QwenXmlCallParserOptions options) {
+  return std::make_unique<ToolOutputParser<QwenXmlCallParser, QwenXmlCallParserOptions>>(std::move(options));
 }
 
 }  // namespace akv
