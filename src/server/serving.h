@@ -12,6 +12,7 @@
 #include "chat/prompt_builder.h"
 #include "chat/tool_call_constraint.h"
 #include "engine/engine.h"
+#include "server/agent_history.h"
 #include "server/connection_counters.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +54,7 @@ struct ServingContext {
   AgentMemoryRefs memory;
   std::atomic<int> in_flight{0};
   ConnectionCounters connections;
+  AgentHistory history;  // recent turns per agent (the dashboard)
 };
 
 // Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is
