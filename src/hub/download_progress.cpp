@@ -58,7 +58,8 @@ void DownloadProgress::report(bool last) {
                  last ? clock_text(seconds).c_str() : eta.c_str(), last ? "\n" : "");
     std::fflush(stderr);
   } else if (last) {
-    log_info("{}: downloaded {} in {:.1f} s", label_, mib(done), seconds);
+    if (done < total) log_info("{}: stopped at {}", label_, numbers);
+    else log_info("{}: downloaded {} in {:.1f} s", label_, mib(done), seconds);
   } else {
     log_info("{}: {}, ETA {}", label_, numbers, eta);
   }

@@ -96,7 +96,7 @@ std::vector<std::string> HubCache::snapshot_files(const std::string& repo_id, co
   if (!fs::is_directory(dir, ec)) return out;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
     if (fs::is_regular_file(it->path(), ec))  // follows the link: a dangling one is left out
-      out.push_back(fs::relative(it->path(), dir, ec).generic_string());
+      out.push_back(it->path().lexically_relative(dir).generic_string());
   std::sort(out.begin(), out.end());
   return out;
 }

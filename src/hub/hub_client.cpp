@@ -274,6 +274,10 @@ void HubClient::download(const std::string& repo_id, const std::string& commit, 
                                                          "HF_HUB_CACHE) to a disk with room for the model");
       throw Error(ErrorKind::Io, dest + ": cannot write: " + std::strerror(r.write_errno));
     }
+    if (r.error == httplib::Error::Success && r.status == 200 && out == nullptr) {  // an empty file
+      std::FILE* empty = std::fopen(dest.c_str(), "wb");
+      if (empty == nullptr || std::fclose(empty) != 0) throw Error(ErrorKind::Io, dest + ": cannot create: " + std::strerror(errno));
+    }
     if (r.error == httplib::Error::Success && r.status == 416 && file.size >= 0) {
       fs::remove(dest, ec);  // the range starts past the end: ours is not the file; start over
       on_bytes(-have);

@@ -209,7 +209,13 @@ std::string resolve_model_dir(const std::string& value) {
   if (!looks_like_hub_ref(value)) return value;
   const HubRef ref = parse_hub_ref(value);
   const HubSettings s = hub_settings_from_env();
-  const PullResult r = pull_model(ref, s, {.parallel_files = 4, .progress_on_terminal = ::isatty(2) == 1});
+  PullResult r;
+  try {
+    r = pull_model(ref, s, {.parallel_files = 4, .progress_on_terminal = ::isatty(2) == 1});
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::NotFound) throw;
+    throw Error(e.kind(), std::string(e.what()) + " (and there is no directory '" + value + "')");
+  }
   log_info("{}: {} files at {} ({} downloaded, {} MiB{}) in {}", value, r.n_files, r.commit.substr(0, 12), r.n_downloaded,
            r.bytes_downloaded >> 20, r.offline ? ", offline" : "", r.dir);
   return r.dir;
