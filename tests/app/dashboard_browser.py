@@ -105,8 +105,8 @@ class Browser:
 
     def wait(self, name, expression, timeout=30):
         deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.eval(expression):
+        while time.time() < deadline:  # the page may still be loading: an error counts as "not yet"
+            if self.eval("(() => { try { return %s; } catch (e) { return false; } })()" % expression):
                 print("ok: " + name)
                 return
             time.sleep(0.2)
@@ -201,11 +201,14 @@ try:
 
     browser = Browser(os.path.join(tmp, "profile"))
     browser.call("Page.navigate", {"url": "http://127.0.0.1:%d/" % port}, session=True)
-    browser.wait("the page asks for the API key", 'document.body.dataset.state === "auth" && !document.querySelector("#key-form").hidden')
+    shown = 'getComputedStyle(document.querySelector("%s")).display !== "none"'
+    browser.wait("the page asks for the API key", 'document.body.dataset.state === "auth" && ' + shown % "#key-form")
+    check("no data before the key", browser.eval(shown % "#main"), False)
     browser.eval('document.querySelector("#key").value = "wrong"; document.querySelector("#key-submit").click(); true')
     browser.wait("a wrong key is refused", 'document.querySelector("#key-error").textContent.includes("refused")')
     browser.eval('document.querySelector("#key").value = "k1"; document.querySelector("#key-submit").click(); true')
     browser.wait("the tenant's agents are listed", 'document.querySelectorAll("#agents tbody tr").length === 2')
+    check("the key form is gone", browser.eval(shown % "#key-form"), False)
     check("agents shown", browser.eval('[...document.querySelectorAll("#agents tbody tr")].map(r => r.dataset.agent).sort()'),
           ["alice", "bob"])
     check("alice: requests", browser.eval(row("alice", "requests")), "2")
