@@ -42,8 +42,14 @@ std::string HubCache::snapshot_dir(const std::string& repo_id, const std::string
   return repo_dir(repo_id) + "/snapshots/" + commit;
 }
 
+std::string HubCache::lock_path(const std::string& repo_id, const std::string& blob) const {
+  const std::string repo = repo_dir(repo_id);
+  return root_ + "/.locks/" + repo.substr(root_.size() + 1) + "/" + blob + ".lock";
+}
+
 void HubCache::create_dirs(const std::string& repo_id) const {
   for (const char* d : {"/blobs", "/snapshots", "/refs"}) make_dirs(repo_dir(repo_id) + d);
+  make_dirs(fs::path(lock_path(repo_id, "x")).parent_path());
 }
 
 void HubCache::link(const std::string& repo_id, const std::string& commit, const std::string& path,

@@ -20,6 +20,8 @@ class HubCache {
   std::string blob_path(const std::string& repo_id, const std::string& blob) const;
   std::string incomplete_path(const std::string& repo_id, const std::string& blob) const;
   std::string snapshot_dir(const std::string& repo_id, const std::string& commit) const;
+  // CACHE/.locks/models--ORG--REPO/<blob>.lock: huggingface_hub's lock file for one blob.
+  std::string lock_path(const std::string& repo_id, const std::string& blob) const;
 
   // Creates blobs/, snapshots/ and refs/. Throws Error{Io} naming the directory.
   void create_dirs(const std::string& repo_id) const;

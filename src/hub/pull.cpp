@@ -1,9 +1,13 @@
 #include "hub/pull.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +41,23 @@ std::string join(const std::vector<std::string>& v) {
   for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
   return out;
 }
+
+// An exclusive hold on huggingface_hub's lock file for one blob (filelock takes the same flock),
+// so two downloads of a file, ours or another tool's, never write its .incomplete at once.
+class BlobLock {
+ public:
+  explicit BlobLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw Error(ErrorKind::Io, path + ": cannot open the download lock: " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) throw Error(ErrorKind::Io, path + ": cannot take the download lock: " + std::strerror(errno));
+  }
+  ~BlobLock() { ::close(fd_); }  // closing releases the lock
+  BlobLock(const BlobLock&) = delete;
+  BlobLock& operator=(const BlobLock&) = delete;
+
+ private:
+  int fd_;
+};
 
 // One pull's state: the listing, the cache and the counters the workers share.
 class Puller {
@@ -103,7 +124,13 @@ class Puller {
   void fetch_one(const RepoFile& f) {
     const std::string blob = cache_.blob_path(ref_.repo_id, f.cache_blob());
     const std::string part = cache_.incomplete_path(ref_.repo_id, f.cache_blob());
+    const BlobLock blob_lock(cache_.lock_path(ref_.repo_id, f.cache_blob()));
     std::error_code ec;
+    if (fs::exists(blob, ec)) {  // another process fetched it while we waited for the lock
+      progress_.add(std::max<std::int64_t>(0, f.size));
+      cache_.link(ref_.repo_id, info_.commit, f.path, f.cache_blob());
+      return;
+    }
     const std::int64_t resumed = fs::exists(part, ec) ? static_cast<std::int64_t>(fs::file_size(part, ec)) : 0;
     progress_.add(resumed);
     std::atomic<std::int64_t> fetched{0};

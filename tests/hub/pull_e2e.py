@@ -142,6 +142,18 @@ try:
     check("absent quant lists those present", (rc, "Q4_K_M, Q8_0" in err), (1, True))
     rc, _, err = pull("not a repo", g)
     check("bad id", (rc, "ORG/REPO" in err), (1, True))
+
+    # 10. Two pulls of one model at once (two servers starting): each file is fetched once, both succeed.
+    both = os.path.join(tmp, "both")
+    before = hub.count("/repos/")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_HOME=both, HF_ENDPOINT=hub.endpoint)
+    procs = [subprocess.Popen([agentkv, "pull", "tiny/llama-sharded"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    check("concurrent pulls succeed", [p.returncode for p in procs], [0, 0])
+    check("each LFS file fetched once", hub.count("/repos/") - before, 4)
+    check("same directory", outs[0][0], outs[1][0])
 finally:
     hub.close()
     shutil.rmtree(tmp, ignore_errors=True)
