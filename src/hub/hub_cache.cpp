@@ -1,6 +1,10 @@
 #include "hub/hub_cache.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +18,13 @@ namespace fs = std::filesystem;
 
 bool is_commit_hash(const std::string& s) {
   return s.size() == 40 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// A temporary name beside `p` no other process or thread uses (links and refs are written by
+// rename, and two pulls of one model may write the same ones).
+std::string temp_name(const fs::path& p) {
+  static std::atomic<std::uint64_t> counter{0};
+  return p.string() + ".akv-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
 void make_dirs(const fs::path& p) {
@@ -60,7 +71,7 @@ void HubCache::link(const std::string& repo_id, const std::string& commit, const
   std::string up = "../../";
   for (const char c : path)
     if (c == '/') up += "../";
-  const fs::path tmp = target.string() + ".akv-link";
+  const fs::path tmp = temp_name(target);
   std::error_code ec;
   fs::remove(tmp, ec);
   fs::create_symlink(up + "blobs/" + blob, tmp, ec);
@@ -72,7 +83,7 @@ void HubCache::write_ref(const std::string& repo_id, const std::string& revision
   if (revision == commit) return;
   const fs::path ref = fs::path(repo_dir(repo_id)) / "refs" / revision;
   make_dirs(ref.parent_path());
-  const fs::path tmp = ref.string() + ".akv-tmp";
+  const fs::path tmp = temp_name(ref);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << commit;  // no newline, as huggingface_hub writes it
