@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -69,6 +70,7 @@ class RestoreJob {
   std::vector<bool> loaded_;
   std::atomic<std::int32_t> n_loaded_{0};
   std::atomic<bool> done_{false}, cancelled_{false};
+  std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
 // Bytes of loaded blocks held by jobs, shared with the jobs (which may outlive the restorer).
@@ -102,6 +104,8 @@ class Restorer {
   void loop();
   // Records block `index` of `job` (loaded or not); true when that finished the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);
+  // Marks `job` done and observes its time in the disk tier's restore-time histogram.
+  void mark_done(RestoreJob& job);
 
   DiskStore* disk_;
   std::function<void()> on_done_;

@@ -165,9 +165,10 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
 }
 
 std::function<void(const ReplyFinish&)> record_turn_for(ServingContext& ctx, const RequestIdentity& who) {
-  if (who.agent.empty()) return {};
-  return [history = &ctx.history, tenant = who.tenant, agent = who.agent](const ReplyFinish& f) {
+  return [history = &ctx.history, ttft = &ctx.ttft, tenant = who.tenant, agent = who.agent](const ReplyFinish& f) {
     if (f.reason == StopReason::Cancelled || f.reason == StopReason::Error) return;
+    if (f.usage.output_tokens > 0) ttft->observe(f.timing.ttft_ms);
+    if (agent.empty()) return;
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     history->record(tenant, agent,
                     {.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
