@@ -55,11 +55,16 @@ function renderEngine(e) {
            e.prompt_tokens ? (100 * e.cached_prompt_tokens / e.prompt_tokens).toFixed(0) + "%" : "-");
 }
 
+// A share of a bar as a CSS width; anything above zero shows at least a sliver.
+function barWidth(frac) {
+  return frac > 0 ? Math.max(1, 100 * Math.min(1, frac)).toFixed(1) + "%" : "0%";
+}
+
 function renderTier(name, usedFrac, cachedFrac, text) {
   const row = document.querySelector(`.tier[data-tier="${name}"]`);
-  row.querySelector(".fill.used").style.width = (100 * Math.min(1, usedFrac)).toFixed(1) + "%";
+  row.querySelector(".fill.used").style.width = barWidth(usedFrac);
   const cached = row.querySelector(".fill.cached");
-  if (cached) cached.style.width = (100 * Math.min(1, cachedFrac)).toFixed(1) + "%";
+  if (cached) cached.style.width = barWidth(cachedFrac);
   row.querySelector(".text").textContent = text;
 }
 
