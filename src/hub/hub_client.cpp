@@ -140,6 +140,13 @@ std::string describe(const HubSettings& s, const Reply& r) {
   return "HTTP " + std::to_string(r.status);
 }
 
+[[noreturn]] void throw_write_error(const std::string& dest, int err) {
+  if (err == ENOSPC || err == EDQUOT)
+    throw Error(ErrorKind::ResourceExhausted, dest + ": the disk is full: free space there, or set HF_HOME (or "
+                                                     "HF_HUB_CACHE) to a disk with room for the model");
+  throw Error(ErrorKind::Io, dest + ": cannot write: " + std::strerror(err));
+}
+
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 std::string read_token_file(const std::string& hf_home) {
@@ -240,7 +247,11 @@ void HubClient::download(const std::string& repo_id, const std::string& commit, 
   std::string last_failure;
   for (int attempt = 1; attempt <= s_.max_attempts; ++attempt) {
     std::error_code ec;
-    std::int64_t have = fs::exists(dest, ec) ? static_cast<std::int64_t>(fs::file_size(dest, ec)) : 0;
+    std::int64_t have = 0;
+    if (fs::exists(dest, ec)) {
+      const std::uintmax_t size = fs::file_size(dest, ec);
+      if (!ec) have = static_cast<std::int64_t>(size);
+    }
     if (file.size >= 0 && have == file.size) return;
     if (file.size >= 0 && have > file.size) {  // a leftover longer than the file: start over
       fs::remove(dest, ec);
@@ -266,14 +277,9 @@ void HubClient::download(const std::string& repo_id, const std::string& commit, 
       on_bytes(static_cast<std::int64_t>(n));
       return true;
     });
-    if (out != nullptr && std::fclose(out) != 0 && r.write_errno == 0)
-      throw Error(ErrorKind::Io, dest + ": write failed: " + std::strerror(errno));
-    if (r.write_errno != 0) {
-      if (r.write_errno == ENOSPC)
-        throw Error(ErrorKind::ResourceExhausted, dest + ": the disk is full: free space there, or set HF_HOME (or "
-                                                         "HF_HUB_CACHE) to a disk with room for the model");
-      throw Error(ErrorKind::Io, dest + ": cannot write: " + std::strerror(r.write_errno));
-    }
+    errno = 0;
+    if (out != nullptr && std::fclose(out) != 0 && r.write_errno == 0) throw_write_error(dest, errno != 0 ? errno : EIO);
+    if (r.write_errno != 0) throw_write_error(dest, r.write_errno);
     if (r.error == httplib::Error::Success && r.status == 200 && out == nullptr) {  // an empty file
       std::FILE* empty = std::fopen(dest.c_str(), "wb");
       if (empty == nullptr || std::fclose(empty) != 0) throw Error(ErrorKind::Io, dest + ": cannot create: " + std::strerror(errno));

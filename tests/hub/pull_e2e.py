@@ -143,7 +143,18 @@ try:
     rc, _, err = pull("not a repo", g)
     check("bad id", (rc, "ORG/REPO" in err), (1, True))
 
-    # 10. Two pulls of one model at once (two servers starting): each file is fetched once, both succeed.
+    # 10. A full disk: the error says so (the partial file is written to /dev/full).
+    if os.path.exists("/dev/full"):
+        full = os.path.join(tmp, "full")
+        shard = hub.repos["tiny/llama-sharded"].sibling("model-00001-of-00004.safetensors")["lfs"]["sha256"]
+        os.makedirs(os.path.join(repo_dir(full, "tiny/llama-sharded"), "blobs"))
+        os.symlink("/dev/full", os.path.join(repo_dir(full, "tiny/llama-sharded"), "blobs", shard + ".incomplete"))
+        rc, _, err = pull("tiny/llama-sharded", full)
+        check("disk full: says so and what to do", (rc, "disk is full" in err and "HF_HOME" in err), (1, True))
+    else:
+        print("skip: no /dev/full")
+
+    # 11. Two pulls of one model at once (two servers starting): each file is fetched once, both succeed.
     both = os.path.join(tmp, "both")
     before = hub.count("/repos/")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
