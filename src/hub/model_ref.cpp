@@ -9,8 +9,8 @@ namespace akv {
 
 namespace {
 
-// The hub's rule for names: letters, digits, '-', '_', '.'; no leading or trailing '.' or '-'
-// runs like "..", at most 96 characters.
+// The hub's rule for names: letters, digits, '-', '_' and '.', at most 96 characters, no "--"
+// or "..", not starting with '-' or '.', not ending with '.'.
 bool valid_name_part(std::string_view s) {
   if (s.empty() || s.size() > 96 || s.front() == '.' || s.front() == '-' || s.back() == '.') return false;
   if (s.find("..") != std::string_view::npos || s.find("--") != std::string_view::npos) return false;
