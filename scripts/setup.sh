@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 curl  # the serve end-to-end tests (tests/app)
+  libssl-dev  # hub downloads: HTTPS and SHA-256 (src/hub)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 # CI builds treat warnings as errors (users' builds do not: AGENTKV_WERROR defaults to OFF).
 export AGENTKV_WERROR=ON
 scripts/setup.sh
+# Headless Chromium for the dashboard's browser test (tests/app/dashboard_browser.py).
+if ! command -v chromium >/dev/null; then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 jobs="$(nproc)"

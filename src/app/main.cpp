@@ -4,8 +4,10 @@
 #include <cstdio>
 
 #include "app/generate_command.h"
+#include "app/pull_command.h"
 #include "app/serve_command.h"
 #include "base/error.h"
+#include "hub/pull.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"agentkv: an inference server for agentic LLM clients that keeps each agent's KV cache"};
@@ -14,7 +16,10 @@ int main(int argc, char** argv) {
   akv::GenerateOptions gen;
   std::string prompt_ids;
   CLI::App* generate = app.add_subcommand("generate", "Run one prompt and stream the output");
-  generate->add_option("--model", gen.model_dir, "Hugging Face model directory, or a .gguf file (the first of a split set)")->required();
+  constexpr const char* kModelHelp =
+      "Hugging Face model directory, a .gguf file (the first of a split set), or a hub id "
+      "ORG/REPO[:QUANT][@REVISION] (downloaded into the hub cache)";
+  generate->add_option("--model", gen.model_dir, kModelHelp)->required();
   auto* prompt_opt = generate->add_option("--prompt", gen.prompt, "Prompt text (empty: start from BOS)");
   auto* ids_opt = generate->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. 1,2,3");
   prompt_opt->excludes(ids_opt);
@@ -28,7 +33,7 @@ int main(int argc, char** argv) {
 
   akv::ServeOptions srv;
   CLI::App* serve = app.add_subcommand("serve", "Serve the Anthropic Messages and OpenAI APIs over HTTP");
-  serve->add_option("--model", srv.model_dir, "Hugging Face model directory, or a .gguf file (the first of a split set)")->required();
+  serve->add_option("--model", srv.model_dir, kModelHelp)->required();
   serve->add_option("--host", srv.server.host, "Address to bind")->capture_default_str();
   serve->add_option("--port", srv.server.port, "Port (0: any free port)")->capture_default_str();
   serve->add_option("--api-key", srv.server.api_keys, "Accepted API key (repeatable); none: no auth");
@@ -81,16 +86,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
+  std::string pull_model;
+  CLI::App* pull = app.add_subcommand(
+      "pull", "Download a model from the Hugging Face hub into its cache (HF_HOME, HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE) "
+              "and print its directory");
+  pull->add_option("model", pull_model, "ORG/REPO[:QUANT][@REVISION], e.g. Qwen/Qwen3-0.6B or unsloth/Qwen3-8B-GGUF:Q4_K_M")
+      ->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (pull->parsed()) return akv::run_pull(pull_model);
     if (generate->parsed()) {
+      gen.model_dir = akv::resolve_model_dir(gen.model_dir);
       if (!prompt_ids.empty()) {
         gen.prompt_ids = akv::parse_id_list(prompt_ids);
         gen.has_prompt_ids = true;
       }
       return akv::run_generate(gen);
     }
-    if (serve->parsed()) return akv::run_serve(srv);
+    if (serve->parsed()) {
+      srv.model_dir = akv::resolve_model_dir(srv.model_dir);
+      return akv::run_serve(srv);
+    }
   } catch (const akv::Error& e) {
     std::fprintf(stderr, "agentkv: error: %s\n", e.what());
     return 1;

@@ -205,7 +205,7 @@ void Engine::apply(AgentOp& op) {
 }
 
 EngineMetrics Engine::metrics() const {
-  return {stats_.totals(), stats_.snapshot()};
+  return {stats_.totals(), stats_.snapshot(), stats_.step_time.snapshot()};
 }
 
 void Engine::loop() {
@@ -420,6 +420,9 @@ void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
   e.finish_reason = reason;
   emit(a, e);
   stats_.requests_finished.fetch_add(1, std::memory_order_relaxed);
+  if (a.n_cached_prompt >= 0)  // it was admitted (matched against the tiers)
+    stats_.count_prefix_blocks(usage.prompt_tokens, usage.cached_tokens, a.kv.n_host_restored_blocks(),
+                               a.kv.n_restored_blocks(), config_.block_size);
   stats_.prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.prompt_tokens),
                                  std::memory_order_relaxed);
   stats_.cached_prompt_tokens.fetch_add(static_cast<std::uint64_t>(usage.cached_tokens),

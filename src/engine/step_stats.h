@@ -2,11 +2,13 @@
 // by any thread as a snapshot. Running totals are atomics. No logging, no allocation on write.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "base/latency_histogram.h"
 #include "kv/kv_manager.h"
 
 namespace akv {
@@ -31,11 +33,15 @@ struct EngineTotals {
   std::uint64_t cached_prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   std::uint64_t preemptions = 0;
+  // Finished requests' cacheable prompt blocks (the full blocks before the last prompt token) by
+  // where they came from: device memory, the host tier, the disk tier, or none (recomputed).
+  std::uint64_t prefix_blocks_device = 0, prefix_blocks_host = 0, prefix_blocks_disk = 0, prefix_blocks_missed = 0;
 };
 
 struct EngineMetrics {
   EngineTotals totals;
   std::vector<StepStats> recent;  // oldest first, at most the ring's capacity
+  LatencyHistogram::Snapshot step_time;  // every step's duration
 };
 
 class StepStatsRing {
@@ -43,6 +49,7 @@ class StepStatsRing {
   explicit StepStatsRing(std::size_t capacity) : ring_(capacity == 0 ? 1 : capacity) {}
 
   void record(const StepStats& s) {
+    step_time.observe(s.step_ms);
     std::lock_guard lock(mu_);  // held for one copy; readers copy the ring under it
     ring_[next_ % ring_.size()] = s;
     ++next_;
@@ -58,10 +65,31 @@ class StepStatsRing {
 
   std::atomic<std::uint64_t> steps{0}, requests_finished{0}, prompt_tokens{0}, cached_prompt_tokens{0},
       generated_tokens{0}, preemptions{0};
+  std::atomic<std::uint64_t> prefix_blocks_device{0}, prefix_blocks_host{0}, prefix_blocks_disk{0},
+      prefix_blocks_missed{0};
+  LatencyHistogram step_time;
+
+  // A finished request's prompt blocks by tier (EngineTotals::prefix_blocks_*): `cached_tokens`
+  // of its `prompt_tokens` came from a cache, `host` and `disk` blocks of them from those tiers.
+  void count_prefix_blocks(std::int64_t prompt_tokens, std::int64_t cached_tokens, std::int64_t host,
+                           std::int64_t disk, std::int32_t block_size) {
+    const std::int64_t cacheable = std::max<std::int64_t>(0, prompt_tokens - 1) / block_size;
+    const std::int64_t cached = std::min(cacheable, cached_tokens / block_size);
+    const std::int64_t from_disk = std::min(cached, disk);
+    const std::int64_t from_host = std::min(cached - from_disk, host);
+    const auto add = [](std::atomic<std::uint64_t>& c, std::int64_t n) {
+      c.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+    };
+    add(prefix_blocks_disk, from_disk);
+    add(prefix_blocks_host, from_host);
+    add(prefix_blocks_device, cached - from_disk - from_host);
+    add(prefix_blocks_missed, cacheable - cached);
+  }
 
   EngineTotals totals() const {
-    return {steps.load(), requests_finished.load(), prompt_tokens.load(), cached_prompt_tokens.load(),
-            generated_tokens.load(), preemptions.load()};
+    return {steps.load(),          requests_finished.load(),   prompt_tokens.load(),      cached_prompt_tokens.load(),
+            generated_tokens.load(), preemptions.load(),       prefix_blocks_device.load(), prefix_blocks_host.load(),
+            prefix_blocks_disk.load(), prefix_blocks_missed.load()};
   }
 
  private:

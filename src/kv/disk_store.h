@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/latency_histogram.h"
 #include "kv/agent_index.h"
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
@@ -191,8 +192,12 @@ class DiskStore {
   // failed manifests once more at once. Returns when the queue is empty.
   DiskDrain drain(std::chrono::steady_clock::time_point deadline);
   DiskStoreStats stats() const;
+  // How long background restores took, submit to done (the restorer observes; /metrics reads).
+  LatencyHistogram& restore_time() { return restore_time_; }
+  const LatencyHistogram& restore_time() const { return restore_time_; }
 
  private:
+  LatencyHistogram restore_time_;
   struct Job;
   struct BlockFile {
     std::int64_t bytes = 0;

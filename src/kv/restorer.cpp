@@ -50,6 +50,7 @@ void Restorer::submit(std::shared_ptr<RestoreJob> job) {
     job->done_.store(true, std::memory_order_release);
     return;
   }
+  job->submitted_ = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));
@@ -70,7 +71,7 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
       std::shared_ptr<RestoreJob> drained = std::move(front);
       queue_.pop_front();
       if (drained->in_flight_ == 0 && !drained->done()) {
-        drained->done_.store(true, std::memory_order_release);
+        mark_done(*drained);
         lock.unlock();
         if (on_done_) on_done_();
         lock.lock();
@@ -146,10 +147,16 @@ bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
   const bool finished = job.in_flight_ == 0 &&
                         (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
   if (finished && !job.done()) {
-    job.done_.store(true, std::memory_order_release);
+    mark_done(job);
     return true;
   }
   return false;
+}
+
+void Restorer::mark_done(RestoreJob& job) {
+  disk_->restore_time().observe(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - job.submitted_).count());
+  job.done_.store(true, std::memory_order_release);
 }
 
 void Restorer::loop() {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -83,6 +84,7 @@ class RestoreJob {
   std::vector<bool> loaded_;
   std::atomic<std::int32_t> n_loaded_{0};
   std::atomic<bool> done_{false}, cancelled_{false};
+  std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
 // Bytes of loaded blocks held by jobs, shared with the jobs (which may outlive the restorer).
@@ -122,6 +124,8 @@ class Restorer {
   // Loads block `index` of `job` into a host-tier slot (or finds it there), pinned; false when
   // it is missing or bad, or no slot can be had.
   bool load_into_host(const RestoreJob& job, std::int32_t index);
+  // Marks `job` done and observes its time in the disk tier's restore-time histogram.
+  void mark_done(RestoreJob& job);
 
   DiskStore* disk_;
   HostStore* host_;

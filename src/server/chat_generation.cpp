@@ -177,7 +177,23 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
     prompts->remember_assistant_output(owner, assistant_turn(blocks), raw, prompt_text, prompt_ids, generated_ids);
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
+  p.job.on_finish = record_turn_for(ctx, who);
   return p;
+}
+
+std::function<void(const ReplyFinish&)> record_turn_for(ServingContext& ctx, const RequestIdentity& who) {
+  return [history = &ctx.history, ttft = &ctx.ttft, tenant = who.tenant, agent = who.agent](const ReplyFinish& f) {
+    if (f.reason == StopReason::Cancelled || f.reason == StopReason::Error) return;
+    if (f.usage.output_tokens > 0) ttft->observe(f.timing.ttft_ms);
+    if (agent.empty()) return;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    history->record(tenant, agent,
+                    {.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
+                     .ttft_ms = f.timing.ttft_ms,
+                     .prompt_tokens = f.usage.prompt_tokens,
+                     .cached_tokens = f.usage.cached_tokens,
+                     .output_tokens = f.usage.output_tokens});
+  };
 }
 
 void log_request(const std::string& route, const std::string& agent, const ReplyFinish& f) {

@@ -57,4 +57,9 @@ SamplingParams sampling_params(const SamplingOptions& options);
 // One line per finished request (never the prompt text).
 void log_request(const std::string& route, const std::string& agent, const ReplyFinish& finish);
 
+// A GenerationJob::on_finish that observes the TTFT histogram (ctx.ttft) and records the turn
+// in ctx.history (the dashboard's TTFT history) for `who`'s tenant and agent (an anonymous
+// request only in the histogram). Cancelled and failed requests are not counted.
+std::function<void(const ReplyFinish&)> record_turn_for(ServingContext& ctx, const RequestIdentity& who);
+
 }  // namespace akv

@@ -133,7 +133,9 @@ ReplyUsage reply_usage(const Usage& u) {
 
 std::unique_ptr<OutputParser> make_plain_output_parser() { return std::make_unique<PlainOutputParser>(); }
 
-ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& client) {
+namespace {
+
+ReplyFinish generate(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& client) {
   TeeSink sink(client, job.omit_thinking);
   using Clock = std::chrono::steady_clock;
   const auto t_submit = Clock::now();
@@ -220,6 +222,15 @@ ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, Generatio
     job.on_complete(sink.blocks(), tokenizer.decode(driver.ids(), /*skip_special_tokens=*/false), job.request.prompt,
                     driver.ids());
   if (finish.reason != StopReason::Error && finish.reason != StopReason::Cancelled) sink.finish(finish);
+  return finish;
+}
+
+}  // namespace
+
+ReplyFinish run_generation(Engine& engine, const Tokenizer& tokenizer, GenerationJob job, OutputSink& client) {
+  const auto on_finish = std::move(job.on_finish);
+  const ReplyFinish finish = generate(engine, tokenizer, std::move(job), client);
+  if (on_finish) on_finish(finish);
   return finish;
 }
 

@@ -32,6 +32,8 @@ struct GenerationJob {
   std::function<void(const std::vector<OutputBlock>& blocks, const std::string& raw_text,
                      std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> generated_ids)>
       on_complete;
+  // Called once with how the request ended, whatever the end (the dashboard's turn history).
+  std::function<void(const ReplyFinish&)> on_finish;
   std::chrono::milliseconds ping_interval{5000};
   // Whether the client has gone (may be empty: then only a failed write tells). Asked every
   // kClientPollInterval while no engine event comes (queueing, a long prefill), so a client that

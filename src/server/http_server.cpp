@@ -116,6 +116,9 @@ void HttpServer::register_routes() {
   ServingContext& ctx = ctx_;
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    // The dashboard's page holds no data (it asks for the key, then reads the API with it).
+    if (req.method == "GET" && (req.path == "/" || req.path.starts_with("/dashboard/")))
+      return httplib::Server::HandlerResponse::Unhandled;
     if (authorized(ctx, req)) {
       if (is_generation_route(req)) t_admission = std::make_shared<AdmissionSlot>(ctx);
       return httplib::Server::HandlerResponse::Unhandled;
@@ -151,6 +154,9 @@ void HttpServer::register_routes() {
   http_->Get(R"(/v1/agents/([^/]+))", wrap(ctx, handle_agent_get));
   http_->Post(R"(/v1/agents/([^/]+)/(pin|unpin|evict))", wrap(ctx, handle_agent_action));
   http_->Delete(R"(/v1/agents/([^/]+))", wrap(ctx, handle_agent_delete));
+  http_->Get("/", wrap(ctx, handle_dashboard_asset));
+  http_->Get(R"(/dashboard/[a-z]+\.[a-z]+)", wrap(ctx, handle_dashboard_asset));
+  http_->Get("/v1/dashboard", wrap(ctx, handle_dashboard_state));
   http_->Get("/health", wrap(ctx, handle_health));
   http_->Get("/metrics", wrap(ctx, handle_metrics));
 }

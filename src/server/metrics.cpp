@@ -10,8 +10,29 @@ void metric(std::string& out, const char* type, const char* name, const char* he
 }
 }  // namespace
 
+void append_histogram(const char* name, const char* help, const LatencyHistogram::Snapshot& h, std::string& out) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.counts.size(); ++i) {
+    cumulative += h.counts[i];
+    if (i < LatencyHistogram::kBoundsMs.size())
+      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, LatencyHistogram::kBoundsMs[i] / 1000.0, cumulative);
+    else
+      out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
+  }
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, h.sum_ms / 1000.0, name, h.count);
+}
+
 void append_engine_metrics(const EngineMetrics& m, std::string& out) {
   const EngineTotals& t = m.totals;
+  out += "# HELP agentkv_kv_prefix_hit_blocks_total finished requests' prompt blocks found in a KV tier\n"
+         "# TYPE agentkv_kv_prefix_hit_blocks_total counter\n";
+  out += fmt::format("agentkv_kv_prefix_hit_blocks_total{{tier=\"device\"}} {}\n", t.prefix_blocks_device);
+  out += fmt::format("agentkv_kv_prefix_hit_blocks_total{{tier=\"host\"}} {}\n", t.prefix_blocks_host);
+  out += fmt::format("agentkv_kv_prefix_hit_blocks_total{{tier=\"disk\"}} {}\n", t.prefix_blocks_disk);
+  metric(out, "counter", "agentkv_kv_prefix_miss_blocks_total",
+         "finished requests' full prompt blocks found in no tier (computed)", static_cast<double>(t.prefix_blocks_missed));
+  append_histogram("agentkv_step_seconds", "engine step duration", m.step_time, out);
   metric(out, "counter", "agentkv_engine_steps_total", "engine steps run",
          static_cast<double>(t.steps));
   metric(out, "counter", "agentkv_requests_finished_total", "requests finished",

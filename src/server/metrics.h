@@ -10,7 +10,10 @@
 
 namespace akv {
 
+// Includes the step-time histogram and the per-tier prefix hit/miss block counters.
 void append_engine_metrics(const EngineMetrics& m, std::string& out);
+// A Prometheus histogram `name` (in seconds: _bucket{le=...}, _sum, _count).
+void append_histogram(const char* name, const char* help, const LatencyHistogram::Snapshot& h, std::string& out);
 // Either may be null (no such tier): its metrics are left out.
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out);
 

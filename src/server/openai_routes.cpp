@@ -135,6 +135,7 @@ void handle_openai_completions(ServingContext& ctx, const httplib::Request& req,
   r.max_tokens = static_cast<std::int32_t>(std::min<std::int64_t>(std::max<std::int64_t>(parsed.options.max_tokens, 1), room));
   prep->job.stop_sequences = parsed.options.stop_sequences;
   prep->job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
+  prep->job.on_finish = record_turn_for(ctx, who);
   const std::string id = random_id("cmpl-");
   const std::int64_t created = unix_now();
   const std::string echo = parsed.echo ? (parsed.prompt_is_ids ? ctx.tokenizer.decode(r.prompt, false) : parsed.prompt_text) : "";

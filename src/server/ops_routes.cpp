@@ -90,6 +90,11 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
   gauge("agentkv_kv_disk_unavailable", "1 when --kv-dir could not be used and serving runs without the disk tier",
         ctx.memory.disk_unavailable.empty() ? 0 : 1);
   append_engine_metrics(m, out);
+  append_histogram("agentkv_ttft_seconds", "request submit to first token (queueing, restore, prefill)",
+                   ctx.ttft.snapshot(), out);
+  if (ctx.memory.disk != nullptr)
+    append_histogram("agentkv_kv_restore_seconds", "background loads of a request's prefix from the disk tier",
+                     ctx.memory.disk->restore_time().snapshot(), out);
   const std::optional<HostStoreStats> host =
       ctx.memory.host != nullptr ? std::optional(ctx.memory.host->stats()) : std::nullopt;
   const std::optional<DiskStoreStats> disk =

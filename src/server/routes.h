@@ -25,6 +25,9 @@ void handle_agent_get(ServingContext& ctx, const httplib::Request& req, httplib:
 void handle_agent_action(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_agent_delete(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 
+void handle_dashboard_asset(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_dashboard_state(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+
 void handle_health(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_metrics(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 

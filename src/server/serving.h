@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "base/latency_histogram.h"
 #include "chat/prompt_builder.h"
 #include "chat/tool_call_constraint.h"
 #include "engine/engine.h"
+#include "server/agent_history.h"
 #include "server/connection_counters.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +55,8 @@ struct ServingContext {
   AgentMemoryRefs memory;
   std::atomic<int> in_flight{0};
   ConnectionCounters connections;
+  AgentHistory history{};  // recent turns per agent (the dashboard)
+  LatencyHistogram ttft{};  // submit -> first token of every finished request (/metrics)
 };
 
 // Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is

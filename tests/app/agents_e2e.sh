@@ -40,6 +40,11 @@ expect "agents list" "$(api k1 "localhost:$port/v1/agents"; json '[(a["id"], a["
 metric() { curl -s "localhost:$port/metrics" -H "x-api-key: k1" | sed -n "s/^$1 //p"; }
 expect "metrics: blocks restored from disk" "$(metric agentkv_kv_disk_restored_total | cut -d. -f1)" \
   "$(( (n_prompt - 1) / 16 ))"
+expect "metrics: the prompt's blocks came from the disk tier" \
+  "$(metric 'agentkv_kv_prefix_hit_blocks_total{tier="disk"}')" "$(( (n_prompt - 1) / 16 ))"
+expect "metrics: none computed again" "$(metric agentkv_kv_prefix_miss_blocks_total | cut -d. -f1)" 0
+expect "metrics: one restore timed" "$(metric agentkv_kv_restore_seconds_count)" 1
+expect "metrics: its TTFT observed" "$(metric 'agentkv_ttft_seconds_bucket{le="+Inf"}')" 1
 expect "metrics: no block dropped" "$(metric agentkv_kv_disk_dropped_blocks_total | cut -d. -f1)" 0
 expect "metrics: disk queue depth" "$(metric agentkv_kv_disk_queue_blocks | cut -d. -f1)" 0
 expect "metrics: the host tier's budget" "$(( $(metric agentkv_kv_host_max_bytes | cut -d. -f1) > 4000000 ))" 1
