@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 curl  # the serve end-to-end tests (tests/app)
+  libhiredis-dev redis-server haproxy  # the remote KV tier and the fleet test (docs/fleet.md)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -19,6 +19,7 @@
 #include "kv/disk_format.h"
 #include "kv/disk_store_internal.h"
 #include "kv/durable_batch.h"
+#include "kv/remote_store.h"
 #include "kv/store_dir.h"
 
 namespace akv {
@@ -129,7 +130,14 @@ void DiskStore::open_dir() {
   // The key secret: created once, kept with the blocks it names; a damaged one never destroys
   // them (store_dir.h). Before the folders are opened: it may move them aside.
   try {
-    keyer_ = std::make_unique<BlockKeyer>(load_or_create_store_secret(options_.dir), options_.fingerprint);
+    KeySecret secret{};
+    if (options_.remote != nullptr) {
+      secret = options_.remote->secret();
+      adopt_store_secret(options_.dir, secret);
+    } else {
+      secret = load_or_create_store_secret(options_.dir);
+    }
+    keyer_ = std::make_unique<BlockKeyer>(secret, options_.fingerprint);
     blocks_fd_ = open_dir_fd(options_.dir + "/blocks");
     agents_fd_ = open_dir_fd(options_.dir + "/agents");
   } catch (const Error&) {
@@ -260,6 +268,10 @@ bool DiskStore::on_disk(const Hash128& key) const {
   return files_.contains(key);
 }
 
+bool DiskStore::may_load(const Hash128& key) const {
+  return options_.remote != nullptr || on_disk(key);
+}
+
 std::vector<std::byte> DiskStore::take_raw_buffer() {
   {
     std::lock_guard lock(mu_);
@@ -371,6 +383,7 @@ void DiskStore::erase(const std::string& tenant, const std::string& agent,
   job->record.tenant = tenant;
   job->record.agent = agent;
   job->blocks = std::move(blocks);
+  job->remote_too = true;
   {
     std::lock_guard lock(mu_);
     // Gone for readers at once; the files follow on the IO thread.
@@ -395,20 +408,28 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
 bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                      std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "load: raw block size");
-  if (!on_disk(key)) return false;
+  const bool local = on_disk(key);
+  if (!local && options_.remote == nullptr) return false;
   // One file buffer per loading thread, reused: restores read many blocks of one size.
   thread_local std::vector<std::byte> bytes;
-  const bool ok = read_file_into(block_path(key), bytes);
-  BlockHeader h;
-  const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
-  bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok &&
-              h.key == key && h.parent == parent && h.tokens_hash == tokens_hash &&
-              h.codec == options_.codec && h.payload_bytes == payload &&
-              bytes.size() == kBlockHeaderBytes + payload;
-  const std::span<const std::byte> body =
-      good ? std::span(bytes).subspan(kBlockHeaderBytes) : std::span<const std::byte>{};
-  good = good && payload_checksum(body) == h.payload_checksum;
-  if (!good) {
+  const bool ok = local ? read_file_into(block_path(key), bytes) : options_.remote->get_block(key, bytes);
+  if (!local && !ok) return false;  // not there, or Redis unavailable: a miss
+  const BlockExpect want{.fingerprint = options_.fingerprint,
+                         .key = key,
+                         .parent = parent,
+                         .tokens_hash = tokens_hash,
+                         .codec = options_.codec,
+                         .payload_bytes = encoded_bytes(options_.codec, options_.shape)};
+  const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want) : std::span<const std::byte>{};
+  if (body.empty()) {
+    if (!local) {
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.rejected_corrupt;
+      }
+      log_warn("KV remote tier: block {} failed its check; not used, its tokens will be recomputed", key.hex());
+      return false;
+    }
     // A missing file (erased meanwhile) is not damage; anything else is.
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
@@ -418,9 +439,10 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
   {
     std::lock_guard lock(mu_);
     ++stats_.n_loaded;
+    if (!local) ++stats_.n_loaded_remote;
     if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
   }
-  set_mtime(blocks_fd_, key.hex() + ".kvb", now);
+  if (local) set_mtime(blocks_fd_, key.hex() + ".kvb", now);
   return true;
 }
 
