@@ -218,7 +218,7 @@ void RemoteStore::evict(RedisConnection& conn) {
     if (victims.size() >= need) break;
     if (a.record.pinned) continue;
     agent_victims.push_back(a.hash_hex);
-    for (auto it = a.record.chain.rbegin(); it != a.record.chain.rend(); ++it) {
+    for (auto it = a.record.chain.rbegin(); it != a.record.chain.rend() && victims.size() < need; ++it) {
       const std::string k = it->hex();
       if (--n_naming[k] == 0 && !pinned.contains(k) && stored.contains(k) && chosen.insert(k).second)
         victims.push_back(k);
