@@ -123,6 +123,7 @@ class RemoteStore {
   void on_success();
   // Writer thread (remote_store_io.cpp).
   void write_loop();
+  void publish_secret(RedisConnection& conn);
   bool write_batch(RedisConnection& conn, std::vector<Job>& batch);
   void evict(RedisConnection& conn);
   bool over_budget(RedisConnection& conn);

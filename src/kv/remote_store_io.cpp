@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "kv/disk_format.h"
 #include "kv/remote_store.h"
+#include "kv/store_dir.h"
 
 namespace akv {
 
@@ -51,7 +52,10 @@ void RemoteStore::write_loop() {
     if (conn == nullptr && wait_ms <= 0) {
       std::string error;
       conn = RedisConnection::connect_or_null(options_.url, options_.timeout_ms, error);
-      if (conn == nullptr) on_failure(error);
+      if (conn == nullptr)
+        on_failure(error);
+      else
+        publish_secret(*conn);
     }
     bool ok = conn != nullptr && write_batch(*conn, batch);
     if (conn != nullptr && conn->broken()) conn.reset();
@@ -87,6 +91,15 @@ void RemoteStore::write_loop() {
   queued_bytes_ = 0;
   queued_blocks_ = 0;
   idle_.notify_all();
+}
+
+// A Redis that restarted empty has lost the fleet's secret: the first replica to reconnect puts
+// its own back, so replicas started later join the same key space (never replaces one).
+void RemoteStore::publish_secret(RedisConnection& conn) {
+  const std::vector<std::byte> bytes = encode_store_secret(secret_);
+  conn.append({"SET", "akv:secret", as_view(bytes), "NX"});
+  const RedisReply r = conn.next();
+  if (r == nullptr) on_failure(conn.error());
 }
 
 bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {

@@ -153,6 +153,7 @@ void HttpServer::register_routes() {
   http_->Delete(R"(/v1/agents/([^/]+))", wrap(ctx, handle_agent_delete));
   http_->Get("/health", wrap(ctx, handle_health));
   http_->Get("/metrics", wrap(ctx, handle_metrics));
+  http_->Post("/admin/drain", wrap(ctx, handle_admin_drain));
 }
 
 void HttpServer::bind() {

@@ -7,11 +7,14 @@
 #include "engine/step_stats.h"
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
+#include "kv/remote_store.h"
 
 namespace akv {
 
 void append_engine_metrics(const EngineMetrics& m, std::string& out);
 // Either may be null (no such tier): its metrics are left out.
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out);
+// The remote tier's counters (agentkv_kv_remote_*).
+void append_remote_metrics(const RemoteStoreStats& remote, const DiskStoreStats* disk, std::string& out);
 
 }  // namespace akv

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
+
+class RemoteStore;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -39,9 +42,15 @@ struct AgentMemoryRefs {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
+  RemoteStore* remote = nullptr;  // the remote tier under the disk (--kv-remote)
   std::int64_t device_block_bytes = 0;
   std::string disk_unavailable{};  // why --kv-dir could not be used (the disk tier is off); "" otherwise
 };
+
+// Ready from the start (the port opens once the model is loaded); a drain (POST /admin/drain,
+// SIGUSR1: app/drain.h) moves to Draining at once and to Drained once its streams ended and its
+// spills reached the disk and remote tiers. /health answers 503 unless Ready.
+enum class ServeState { Ready, Draining, Drained };
 
 struct ServingContext {
   Engine& engine;
@@ -53,6 +62,8 @@ struct ServingContext {
   AgentMemoryRefs memory;
   std::atomic<int> in_flight{0};
   ConnectionCounters connections;
+  std::atomic<ServeState> state{ServeState::Ready};
+  std::function<void()> start_drain{};  // POST /admin/drain; null: not offered (404)
 };
 
 // Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is
