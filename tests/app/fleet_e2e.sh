@@ -23,6 +23,10 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 fail() { echo "FAIL: $1"; for f in "$tmp"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
+expect() {  # name, got, want (serve_util.sh's, with every log on failure)
+  [[ "$2" == "$3" ]] || fail "$1: got '$2', want '$3'"
+  echo "ok: $1"
+}
 wait_for() {  # what, command...: until the command succeeds, within 20 s
   local what="$1"; shift
   for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -106,7 +110,17 @@ order=($(for r in r1 r2 r3; do n=0; for a in "${agents[@]}"; do [[ "${home[$a]}"
 killed="${order[0]}"; drained="${order[1]}"; survivor="${order[2]}"
 echo "killing $killed, draining $drained, $survivor survives"
 kill -9 "${rpid[$killed]}"
-expect "drain answers 202" "$(curl -s -o /dev/null -w '%{http_code}' -X POST "127.0.0.1:${rport[$drained]}/admin/drain")" 202
+# A stream in flight on the drained replica runs to its end.
+curl -sfN "127.0.0.1:${rport[$drained]}/v1/messages" -H 'content-type: application/json' -H 'x-agent-id: streamer' \
+  -d "{\"model\":\"m\",\"max_tokens\":300,\"temperature\":0,\"stream\":true,\"system\":\"$system\",\"messages\":[{\"role\":\"user\",\"content\":\"Go on.\"}]}" \
+  >"$tmp/stream.out" &
+stream_pid=$!
+in_flight() { [[ "$(metric "$drained" agentkv_requests_in_flight)" -ge 1 ]]; }
+wait_for "the stream to start" in_flight
+expect "drain answers 202" "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '' "127.0.0.1:${rport[$drained]}/admin/drain")" 202
+expect "draining while the stream runs" "$(curl -s "127.0.0.1:${rport[$drained]}/health" | json 'd["status"]')" draining
+wait "$stream_pid" || fail "the stream was cut by the drain"
+expect "the stream ended normally" "$(grep -c '"type":"message_stop"' "$tmp/stream.out")" 1
 drained_health() { curl -s "127.0.0.1:${rport[$drained]}/health" | grep -q '"drained"'; }
 wait_for "the drain to finish" drained_health
 expect "a drained replica is not ready" "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:${rport[$drained]}/health")" 503
@@ -149,4 +163,7 @@ body="$(turn zy "${rport[other]}")" || fail "turn on the other layout"
 expect "another fingerprint reads nothing" "$(echo "$body" | json 'd["usage"]["cache_read_input_tokens"]')" 0
 expect "another fingerprint: no block read" "$(metric other agentkv_kv_remote_read_total)" 0
 expect "another fingerprint: it looked" "$(( $(metric other agentkv_kv_remote_missing_total) > 0 ))" 1
+kill -USR1 "${rpid[other]}"
+other_drained() { curl -s "127.0.0.1:${rport[other]}/health" | grep -q '"drained"'; }
+wait_for "SIGUSR1 to drain" other_drained
 echo "fleet ok"
