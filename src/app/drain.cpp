@@ -69,9 +69,13 @@ void Drainer::drain() {
            remote_done ? "" : " (the remote tier's queue was not written at --kv-flush-timeout-s)");
 }
 
-bool Drainer::wait_for_disk(Clock::time_point deadline) const {
+bool Drainer::wait_for_disk(Clock::time_point deadline) {
   DiskStoreStats before = disk_->stats();
   while (Clock::now() < deadline) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return false;  // the server is stopping: its graceful stop flushes
+    }
     std::this_thread::sleep_for(kPoll);
     const DiskStoreStats now = disk_->stats();
     // Settled: nothing queued, and nothing written or dropped during the last poll.

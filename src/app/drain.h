@@ -33,7 +33,7 @@ class Drainer {
   void loop();
   void drain();
   // Waits until the disk tier's queue is empty and its writes settled; false at the deadline.
-  bool wait_for_disk(std::chrono::steady_clock::time_point deadline) const;
+  bool wait_for_disk(std::chrono::steady_clock::time_point deadline);
 
   ServingContext& ctx_;
   DiskStore* disk_;

@@ -31,6 +31,8 @@ using disk_store_detail::set_mtime;
 
 namespace {
 
+constexpr std::size_t kMaxFromRemote = std::size_t{1} << 20;
+
 std::int64_t system_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -439,7 +441,11 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
   {
     std::lock_guard lock(mu_);
     ++stats_.n_loaded;
-    if (!local) ++stats_.n_loaded_remote;
+    if (!local) {
+      ++stats_.n_loaded_remote;
+      if (from_remote_.size() >= kMaxFromRemote) from_remote_.clear();
+      from_remote_.insert(key);
+    }
     if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
   }
   if (local) set_mtime(blocks_fd_, key.hex() + ".kvb", now);

@@ -201,6 +201,8 @@ class DiskStore {
   // durable batch), another job alone, or a manifest whose retry is due. False: none is ready.
   bool take_work_locked(std::vector<std::unique_ptr<Job>>& batch);
   bool idle_locked() const;
+  // Whether the block was read from the remote tier (forgetting it): Redis has it already.
+  bool came_from_remote(const Hash128& key);
   void run(Job& job);
   void write_blocks(std::vector<std::unique_ptr<Job>>& batch);
   void write_manifest(Job& job);
@@ -239,6 +241,9 @@ class DiskStore {
   std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;
   std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;
+  // Blocks read from the remote tier and not written here since: a local write of one (a turn's
+  // end spills the chain) does not send its bytes back to Redis. Bounded: cleared when large.
+  std::unordered_set<Hash128, Hash128Hasher> from_remote_;
   std::size_t queued_bytes_ = 0;
   std::int64_t queued_blocks_ = 0;
   struct ManifestRetry {

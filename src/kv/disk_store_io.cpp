@@ -30,6 +30,11 @@ Clock::time_point steady_at(std::int64_t ms) {
 }
 }  // namespace
 
+bool DiskStore::came_from_remote(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  return from_remote_.erase(key) > 0;
+}
+
 bool DiskStore::idle_locked() const {
   return queue_.empty() && !busy_ && retries_.empty();
 }
@@ -175,7 +180,7 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
                         .payload_bytes = payload.size(),
                         .payload_checksum = payload_checksum(payload)};
     const auto header = encode_block_header(h);
-    if (options_.remote != nullptr) options_.remote->put_block(job.key, header, payload);
+    if (options_.remote != nullptr && !came_from_remote(job.key)) options_.remote->put_block(job.key, header, payload);
     if (files.add(job.key.hex() + ".kvb", header, payload))
       added.push_back(n_tried);
     else if (error == 0)

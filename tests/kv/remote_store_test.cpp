@@ -160,6 +160,12 @@ TEST(RemoteStore, BlocksWrittenByOneReplicaLoadOnAnother) {
   disk2->flush();
   ASSERT_TRUE(r2->flush(in_s(5)));
   EXPECT_EQ(reply_integer(command(redis, {"ZCARD", "akv:" + Hash128{1, 2}.hex() + ":blocks"}).get()), 2);
+  // A block read from Redis and then written locally (a turn's end) is not sent back.
+  ASSERT_TRUE(disk2->put(k2, k1, keys.tokens_hash(t2), block_content(kShape, 2)));
+  disk2->flush();
+  ASSERT_TRUE(r2->flush(in_s(5)));
+  EXPECT_TRUE(disk2->on_disk(k2));
+  EXPECT_EQ(r2->stats().n_written, 1) << "k1 only";
 }
 
 TEST(RemoteStore, AnotherModelDamageAndOversizeAreNeverUsed) {
