@@ -180,6 +180,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   h.attention_equal_tokens = attention_equal_tokens(config);
   if (disk != nullptr) h.on_disk = [disk](const Hash128& key) { return disk->has(key); };
   h.alloc = [&backend](std::size_t bytes) { return backend.alloc_host(bytes); };  // page-locked on CUDA
+  h.allocate_ahead = true;
   if (h.max_bytes < encoded_bytes(h.codec, h.shape))
     throw Error(ErrorKind::InvalidArgument, "--kv-host-bytes: " + o.kv_host_bytes + " holds no KV block (one is " +
                                                 std::to_string(encoded_bytes(h.codec, h.shape)) + " bytes)");
@@ -240,12 +241,15 @@ int run_serve(const ServeOptions& o) {
   engine_config.n_blocks = pool.n_blocks;
   AgentIndex agents;
   std::string disk_unavailable;
+  // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
+  // blocks lent from host slots (DiskStore::put_lent) until it stops.
+  std::unique_ptr<HostStore> host;
   KvStores stores =
       open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""), disk_unavailable);
   std::unique_ptr<DiskStore>& disk = stores.disk;
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
-  std::unique_ptr<HostStore> host = open_host_tier(o, config, engine_config, disk.get(), *backend);
+  host = open_host_tier(o, config, engine_config, disk.get(), *backend);
   engine_config.agents = &agents;
   engine_config.host = host.get();
   engine_config.disk = disk.get();

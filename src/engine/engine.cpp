@@ -212,11 +212,17 @@ void Engine::loop() {
   std::unique_lock lock(mu_);
   bool idle = false;  // the last step planned nothing: sleep until something changes
   while (true) {
-    wake_.wait(lock, [&] {
+    const auto ready = [&] {
       return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !keys_inbox_.empty() ||
              !agent_inbox_.empty() || restore_done_ ||
-             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0) || kv_.n_spills_queued() > 0;
-    });
+             (!idle && scheduler_.n_running() + scheduler_.n_waiting() > 0) || kv_.spills_ready();
+    };
+    // Spills waiting for room in the disk queue: look again soon (the IO thread does not wake
+    // the engine).
+    if (kv_.n_spills_queued() > 0)
+      wake_.wait_for(lock, kSpillRoomPoll, ready);
+    else
+      wake_.wait(lock, ready);
     if (stop_) break;
     restore_done_ = false;
     admitted_.swap(inbox_);

@@ -4,6 +4,7 @@
 // a failing step ends the requests in it with an error; the others keep going.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <future>
@@ -118,6 +119,8 @@ class Engine {
   void drain_spills(bool busy);
   static constexpr std::int64_t kSpillBytesPerStep = 4ll << 20;
   static constexpr std::int64_t kSpillBytesIdle = 32ll << 20;
+  // While spills wait for room in the disk queue, the idle engine looks again this often.
+  static constexpr std::chrono::milliseconds kSpillRoomPoll{20};
   // Sends Started to requests whose first chunk is in `plan`.
   void announce_started(const StepPlan& plan);
   // Samples a's next token from `logits`, or takes `picked_id` (>= 0) when the runner picked it.

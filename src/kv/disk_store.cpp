@@ -287,11 +287,13 @@ std::vector<std::byte> DiskStore::take_raw_buffer() {
 }
 
 void DiskStore::keep_buffer_locked(std::vector<std::byte>& raw) {
-  if (spare_raw_.size() < kMaxSpareBuffers) spare_raw_.push_back(std::move(raw));
+  if (raw.size() == options_.shape.raw_bytes() && spare_raw_.size() < kMaxSpareBuffers)
+    spare_raw_.push_back(std::move(raw));
 }
 
 void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
-                                     const Hash128& tokens_hash, std::vector<std::byte>& raw) {
+                                     const Hash128& tokens_hash, std::vector<std::byte>& raw,
+                                     LentBlock lent) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Block;
   job->key = key;
@@ -299,9 +301,18 @@ void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
   job->tokens_hash = tokens_hash;
   queued_bytes_ += raw.size();
   ++queued_blocks_;
+  if (!lent.bytes.empty()) ++queued_lent_;
   job->raw = std::move(raw);
+  job->lent = std::move(lent);
   pending_.insert(key);
   queue_.push_back(std::move(job));
+}
+
+bool DiskStore::count_drop_locked(bool paused) {
+  ++stats_.n_dropped;
+  ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
+  // The first drop since the last report wakes the IO thread (it may be idle, paused).
+  return stats_.n_dropped == logged_dropped_ + 1;
 }
 
 bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -316,11 +327,8 @@ bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& to
     }
     const bool paused = now_ms() < paused_until_ms_;
     if (paused || queued_bytes_ + raw.size() > options_.max_queue_bytes) {
-      ++stats_.n_dropped;
-      ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
       keep_buffer_locked(raw);
-      // The first drop since the last report wakes the IO thread (it may be idle, paused).
-      if (stats_.n_dropped != logged_dropped_ + 1) return false;
+      if (!count_drop_locked(paused)) return false;
     } else {
       enqueue_block_locked(key, parent, tokens_hash, raw);
       queued = true;
@@ -328,6 +336,42 @@ bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& to
   }
   wake_.notify_one();
   return queued;
+}
+
+bool DiskStore::put_lent(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                         LentBlock block) {
+  AKV_CHECK(block.codec == options_.codec || codec_is_raw(block.codec, options_.shape.dtype),
+            "put_lent: a block in another lossy codec");
+  AKV_CHECK(block.bytes.size() == encoded_bytes(block.codec, options_.shape),
+            "put_lent: encoded block size");
+  bool queued = false, wake = true;
+  {
+    std::lock_guard lock(mu_);
+    if (files_.contains(key) || pending_.contains(key)) {
+      wake = false;
+    } else if (const bool paused = now_ms() < paused_until_ms_;
+               paused || queued_lent_ >= options_.max_lent_blocks) {
+      wake = count_drop_locked(paused);
+    } else {
+      std::vector<std::byte> none;
+      enqueue_block_locked(key, parent, tokens_hash, none, std::move(block));
+      queued = true;
+    }
+  }
+  if (!queued && block.release) block.release();  // outside the lock (LentBlock)
+  if (wake) wake_.notify_one();
+  return queued;
+}
+
+void DiskStore::limit_lent_blocks(std::size_t n) {
+  std::lock_guard lock(mu_);
+  options_.max_lent_blocks = std::min(options_.max_lent_blocks, n);
+}
+
+std::size_t DiskStore::n_lent_room() const {
+  std::lock_guard lock(mu_);
+  if (now_ms() < paused_until_ms_) return 0;
+  return options_.max_lent_blocks - std::min(options_.max_lent_blocks, queued_lent_);
 }
 
 bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -493,6 +537,7 @@ DiskDrain DiskStore::drain(std::chrono::steady_clock::time_point deadline) {
     // Out of time: the blocks still queued are dropped; the batch being written finishes, and
     // the (small) manifests and deletions left are written, failed manifests retried at once.
     std::deque<std::unique_ptr<Job>> kept;
+    std::vector<std::unique_ptr<Job>> dropped;  // destroyed unlocked (a lent block's release)
     for (std::unique_ptr<Job>& job : queue_) {
       if (job->kind != Job::Kind::Block) {
         kept.push_back(std::move(job));
@@ -501,11 +546,16 @@ DiskDrain DiskStore::drain(std::chrono::steady_clock::time_point deadline) {
       pending_.erase(job->key);
       queued_bytes_ -= job->raw.size();
       --queued_blocks_;
+      if (!job->lent.bytes.empty()) --queued_lent_;
       ++stats_.n_dropped;
       ++stats_.n_dropped_at_stop;
       keep_buffer_locked(job->raw);
+      dropped.push_back(std::move(job));
     }
     queue_.swap(kept);
+    lock.unlock();
+    dropped.clear();
+    lock.lock();
     retry_now_ = true;
     wake_.notify_all();
     room_.notify_all();

@@ -38,6 +38,16 @@ namespace akv {
 
 class RemoteStore;
 
+// A block whose encoded bytes live elsewhere while it waits for the disk (a host-tier slot): lent
+// to the disk tier, which reads them on the IO thread and then calls `release` once (written,
+// dropped, or at destruction; never under the store's lock). The bytes must stay valid and
+// unchanged until then. `codec` is the store's codec or one that keeps the raw form.
+struct LentBlock {
+  std::span<const std::byte> bytes;
+  SpillCodec codec = SpillCodec::Native;
+  std::function<void()> release;
+};
+
 struct DiskStoreOptions {
   std::string dir;
   Hash128 fingerprint;  // model_fingerprint(): also covers shape and codec
@@ -45,6 +55,7 @@ struct DiskStoreOptions {
   BlockShape shape;                                      // of one block's raw bytes
   std::int32_t block_size = 0;                           // tokens per block
   std::size_t max_queue_bytes = std::size_t{256} << 20;  // raw bytes waiting; more are dropped
+  std::size_t max_lent_blocks = 8192;  // lent blocks waiting (they hold no memory of the store's)
   std::int32_t pause_after_error_ms = 30000;
   // Block file bytes kept (0: unlimited). Past it the IO thread deletes blocks down to
   // low_water * max_bytes: blocks no manifest names first, then least recently used (written or
@@ -145,6 +156,16 @@ class DiskStore {
   // Never waits for IO.
   bool put(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
            std::vector<std::byte> raw);
+  // Queues a block whose bytes stay where they are until written (LentBlock). False when it was
+  // dropped (paused, or max_lent_blocks wait already) or is already stored/queued; `release`
+  // has then run. Never waits for IO.
+  bool put_lent(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                LentBlock block);
+  // Lent blocks put_lent would accept now (0 while paused).
+  std::size_t n_lent_room() const;
+  // Lowers max_lent_blocks (the lender's memory they pin: a part of the host tier).
+  void limit_lent_blocks(std::size_t n);
+  SpillCodec codec() const { return options_.codec; }
   // put() that waits (until `deadline`) for room in the queue instead of dropping the block when
   // it is full. For shutdown, never on the engine's serving path.
   bool put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -210,7 +231,10 @@ class DiskStore {
   void on_write_error(const std::string& what);
   // Queues a block job (caller holds mu_ and checked room).
   void enqueue_block_locked(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
-                            std::vector<std::byte>& raw);
+                            std::vector<std::byte>& raw, LentBlock lent = {});
+  // Counts a block put/put_lent could not queue (paused or full); true when the IO thread
+  // should be woken to report it.
+  bool count_drop_locked(bool paused);
   void keep_buffer_locked(std::vector<std::byte>& raw);
   void drop_bad(const Hash128& key);
   std::int64_t now_unix_ms() const;
@@ -246,6 +270,7 @@ class DiskStore {
   std::unordered_set<Hash128, Hash128Hasher> from_remote_;
   std::size_t queued_bytes_ = 0;
   std::int64_t queued_blocks_ = 0;
+  std::size_t queued_lent_ = 0;  // of queued_blocks_: lent
   struct ManifestRetry {
     AgentRecord record;
     std::int32_t n_attempts = 0;  // writes tried so far

@@ -12,10 +12,18 @@
 
 namespace akv {
 
+// Destroyed outside the store's lock: a lent block's release runs in the destructor.
 struct DiskStore::Job {
+  Job() = default;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  ~Job() {
+    if (lent.release) lent.release();
+  }
   enum class Kind { Block, Manifest, Erase, CollectGarbage } kind = Kind::Block;
   Hash128 key, parent, tokens_hash;
-  std::vector<std::byte> raw;
+  std::vector<std::byte> raw;  // a block's raw bytes, empty when lent
+  LentBlock lent;
   AgentRecord record;           // Manifest; Erase uses tenant and agent
   std::int32_t n_attempts = 0;  // Manifest: writes tried before this one
   std::vector<Hash128> blocks;  // Erase

@@ -165,10 +165,12 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       over_budget = true;
       break;
     }
-    std::span<const std::byte> payload = job.raw;  // native: the raw bytes as they are
-    if (options_.codec != SpillCodec::Native) {
+    // Native: the raw bytes as they are; a lent block in the store's codec: its bytes as they are.
+    const bool lent = !job.lent.bytes.empty();
+    std::span<const std::byte> payload = lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
+    if (lent ? job.lent.codec != options_.codec : options_.codec != SpillCodec::Native) {
       payload_.resize(payload_bytes);
-      encode_block(options_.codec, options_.shape, job.raw, payload_);
+      encode_block(options_.codec, options_.shape, payload, payload_);  // from the raw form
       payload = payload_;
     }
     const BlockHeader h{.fingerprint = options_.fingerprint,
@@ -208,6 +210,7 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       pending_.erase(job.key);
       queued_bytes_ -= job.raw.size();
       --queued_blocks_;
+      if (!job.lent.bytes.empty()) --queued_lent_;
       keep_buffer_locked(job.raw);
       if (written[i]) {
         const BlockFile f{.bytes = static_cast<std::int64_t>(file_bytes),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/log.h"
 
 namespace akv {
 
@@ -22,6 +23,47 @@ HostStore::HostStore(HostStoreOptions options)
   if (!options_.alloc) options_.alloc = alloc_plain_host;
   stats_.max_bytes = static_cast<std::int64_t>(max_slots_ * slot_bytes_);
   entries_.reserve(max_slots_);
+  if (options_.allocate_ahead && max_slots_ > 0) allocator_ = std::thread([this] { allocate_ahead(); });
+}
+
+HostStore::~HostStore() {
+  stop_allocating_.store(true, std::memory_order_relaxed);
+  if (allocator_.joinable()) allocator_.join();
+}
+
+std::size_t HostStore::next_chunk_slots_locked() const {
+  const std::size_t have = chunks_.size() * slots_per_chunk_;
+  return have >= max_slots_ ? 0 : std::min(slots_per_chunk_, max_slots_ - have);
+}
+
+void HostStore::allocate_ahead() {
+  while (!stop_allocating_.load(std::memory_order_relaxed)) {
+    std::size_t n = 0;
+    {
+      std::lock_guard lock(mu_);
+      n = next_chunk_slots_locked();
+    }
+    if (n == 0) return;
+    std::unique_ptr<HostMemory> chunk;
+    try {
+      chunk = options_.alloc(n * slot_stride_);  // outside the lock: demotions go on meanwhile
+    } catch (const std::exception& e) {
+      std::size_t held = 0;
+      {
+        std::lock_guard lock(mu_);
+        held = chunks_.size() * slots_per_chunk_ * slot_stride_;
+      }
+      log_warn("KV host tier: allocating ahead stopped at {} MiB ({}); the rest on first use",
+               held >> 20, e.what());
+      return;
+    }
+    std::lock_guard lock(mu_);
+    // A demotion may have allocated this chunk meanwhile: then this one is the next, if any.
+    const std::size_t need = next_chunk_slots_locked();
+    if (need == 0) return;
+    if (chunk == nullptr || chunk->bytes().size() < need * slot_stride_) return;
+    chunks_.push_back(std::move(chunk));
+  }
 }
 
 bool HostStore::contains(const Hash128& key) const {
@@ -163,6 +205,14 @@ std::span<const std::byte> HostStore::pin(const Hash128& key, const Hash128& par
   ++it->second.pins;
   reprioritise_locked(key, it->second);
   ++stats_.n_hits;
+  return {slot_data(it->second.slot), slot_bytes_};
+}
+
+std::span<const std::byte> HostStore::lend(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end() || !it->second.ready || it->second.erased) return {};
+  ++it->second.pins;
   return {slot_data(it->second.slot), slot_bytes_};
 }
 

@@ -15,10 +15,12 @@
 //
 // Thread-safe: one mutex guards the index (entries, priorities, free slots), never the bytes:
 // put and get encode and decode outside it, into and out of a slot pinned meanwhile. Memory is
-// fixed-size slots, 256-byte aligned, carved from chunks of Options::alloc (allocated on first
-// use, under the lock, then recycled); nothing is allocated once the budget's chunks exist.
+// fixed-size slots, 256-byte aligned, carved from chunks of Options::alloc (allocated ahead on
+// a thread of the store's own with allocate_ahead, else on first use under the lock; then
+// recycled); nothing is allocated once the budget's chunks exist.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +53,9 @@ struct HostStoreOptions {
   std::function<bool(const Hash128& key)> on_disk;
   // The slots' memory, in chunks (Backend::alloc_host: page-locked on CUDA); null: plain memory.
   std::function<std::unique_ptr<HostMemory>(std::size_t bytes)> alloc;
+  // Allocate the whole budget's chunks on a thread of the store's own from the start, so no
+  // demotion waits for one (page-locking 64 MiB takes milliseconds); otherwise on first use.
+  bool allocate_ahead = false;
 };
 
 // What a block needs besides its bytes: the chain check and the inputs of its cost.
@@ -72,6 +78,7 @@ struct HostStoreStats {
 class HostStore {
  public:
   explicit HostStore(HostStoreOptions options);
+  ~HostStore();  // stops the allocating thread
   HostStore(const HostStore&) = delete;
   HostStore& operator=(const HostStore&) = delete;
 
@@ -96,6 +103,9 @@ class HostStore {
   std::span<const std::byte> pin(const Hash128& key, const Hash128& parent,
                                  const Hash128& tokens_hash);
   void unpin(const Hash128& key);
+  // Pins a held block for a copy of its encoded bytes (the disk tier's write-through) without
+  // counting a hit or refreshing its priority; empty when not held. Released by unpin.
+  std::span<const std::byte> lend(const Hash128& key);
   // Demoting in place: a slot for the block's encoded bytes (encoded_block_bytes()), dropping
   // the lowest-priority unpinned block if the budget is full. The caller fills it, then calls
   // publish(key) (the block is held from then on) or abandon(key). Empty when the key is held
@@ -138,6 +148,9 @@ class HostStore {
   std::byte* slot_data(std::int32_t slot) const;
   // Unpins a reservation or reader: publishes, abandons or frees as the entry's state says.
   void release_locked(const Hash128& key, bool publish);
+  // Slots the next chunk holds (0: the budget's chunks all exist).
+  std::size_t next_chunk_slots_locked() const;
+  void allocate_ahead();  // the allocating thread
 
   HostStoreOptions options_;
   std::size_t slot_bytes_;   // encoded bytes of one block
@@ -155,6 +168,8 @@ class HostStore {
   double inflation_ = 0.0;    // L: the priority of the last block evicted
   std::uint64_t serial_ = 0;
   HostStoreStats stats_;
+  std::atomic<bool> stop_allocating_{false};
+  std::thread allocator_;  // last: starts after everything above exists
 };
 
 }  // namespace akv

@@ -134,6 +134,7 @@ KvUsage KvManager::usage() const {
   u.n_free = pool_.n_free();
   u.n_cached = index_.n_evictable();
   u.n_used = u.n_blocks - u.n_free - u.n_cached;
+  u.tier = tier_times_;
   return u;
 }
 

@@ -86,11 +86,21 @@ struct AgentSpill {
   std::int64_t n_late = 0;     // chain blocks not queued: out of time or spilling paused
 };
 
+// Engine-thread time spent moving KV between tiers, cumulative (where a slow tier path shows).
+// Each includes the others it causes (a restore's evictions, an eviction's finish).
+struct KvTierTimes {
+  double evict_s = 0;    // evictions: starting demotions and the copies of waiting spills
+  double finish_s = 0;   // waiting for started copies out of the device and handing them over
+  double restore_s = 0;  // restoring a prefix from the host tier and disk (match)
+  double spill_s = 0;    // draining the disk spill queue between steps
+};
+
 struct KvUsage {
   std::int32_t n_blocks = 0;
   std::int32_t n_free = 0;    // on the free list
   std::int32_t n_cached = 0;  // unreferenced but indexed: evictable, reusable by a match
   std::int32_t n_used = 0;    // referenced by at least one sequence
+  KvTierTimes tier;
 };
 
 // The tiers below device memory; any may be null. All must outlive the manager.
@@ -152,8 +162,10 @@ class KvManager {
   // steps, at most `max_blocks` per call (the copies of one call finished before it returns).
   // A queued block that is evicted first is copied out at eviction. Returns blocks spilled.
   std::int32_t spill_queued(std::int32_t max_blocks);
-  // Blocks waiting in that queue.
+  // Blocks waiting in that queue, and whether spill_queued would copy any now (the disk queue
+  // has room: while it has none, the engine waits for it rather than copying blocks to drop).
   std::size_t n_spills_queued() const { return spill_queue_.size(); }
+  bool spills_ready() const { return !spill_queue_.empty() && spill_room() > 0; }
   // --- agents (kv_agents.cpp): the one writer of the agent index and the manifests ----------
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. A pinned agent's new
@@ -226,6 +238,18 @@ class KvManager {
   // to the host tier and the disk tier.
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
+  HostBlockMeta host_meta_of(BlockId block, const TierMeta& meta) const;
+  // Whether demotions copy straight into a reserved host slot (the host codec keeps the raw
+  // form, or the backend encodes on the way out).
+  bool host_slot_demotions() const;
+  // Starts copying `block` into a reserved host slot for `key`; false when slots are not used
+  // (host_slot_demotions) or none can be had. `to_disk`: lend it to the disk tier once there.
+  bool demote_into_slot(BlockId block, const Hash128& key, const HostBlockMeta& meta, bool to_disk);
+  // Queues the host tier's copy of a block for the disk (DiskStore::put_lent), pinned until
+  // the disk tier has written or dropped it.
+  void lend_to_disk(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash);
+  // Spills the disk queue would take now (lent blocks when the host tier feeds the disk).
+  std::size_t spill_room() const;
   void queue_spill(BlockId block);
   // Spills seq's indexed blocks the disk lacks, up to the disk queue's room (remember_agent).
   void spill_missing(const KvSequence& seq);
@@ -250,6 +274,9 @@ class KvManager {
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached
   std::vector<TierMeta> block_meta_;  // [n_blocks] of an indexed block, with tiers (key 0: none)
   bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
+  // With both tiers, when the host copy is exact or in the disk's codec: spills go through the
+  // host tier (write-through) and the disk writes the host copy (DiskStore::put_lent).
+  bool host_feeds_disk_ = false;
   std::unordered_map<Hash128, BlockId, Hash128Hasher> by_key_;
   std::vector<std::byte> buffer_;  // one raw block on its way in
   // Copies started and not yet finished. A demotion copies into its reserved host slot, or into
@@ -260,6 +287,7 @@ class KvManager {
     Hash128 key;
     HostBlockMeta meta;
     std::int32_t buffer = -1;  // into demote_buffers_; -1: copied straight into a reserved slot
+    bool to_disk = false;      // a write-through spill: lent to the disk tier once published
   };
   struct PendingSpill {
     TierMeta meta;
@@ -288,6 +316,7 @@ class KvManager {
   std::vector<std::span<const std::byte>> restore_slots_;
   std::vector<EncodedKvBlock> restore_batch_;
   std::vector<Hash128> restore_pins_;
+  KvTierTimes tier_times_;
 };
 
 }  // namespace akv

@@ -16,6 +16,19 @@ namespace akv {
 
 namespace {
 constexpr std::size_t kMaxPendingBytes = 64u << 20;  // of started copies out of the device
+
+// Adds the time from its construction to its destruction to a KvTierTimes field.
+class TierTimer {
+ public:
+  explicit TierTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~TierTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  TierTimer(const TierTimer&) = delete;
+  TierTimer& operator=(const TierTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 }  // namespace
 
 KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
@@ -67,6 +80,15 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
               "host tier block shape differs from the KV layout");
   max_pending_ =
       std::max<std::size_t>(1, kMaxPendingBytes / std::max<std::size_t>(1, io_.block_bytes));
+  // The host copy can be what the disk writes when it is exact or already in the disk's codec.
+  host_feeds_disk_ = host_ != nullptr && disk_ != nullptr &&
+                     (host_->codec() == disk_->codec() ||
+                      codec_is_raw(host_->codec(), host_->shape().dtype));
+  if (host_feeds_disk_) {  // lent blocks are pinned in the host tier: a quarter of it at most
+    const auto host_slots = static_cast<std::size_t>(host_->stats().max_bytes) /
+                            std::max<std::size_t>(1, host_->encoded_block_bytes());
+    disk_->limit_lent_blocks(std::max<std::size_t>(1, host_slots / 4));
+  }
   if (disk_ != nullptr) {
     AKV_CHECK(io_.block_bytes == disk_->shape().raw_bytes(),
               "disk tier block shape differs from the KV layout");
@@ -88,6 +110,7 @@ void KvManager::note_key(BlockId block, const TierMeta& meta) {
 }
 
 void KvManager::on_device_evict(BlockId block) {
+  const TierTimer timer(tier_times_.evict_s);
   const TierMeta meta = block_meta_[block];
   if (meta.key.is_zero()) return;
   if (spill_waiting_[block]) {  // queued for the disk: its bytes go before the block is reused
@@ -99,23 +122,12 @@ void KvManager::on_device_evict(BlockId block) {
     by_key_.erase(it);
   if (agents_ != nullptr) agents_->set_resident(meta.key, false);
   if (host_ == nullptr || !demote_on_evict_) return;
-  const HostBlockMeta host_meta{.parent = meta.parent,
-                                .tokens_hash = meta.tokens_hash,
-                                .depth = meta.depth,
-                                .retention = index_.retention_of(block)};
-  if (host_->touch(meta.key, host_meta)) return;  // restored from there earlier: no copy
+  const HostBlockMeta host_meta = host_meta_of(block, meta);
+  // Restored from there earlier, spilled through it, or being copied there: no copy.
+  if (host_->touch(meta.key, host_meta) || demoting(meta.key)) return;
   // The block is reused as soon as this returns: the copy takes its bytes as they are now.
-  const bool raw = codec_is_raw(host_->codec(), host_->shape().dtype);
-  if (raw || io_.start_read_encoded) {  // straight into its host slot: no buffer, no cap
-    const std::span<std::byte> slot = host_->reserve(meta.key, host_meta);
-    if (slot.empty()) return;  // every slot is pinned or reserved: the block is not kept
-    if (raw)
-      io_.start_read(block, slot);
-    else
-      io_.start_read_encoded(block, host_->codec(), slot);
-    demoting_.push_back({.key = meta.key, .meta = host_meta});
-    return;
-  }
+  if (demote_into_slot(block, meta.key, host_meta, /*to_disk=*/false)) return;
+  if (host_slot_demotions()) return;  // every slot is pinned or reserved: the block is not kept
   if (n_demote_buffers_ == max_pending_) finish_tier_reads();
   if (demote_buffers_.size() == n_demote_buffers_) demote_buffers_.emplace_back(io_.block_bytes);
   io_.start_read(block, demote_buffers_[n_demote_buffers_]);
@@ -124,14 +136,57 @@ void KvManager::on_device_evict(BlockId block) {
                        .buffer = static_cast<std::int32_t>(n_demote_buffers_++)});
 }
 
+HostBlockMeta KvManager::host_meta_of(BlockId block, const TierMeta& meta) const {
+  return {.parent = meta.parent,
+          .tokens_hash = meta.tokens_hash,
+          .depth = meta.depth,
+          .retention = index_.retention_of(block)};
+}
+
+bool KvManager::host_slot_demotions() const {
+  return codec_is_raw(host_->codec(), host_->shape().dtype) || io_.start_read_encoded != nullptr;
+}
+
+bool KvManager::demote_into_slot(BlockId block, const Hash128& key, const HostBlockMeta& meta,
+                                 bool to_disk) {
+  if (!host_slot_demotions()) return false;
+  const std::span<std::byte> slot = host_->reserve(key, meta);
+  if (slot.empty()) return false;
+  if (codec_is_raw(host_->codec(), host_->shape().dtype))
+    io_.start_read(block, slot);
+  else
+    io_.start_read_encoded(block, host_->codec(), slot);
+  demoting_.push_back({.key = key, .meta = meta, .to_disk = to_disk});
+  return true;
+}
+
+void KvManager::lend_to_disk(const Hash128& key, const Hash128& parent,
+                             const Hash128& tokens_hash) {
+  const std::span<const std::byte> bytes = host_->lend(key);
+  if (bytes.empty()) return;  // erased meanwhile
+  HostStore* host = host_;
+  disk_->put_lent(key, parent, tokens_hash,
+                  {.bytes = bytes, .codec = host_->codec(), .release = [host, key] { host->unpin(key); }});
+}
+
 void KvManager::queue_spill(BlockId block) {
   if (disk_ == nullptr || spill_waiting_[block]) return;
   spill_waiting_[block] = true;
   spill_queue_.push_back(block);
 }
 
+std::size_t KvManager::spill_room() const {
+  if (disk_ == nullptr) return 0;
+  return host_feeds_disk_ ? disk_->n_lent_room() : disk_->n_queue_room();
+}
+
 std::int32_t KvManager::spill_queued(std::int32_t max_blocks) {
+  const TierTimer timer(tier_times_.spill_s);
   std::int32_t n = 0;
+  // Only as many as the disk queue takes now: the others wait (copied at eviction if need be)
+  // rather than being copied and dropped.
+  max_blocks = static_cast<std::int32_t>(std::min<std::size_t>(
+      static_cast<std::size_t>(std::max(max_blocks, 0)), spill_room()));
   while (n < max_blocks && !spill_queue_.empty()) {
     const BlockId b = spill_queue_.front();
     spill_queue_.pop_front();
@@ -146,6 +201,21 @@ std::int32_t KvManager::spill_queued(std::int32_t max_blocks) {
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
   if (disk_ == nullptr || disk_->has(meta.key)) return;
+  if (host_feeds_disk_) {
+    // Write-through: the disk writes the block's host copy (made now if it has none), so the
+    // device copies it out once and its eviction later copies nothing.
+    const HostBlockMeta host_meta = host_meta_of(block, meta);
+    if (host_->touch(meta.key, host_meta)) {
+      lend_to_disk(meta.key, meta.parent, meta.tokens_hash);
+      return;
+    }
+    for (PendingDemotion& d : demoting_)
+      if (d.key == meta.key) {
+        d.to_disk = true;
+        return;
+      }
+    if (demote_into_slot(block, meta.key, host_meta, /*to_disk=*/true)) return;
+  }
   if (spilling_.size() == max_pending_) finish_tier_reads();
   // The buffer is recycled (no allocation once warm); moving it into spilling_ keeps its bytes
   // where the started copy writes them.
@@ -155,12 +225,14 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
 
 void KvManager::finish_tier_reads() {
   if (demoting_.empty() && spilling_.empty()) return;
+  const TierTimer timer(tier_times_.finish_s);
   io_.finish_reads();
   for (const PendingDemotion& d : demoting_) {
     if (d.buffer < 0)
       host_->publish(d.key);
     else
       host_->put(d.key, d.meta, demote_buffers_[static_cast<std::size_t>(d.buffer)]);
+    if (d.to_disk) lend_to_disk(d.key, d.meta.parent, d.meta.tokens_hash);
   }
   demoting_.clear();
   n_demote_buffers_ = 0;
@@ -262,6 +334,7 @@ void KvManager::release_restores() {
 
 std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std::int32_t> tokens,
                                            std::int32_t matched, std::int32_t limit) {
+  const TierTimer timer(tier_times_.restore_s);
   const std::int32_t bs = pool_.block_size();
   // First the chain's keys, pinning the blocks the host tier holds: taking device blocks below
   // starts demotions, and those must not push out the blocks this restore is about to read.

@@ -36,6 +36,13 @@ void append_engine_metrics(const EngineMetrics& m, std::string& out) {
   metric(out, "gauge", "agentkv_kv_blocks_cached", "KV blocks kept for prefix reuse",
          s.kv.n_cached);
   metric(out, "gauge", "agentkv_kv_blocks_free", "KV blocks free", s.kv.n_free);
+  // Cumulative engine-thread seconds in tier movement (each includes what it causes).
+  out += "# HELP agentkv_kv_tier_seconds_total engine-thread time moving KV between tiers\n"
+         "# TYPE agentkv_kv_tier_seconds_total counter\n";
+  const KvTierTimes& tt = s.kv.tier;
+  for (const auto& [op, v] : {std::pair{"evict", tt.evict_s}, std::pair{"finish", tt.finish_s},
+                              std::pair{"restore", tt.restore_s}, std::pair{"spill", tt.spill_s}})
+    out += fmt::format("agentkv_kv_tier_seconds_total{{op=\"{}\"}} {}\n", op, v);
 }
 
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out) {

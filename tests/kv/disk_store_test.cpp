@@ -70,6 +70,43 @@ TEST(DiskStore, BlocksSurviveReopenAndLoadExactly) {
   EXPECT_FALSE(store->load(k2, root, keys.tokens_hash(t2), raw)) << "parent must match";
 }
 
+// A lent block (a host-tier slot) is written from its bytes as they are, in the store's codec
+// or encoded from the raw form, and released exactly once: written, a duplicate, or dropped.
+TEST(DiskStore, LentBlocksAreWrittenFromTheLendersBytesAndReleasedOnce) {
+  for (const SpillCodec codec : {SpillCodec::Native, SpillCodec::Int8}) {
+    ScratchDir dir;
+    auto store = DiskStore::open_or_throw(options(dir.path, {1, 2}, codec));
+    const BlockKeyer& keys = store->keyer();
+    const std::vector<std::int32_t> t{1, 2, 3, 4};
+    const Hash128 root = keys.root(""), k = keys.next(root, t);
+    const std::vector<std::byte> raw = block_content(kShape, 3);
+    int released = 0;
+    const auto lent = [&] {
+      return LentBlock{.bytes = raw, .codec = SpillCodec::Native, .release = [&released] { ++released; }};
+    };
+    EXPECT_TRUE(store->put_lent(k, root, keys.tokens_hash(t), lent()));
+    EXPECT_FALSE(store->put_lent(k, root, keys.tokens_hash(t), lent())) << "queued already";
+    EXPECT_EQ(released, 1) << "the duplicate is released at once";
+    store->flush();
+    EXPECT_EQ(released, 2);
+    std::vector<std::byte> back(kShape.raw_bytes());
+    ASSERT_TRUE(store->load(k, root, keys.tokens_hash(t), back));
+    std::vector<std::byte> want = raw;  // what the codec keeps of it
+    if (codec != SpillCodec::Native) {
+      std::vector<std::byte> enc(encoded_bytes(codec, kShape));
+      encode_block(codec, kShape, raw, enc);
+      decode_block(codec, kShape, enc, want);
+    }
+    EXPECT_EQ(back, want);
+    store->limit_lent_blocks(0);
+    const Hash128 k2 = keys.next(k, t);
+    EXPECT_EQ(store->n_lent_room(), 0u);
+    EXPECT_FALSE(store->put_lent(k2, k, keys.tokens_hash(t), lent())) << "no room: dropped";
+    EXPECT_EQ(released, 3);
+    EXPECT_EQ(store->stats().n_dropped_queue_full, 1);
+  }
+}
+
 TEST(DiskStore, SpillBuffersAreRecycledOnceWritten) {
   ScratchDir dir;
   auto store = DiskStore::open_or_throw(options(dir.path));

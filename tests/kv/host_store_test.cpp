@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
+#include <thread>
+
+#include <mutex>
+
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
@@ -150,6 +156,45 @@ TEST(HostStore, CarvesSlotsFromChunksOfTheGivenAllocator) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(slot.data()) % 256, 0u);
     EXPECT_EQ(std::memcmp(slot.data(), test::block_content(kShape, i).data(), slot.size()), 0);
     store.unpin(key(i));
+  }
+}
+
+// allocate_ahead: the budget's chunks are allocated by the store's own thread from the start
+// (demotions then never wait for page-locking), and concurrent demotions still get slots.
+TEST(HostStore, AllocatesTheBudgetAheadOnItsOwnThread) {
+  const std::size_t per_chunk = (std::size_t{64} << 20) / kShape.raw_bytes();
+  HostStoreOptions o = options(2 * per_chunk + per_chunk / 2);  // two and a half chunks
+  std::mutex mu;
+  std::vector<std::pair<std::size_t, std::thread::id>> calls;
+  o.alloc = [&](std::size_t bytes) {
+    std::lock_guard lock(mu);
+    calls.emplace_back(bytes, std::this_thread::get_id());
+    return alloc_plain_host(bytes);
+  };
+  o.allocate_ahead = true;
+  HostStore store(o);
+  for (std::uint64_t i = 0; i < 1000; ++i)  // while the thread allocates
+    ASSERT_TRUE(store.put(key(i), meta(i), test::block_content(kShape, i)));
+  const auto n_calls = [&] {
+    std::lock_guard lock(mu);
+    return calls.size();
+  };
+  for (int i = 0; i < 500 && n_calls() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(n_calls(), 3u);
+  std::size_t total = 0, ahead = 0;
+  for (const auto& [bytes, id] : calls) {
+    total += bytes;
+    ahead += id != std::this_thread::get_id() ? 1 : 0;
+  }
+  EXPECT_GE(ahead, 2u) << "at most the first chunk comes from a demotion that raced the thread";
+  EXPECT_EQ(total, (2 * per_chunk + per_chunk / 2) * kShape.raw_bytes());
+  for (std::uint64_t i = 1000; i < 3000; ++i)
+    ASSERT_TRUE(store.put(key(i), meta(i), test::block_content(kShape, i)));
+  EXPECT_EQ(n_calls(), 3u) << "nothing allocated once the budget's chunks exist";
+  std::vector<std::byte> back(kShape.raw_bytes());
+  for (std::uint64_t i = 0; i < 3000; i += 111) {
+    ASSERT_TRUE(store.get(key(i), meta(i).parent, meta(i).tokens_hash, back));
+    EXPECT_EQ(back, test::block_content(kShape, i));
   }
 }
 

@@ -558,7 +558,9 @@ namespace {
 
 // Spills dropped while the disk queue was full are queued again when the agent's request ends,
 // as far as the queue has room, so a few turns (or the graceful stop) fill the chain's gaps.
-TEST(KvTiers, RememberAgentQueuesTheChainsDroppedBlocksAgain) {
+// Spills wait for room in the disk queue (a busy disk) instead of being copied out and dropped;
+// remember_agent queues the agent's manifest, and the blocks follow as the queue drains.
+TEST(KvTiers, SpillsWaitForRoomInTheDiskQueueInsteadOfBeingDropped) {
   test::ScratchDir dir;
   std::mutex mu;
   std::condition_variable cv;
@@ -585,25 +587,70 @@ TEST(KvTiers, RememberAgentQueuesTheChainsDroppedBlocksAgain) {
   for (std::int32_t b = 0; b * kBs < n; ++b)
     d.mem[seq.block_table()[b]] = content(std::span(t).first(std::min(n, (b + 1) * kBs)));
   d.kv.commit(seq, t, n);
-  d.kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
-  EXPECT_EQ(disk->stats().n_dropped_queue_full, 4) << "a queue of 2 blocks took 2 of the 6";
+  EXPECT_EQ(d.kv.spill_queued(1 << 20), 2) << "a queue of 2 blocks takes 2 of the 6";
+  EXPECT_EQ(d.kv.n_spills_queued(), 4u);
+  EXPECT_FALSE(d.kv.spills_ready()) << "no room: the engine waits instead of copying";
+  EXPECT_EQ(disk->stats().n_dropped, 0);
+  d.kv.remember_agent(seq, "", "a", n, false);
   {
     std::lock_guard lock(mu);
     open = true;
   }
   cv.notify_all();
-  disk->flush();
-  const auto n_on_disk = [&] {
+  for (int i = 0; i < 100 && d.kv.n_spills_queued() > 0; ++i) {
     disk->flush();
-    const std::vector<Hash128> chain = agents.find("", "a")->chain;
-    return std::count_if(chain.begin(), chain.end(),
-                         [&](const Hash128& k) { return disk->on_disk(k); });
-  };
-  d.kv.remember_agent(seq, "", "a", n, false);
-  EXPECT_EQ(n_on_disk(), 4) << "2 written at commit, 2 more as the queue had room";
-  d.kv.remember_agent(seq, "", "a", n, false);
-  EXPECT_EQ(n_on_disk(), 6);
+    d.kv.spill_queued(1 << 20);
+  }
+  disk->flush();
+  const std::vector<Hash128> chain = agents.find("", "a")->chain;
+  EXPECT_EQ(std::count_if(chain.begin(), chain.end(), [&](const Hash128& k) { return disk->on_disk(k); }), 6);
+  EXPECT_EQ(disk->stats().n_dropped, 0);
   d.kv.release(seq);
+}
+
+// With a host tier whose copy is exact, spills go through it: the disk writes the host copy
+// (lent, pinned until written), so each block leaves the device once, and evicting it later
+// copies nothing; both tiers then restore it with its content.
+TEST(KvTiers, SpillsGoThroughTheHostTierAndEvictionCopiesNothingMore) {
+  test::ScratchDir dir;
+  DiskStoreOptions o;
+  o.dir = dir.path;
+  o.fingerprint = {3, 4};
+  o.shape = kShape;
+  o.block_size = kBs;
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  HostStore host(host_options(32));
+  Device d(8);
+  KvBlockIo io = d.deferred_io();
+  std::int32_t n_reads = 0;
+  io.start_read = [&d, &n_reads, inner = io.start_read](BlockId b, std::span<std::byte> out) {
+    ++n_reads;
+    inner(b, out);
+  };
+  d.kv.attach_tiers({.host = &host, .disk = disk.get()}, io);
+  const Tokens a = iota_tokens(4 * kBs + 1, 10);  // 4 full blocks and one token
+  d.run(a);  // commits and drains the spill queue
+  EXPECT_EQ(n_reads, 4) << "each block copied out once, into its host slot";
+  EXPECT_EQ(host.stats().n_blocks, 4);
+  disk->flush();
+  EXPECT_EQ(disk->stats().n_written, 4) << "written from the host copies";
+  // Another prompt takes the whole pool: a's blocks are evicted, already in the host tier.
+  const std::int32_t before = n_reads;
+  d.run(iota_tokens(7 * kBs + 1, 500));
+  EXPECT_EQ(n_reads - before, 7) << "only the new prompt's blocks (spilled) were copied out";
+  EXPECT_EQ(d.run(a), 4 * kBs) << "a returns from the host tier";
+  EXPECT_EQ(d.last_host_restored, 4);
+  disk->flush();
+  Device fresh(8);
+  fresh.kv.attach_tiers({.disk = disk.get()}, fresh.io());
+  EXPECT_EQ(fresh.run(a), 4 * kBs) << "and from the disk, with its content";
+  EXPECT_EQ(fresh.last_disk_restored, 4);
+  // Every lent block was released: the host tier can give all 32 slots to other blocks.
+  for (std::uint64_t i = 0; i < 32; ++i) {
+    const Hash128 key{1000 + i, 7};
+    ASSERT_FALSE(host.reserve(key, {}).empty()) << "slot " << i << ": a lent block is still pinned";
+    host.publish(key);
+  }
 }
 
 }  // namespace

@@ -360,6 +360,7 @@ void fill_decode_table(const KvStorage& kv, std::span<const void* const> src,
 }  // namespace
 
 std::unique_ptr<HostMemory> CudaBackend::alloc_host(std::size_t bytes) {
+  AKV_CUDA_CHECK(cudaSetDevice(device_));  // callable from any thread (the host tier's allocator)
   return std::make_unique<PinnedHostMemory>(bytes);
 }
 
