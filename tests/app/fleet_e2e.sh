@@ -50,7 +50,7 @@ start_replica() {  # name, extra flags
   rpid[$name]=$!
   pids+=("${rpid[$name]}")
   for _ in $(seq 200); do
-    rport[$name]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")"
+    rport[$name]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log" 2>/dev/null || true)"  # the log may not exist yet
     [[ -n "${rport[$name]}" ]] && return
     sleep 0.1
   done
