@@ -77,7 +77,7 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
           }
           wake_.notify_one();
         },
-        config_.restore_max_bytes);
+        config_.restore_max_bytes, Restorer::kDefaultThreads, config_.host);
   }
   if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
     kv_.attach_tiers({.agents = config_.agents,

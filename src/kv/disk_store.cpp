@@ -368,6 +368,32 @@ void DiskStore::limit_lent_blocks(std::size_t n) {
   options_.max_lent_blocks = std::min(options_.max_lent_blocks, n);
 }
 
+void DiskStore::drop_lent() {
+  std::vector<std::unique_ptr<Job>> dropped;  // destroyed unlocked (their release)
+  {
+    std::unique_lock lock(mu_);
+    std::deque<std::unique_ptr<Job>> kept;
+    for (std::unique_ptr<Job>& job : queue_) {
+      if (job->kind != Job::Kind::Block || job->lent.bytes.empty()) {
+        kept.push_back(std::move(job));
+        continue;
+      }
+      pending_.erase(job->key);
+      --queued_blocks_;
+      --queued_lent_;
+      ++stats_.n_dropped;
+      ++stats_.n_dropped_at_stop;
+      dropped.push_back(std::move(job));
+    }
+    queue_.swap(kept);
+    if (busy_) {  // the batch in flight may read lent bytes: wait for it
+      const std::uint64_t n = n_work_done_;
+      idle_.wait(lock, [&] { return n_work_done_ != n; });
+    }
+  }
+  dropped.clear();
+}
+
 std::size_t DiskStore::n_lent_room() const {
   std::lock_guard lock(mu_);
   if (now_ms() < paused_until_ms_) return 0;
@@ -454,6 +480,12 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
 bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                      std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "load: raw block size");
+  return load_as(key, parent, tokens_hash, SpillCodec::Native, raw);
+}
+
+bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                        SpillCodec codec, std::span<std::byte> out) {
+  AKV_CHECK(out.size() == encoded_bytes(codec, options_.shape), "load: encoded block size");
   const bool local = on_disk(key);
   if (!local && options_.remote == nullptr) return false;
   // One file buffer per loading thread, reused: restores read many blocks of one size.
@@ -480,7 +512,16 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
-  decode_block(options_.codec, options_.shape, body, raw);
+  if (codec == options_.codec) {
+    std::memcpy(out.data(), body.data(), out.size());
+  } else if (codec_is_raw(codec, options_.shape.dtype)) {
+    decode_block(options_.codec, options_.shape, body, out);
+  } else {
+    thread_local std::vector<std::byte> raw;
+    raw.resize(options_.shape.raw_bytes());
+    decode_block(options_.codec, options_.shape, body, raw);
+    encode_block(codec, options_.shape, raw, out);
+  }
   const std::int64_t now = now_unix_ms();
   {
     std::lock_guard lock(mu_);

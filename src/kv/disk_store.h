@@ -165,6 +165,9 @@ class DiskStore {
   std::size_t n_lent_room() const;
   // Lowers max_lent_blocks (the lender's memory they pin: a part of the host tier).
   void limit_lent_blocks(std::size_t n);
+  // The lender goes away: drops the lent blocks still queued (counted as dropped at stop,
+  // released) and waits for a batch being written, so no lent bytes are read after it returns.
+  void drop_lent();
   SpillCodec codec() const { return options_.codec; }
   // put() that waits (until `deadline`) for room in the queue instead of dropping the block when
   // it is full. For shutdown, never on the engine's serving path.
@@ -179,6 +182,10 @@ class DiskStore {
   // rejected_corrupt and left there; Redis unavailable is a miss).
   bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
             std::span<std::byte> raw);
+  // load() into `out` encoded with `codec` (encoded_bytes of it): the file's payload as it is
+  // when that is the store's codec, decoded when `codec` keeps the raw form, else re-encoded.
+  bool load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+               SpillCodec codec, std::span<std::byte> out);
 
   // Queues the agent's manifest (replacing its previous one) behind the blocks queued so far.
   // Its chain and pinned flag are what retention goes by: call it again after a pin changes.
@@ -280,6 +287,7 @@ class DiskStore {
   bool retry_now_ = false;  // a drain ran out of time: retry at once
   std::vector<std::vector<std::byte>> spare_raw_;  // written blocks' buffers, for take_raw_buffer
   bool busy_ = false, stop_ = false;
+  std::uint64_t n_work_done_ = 0;  // batches and jobs the IO thread finished (drop_lent waits)
   std::int64_t paused_until_ms_ = 0;
   DiskStoreStats stats_;
   // IO thread only.

@@ -102,7 +102,8 @@ void DiskStore::io_loop() {
     log_drops();
     lock.lock();
     busy_ = false;
-    if (idle_locked()) idle_.notify_all();
+    ++n_work_done_;
+    idle_.notify_all();  // flush and drain wait for idle, drop_lent for this batch
   }
   idle_.notify_all();
 }

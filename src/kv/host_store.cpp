@@ -1,6 +1,7 @@
 #include "kv/host_store.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -37,13 +38,18 @@ std::size_t HostStore::next_chunk_slots_locked() const {
 }
 
 void HostStore::allocate_ahead() {
+  const auto t0 = std::chrono::steady_clock::now();
   while (!stop_allocating_.load(std::memory_order_relaxed)) {
     std::size_t n = 0;
     {
       std::lock_guard lock(mu_);
       n = next_chunk_slots_locked();
     }
-    if (n == 0) return;
+    if (n == 0) {
+      log_info("KV host tier: {} MiB allocated in {:.1f} s", (max_slots_ * slot_stride_) >> 20,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return;
+    }
     std::unique_ptr<HostMemory> chunk;
     try {
       chunk = options_.alloc(n * slot_stride_);  // outside the lock: demotions go on meanwhile

@@ -119,6 +119,11 @@ class KvManager {
 
   KvManager(std::int32_t n_blocks, std::int32_t block_size, CopyBlockFn copy,
             ChainHashFn hash = xxh3_chain_hash);
+  // With spills lent from the host tier, drops those the disk has not written yet
+  // (DiskStore::drop_lent): a graceful stop writes them first (spill_agents_to_disk, drain).
+  ~KvManager();
+  KvManager(const KvManager&) = delete;
+  KvManager& operator=(const KvManager&) = delete;
 
   // Opens `seq` (which holds nothing) in namespace `ns` and shares the longest cached prefix of
   // `tokens`: whole blocks by reference, then whole blocks the host and disk tiers hold (copied

@@ -52,6 +52,10 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
       .block_bytes = static_cast<std::size_t>(kv.layout.block_bytes())};
 }
 
+KvManager::~KvManager() {
+  if (host_feeds_disk_) disk_->drop_lent();
+}
+
 void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   AKV_CHECK(keyer_ == nullptr, "attach_tiers called twice");
   AKV_CHECK(pool_.n_free() == pool_.n_blocks(), "attach_tiers after blocks were used");
@@ -266,13 +270,15 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
     // The host tier's blocks need no load: the match writes them from their slots.
     if (!by_key_.contains(key) && (host_ == nullptr || !host_->contains(key))) {
       if (disk_ == nullptr || !disk_->may_load(key)) break;
-      wanted.push_back(
-          {.key = key, .parent = parent, .tokens_hash = keyer_->tokens_hash(block_tokens)});
+      wanted.push_back({.key = key,
+                        .parent = parent,
+                        .tokens_hash = keyer_->tokens_hash(block_tokens),
+                        .depth = at / bs});
     }
     parent = key;
   }
   if (wanted.empty()) return false;
-  seq.restore_ = std::make_shared<RestoreJob>(std::move(wanted), io_.block_bytes);
+  seq.restore_ = std::make_shared<RestoreJob>(std::move(wanted), io_.block_bytes, seq.retention_);
   restorer_->submit(seq.restore_);
   return true;
 }
@@ -282,7 +288,8 @@ std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierM
                                                     std::int32_t& cursor) {
   codec = SpillCodec::Native;
   // The background load's blocks are verified already (their source may be gone by now: fine).
-  if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done()) {
+  // (A load into the host tier left its blocks there, pinned: restore_from_tiers found them.)
+  if (const RestoreJob* job = seq.restore_.get(); job != nullptr && job->done() && !job->in_host()) {
     const auto blocks = job->blocks();
     for (std::int32_t i = cursor; i < job->n_loaded(); ++i) {
       if (!(blocks[i].key == meta.key)) continue;

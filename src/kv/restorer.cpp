@@ -4,29 +4,32 @@
 
 #include "base/check.h"
 #include "kv/disk_store.h"
+#include "kv/host_store.h"
 
 namespace akv {
 
-RestoreJob::RestoreJob(std::vector<Block> blocks, std::size_t block_bytes)
+RestoreJob::RestoreJob(std::vector<Block> blocks, std::size_t block_bytes, Retention retention)
     : blocks_(std::move(blocks)),
       block_bytes_(block_bytes),
+      retention_(retention),
       limit_(static_cast<std::int32_t>(blocks_.size())),
       loaded_(blocks_.size(), false) {}
 
 RestoreJob::~RestoreJob() {
+  for (const Hash128& key : host_pins_) host_->unpin(key);
   if (budget_ == nullptr) return;
   std::lock_guard lock(budget_->mu);
   budget_->used_bytes -= held_bytes_;
 }
 
 std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
-  AKV_CHECK(i >= 0 && i < n_loaded(), "restore job block not loaded");
+  AKV_CHECK(i >= 0 && i < n_loaded() && bytes_ != nullptr, "restore job block not loaded");
   return {bytes_.get() + static_cast<std::size_t>(i) * block_bytes_, block_bytes_};
 }
 
 Restorer::Restorer(DiskStore* disk, std::function<void()> on_done, std::size_t max_bytes,
-                   int n_threads)
-    : disk_(disk), on_done_(std::move(on_done)), budget_(std::make_shared<RestoreBudget>()) {
+                   int n_threads, HostStore* host)
+    : disk_(disk), host_(host), on_done_(std::move(on_done)), budget_(std::make_shared<RestoreBudget>()) {
   AKV_CHECK(disk_ != nullptr, "a restorer needs a disk tier to load from");
   budget_->max_bytes = max_bytes;
   AKV_CHECK(n_threads >= 1, "a restorer needs a thread");
@@ -75,7 +78,7 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
       continue;
     }
     // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
-    if (!front->bytes_ && !take_memory(*front)) {
+    if (!front->has_memory_ && !take_memory(*front)) {
       // Memory comes back when a job is destroyed (on the engine thread): look again soon.
       wake_.wait_for(lock, std::chrono::milliseconds(5));
       continue;
@@ -100,8 +103,29 @@ bool Restorer::take_memory(RestoreJob& job) {
   job.held_bytes_ = n * job.block_bytes_;
   b.used_bytes += job.held_bytes_;
   job.budget_ = budget_;
-  job.bytes_ = std::make_unique_for_overwrite<std::byte[]>(job.held_bytes_);
+  job.has_memory_ = true;
+  if (host_ != nullptr)  // the blocks go to host-tier slots: the budget bounds what they pin
+    job.host_ = host_;
+  else
+    job.bytes_ = std::make_unique_for_overwrite<std::byte[]>(job.held_bytes_);
   return true;
+}
+
+bool Restorer::load_into_host(const RestoreJob& job, std::int32_t index) {
+  const RestoreJob::Block& b = job.blocks_[static_cast<std::size_t>(index)];
+  const HostBlockMeta meta{.parent = b.parent, .tokens_hash = b.tokens_hash, .depth = b.depth,
+                           .retention = job.retention_};
+  const std::span<std::byte> slot = host_->reserve(b.key, meta);
+  if (slot.empty()) {  // held already (demoted or loaded meanwhile), or no slot to be had
+    if (!host_->touch(b.key, meta)) return false;
+    return !host_->lend(b.key).empty();  // pinned for the job
+  }
+  if (!disk_->load_as(b.key, b.parent, b.tokens_hash, host_->codec(), slot)) {
+    host_->abandon(b.key);
+    return false;
+  }
+  host_->publish(b.key);
+  return !host_->lend(b.key).empty();  // pinned for the job (published: nothing erased it yet)
 }
 
 std::size_t Restorer::used_bytes() const {
@@ -134,11 +158,17 @@ void Restorer::loop() {
   std::int32_t index = 0;
   while (claim(lock, job, index)) {
     lock.unlock();
-    const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
-    const std::span<std::byte> out{
-        job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_, job->block_bytes_};
-    const bool ok = disk_->load(b.key, b.parent, b.tokens_hash, out);
+    bool ok = false;
+    if (host_ != nullptr) {
+      ok = load_into_host(*job, index);
+    } else {
+      const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
+      const std::span<std::byte> out{
+          job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_, job->block_bytes_};
+      ok = disk_->load(b.key, b.parent, b.tokens_hash, out);
+    }
     lock.lock();
+    if (ok && host_ != nullptr) job->host_pins_.push_back(job->blocks_[static_cast<std::size_t>(index)].key);
     if (settle(*job, index, ok)) {
       lock.unlock();
       if (on_done_) on_done_();

@@ -6,6 +6,9 @@
 // blocks need no load: the match writes them to the device from their slots.)
 // Several threads work on one job's blocks at once (each file is one read; keeping several in
 // flight is what approaches the disk's bandwidth); jobs are served in arrival order.
+// With a host tier, blocks are loaded into host-tier slots instead (page-locked on CUDA, so the
+// match's batched write reads them in place, and the tier keeps them for later returns): each
+// is published there and stays pinned by its job until the job is destroyed.
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks until it is
 // destroyed (after the match and the device's copies of them), and a job that does not fit
 // beside the others waits; alone, a job larger than the budget loads only its leading blocks
@@ -25,10 +28,12 @@
 #include <vector>
 
 #include "kv/block_key.h"
+#include "kv/retention.h"
 
 namespace akv {
 
 class DiskStore;
+class HostStore;
 struct RestoreBudget;
 
 // One sequence's blocks to load, in chain order. A block that is missing or bad ends the job
@@ -38,9 +43,12 @@ class RestoreJob {
  public:
   struct Block {
     Hash128 key, parent, tokens_hash;
+    std::int32_t depth = 0;  // index in its chain
   };
-  RestoreJob(std::vector<Block> blocks, std::size_t block_bytes);
-  // Gives its memory back to the restorer's budget.
+  // `retention`: of the blocks a host-tier load publishes.
+  RestoreJob(std::vector<Block> blocks, std::size_t block_bytes,
+             Retention retention = Retention::Normal);
+  // Gives its memory back to the restorer's budget (and unpins its host-tier blocks).
   ~RestoreJob();
   RestoreJob(const RestoreJob&) = delete;
   RestoreJob& operator=(const RestoreJob&) = delete;
@@ -50,8 +58,10 @@ class RestoreJob {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Leading blocks ready to copy; final once done().
   std::int32_t n_loaded() const { return n_loaded_.load(std::memory_order_acquire); }
-  // Block i's raw bytes (i < n_loaded()).
+  // Block i's raw bytes (i < n_loaded()); not with in_host().
   std::span<const std::byte> raw(std::int32_t i) const;
+  // The loaded blocks are in the host tier (pinned there while the job lives), not in raw().
+  bool in_host() const { return host_ != nullptr; }
   // The request went away: the restorer stops taking its blocks.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
 
@@ -59,7 +69,11 @@ class RestoreJob {
   friend class Restorer;
   std::vector<Block> blocks_;
   std::size_t block_bytes_;
+  Retention retention_;
   std::unique_ptr<std::byte[]> bytes_;  // limit_ * block_bytes_, allocated by the restorer
+  bool has_memory_ = false;             // bytes_ allocated, or host-tier slots counted
+  HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
+  std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
   std::shared_ptr<RestoreBudget> budget_;  // where bytes_ is counted
   std::size_t held_bytes_ = 0;
   // Under the restorer's mutex:
@@ -80,10 +94,13 @@ struct RestoreBudget {
 class Restorer {
  public:
   static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
+  static constexpr int kDefaultThreads = 4;
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
+  // `host`: load into the host tier's slots (null: into memory of each job's own).
   Restorer(DiskStore* disk, std::function<void()> on_done,
-           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = 4);
+           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
+           HostStore* host = nullptr);
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
@@ -102,8 +119,12 @@ class Restorer {
   void loop();
   // Records block `index` of `job` (loaded or not); true when that finished the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);
+  // Loads block `index` of `job` into a host-tier slot (or finds it there), pinned; false when
+  // it is missing or bad, or no slot can be had.
+  bool load_into_host(const RestoreJob& job, std::int32_t index);
 
   DiskStore* disk_;
+  HostStore* host_;
   std::function<void()> on_done_;
   std::shared_ptr<RestoreBudget> budget_;
   std::mutex mu_;  // before budget_->mu when both are held

@@ -548,7 +548,8 @@ namespace akv {
 namespace {
 
 // A disk that falls behind: its queue holds one block and every batch takes 5 ms, so most of
-// the spills at commit are dropped while the agent runs.
+// the agent's blocks are still waiting for the disk (or, with a host tier, lent from it) when
+// the server stops.
 void slow_small_queue(DiskStoreOptions& o) {
   o.max_queue_bytes = o.shape.raw_bytes();
   o.before_write = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
@@ -572,9 +573,10 @@ void expect_whole_agent_after_restart(std::int32_t n_blocks, std::size_t host_bl
       EXPECT_LT(a.agents.n_resident(chain), static_cast<std::int64_t>(n_chain)) << "partly on host";
     }
     EXPECT_EQ(n_chain, (prompt.size() + n_new - 1) / kBlock) << "prompt and reply, full blocks";
-    EXPECT_GT(a.store->stats().n_dropped_queue_full, 0) << "the disk fell behind";
+    if (host_blocks == 0) {
+      EXPECT_LT(a.store->stats().n_written, static_cast<std::int64_t>(n_chain)) << "the disk fell behind";
+    }
     const AgentSpill spill = a.stop_gracefully();
-    EXPECT_GT(spill.n_queued, 0);
     EXPECT_EQ(spill.n_missing, 0);
     EXPECT_EQ(spill.n_late, 0);
     turn2 = prompt;

@@ -419,6 +419,35 @@ TEST(KvTiers, APrefixOnDiskIsLoadedInTheBackgroundThenCopiedIn) {
   d.kv.release(again);
 }
 
+// With a host tier, the background load goes into host slots (pinned by the job), and the match
+// writes them from there in its one batch; once the job is gone the slots are free to reuse, and
+// the blocks stay in the host tier for the next return.
+TEST(KvTiers, WithAHostTierTheBackgroundLoadGoesIntoHostSlots) {
+  test::ScratchDir dir;
+  const Tokens a = iota_tokens(17, 100);  // 4 full blocks and one token
+  std::unique_ptr<DiskStore> disk = disk_holding(dir.path, a);
+  HostStore host(host_options(6));
+  Restorer restorer(disk.get(), [] {}, Restorer::kDefaultMaxBytes, 2, &host);
+  Device d(8);
+  d.kv.attach_tiers({.host = &host, .disk = disk.get(), .restorer = &restorer}, d.io());
+  KvSequence seq;
+  ASSERT_TRUE(d.kv.restore_pending(seq, a, ""));
+  wait_for_restore(d.kv, seq, a);
+  EXPECT_EQ(disk->stats().n_loaded, 4);
+  EXPECT_EQ(host.stats().n_blocks, 4) << "loaded into the host tier";
+  EXPECT_EQ(d.kv.match(seq, a, ""), 16);
+  EXPECT_EQ(seq.n_host_restored_blocks(), 4) << "written from the host slots";
+  EXPECT_EQ(disk->stats().n_loaded, 4) << "the match read nothing itself";
+  EXPECT_TRUE(d.check(seq, a, 4));
+  d.kv.release(seq);
+  // Unpinned: all 6 slots can go to other blocks (the 4 loaded ones are evicted for them).
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    const Hash128 key{5000 + i, 9};
+    ASSERT_FALSE(host.reserve(key, {}).empty()) << "slot " << i << " is still pinned";
+    host.publish(key);
+  }
+}
+
 TEST(KvTiers, ABackgroundLoadStopsAtAMissingBlockAndIsDroppedOnRelease) {
   test::ScratchDir dir;
   const Tokens a = iota_tokens(33, 100);  // 8 full blocks and one token
