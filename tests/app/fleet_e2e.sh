@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end fleet on one machine (docs/fleet.md): Redis, HAProxy with deploy/haproxy.cfg and
-# three `agentkv serve` replicas (CPU, stories260K) sharing a remote KV tier. Ten agents with a
+# three `agentkv serve` replicas (CPU, stories260K, a host tier each) sharing a remote KV tier. Ten agents with a
 # shared system prompt make a turn through HAProxy; one replica is killed (SIGKILL), another
 # drained (POST /admin/drain); the agents that lived there repeat their turn on the survivor
 # with cache_read_input_tokens covering their prompt's full blocks (read from Redis) and the
@@ -46,7 +46,7 @@ declare -A rpid rport
 start_replica() {  # name, extra flags
   local name="$1"; shift
   "$agentkv" serve --model "$model" --port 0 --block-size 16 --kv-dir "$tmp/kv-$name" \
-    --kv-remote "redis://127.0.0.1:$redis_port/0" "$@" >"$tmp/$name.log" 2>&1 &
+    --kv-host-bytes 4M --kv-remote "redis://127.0.0.1:$redis_port/0" "$@" >"$tmp/$name.log" 2>&1 &
   rpid[$name]=$!
   pids+=("${rpid[$name]}")
   for _ in $(seq 200); do
