@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end fleet on one machine (docs/fleet.md): Redis, HAProxy with deploy/haproxy.cfg and
-# three `agentkv serve` replicas (CPU, stories260K, a host tier each) sharing a remote KV tier. Ten agents with a
-# shared system prompt make a turn through HAProxy; one replica is killed (SIGKILL), another
-# drained (POST /admin/drain); the agents that lived there repeat their turn on the survivor
-# with cache_read_input_tokens covering their prompt's full blocks (read from Redis) and the
-# same greedy text. The shared prompt is stored once. Redis killed and restarted: the survivor
-# keeps serving from its own tiers and writes to Redis again. A replica of another KV layout
-# (another model fingerprint) reads none of the fleet's blocks.
+# three `agentkv serve` replicas (CPU, stories260K, a host tier each) sharing a remote KV tier.
+# Ten agents with a shared system prompt make a turn through HAProxy; one replica is killed
+# (SIGKILL), another drained (POST /admin/drain) while a stream runs on it; the agents that lived
+# there repeat their turn on the survivor with cache_read_input_tokens covering their prompt's
+# full blocks (read from Redis) and the same greedy text. The shared prompt is stored once. Redis
+# killed and restarted: the survivor keeps serving from its own tiers and writes to Redis again.
+# A replica of another KV layout (another model fingerprint) reads none of the fleet's blocks;
+# SIGUSR1 drains it.
 set -euo pipefail
 agentkv="$1"
 testdata="$2"
