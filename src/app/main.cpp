@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-restore-bytes", srv.kv_restore_bytes,
                     "Disk blocks held by background restores at most, across requests: bytes or K/M/G/T")
       ->capture_default_str();
+  serve->add_option("--kv-remote", srv.kv_remote,
+                    "Remote KV tier under the disk tier, shared by a fleet: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] "
+                    "(password also from REDISCLI_AUTH); needs --kv-dir");
+  serve->add_option("--kv-remote-bytes", srv.kv_remote_bytes,
+                    "Remote tier budget for this model's blocks: bytes or K/M/G/T; 0: unlimited")
+      ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
   std::string pull_model;

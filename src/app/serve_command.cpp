@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/backend_factory.h"
+#include "app/drain.h"
 #include "app/engine_monitor.h"
 #include "app/serve_defaults.h"
 #include "base/error.h"
@@ -20,6 +22,7 @@
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
 #include "kv/model_fingerprint.h"
+#include "kv/remote_store.h"
 #include "kv/store_dir.h"
 #include "models/model.h"
 #include "server/http_server.h"
@@ -29,9 +32,14 @@ namespace akv {
 namespace {
 
 HttpServer* g_server = nullptr;
+Drainer* g_drainer = nullptr;
 
 void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
+}
+
+void on_drain_signal(int) {
+  if (g_drainer != nullptr) g_drainer->request_from_signal();
 }
 
 // End-of-turn ids: the config's and generation_config's eos ids, the tokenizer's eos (and a GGUF
@@ -83,13 +91,42 @@ std::int64_t parse_byte_size(const std::string& text, const char* flag) {
   return n << shift;
 }
 
-// The KV disk tier of --kv-dir (null without it). A directory that cannot be created or written
-// is not fatal: null, with the reason in `unavailable` and a warning. Throws Error for a bad
-// codec, a directory in use, or a secret that cannot be read.
-std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
-                                          const std::string& chat_template, std::string& unavailable) {
+// The remote tier of --kv-remote for blocks of `value_bytes` (null without it). Redis that
+// cannot be reached at start-up is not fatal: null, with a warning (the replica serves from its
+// own tiers). Throws Error for a bad URL or size.
+std::unique_ptr<RemoteStore> open_remote_tier(const ServeOptions& o, const Hash128& fingerprint,
+                                              std::size_t value_bytes) {
+  RemoteStoreOptions r;
+  r.url = parse_redis_url(o.kv_remote, "--kv-remote");
+  if (r.url.password.empty())
+    if (const char* pw = std::getenv("REDISCLI_AUTH"); pw != nullptr) r.url.password = pw;  // as redis-cli
+  r.fingerprint = fingerprint;
+  r.value_bytes = value_bytes;
+  r.max_bytes = parse_byte_size(o.kv_remote_bytes, "--kv-remote-bytes");
+  try {
+    return RemoteStore::open_or_throw(std::move(r));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Io) throw;
+    log_warn("serving WITHOUT the KV remote tier (restart to join the fleet's): {}", e.what());
+    return nullptr;
+  }
+}
+
+// The KV disk tier of --kv-dir (null without it), and under it the remote tier of --kv-remote.
+// A directory that cannot be created or written is not fatal: null, with the reason in
+// `unavailable` and a warning. Throws Error for a bad codec, a directory in use, or a secret
+// that cannot be read.
+struct KvStores {
+  std::unique_ptr<RemoteStore> remote;  // first: the disk tier's IO thread writes to it
+  std::unique_ptr<DiskStore> disk;
+};
+KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
+                        const std::string& chat_template, std::string& unavailable) {
   const std::int64_t max_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
-  if (o.kv_dir.empty()) return nullptr;
+  if (!o.kv_remote.empty() && o.kv_dir.empty())
+    throw Error(ErrorKind::InvalidArgument, "--kv-remote needs --kv-dir: the remote tier sits under the disk tier");
+  KvStores stores;
+  if (o.kv_dir.empty()) return stores;
   const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
   if (!codec)
     throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16, int8 or int4, not '" +
@@ -97,7 +134,7 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   if (const std::optional<std::string> problem = find_store_dir_problem(o.kv_dir)) {
     log_warn("serving WITHOUT the KV disk tier: --kv-dir {}: {}", o.kv_dir, *problem);
     unavailable = *problem;
-    return nullptr;
+    return stores;
   }
   const KvLayout layout = kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype);
   DiskStoreOptions d;
@@ -111,7 +148,12 @@ std::unique_ptr<DiskStore> open_disk_tier(const ServeOptions& o, const ModelConf
   d.shape = block_shape_of(layout);
   d.block_size = e.block_size;
   d.max_bytes = max_bytes;
-  return DiskStore::open_or_throw(std::move(d));
+  if (!o.kv_remote.empty()) {
+    stores.remote = open_remote_tier(o, d.fingerprint, kBlockHeaderBytes + encoded_bytes(d.codec, d.shape));
+    d.remote = stores.remote.get();
+  }
+  stores.disk = DiskStore::open_or_throw(std::move(d));
+  return stores;
 }
 
 // The context length at which one token's attention costs as much as its matmuls: the host
@@ -151,7 +193,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
 // Graceful stop with a disk tier, after the engine stopped (its last agents recorded): queues
 // the agents' blocks the disk lacks (dropped while writes were behind), then writes the queue;
 // both within `timeout_s`. Logs what reached the disk and what did not.
-void flush_disk_tier(Engine& engine, DiskStore& disk, double timeout_s) {
+void flush_disk_tier(Engine& engine, DiskStore& disk, RemoteStore* remote, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(timeout_s));
@@ -165,6 +207,10 @@ void flush_disk_tier(Engine& engine, DiskStore& disk, double timeout_s) {
       seconds, drained.n_written, queued_at_stop, spill.n_queued, spill.n_agents, drained.n_dropped + spill.n_late,
       drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",
       spill.n_missing, drained.n_manifests_lost);
+  if (remote == nullptr) return;
+  const bool written = remote->flush(deadline);
+  log_info("KV remote tier: {} at stop ({} blocks written in all)",
+           written ? "queue written" : "queue NOT written (--kv-flush-timeout-s ran out)", remote->stats().n_written);
 }
 
 }  // namespace
@@ -201,8 +247,9 @@ int run_serve(const ServeOptions& o) {
   // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
   // blocks lent from host slots (DiskStore::put_lent) until it stops.
   std::unique_ptr<HostStore> host;
-  std::unique_ptr<DiskStore> disk =
+  KvStores stores =
       open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""), disk_unavailable);
+  std::unique_ptr<DiskStore>& disk = stores.disk;
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
   host = open_host_tier(o, config, engine_config, disk.get(), *backend);
@@ -220,15 +267,20 @@ int run_serve(const ServeOptions& o) {
                      .options = server_options,
                      .stop_token_ids = stop_ids(model_sidecar_dir(o.model_dir), config, tokenizer),
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
-                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .device_block_bytes = block_bytes,
+                     .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .remote = stores.remote.get(),
+                                .device_block_bytes = block_bytes,
                                 .disk_unavailable = disk_unavailable},
                      .connections = {}};
+  Drainer drainer(ctx, disk.get(), stores.remote.get(), o.kv_flush_timeout_s);
+  ctx.start_drain = [&drainer] { drainer.request(); };
   HttpServer server(ctx);
   const EngineMonitor monitor(engine, std::chrono::seconds(10));  // a log line every 10 s while busy
   server.bind();
   g_server = &server;
+  g_drainer = &drainer;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, on_drain_signal);
   log_info("serving {} ({}) on {} as '{}' on http://{}:{}", o.model_dir, config.architecture, backend->name(),
            server_options.served_model_name, server_options.host, server.port());
   log_info("KV cache: {} MiB of {} ({} blocks of {} tokens, {} bytes each; {}): {} tokens; model context {} tokens",
@@ -240,8 +292,9 @@ int run_serve(const ServeOptions& o) {
              host->encoded_block_bytes());
   server.run();
   g_server = nullptr;
+  g_drainer = nullptr;
   engine.stop();
-  if (disk != nullptr) flush_disk_tier(engine, *disk, o.kv_flush_timeout_s);
+  if (disk != nullptr) flush_disk_tier(engine, *disk, stores.remote.get(), o.kv_flush_timeout_s);
   log_info("stopped");
   return 0;
 }

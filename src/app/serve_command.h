@@ -1,5 +1,6 @@
 // `agentkv serve`: load the model, start the engine and the HTTP server, serve until SIGINT or
-// SIGTERM, then drain and exit.
+// SIGTERM, then drain and exit. SIGUSR1 (or POST /admin/drain) drains without exiting
+// (app/drain.h).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,8 @@ struct ServeOptions {
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   double kv_flush_timeout_s = 30;         // at a graceful stop, most seconds spent writing to disk
   std::string kv_restore_bytes = "4G";    // disk blocks background restores hold at most
+  std::string kv_remote;                  // remote tier: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] ("" : none)
+  std::string kv_remote_bytes = "0";      // remote tier budget for this model: bytes or K/M/G/T; 0: unlimited
   ServerOptions server;
 };
 

@@ -137,6 +137,18 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   return FileCheck::Ok;
 }
 
+std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want) {
+  BlockHeader h;
+  if (parse_block_header(file, want.fingerprint, h) != FileCheck::Ok) return {};
+  if (h.key != want.key || h.parent != want.parent || h.tokens_hash != want.tokens_hash ||
+      h.codec != want.codec || h.payload_bytes != want.payload_bytes ||
+      file.size() != kBlockHeaderBytes + want.payload_bytes)
+    return {};
+  const std::span<const std::byte> body = file.subspan(kBlockHeaderBytes);
+  if (payload_checksum(body) != h.payload_checksum) return {};
+  return body;
+}
+
 std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRecord& rec) {
   std::vector<std::byte> body;
   Writer b(body);

@@ -48,6 +48,17 @@ std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& 
 FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint,
                              BlockHeader& out);
 
+// What a block file (or the remote tier's value, the same bytes) must be to be loaded.
+struct BlockExpect {
+  Hash128 fingerprint, key, parent, tokens_hash;
+  SpillCodec codec = SpillCodec::Native;
+  std::uint64_t payload_bytes = 0;
+};
+// The payload of a whole block file when its header, size, key, parent, tokens hash, codec and
+// payload checksum all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
+// told apart here: the caller only loads.
+std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want);
+
 std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRecord& record);
 // Checks everything (header, body checksum, lengths); ForeignModel when the fingerprint differs.
 FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& fingerprint,

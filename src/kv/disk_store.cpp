@@ -19,6 +19,7 @@
 #include "kv/disk_format.h"
 #include "kv/disk_store_internal.h"
 #include "kv/durable_batch.h"
+#include "kv/remote_store.h"
 #include "kv/store_dir.h"
 
 namespace akv {
@@ -29,6 +30,8 @@ using disk_store_detail::now_ms;
 using disk_store_detail::set_mtime;
 
 namespace {
+
+constexpr std::size_t kMaxFromRemote = std::size_t{1} << 20;
 
 std::int64_t system_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -155,7 +158,14 @@ void DiskStore::open_dir() {
   // The key secret: created once, kept with the blocks it names; a damaged one never destroys
   // them (store_dir.h). Before the folders are opened: it may move them aside.
   try {
-    keyer_ = std::make_unique<BlockKeyer>(load_or_create_store_secret(options_.dir), options_.fingerprint);
+    KeySecret secret{};
+    if (options_.remote != nullptr) {
+      secret = options_.remote->secret();
+      adopt_store_secret(options_.dir, secret);
+    } else {
+      secret = load_or_create_store_secret(options_.dir);
+    }
+    keyer_ = std::make_unique<BlockKeyer>(secret, options_.fingerprint);
     blocks_fd_ = open_dir_fd(options_.dir + "/blocks");
     agents_fd_ = open_dir_fd(options_.dir + "/agents");
   } catch (const Error&) {
@@ -284,6 +294,10 @@ bool DiskStore::has(const Hash128& key) const {
 bool DiskStore::on_disk(const Hash128& key) const {
   std::lock_guard lock(mu_);
   return files_.contains(key);
+}
+
+bool DiskStore::may_load(const Hash128& key) const {
+  return options_.remote != nullptr || on_disk(key);
 }
 
 std::vector<std::byte> DiskStore::take_raw_buffer() {
@@ -467,6 +481,7 @@ void DiskStore::erase(const std::string& tenant, const std::string& agent,
   job->record.tenant = tenant;
   job->record.agent = agent;
   job->blocks = std::move(blocks);
+  job->remote_too = true;
   {
     std::lock_guard lock(mu_);
     // Gone for readers at once; the files follow on the IO thread.
@@ -497,43 +512,68 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
 bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                         SpillCodec codec, std::span<std::byte> out) {
   AKV_CHECK(out.size() == encoded_bytes(codec, options_.shape), "load: encoded block size");
-  if (!on_disk(key)) return false;
-  const std::size_t payload = encoded_bytes(options_.codec, options_.shape);
-  // The payload goes straight into `out` when that is its codec; else through one buffer per
-  // loading thread, reused (restores read many blocks of one size).
+  const bool local = on_disk(key);
+  if (!local && options_.remote == nullptr) return false;
+  const BlockExpect want{.fingerprint = options_.fingerprint,
+                         .key = key,
+                         .parent = parent,
+                         .tokens_hash = tokens_hash,
+                         .codec = options_.codec,
+                         .payload_bytes = encoded_bytes(options_.codec, options_.shape)};
+  // One file buffer per loading thread, reused: restores read many blocks of one size. A local
+  // file in `codec` is read with its payload straight into `out` (no copy through the buffer).
   thread_local std::vector<std::byte> bytes;
-  bytes.resize(kBlockHeaderBytes + (codec == options_.codec ? 0 : payload));
-  const std::span<std::byte> body_in =
-      codec == options_.codec ? out : std::span(bytes).subspan(kBlockHeaderBytes);
-  const bool ok = read_split_file(block_path(key), std::span(bytes).first(kBlockHeaderBytes), body_in);
-  BlockHeader h;
-  bool good = ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok &&
-              h.key == key && h.parent == parent && h.tokens_hash == tokens_hash &&
-              h.codec == options_.codec && h.payload_bytes == payload;
-  const std::span<const std::byte> body = body_in;
-  good = good && payload_checksum(body) == h.payload_checksum;
-  if (!good) {
+  const bool in_place = local && codec == options_.codec;
+  bool ok = false;
+  std::span<const std::byte> body;
+  if (in_place) {
+    bytes.resize(kBlockHeaderBytes);
+    ok = read_split_file(block_path(key), bytes, out);
+    BlockHeader h;
+    if (ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.key == key &&
+        h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
+        h.payload_bytes == out.size() && payload_checksum(out) == h.payload_checksum)
+      body = out;
+  } else {
+    ok = local ? read_file_into(block_path(key), bytes) : options_.remote->get_block(key, bytes);
+    if (!local && !ok) return false;  // not there, or Redis unavailable: a miss
+    if (ok) body = verified_block_payload(bytes, want);
+  }
+  if (body.empty()) {
+    if (!local) {
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.rejected_corrupt;
+      }
+      log_warn("KV remote tier: block {} failed its check; not used, its tokens will be recomputed", key.hex());
+      return false;
+    }
     // A missing file (erased meanwhile) is not damage; anything else is.
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
-  if (codec != options_.codec) {  // else read in place
-    if (codec_is_raw(codec, options_.shape.dtype)) {
-      decode_block(options_.codec, options_.shape, body, out);
-    } else {
-      thread_local std::vector<std::byte> raw;
-      raw.resize(options_.shape.raw_bytes());
-      decode_block(options_.codec, options_.shape, body, raw);
-      encode_block(codec, options_.shape, raw, out);
-    }
+  if (codec == options_.codec) {
+    if (!in_place) std::memcpy(out.data(), body.data(), out.size());
+  } else if (codec_is_raw(codec, options_.shape.dtype)) {
+    decode_block(options_.codec, options_.shape, body, out);
+  } else {
+    thread_local std::vector<std::byte> raw;
+    raw.resize(options_.shape.raw_bytes());
+    decode_block(options_.codec, options_.shape, body, raw);
+    encode_block(codec, options_.shape, raw, out);
   }
   const std::int64_t now = now_unix_ms();
   {
     std::lock_guard lock(mu_);
     ++stats_.n_loaded;
+    if (!local) {
+      ++stats_.n_loaded_remote;
+      if (from_remote_.size() >= kMaxFromRemote) from_remote_.clear();
+      from_remote_.insert(key);
+    }
     if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
   }
-  set_mtime(blocks_fd_, key.hex() + ".kvb", now);
+  if (local) set_mtime(blocks_fd_, key.hex() + ".kvb", now);
   return true;
 }
 

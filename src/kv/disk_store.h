@@ -37,6 +37,8 @@
 
 namespace akv {
 
+class RemoteStore;
+
 // A block whose encoded bytes live elsewhere while it waits for the disk (a host-tier slot): lent
 // to the disk tier, which reads them on the IO thread and then calls `release` once (written,
 // dropped, or at destruction; never under the store's lock). The bytes must stay valid and
@@ -81,6 +83,11 @@ struct DiskStoreOptions {
   std::int32_t manifest_retry_ms = 1000;
   std::int32_t max_manifest_attempts = 5;
   std::int32_t drop_log_interval_ms = 10000;  // at most one "blocks dropped" warning per interval
+  // The remote tier under this one (null: none; must outlive the store). Its secret becomes
+  // this directory's (a store keyed by another is moved aside: store_dir.h adopt_store_secret);
+  // every block file written here and every manifest is also queued for it; an agent's erase
+  // reaches it too; load() reads a block it lacks from it, verified the same way.
+  RemoteStore* remote = nullptr;
 };
 
 struct DiskStoreStats {
@@ -93,6 +100,7 @@ struct DiskStoreStats {
   std::int64_t rejected_corrupt = 0;  // bad header, size or checksum (at start-up or on load)
   std::int64_t n_written = 0;
   std::int64_t n_loaded = 0;
+  std::int64_t n_loaded_remote = 0;  // of n_loaded: read from the remote tier
   std::int64_t n_dropped = 0;  // blocks not spilled: any reason below or a failed write
   std::int64_t n_dropped_queue_full = 0;  // of n_dropped: the writes were behind
   std::int64_t n_dropped_paused = 0;      // of n_dropped: spilling paused after an error
@@ -138,6 +146,9 @@ class DiskStore {
   bool has(const Hash128& key) const;
   // On disk (durable).
   bool on_disk(const Hash128& key) const;
+  // load() may find it: on disk, or a remote tier is attached (which may hold it; only a read
+  // tells). Cheap: never asks the remote tier.
+  bool may_load(const Hash128& key) const;
   // A buffer of the shape's raw size for put(), recycled from blocks already written when one
   // is spare (so spilling allocates nothing once warm); its contents are unspecified.
   std::vector<std::byte> take_raw_buffer();
@@ -167,7 +178,9 @@ class DiskStore {
   std::size_t n_queue_room() const;
   // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
   // False when it is missing (never written, evicted, collected) or bad; a bad file is counted
-  // and removed. A good load makes the block most recently used (and touches its mtime).
+  // and removed. A good load makes the block most recently used (and touches its mtime). A
+  // block not on disk is read from the remote tier when there is one (a bad one is counted in
+  // rejected_corrupt and left there; Redis unavailable is a miss).
   bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
             std::span<std::byte> raw);
   // load() into `out` encoded with `codec` (encoded_bytes of it): the file's payload as it is
@@ -221,6 +234,8 @@ class DiskStore {
   // durable batch), another job alone, or a manifest whose retry is due. False: none is ready.
   bool take_work_locked(std::vector<std::unique_ptr<Job>>& batch);
   bool idle_locked() const;
+  // Whether the block was read from the remote tier (forgetting it): Redis has it already.
+  bool came_from_remote(const Hash128& key);
   void run(Job& job);
   void write_blocks(std::vector<std::unique_ptr<Job>>& batch);
   void write_manifest(Job& job);
@@ -262,6 +277,9 @@ class DiskStore {
   std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;
   std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;
+  // Blocks read from the remote tier and not written here since: a local write of one (a turn's
+  // end spills the chain) does not send its bytes back to Redis. Bounded: cleared when large.
+  std::unordered_set<Hash128, Hash128Hasher> from_remote_;
   std::size_t queued_bytes_ = 0;
   std::int64_t queued_blocks_ = 0;
   std::size_t queued_lent_ = 0;  // of queued_blocks_: lent

@@ -27,6 +27,7 @@ struct DiskStore::Job {
   AgentRecord record;           // Manifest; Erase uses tenant and agent
   std::int32_t n_attempts = 0;  // Manifest: writes tried before this one
   std::vector<Hash128> blocks;  // Erase
+  bool remote_too = false;      // Erase: an agent's (not a damaged local file's): the remote tier's too
 };
 
 namespace disk_store_detail {

@@ -10,6 +10,7 @@
 #include "kv/disk_store.h"
 #include "kv/disk_store_internal.h"
 #include "kv/durable_batch.h"
+#include "kv/remote_store.h"
 
 namespace akv {
 
@@ -28,6 +29,11 @@ Clock::time_point steady_at(std::int64_t ms) {
   return Clock::time_point(std::chrono::milliseconds(ms));
 }
 }  // namespace
+
+bool DiskStore::came_from_remote(const Hash128& key) {
+  std::lock_guard lock(mu_);
+  return from_remote_.erase(key) > 0;
+}
 
 bool DiskStore::idle_locked() const {
   return queue_.empty() && !busy_ && retries_.empty();
@@ -123,6 +129,10 @@ void DiskStore::run(Job& job) {
       }
       ::fsync(agents_fd_);
       ::fsync(blocks_fd_);
+      if (job.remote_too && options_.remote != nullptr)
+        options_.remote->erase(job.record.agent.empty() ? Hash128{}
+                                                        : keyer_->agent_hash(job.record.tenant, job.record.agent),
+                               job.blocks);
       return;
     }
     case Job::Kind::CollectGarbage:
@@ -172,7 +182,9 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
                         .n_tokens = static_cast<std::uint32_t>(options_.block_size),
                         .payload_bytes = payload.size(),
                         .payload_checksum = payload_checksum(payload)};
-    if (files.add(job.key.hex() + ".kvb", encode_block_header(h), payload))
+    const auto header = encode_block_header(h);
+    if (options_.remote != nullptr && !came_from_remote(job.key)) options_.remote->put_block(job.key, header, payload);
+    if (files.add(job.key.hex() + ".kvb", header, payload))
       added.push_back(n_tried);
     else if (error == 0)
       error = errno;
@@ -250,6 +262,9 @@ void DiskStore::write_manifest(Job& job) {
       }
     }
   }
+  if (options_.remote != nullptr)
+    options_.remote->put_manifest(keyer_->agent_hash(job.record.tenant, job.record.agent), bytes,
+                                  job.record.last_use_ms);
   if (!ok) on_write_error("agent manifest: " + what);
   if (lost)
     log_warn(

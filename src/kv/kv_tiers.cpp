@@ -257,9 +257,9 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   if (seq.restore_) return !seq.restore_->done();
   if (seq.restore_planned_) return false;
   seq.restore_planned_ = true;
-  // The blocks of the prefix that only the disk holds, up to the first block no tier has (match
-  // stops there too). match derives the keys again from
-  // its own tokens (~70 ns a block): kept in seq, they would make it trust its tokens are these.
+  // The blocks of the prefix that only the disk (or the remote tier under it) may hold, up to the
+  // first block no tier has (match stops there too). match derives the keys again from its own
+  // tokens (~70 ns a block): kept in seq, they would make it trust its tokens are these.
   const std::int32_t bs = pool_.block_size();
   const auto limit = static_cast<std::int32_t>(tokens.size()) - 1;
   std::vector<RestoreJob::Block> wanted;
@@ -269,7 +269,7 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
     const Hash128 key = keyer_->next(parent, block_tokens);
     // The host tier's blocks need no load: the match writes them from their slots.
     if (!by_key_.contains(key) && (host_ == nullptr || !host_->contains(key))) {
-      if (disk_ == nullptr || !disk_->on_disk(key)) break;
+      if (disk_ == nullptr || !disk_->may_load(key)) break;
       wanted.push_back({.key = key,
                         .parent = parent,
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
@@ -361,7 +361,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
                          : std::span<const std::byte>{};
     // Past a block no tier may have, nothing can follow (a device orphan may be demoted on the
     // way; a disk block comes from the background load or, without a restorer, from disk).
-    if (slot.empty() && !by_key_.contains(meta.key) && (disk_ == nullptr || !disk_->on_disk(meta.key)))
+    if (slot.empty() && !by_key_.contains(meta.key) && (disk_ == nullptr || !disk_->may_load(meta.key)))
       break;
     restore_metas_.push_back(meta);
     restore_slots_.push_back(slot);

@@ -36,11 +36,7 @@ std::uint64_t secret_checksum(const KeySecret& s) {
 }
 
 std::vector<std::byte> encode_secret(const KeySecret& s) {
-  std::vector<std::byte> out(kSecretFileBytes);
-  std::memcpy(out.data(), s.data(), s.size());
-  const std::uint64_t sum = secret_checksum(s);
-  std::memcpy(out.data() + s.size(), &sum, sizeof sum);
-  return out;
+  return encode_store_secret(s);
 }
 
 // Reads DIR/secret into `out`; `n_bytes` is the file's size (up to kMaxSecretFileBytes + 1).
@@ -123,6 +119,48 @@ std::string move_aside(const std::string& dir) {
 }
 
 }  // namespace
+
+std::vector<std::byte> encode_store_secret(const KeySecret& s) {
+  std::vector<std::byte> out(kSecretFileBytes);
+  std::memcpy(out.data(), s.data(), s.size());
+  const std::uint64_t sum = secret_checksum(s);
+  std::memcpy(out.data() + s.size(), &sum, sizeof sum);
+  return out;
+}
+
+std::optional<KeySecret> parse_store_secret(std::span<const std::byte> bytes) {
+  if (bytes.size() != kSecretFileBytes) return std::nullopt;
+  KeySecret s{};
+  std::memcpy(s.data(), bytes.data(), s.size());
+  std::uint64_t sum = 0;
+  std::memcpy(&sum, bytes.data() + s.size(), sizeof sum);
+  if (sum != secret_checksum(s)) return std::nullopt;
+  return s;
+}
+
+void adopt_store_secret(const std::string& dir, const KeySecret& shared) {
+  const std::string path = dir + "/secret";
+  KeySecret local{};
+  std::size_t n_bytes = 0;
+  const SecretFile state = read_secret(path, local, n_bytes);
+  if ((state == SecretFile::Ok || state == SecretFile::WithoutChecksum) && local == shared) {
+    if (state == SecretFile::Ok) return;
+  } else if (state != SecretFile::Missing || holds_files(dir + "/blocks") || holds_files(dir + "/agents")) {
+    const std::string aside = move_aside(dir);
+    log_warn(
+        "KV directory {}: its key secret is not the fleet's (the remote tier's), so its blocks and agent manifests "
+        "can never match the fleet's keys; moved the secret, blocks/ and agents/ to {} and started an empty store "
+        "with the fleet's secret. Delete {} once it is not needed",
+        dir, aside, aside);
+    for (const char* sub : {"/blocks", "/agents"}) {
+      std::error_code ec;
+      fs::create_directories(dir + sub, ec);
+      if (ec) throw Error(ErrorKind::Io, "cannot create " + dir + sub + ": " + ec.message());
+    }
+  }
+  if (!write_file_durably(dir, "secret", encode_secret(shared)))
+    throw Error(ErrorKind::Io, "cannot write " + path + ": " + errno_text());
+}
 
 std::optional<std::string> find_store_dir_problem(const std::string& dir) {
   for (const char* sub : {"", "/blocks", "/agents"}) {

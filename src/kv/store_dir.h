@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kv/block_key.h"
 
@@ -26,6 +27,17 @@ std::optional<std::string> find_store_dir_problem(const std::string& dir);
 // with a new secret is started. Call with the store's lock held. Throws Error{Io} naming the
 // file when it cannot be read (other than missing), moved or written.
 KeySecret load_or_create_store_secret(const std::string& dir);
+
+// The secret file's bytes (the secret and its XXH3-64); the remote tier stores the fleet's
+// secret in the same form. parse: nullopt unless exactly that size with a good checksum.
+std::vector<std::byte> encode_store_secret(const KeySecret& secret);
+std::optional<KeySecret> parse_store_secret(std::span<const std::byte> bytes);
+
+// Makes `shared` (the fleet's secret, from the remote tier) DIR's secret. A store keyed by
+// another secret (or a damaged one) is moved aside as load_or_create_store_secret does, with a
+// warning: its names can never match the fleet's keys. Call with the store's lock held. Throws
+// Error{Io} naming the file when it cannot be read, moved or written.
+void adopt_store_secret(const std::string& dir, const KeySecret& shared);
 
 // Writes DIR/name whole or not at all: temp file, fsync, rename, fsync of DIR. False (errno
 // set, no temp file left) on failure.

@@ -159,6 +159,7 @@ void HttpServer::register_routes() {
   http_->Get("/v1/dashboard", wrap(ctx, handle_dashboard_state));
   http_->Get("/health", wrap(ctx, handle_health));
   http_->Get("/metrics", wrap(ctx, handle_metrics));
+  http_->Post("/admin/drain", wrap(ctx, handle_admin_drain));
 }
 
 void HttpServer::bind() {

@@ -127,4 +127,31 @@ void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk,
   }
 }
 
+void append_remote_metrics(const RemoteStoreStats& r, const DiskStoreStats* disk, std::string& out) {
+  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  metric(out, "gauge", "agentkv_kv_remote_available", "1 when the last operation on Redis succeeded",
+         r.available ? 1 : 0);
+  metric(out, "counter", "agentkv_kv_remote_written_total", "blocks written to Redis", d(r.n_written));
+  metric(out, "counter", "agentkv_kv_remote_manifests_written_total", "agent manifests written to Redis",
+         d(r.n_manifests));
+  metric(out, "counter", "agentkv_kv_remote_read_total", "blocks read from Redis", d(r.n_loaded));
+  if (disk != nullptr)
+    metric(out, "counter", "agentkv_kv_remote_restored_total",
+           "blocks read from Redis, verified and restored", d(disk->n_loaded_remote));
+  metric(out, "counter", "agentkv_kv_remote_missing_total", "reads that found no block", d(r.n_missing));
+  metric(out, "counter", "agentkv_kv_remote_bad_total", "reads of a value of the wrong size", d(r.n_bad));
+  metric(out, "counter", "agentkv_kv_remote_errors_total",
+         "failed connections or round trips to Redis (each a miss or a write kept for later)", d(r.n_errors));
+  metric(out, "counter", "agentkv_kv_remote_unavailable_total",
+         "reads answered 'not cached' at once while Redis was unavailable", d(r.n_unavailable));
+  metric(out, "counter", "agentkv_kv_remote_dropped_blocks_total",
+         "blocks not written to Redis (queue full, or Redis away at stop)", d(r.n_dropped));
+  metric(out, "counter", "agentkv_kv_remote_evicted_total", "blocks deleted from Redis for the budget",
+         d(r.n_evicted));
+  metric(out, "counter", "agentkv_kv_remote_agents_evicted_total",
+         "agent manifests deleted from Redis for the budget", d(r.n_agents_evicted));
+  metric(out, "gauge", "agentkv_kv_remote_queue_blocks", "blocks waiting to be written to Redis",
+         d(r.queued_blocks));
+}
+
 }  // namespace akv

@@ -7,6 +7,7 @@
 #include "engine/step_stats.h"
 #include "kv/disk_store.h"
 #include "kv/host_store.h"
+#include "kv/remote_store.h"
 
 namespace akv {
 
@@ -16,5 +17,7 @@ void append_engine_metrics(const EngineMetrics& m, std::string& out);
 void append_histogram(const char* name, const char* help, const LatencyHistogram::Snapshot& h, std::string& out);
 // Either may be null (no such tier): its metrics are left out.
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out);
+// The remote tier's counters (agentkv_kv_remote_*).
+void append_remote_metrics(const RemoteStoreStats& remote, const DiskStoreStats* disk, std::string& out);
 
 }  // namespace akv

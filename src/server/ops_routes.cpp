@@ -64,14 +64,37 @@ void handle_anthropic_model(ServingContext& ctx, const httplib::Request& req, ht
   res.set_content(m.dump(), "application/json");
 }
 
-void handle_health(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
-  // Serving works without the disk tier; say that it is off (the reason, with the path, is in
-  // the log: /health answers without a key).
-  if (!ctx.memory.disk_unavailable.empty()) {
-    res.set_content(R"({"status":"ok","kv_disk":"unavailable"})", "application/json");
-    return;
+namespace {
+const char* state_name(ServeState s) {
+  switch (s) {
+    case ServeState::Ready:
+      return "ok";
+    case ServeState::Draining:
+      return "draining";
+    case ServeState::Drained:
+      return "drained";
   }
-  res.set_content(R"({"status":"ok"})", "application/json");
+  return "ok";
+}
+}  // namespace
+
+void handle_health(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+  // 503 unless Ready: a load balancer's health check takes a draining replica out. Serving works
+  // without the disk or remote tier; say that it is off (the reason, with the path, is in the
+  // log: /health answers without a key).
+  const ServeState state = ctx.state.load();
+  json body{{"status", state_name(state)}};
+  if (!ctx.memory.disk_unavailable.empty()) body["kv_disk"] = "unavailable";
+  if (ctx.memory.remote != nullptr && !ctx.memory.remote->stats().available) body["kv_remote"] = "unavailable";
+  res.status = state == ServeState::Ready ? 200 : 503;
+  res.set_content(body.dump(), "application/json");
+}
+
+void handle_admin_drain(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+  if (!ctx.start_drain) throw Error(ErrorKind::NotFound, "draining is not offered by this server");
+  ctx.start_drain();
+  res.status = 202;
+  res.set_content(json{{"status", state_name(ctx.state.load())}}.dump(), "application/json");
 }
 
 void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
@@ -100,6 +123,8 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
   const std::optional<DiskStoreStats> disk =
       ctx.memory.disk != nullptr ? std::optional(ctx.memory.disk->stats()) : std::nullopt;
   append_tier_metrics(host ? &*host : nullptr, disk ? &*disk : nullptr, out);
+  if (ctx.memory.remote != nullptr) append_remote_metrics(ctx.memory.remote->stats(), disk ? &*disk : nullptr, out);
+  gauge("agentkv_ready", "1 while /health says ready (0 draining or drained)", ctx.state.load() == ServeState::Ready);
   res.set_content(out, "text/plain; version=0.0.4");
 }
 

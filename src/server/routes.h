@@ -30,5 +30,7 @@ void handle_dashboard_state(ServingContext& ctx, const httplib::Request& req, ht
 
 void handle_health(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_metrics(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+// POST /admin/drain: starts a drain (ServeState); 202 with the state, again while it runs.
+void handle_admin_drain(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace akv

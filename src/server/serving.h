@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
+
+class RemoteStore;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -41,9 +44,15 @@ struct AgentMemoryRefs {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
+  RemoteStore* remote = nullptr;  // the remote tier under the disk (--kv-remote)
   std::int64_t device_block_bytes = 0;
   std::string disk_unavailable{};  // why --kv-dir could not be used (the disk tier is off); "" otherwise
 };
+
+// Ready from the start (the port opens once the model is loaded); a drain (POST /admin/drain,
+// SIGUSR1: app/drain.h) moves to Draining at once and to Drained once its streams ended and its
+// spills reached the disk and remote tiers. /health answers 503 unless Ready.
+enum class ServeState { Ready, Draining, Drained };
 
 struct ServingContext {
   Engine& engine;
@@ -57,6 +66,8 @@ struct ServingContext {
   ConnectionCounters connections;
   AgentHistory history{};  // recent turns per agent (the dashboard)
   LatencyHistogram ttft{};  // submit -> first token of every finished request (/metrics)
+  std::atomic<ServeState> state{ServeState::Ready};
+  std::function<void()> start_drain{};  // POST /admin/drain; null: not offered (404)
 };
 
 // Holds one admission slot for the lifetime of a generation; `ok()` is false when the queue is

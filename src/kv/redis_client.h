@@ -1,0 +1,68 @@
+// A connection to one Redis server through hiredis (the remote tier's only way to Redis): the
+// `--kv-remote` URL's parts, connecting (AUTH, SELECT) with a timeout, and pipelined commands.
+// Not the remote tier's logic (remote_store.h). One connection per thread: not thread-safe.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct redisContext;
+struct redisReply;
+
+namespace akv {
+
+struct RedisUrl {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+  std::string user;      // Redis 6 ACL user; empty: AUTH with the password alone
+  std::string password;  // empty: no AUTH
+};
+
+// redis://[[user]:password@]HOST[:PORT][/DB]. rediss:// (TLS) is refused: Debian's hiredis 0.14
+// has no TLS (docs/fleet.md: a local TLS tunnel). Throws Error{InvalidArgument} naming `flag`.
+RedisUrl parse_redis_url(const std::string& url, const char* flag);
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* r) const;
+};
+using RedisReply = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+class RedisConnection {
+ public:
+  // Connects, authenticates and selects the database within `timeout_ms`; each command then
+  // waits at most `timeout_ms`. Null with `error` set when any step fails.
+  static std::unique_ptr<RedisConnection> connect_or_null(const RedisUrl& url, int timeout_ms,
+                                                          std::string& error);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Queues one command (binary-safe arguments) for the next round trip.
+  void append(std::span<const std::string_view> args);
+  void append(std::initializer_list<std::string_view> args) {
+    append(std::span<const std::string_view>(args.begin(), args.size()));
+  }
+  // The next queued command's reply (sends what is queued first). Null when the connection
+  // failed (timeout, reset, protocol error): it is broken() from then on, error() says why. A
+  // Redis error reply is a reply (type REDIS_REPLY_ERROR), not a failure.
+  RedisReply next();
+  bool broken() const;
+  std::string error() const;
+
+ private:
+  explicit RedisConnection(redisContext* c) : c_(c) {}
+  redisContext* c_;
+  std::string error_;
+};
+
+// Reply inspection; all false/empty on a null reply or another type.
+bool reply_is_ok(const redisReply* r);      // status "OK"
+bool reply_is_error(const redisReply* r);
+std::string_view reply_string(const redisReply* r);  // string (or status) bytes
+long long reply_integer(const redisReply* r, long long otherwise = -1);
+
+}  // namespace akv

@@ -1,0 +1,302 @@
+// The remote tier against a real redis-server started by the test: the URL, the fleet's shared
+// secret, write-behind through the disk tier and reads on another replica's miss, refusals
+// (another model, damage, oversize), Redis going away and coming back, erasing, the budget.
+#include "kv/remote_store.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "base/error.h"
+#include "kv/disk_format.h"
+#include "kv/disk_store.h"
+#include "kv/store_dir.h"
+#include "redis_test_server.h"
+#include "tier_test_util.h"
+
+namespace akv {
+namespace {
+
+using test::block_content;
+using test::RedisTestServer;
+using test::ScratchDir;
+
+const BlockShape kShape{.n_rows = 2 * 2 * 4, .row_width = 16, .dtype = DType::F32};
+const std::size_t kValueBytes = kBlockHeaderBytes + kShape.raw_bytes();
+
+RemoteStoreOptions remote_options(const RedisTestServer& redis, Hash128 fp = {1, 2}) {
+  RemoteStoreOptions o;
+  o.url = redis.url();
+  o.fingerprint = fp;
+  o.value_bytes = kValueBytes;
+  o.timeout_ms = 500;
+  o.reconnect_ms = 100;
+  return o;
+}
+
+DiskStoreOptions disk_options(const std::string& dir, RemoteStore* remote, Hash128 fp = {1, 2}) {
+  DiskStoreOptions o;
+  o.dir = dir;
+  o.fingerprint = fp;
+  o.shape = kShape;
+  o.block_size = 4;
+  o.remote = remote;
+  return o;
+}
+
+std::chrono::steady_clock::time_point in_s(int s) {
+  return std::chrono::steady_clock::now() + std::chrono::seconds(s);
+}
+
+// Raw Redis access for the checks.
+RedisReply command(const RedisTestServer& redis, std::initializer_list<std::string_view> args) {
+  std::string error;
+  auto conn = RedisConnection::connect_or_null(redis.url(), 1000, error);
+  EXPECT_NE(conn, nullptr) << error;
+  conn->append(args);
+  return conn->next();
+}
+
+TEST(RedisUrl, Parses) {
+  const RedisUrl a = parse_redis_url("redis://10.0.0.5:6380/3", "--kv-remote");
+  EXPECT_EQ(a.host, "10.0.0.5");
+  EXPECT_EQ(a.port, 6380);
+  EXPECT_EQ(a.db, 3);
+  EXPECT_TRUE(a.password.empty());
+  const RedisUrl b = parse_redis_url("redis://app:s3cret@cache", "--kv-remote");
+  EXPECT_EQ(b.user, "app");
+  EXPECT_EQ(b.password, "s3cret");
+  EXPECT_EQ(b.port, 6379);
+  EXPECT_EQ(parse_redis_url("redis://:pw@[::1]:7000/", "f").host, "::1");
+  EXPECT_EQ(parse_redis_url("redis://:pw@[::1]:7000/", "f").port, 7000);
+  EXPECT_THROW(parse_redis_url("http://x:1", "f"), Error);
+  EXPECT_THROW(parse_redis_url("redis://x:99999", "f"), Error);
+  EXPECT_THROW(parse_redis_url("redis://x:1/db", "f"), Error);
+  EXPECT_THROW(parse_redis_url("rediss://x:1", "f"), Error);
+}
+
+TEST(RemoteStore, PasswordAndDatabaseAreUsed) {
+  RedisTestServer redis;
+  command(redis, {"CONFIG", "SET", "requirepass", "pw"});
+  RemoteStoreOptions o = remote_options(redis);
+  EXPECT_THROW(RemoteStore::open_or_throw(o), Error) << "no password: refused";
+  o.url.password = "pw";
+  o.url.db = 2;
+  auto remote = RemoteStore::open_or_throw(o);
+  std::string error;
+  RedisUrl db2 = o.url;
+  auto conn = RedisConnection::connect_or_null(db2, 1000, error);
+  ASSERT_NE(conn, nullptr) << error;
+  conn->append({"EXISTS", "akv:secret"});
+  EXPECT_EQ(reply_integer(conn->next().get()), 1) << "the secret is in database 2";
+  RedisUrl db0 = o.url;
+  db0.db = 0;
+  conn = RedisConnection::connect_or_null(db0, 1000, error);
+  conn->append({"EXISTS", "akv:secret"});
+  EXPECT_EQ(reply_integer(conn->next().get()), 0);
+}
+
+TEST(RemoteStore, ReplicasShareOneSecretAndTheDiskAdoptsIt) {
+  RedisTestServer redis;
+  ScratchDir dir;
+  {  // A store that existed before the fleet: its own secret and a block.
+    DiskStoreOptions o = disk_options(dir.path, nullptr);
+    auto disk = DiskStore::open_or_throw(o);
+    disk->put({5, 5}, {}, {}, block_content(kShape, 1));
+    disk->flush();
+  }
+  auto a = RemoteStore::open_or_throw(remote_options(redis));
+  auto b = RemoteStore::open_or_throw(remote_options(redis, {7, 7}));
+  EXPECT_EQ(a->secret(), b->secret());
+  auto disk = DiskStore::open_or_throw(disk_options(dir.path, a.get()));
+  EXPECT_EQ(disk->stats().n_blocks, 0) << "blocks keyed by another secret are moved aside";
+  const BlockKeyer fleet(a->secret(), {1, 2});
+  EXPECT_EQ(disk->keyer().root("t"), fleet.root("t"));
+  bool moved = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+    moved = moved || e.path().filename().string().starts_with("unusable-");
+  EXPECT_TRUE(moved);
+}
+
+// One replica spills, another (its own disk) restores the same chain from Redis.
+TEST(RemoteStore, BlocksWrittenByOneReplicaLoadOnAnother) {
+  RedisTestServer redis;
+  ScratchDir d1, d2;
+  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
+  auto r2 = RemoteStore::open_or_throw(remote_options(redis));
+  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  const BlockKeyer& keys = disk1->keyer();
+  const std::vector<std::int32_t> t1{1, 2, 3, 4}, t2{5, 6, 7, 8};
+  const Hash128 root = keys.root("tenant"), k1 = keys.next(root, t1), k2 = keys.next(k1, t2);
+  EXPECT_EQ(disk2->keyer().next(disk2->keyer().root("tenant"), t1), k1) << "one key space across replicas";
+  ASSERT_TRUE(disk1->put(k1, root, keys.tokens_hash(t1), block_content(kShape, 1)));
+  ASSERT_TRUE(disk1->put(k2, k1, keys.tokens_hash(t2), block_content(kShape, 2)));
+  AgentRecord rec{.tenant = "tenant", .agent = "a1", .chain = {k1, k2}, .n_tokens = 8};
+  disk1->put_manifest(rec);
+  disk1->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  EXPECT_EQ(r1->stats().n_written, 2);
+  EXPECT_EQ(r1->stats().n_manifests, 1);
+
+  EXPECT_FALSE(disk2->on_disk(k1));
+  EXPECT_TRUE(disk2->may_load(k1));
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  ASSERT_TRUE(disk2->load(k2, k1, keys.tokens_hash(t2), raw));
+  EXPECT_EQ(raw, block_content(kShape, 2));
+  EXPECT_FALSE(disk2->load(k2, k1, keys.tokens_hash(t1), raw)) << "tokens hash must match";
+  EXPECT_EQ(disk2->stats().n_loaded_remote, 1);
+  EXPECT_EQ(r2->stats().n_loaded, 2);
+  EXPECT_FALSE(disk2->load(keys.next(k2, t1), k2, keys.tokens_hash(t1), raw)) << "never written";
+  EXPECT_EQ(r2->stats().n_missing, 1);
+  // The manifest is the disk tier's bytes.
+  const auto bytes = r2->get_manifest(keys.agent_hash("tenant", "a1"));
+  ASSERT_TRUE(bytes.has_value());
+  AgentRecord back;
+  ASSERT_EQ(parse_manifest(*bytes, {1, 2}, back), FileCheck::Ok);
+  EXPECT_EQ(back.chain, rec.chain);
+  // Stored once: a second replica spilling the same block adds nothing.
+  ASSERT_TRUE(disk2->put(k1, root, keys.tokens_hash(t1), block_content(kShape, 1)));
+  disk2->flush();
+  ASSERT_TRUE(r2->flush(in_s(5)));
+  EXPECT_EQ(reply_integer(command(redis, {"ZCARD", "akv:" + Hash128{1, 2}.hex() + ":blocks"}).get()), 2);
+  // A block read from Redis and then written locally (a turn's end) is not sent back.
+  ASSERT_TRUE(disk2->put(k2, k1, keys.tokens_hash(t2), block_content(kShape, 2)));
+  disk2->flush();
+  ASSERT_TRUE(r2->flush(in_s(5)));
+  EXPECT_TRUE(disk2->on_disk(k2));
+  EXPECT_EQ(r2->stats().n_written, 1) << "k1 only";
+}
+
+TEST(RemoteStore, AnotherModelDamageAndOversizeAreNeverUsed) {
+  RedisTestServer redis;
+  ScratchDir d1, d2;
+  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
+  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  const BlockKeyer& keys = disk1->keyer();
+  const std::vector<std::int32_t> t{1, 2, 3, 4};
+  const Hash128 root = keys.root(""), k = keys.next(root, t);
+  disk1->put(k, root, keys.tokens_hash(t), block_content(kShape, 3));
+  disk1->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  {  // Another model's replica (another fingerprint): other names, and the header says so.
+    auto r2 = RemoteStore::open_or_throw(remote_options(redis, {3, 3}));
+    auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get(), {3, 3}));
+    EXPECT_FALSE(disk2->load(k, root, keys.tokens_hash(t), raw));
+    EXPECT_EQ(r2->stats().n_loaded, 0);
+  }
+  const std::string name = "akv:" + Hash128{1, 2}.hex() + ":block:" + k.hex();
+  ScratchDir d3;
+  auto r3 = RemoteStore::open_or_throw(remote_options(redis));
+  auto disk3 = DiskStore::open_or_throw(disk_options(d3.path, r3.get()));
+  ASSERT_TRUE(disk3->load(k, root, keys.tokens_hash(t), raw));
+  // A flipped payload byte: read, checked, refused.
+  command(redis, {"SETRANGE", name, std::to_string(kValueBytes - 3), "\x7f"});
+  EXPECT_FALSE(disk3->load(k, root, keys.tokens_hash(t), raw));
+  EXPECT_EQ(disk3->stats().rejected_corrupt, 1);
+  // Longer than a block: only value_bytes + 1 bytes are read, and refused.
+  command(redis, {"SETRANGE", name, std::to_string(kValueBytes + 1000000), "x"});
+  EXPECT_FALSE(disk3->load(k, root, keys.tokens_hash(t), raw));
+  EXPECT_EQ(r3->stats().n_bad, 1);
+}
+
+TEST(RemoteStore, RedisGoingAwayIsAMissAndWritesWaitForItsReturn) {
+  auto redis = std::make_unique<RedisTestServer>();
+  ScratchDir d1;
+  auto r1 = RemoteStore::open_or_throw(remote_options(*redis));
+  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  const BlockKeyer& keys = disk1->keyer();
+  const std::vector<std::int32_t> t{1, 2, 3, 4};
+  const Hash128 root = keys.root(""), k = keys.next(root, t);
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  redis->stop();
+  EXPECT_FALSE(disk1->load(k, root, keys.tokens_hash(t), raw));
+  EXPECT_FALSE(r1->stats().available);
+  EXPECT_GE(r1->stats().n_errors, 1);
+  // Written locally at once; kept for Redis.
+  disk1->put(k, root, keys.tokens_hash(t), block_content(kShape, 5));
+  disk1->flush();
+  EXPECT_TRUE(disk1->on_disk(k));
+  EXPECT_FALSE(r1->flush(std::chrono::steady_clock::now() + std::chrono::milliseconds(300)));
+  EXPECT_EQ(r1->stats().queued_blocks, 1);
+  redis->start();
+  ASSERT_TRUE(r1->flush(in_s(5))) << "reconnects and writes what waited";
+  EXPECT_TRUE(r1->stats().available);
+  // Redis restarted empty: the replica put the fleet's secret back, so one started now joins
+  // the same key space and reads the block through its own disk tier.
+  ScratchDir d2;
+  auto r2 = RemoteStore::open_or_throw(remote_options(*redis));
+  EXPECT_EQ(r2->secret(), r1->secret());
+  auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  ASSERT_TRUE(disk2->load(k, root, keys.tokens_hash(t), raw));
+  EXPECT_EQ(raw, block_content(kShape, 5));
+}
+
+TEST(RemoteStore, AnAgentsEraseReachesRedis) {
+  RedisTestServer redis;
+  ScratchDir d1;
+  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
+  auto disk = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  const BlockKeyer& keys = disk->keyer();
+  const std::vector<std::int32_t> t{1, 2, 3, 4};
+  const Hash128 root = keys.root(""), k = keys.next(root, t);
+  disk->put(k, root, keys.tokens_hash(t), block_content(kShape, 1));
+  disk->put_manifest({.tenant = "", .agent = "a", .chain = {k}});
+  disk->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  ASSERT_TRUE(r1->get_manifest(keys.agent_hash("", "a")).has_value());
+  disk->erase("", "a", {k});
+  disk->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  EXPECT_FALSE(r1->get_manifest(keys.agent_hash("", "a")).has_value());
+  std::vector<std::byte> bytes;
+  EXPECT_FALSE(r1->get_block(k, bytes));
+}
+
+// Budget of 6 blocks, 8 stored: blocks no manifest names go first (least recently used), then
+// the least recently used unpinned agent's chain; a pinned agent's blocks never.
+TEST(RemoteStore, BudgetEvictsUnnamedThenOldestAgentsNeverPinned) {
+  RedisTestServer redis;
+  std::int64_t now = 1'000'000;
+  RemoteStoreOptions o = remote_options(redis);
+  o.max_bytes = static_cast<std::int64_t>(6 * kValueBytes);
+  o.low_water = 0.99;  // down to 5 blocks
+  o.now_unix_ms = [&now] { return now; };
+  auto remote = RemoteStore::open_or_throw(o);
+  const std::vector<std::byte> header(kBlockHeaderBytes), payload(kShape.raw_bytes());
+  const auto put = [&](std::uint64_t id) {
+    remote->put_block({id, id}, header, payload);
+    ASSERT_TRUE(remote->flush(in_s(5)));
+    now += 1000;
+  };
+  const BlockKeyer keys(remote->secret(), {1, 2});
+  const auto manifest = [&](const std::string& agent, std::vector<Hash128> chain, bool pinned, std::int64_t used) {
+    const AgentRecord r{.tenant = "", .agent = agent, .chain = std::move(chain), .last_use_ms = used, .pinned = pinned};
+    remote->put_manifest(keys.agent_hash("", agent), encode_manifest({1, 2}, r), used);
+  };
+  // Oldest first: pinned p {1,2}, agent old {3,4}, unnamed 5, 6, agent young {7,8}.
+  manifest("p", {{1, 1}, {2, 2}}, true, 1);
+  manifest("old", {{3, 3}, {4, 4}}, false, 2);
+  manifest("young", {{7, 7}, {8, 8}}, false, 3);
+  for (std::uint64_t id : {1, 2, 3, 4, 5, 6}) put(id);
+  EXPECT_EQ(remote->stats().n_evicted, 0) << "at the budget, nothing goes";
+  put(7);  // 7 blocks: unnamed 5 and 6 go (down to 5)
+  EXPECT_EQ(remote->stats().n_evicted, 2);
+  put(8);
+  put(9);  // 7 again: unnamed 9 goes, then old's chain (tail first): 4 -> 5 blocks
+  std::vector<std::byte> bytes;
+  for (std::uint64_t id : {1, 2, 3, 7, 8}) EXPECT_TRUE(remote->get_block({id, id}, bytes)) << id;
+  for (std::uint64_t id : {4, 5, 6, 9}) EXPECT_FALSE(remote->get_block({id, id}, bytes)) << id;
+  EXPECT_FALSE(remote->get_manifest(keys.agent_hash("", "old")).has_value());
+  EXPECT_EQ(remote->stats().n_agents_evicted, 1);
+  // Only pinned blocks left to go over: they stay.
+  manifest("young", {}, false, 4);
+  manifest("p", {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {8, 8}}, true, 5);
+  put(10);
+  put(11);  // 7 blocks: 10, 11 unnamed go; the pinned five stay
+  for (std::uint64_t id : {1, 2, 3, 7, 8}) EXPECT_TRUE(remote->get_block({id, id}, bytes)) << id;
+}
+
+}  // namespace
+}  // namespace akv
