@@ -20,4 +20,37 @@ WeightRef WeightLoader::get_optional(const std::string& name, std::initializer_l
   return has(name) ? get(name, shape) : WeightRef{};
 }
 
+const TensorInfo& WeightLoader::tensor(const std::string& name, std::initializer_list<std::int64_t> shape) const {
+  const std::vector<std::int64_t> want(shape);
+  return reader_.get_or_throw(name, want);
+}
+
+WeightRef WeightLoader::get_bytes(const std::string& name, std::initializer_list<std::int64_t> shape,
+                                  std::size_t row_dims) {
+  const TensorInfo& t = tensor(name, shape);
+  if (t.dtype != DType::U8)
+    throw Error(ErrorKind::BadFormat, t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+                                          ", expected U8");
+  AKV_CHECK(row_dims >= 1 && row_dims < t.shape.size(), "get_bytes: row_dims");
+  TensorInfo flat = t;
+  std::int64_t rows = 1, cols = 1;
+  for (std::size_t i = 0; i < t.shape.size(); ++i) (i < row_dims ? rows : cols) *= t.shape[i];
+  flat.shape = {rows, cols};
+  return backend_.upload_weight(flat);
+}
+
+WeightRef WeightLoader::upload_repacked(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
+                                        std::vector<std::uint8_t> bytes) {
+  AKV_CHECK(static_cast<std::int64_t>(bytes.size()) == rows * cols * static_cast<std::int64_t>(dtype_size(dtype)),
+            "upload_repacked: size");
+  repacked_.push_back(std::make_unique<std::vector<std::uint8_t>>(std::move(bytes)));
+  TensorInfo t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = {rows, cols};
+  t.bytes = *repacked_.back();
+  t.file = label_;
+  return backend_.upload_weight(t);
+}
+
 }  // namespace akv
