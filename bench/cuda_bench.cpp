@@ -339,7 +339,7 @@ class RandomLlama {
       LayerContext ctx{.backend = *ops_, .batch = batch, .kv = kv, .ws = ws_, .layer = l,
                        .rope = {inv_freq_, c_.head_dim, 1.0},
                        .attention = {.n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads, .head_dim = c_.head_dim,
-                                     .scale = c_.attention_scale, .window = 0, .logit_softcap = 0.0, .sinks = {}}};
+                                     .scale = c_.attention_scale, .window = 0, .logit_softcap = 0.0}};
       const Layer& w = layers_[l];
       if (l == 0)
         ops_->rms_norm(ws_.x, w.attn_norm, eps, 0.0f, ws_.xn);

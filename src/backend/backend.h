@@ -75,7 +75,7 @@ struct AttentionParams {
   double logit_softcap = 0.0;     // 0: none; else scores = cap * tanh(scores / cap)
   // Empty: none. Else [1, n_heads] F32 learned sink logits (GPT-OSS): one more softmax term per
   // head, exp(sink), that takes probability mass and adds no value.
-  WeightRef sinks;
+  WeightRef sinks = {};
 };
 
 // One product of a matmul_multi call: out[n, w.rows] = x @ w^T (+ bias).

@@ -43,20 +43,20 @@ struct MoeParams {
 // r = 2 * inter for gate_up and hidden for down. `cols` of a weight is its logical width.
 struct MoeWeights {
   ExpertFormat format = ExpertFormat::Float;
-  WeightRef gate_up;               // [n_experts * 2 * inter, hidden]
-  WeightRef down;                  // [n_experts * hidden, inter]
-  WeightRef gate_up_scales;        // Mxfp4: [n_experts * 2 * inter, hidden / 32]
-  WeightRef down_scales;           // Mxfp4: [n_experts * hidden, inter / 32]
-  WeightRef gate_up_bias;          // optional [n_experts, 2 * inter], rows as gate_up
-  WeightRef down_bias;             // optional [n_experts, hidden]
+  WeightRef gate_up = {};         // [n_experts * 2 * inter, hidden]
+  WeightRef down = {};            // [n_experts * hidden, inter]
+  WeightRef gate_up_scales = {};  // Mxfp4: [n_experts * 2 * inter, hidden / 32]
+  WeightRef down_scales = {};     // Mxfp4: [n_experts * hidden, inter / 32]
+  WeightRef gate_up_bias = {};    // optional [n_experts, 2 * inter], rows as gate_up
+  WeightRef down_bias = {};       // optional [n_experts, hidden]
 };
 
 // Caller-owned F32 scratch of one moe call (contents unspecified afterwards).
 struct MoeScratch {
-  TensorRef route;     // [n, 2 * top_k]: expert ids (as floats), then their weights
-  TensorRef gate_up;   // [n * top_k, 2 * inter]
-  TensorRef act;       // [n * top_k, inter]
-  TensorRef down;      // [n * top_k, hidden]
+  TensorRef route = {};    // [n, 2 * top_k]: expert ids (as floats), then their weights
+  TensorRef gate_up = {};  // [n * top_k, 2 * inter]
+  TensorRef act = {};      // [n * top_k, inter]
+  TensorRef down = {};     // [n * top_k, hidden]
 };
 
 // The experts and weights that `gating` picks from one row of router logits: ids[i] and

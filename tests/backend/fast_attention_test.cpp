@@ -67,7 +67,7 @@ void check_attention(Isa isa, DType kv_dtype, AttnCase c, std::int64_t block_siz
   OwnedTensor out_ref = copy_of(out_fast);
   const AttentionParams p{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
                           .scale = 2.0 / std::sqrt(double(c.head_dim)), .window = c.window,
-                          .logit_softcap = c.softcap, .sinks = {}};
+                          .logit_softcap = c.softcap};
   ref.attention(q.ref, kv, 1, batch, p, out_ref.ref);
   fast.attention(q.ref, kv, 1, batch, p, out_fast.ref);
 

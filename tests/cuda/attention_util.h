@@ -59,7 +59,7 @@ inline double attention_error(DType kv_dtype, std::int64_t n_heads, std::int64_t
   b.gpu.store_kv(kv_gpu, 1, kv_rows.gpu.cols_slice(0, kv_dim), kv_rows.gpu.cols_slice(kv_dim, kv_dim), all_batch);
 
   const AttentionParams p{.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = head_dim,
-                          .scale = 1.0 / std::sqrt(double(head_dim)), .window = window, .logit_softcap = softcap, .sinks = {}};
+                          .scale = 1.0 / std::sqrt(double(head_dim)), .window = window, .logit_softcap = softcap};
   Pair qkv = Pair::random(chunk_rows, n_heads * head_dim + 2 * kv_dim, 0, 2.0f);
   Pair out = Pair::make(chunk_rows, n_heads * head_dim);
   out.poison_gpu();

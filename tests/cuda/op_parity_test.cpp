@@ -708,7 +708,7 @@ TEST(CudaOps, WriteKvBlockThenAttention) {
     const std::vector<std::int32_t> pos = positions_for({&chunk, 1}), tokens(1);
     const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {}};
     const AttentionParams p{.n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .scale = 0.25, .window = 0,
-                            .logit_softcap = 0.0, .sinks = {}};
+                            .logit_softcap = 0.0};
     Pair q = Pair::random(1, 64), out = Pair::make(1, 64);
     for (int round = 0; round < 6; ++round) {
       const std::int32_t block = table[static_cast<std::size_t>(round % 3)];
