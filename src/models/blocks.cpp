@@ -24,7 +24,7 @@ AttentionWeights load_attention(WeightLoader& w, const std::string& p, const Mod
   }
   a.o = w.get(p + "o_proj.weight", {c.hidden_size, q_dim});
   if (layout.o_bias) a.o_bias = w.get(p + "o_proj.bias", {c.hidden_size});
-  if (layout.sinks) a.sinks = w.get(p + "sinks", {c.n_heads});
+  if (layout.sinks) a.sinks = w.get_f32(p + "sinks", {c.n_heads});  // F32: AttentionParams::sinks
   return a;
 }
 

@@ -20,6 +20,16 @@ WeightRef WeightLoader::get_optional(const std::string& name, std::initializer_l
   return has(name) ? get(name, shape) : WeightRef{};
 }
 
+WeightRef WeightLoader::get_f32(const std::string& name, std::initializer_list<std::int64_t> shape) {
+  const TensorInfo& t = tensor(name, shape);
+  if (t.dtype == DType::F32) return get(name, shape);
+  get(name, shape);  // the dtype check and its error
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(t.numel()) * sizeof(float));
+  convert_to_f32(t.dtype, t.bytes.data(), reinterpret_cast<float*>(bytes.data()), static_cast<std::size_t>(t.numel()));
+  const std::int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
+  return upload_repacked(name, DType::F32, rows, t.numel() / rows, std::move(bytes));
+}
+
 const TensorInfo& WeightLoader::tensor(const std::string& name, std::initializer_list<std::int64_t> shape) const {
   const std::vector<std::int64_t> want(shape);
   return reader_.get_or_throw(name, want);

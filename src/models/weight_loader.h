@@ -25,6 +25,8 @@ class WeightLoader {
   WeightRef get_optional(const std::string& name, std::initializer_list<std::int64_t> shape);
   bool has(const std::string& name) const { return reader_.find(name) != nullptr; }
 
+  // get(), converted to F32 at load when stored narrower (small vectors a kernel wants in f32).
+  WeightRef get_f32(const std::string& name, std::initializer_list<std::int64_t> shape);
   // The checkpoint tensor itself, shape-checked like get(), for weights a family repacks
   // (stacks, transposes) before upload_repacked. Any dtype.
   const TensorInfo& tensor(const std::string& name, std::initializer_list<std::int64_t> shape) const;
