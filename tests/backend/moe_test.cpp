@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::F32, false, kQwen, 64, 1}, Case{DType::F32, false, kQwen, 64, 19},
                       Case{DType::BF16, false, kQwen, 64, 5}, Case{DType::F32, false, kGptOss, 64, 1},
                       Case{DType::F32, false, kGptOss, 64, 23}, Case{DType::F32, true, kGptOss, 64, 1},
-                      Case{DType::F32, true, kGptOss, 96, 17}));
+                      Case{DType::F32, true, kGptOss, 96, 17}, Case{DType::F32, true, kGptOss, 64, 48}));
 
 }  // namespace
 }  // namespace akv

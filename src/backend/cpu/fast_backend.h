@@ -54,6 +54,10 @@ class FastBackend : public ReferenceBackend {
  private:
   // Expert e's rows of a stacked matrix as a matmul weight: a view for Float, else decoded to
   // f32 into `decoded` (which it then points into).
+  // out[n, rows] = x @ (expert e's rows of the MXFP4 matrix w)^T + bias, one weight row decoded
+  // at a time (no f32 copy of the matrix).
+  void mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e, std::int64_t rows,
+                  const WeightRef& bias, TensorRef out);
   WeightRef expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t e,
                           std::int64_t rows, std::vector<float>& decoded);
 

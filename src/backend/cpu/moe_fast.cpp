@@ -1,7 +1,8 @@
 // The fast CPU MoE op: tokens routed on the host (cheap), grouped by expert (counting sort), and
 // each used expert run once over its tokens with the backend's matmul (GEMV for a few rows,
 // sgemm for many), so an expert's weights are read once per call and unused experts not at all.
-// MXFP4 experts are decoded to f32 per used expert first (threaded), then multiplied the same way.
+// MXFP4 experts: row by row (decoded, then the SIMD GEMV) for a few rows, else decoded to f32 per
+// used expert first (threaded) and multiplied through sgemm.
 #include <algorithm>
 #include <cstring>
 
@@ -24,6 +25,24 @@ WeightRef bias_row(const WeightRef& b, std::int64_t e) {
 }
 
 }  // namespace
+
+void FastBackend::mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e,
+                             std::int64_t rows, const WeightRef& bias, TensorRef out) {
+  const Kernels& k = kernels_;
+  pool_.parallel_for(rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local std::vector<float> row;  // grows to the widest row once per thread
+    row.resize(static_cast<std::size_t>(w.cols));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      expert_matrix_row(ExpertFormat::Mxfp4, w, scales, e * rows + r, row.data());
+      const GemvArgs a{.x = x.row<float>(0), .x_stride = x.stride, .n_rows = x.rows, .w = row.data(),
+                       .w_dtype = DType::F32, .k = w.cols,
+                       .bias = bias.empty() ? nullptr : static_cast<const char*>(bias.data) + r * dtype_size(bias.dtype),
+                       .bias_dtype = bias.empty() ? DType::F32 : bias.dtype,
+                       .out = out.row<float>(0) + r, .out_stride = out.stride};
+      k.gemv(a, 0, 1);
+    }
+  });
+}
 
 WeightRef FastBackend::expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales,
                                      std::int64_t e, std::int64_t rows, std::vector<float>& decoded) {
@@ -70,8 +89,14 @@ void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
       std::memcpy(xg.row<float>(i), x.row<const float>(r.order[begin + i] / k),
                   static_cast<std::size_t>(hidden) * sizeof(float));
     const TensorRef gu = scratch.gate_up.rows_slice(begin, count).cols_slice(0, 2 * inter);
+    // MXFP4 for a few rows (decode): each weight row decoded once and dotted with every input row;
+    // for many rows the expert is decoded once to f32 and goes through sgemm.
+    const bool direct = w.format == ExpertFormat::Mxfp4 && count < kGemmMinRows;
     const WeightRef gu_bias = bias_row(w.gate_up_bias, e);
-    matmul(xg, expert_matrix(w.format, w.gate_up, w.gate_up_scales, e, 2 * inter, r.decoded), &gu_bias, gu);
+    if (direct)
+      mxfp4_gemv(xg, w.gate_up, w.gate_up_scales, e, 2 * inter, gu_bias, gu);
+    else
+      matmul(xg, expert_matrix(w.format, w.gate_up, w.gate_up_scales, e, 2 * inter, r.decoded), &gu_bias, gu);
     const TensorRef act = scratch.act.rows_slice(begin, count).cols_slice(0, inter);
     if (p.act == ExpertActivation::Silu && !p.interleaved_gate_up) {
       glu(gu.cols_slice(0, inter), gu.cols_slice(inter, inter), GluActivation::Silu, act);
@@ -85,7 +110,10 @@ void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
       }
     }
     const WeightRef down_bias = bias_row(w.down_bias, e);
-    matmul(act, expert_matrix(w.format, w.down, w.down_scales, e, hidden, r.decoded), &down_bias, xg);
+    if (direct)
+      mxfp4_gemv(act, w.down, w.down_scales, e, hidden, down_bias, xg);
+    else
+      matmul(act, expert_matrix(w.format, w.down, w.down_scales, e, hidden, r.decoded), &down_bias, xg);
   }
   // 4. out[t] = sum of the token's k expert outputs, weighted, in choice order.
   for (std::int64_t t = 0; t < n; ++t) {
