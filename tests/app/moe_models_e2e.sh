@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# End-to-end: `agentkv generate` on the tiny Qwen3-MoE and GPT-OSS models of tiny-random-w2,
-# each in a temporary model directory with its family's real tokenizer (the fixtures have none):
-# the recorded greedy ids from the recorded prompt on the reference and the fast CPU backend, and
-# a text prompt through the tokenizer (a one-character prompt: the tiny models know 512 ids).
+# End-to-end on the tiny Qwen3-MoE and GPT-OSS models of tiny-random-w2, each in a temporary
+# model directory with its family's real tokenizer (the fixtures have none): `agentkv generate`
+# gives the recorded greedy ids from the recorded prompt on the reference and the fast CPU
+# backend and runs a text prompt through the tokenizer (one character: the tiny models know 512
+# ids); `agentkv serve` answers a /v1/completions request on those prompt ids with the same text
+# `generate` decodes (the engine's path against the single-sequence one).
 set -euo pipefail
 agentkv="$1"
 testdata="$2"
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/serve_util.sh"
+cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
 
 ids_of() {  # reference.json, key -> comma-separated ids
   python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$1" "$2"
@@ -41,4 +45,13 @@ for pair in qwen3-moe:qwen3 gpt-oss:gpt-oss; do
     exit 1
   fi
   echo "ok: $model text through the $tok tokenizer: '$text'"
+
+  want_text="$("$agentkv" generate --model "$dir" --prompt-ids "$prompt" --max-tokens 20 --backend cpu 2>/dev/null)"
+  model="$dir"
+  serve_start --backend cpu
+  reply="$(curl -sf "localhost:$port/v1/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"m\",\"prompt\":[$prompt],\"max_tokens\":20,\"temperature\":0}")"
+  expect "${dir##*/}: served completion equals generate's text" \
+    "$(echo "$reply" | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')" "$want_text"
+  stop
 done
