@@ -6,13 +6,21 @@
 
 namespace akv {
 
-WeightRef WeightLoader::get(const std::string& name, std::initializer_list<std::int64_t> shape) {
-  const std::vector<std::int64_t> want(shape);
-  const TensorInfo& t = reader_.get_or_throw(name, want);
+namespace {
+
+void check_float_weight(const TensorInfo& t, const std::string& name) {
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
     throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " +
                                             std::string(dtype_name(t.dtype)) +
                                             " is not supported for weights (F32, BF16, F16)");
+}
+
+}  // namespace
+
+WeightRef WeightLoader::get(const std::string& name, std::initializer_list<std::int64_t> shape) {
+  const std::vector<std::int64_t> want(shape);
+  const TensorInfo& t = reader_.get_or_throw(name, want);
+  check_float_weight(t, name);
   return backend_.upload_weight(t);
 }
 
@@ -22,8 +30,8 @@ WeightRef WeightLoader::get_optional(const std::string& name, std::initializer_l
 
 WeightRef WeightLoader::get_f32(const std::string& name, std::initializer_list<std::int64_t> shape) {
   const TensorInfo& t = tensor(name, shape);
-  if (t.dtype == DType::F32) return get(name, shape);
-  get(name, shape);  // the dtype check and its error
+  check_float_weight(t, name);
+  if (t.dtype == DType::F32) return backend_.upload_weight(t);
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(t.numel()) * sizeof(float));
   convert_to_f32(t.dtype, t.bytes.data(), reinterpret_cast<float*>(bytes.data()), static_cast<std::size_t>(t.numel()));
   const std::int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
