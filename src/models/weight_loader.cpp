@@ -68,7 +68,11 @@ WeightRef WeightLoader::upload_repacked(const std::string& name, DType dtype, st
   t.shape = {rows, cols};
   t.bytes = *repacked_.back();
   t.file = label_;
-  return backend_.upload_weight(t);
+  const WeightRef w = backend_.upload_weight(t);
+  // A backend that copied the bytes (a GPU) has no use for them: free them now (a stacked
+  // Qwen3-MoE layer is over a GiB); one that points into them (the CPU) keeps them.
+  if (w.data != repacked_.back()->data()) repacked_.pop_back();
+  return w;
 }
 
 }  // namespace akv

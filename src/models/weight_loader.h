@@ -35,7 +35,8 @@ class WeightLoader {
   // Error{BadFormat} when it is not U8 or the shape differs.
   WeightRef get_bytes(const std::string& name, std::initializer_list<std::int64_t> shape, std::size_t row_dims);
   // Uploads `bytes` (a [rows, cols] matrix of `dtype` the family built from checkpoint tensors)
-  // as weight `name`; the loader keeps the bytes as long as it lives (CPU backends point into them).
+  // as weight `name`; the loader keeps the bytes as long as it lives when the backend points into
+  // them (CPU), and frees them at once when it copied them (GPU).
   WeightRef upload_repacked(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
                             std::vector<std::uint8_t> bytes);
 

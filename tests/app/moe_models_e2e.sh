@@ -7,7 +7,7 @@
 # `generate` decodes (the engine's path against the single-sequence one).
 set -euo pipefail
 agentkv="$1"
-testdata="$2"
+testdata="$(cd "$2" && pwd)"
 tmp="$(mktemp -d)"
 source "$(dirname "$0")/serve_util.sh"
 cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
