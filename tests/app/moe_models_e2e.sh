@@ -10,6 +10,7 @@ agentkv="$1"
 testdata="$(cd "$2" && pwd)"
 tmp="$(mktemp -d)"
 source "$(dirname "$0")/serve_util.sh"
+serve_start_timeout_s=120  # the real tokenizers (GPT-OSS's is 28 MB of JSON) load slowly on a busy machine
 cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 
