@@ -1,6 +1,7 @@
 #include "backend/moe.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -45,15 +46,19 @@ float expert_activation(float gate, float up, const MoeParams& p) {
   return (u + 1.0f) * (g / (1.0f + std::exp(-p.swiglu_alpha * g)));
 }
 
-float mxfp4_e2m1_value(std::uint8_t nibble) {
-  static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-  return kValues[nibble & 0x0f];
-}
+namespace {
+
+constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+}  // namespace
+
+float mxfp4_e2m1_value(std::uint8_t nibble) { return kE2m1[nibble & 0x0f]; }
 
 float mxfp4_scale_value(std::uint8_t e8m0) {
   if (e8m0 == 255) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, int(e8m0) - 127);
+  if (e8m0 == 0) return std::ldexp(1.0f, -127);         // the one subnormal
+  return std::bit_cast<float>(std::uint32_t{e8m0} << 23);  // 2^(e - 127): the exponent field
 }
 
 void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n, float* out) {
@@ -62,8 +67,8 @@ void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, st
     const float scale = mxfp4_scale_value(scales[b]);
     for (std::int64_t i = 0; i < 16; ++i) {
       const std::uint8_t byte = blocks[b * 16 + i];
-      out[b * 32 + 2 * i] = mxfp4_e2m1_value(byte & 0x0f) * scale;
-      out[b * 32 + 2 * i + 1] = mxfp4_e2m1_value(byte >> 4) * scale;
+      out[b * 32 + 2 * i] = kE2m1[byte & 0x0f] * scale;
+      out[b * 32 + 2 * i + 1] = kE2m1[byte >> 4] * scale;
     }
   }
 }
