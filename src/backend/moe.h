@@ -72,11 +72,12 @@ float expert_activation(float gate, float up, const MoeParams& p);
 float mxfp4_e2m1_value(std::uint8_t nibble);
 float mxfp4_scale_value(std::uint8_t e8m0);
 // Decodes `n` (a multiple of 32) values of one MXFP4 row: `blocks` n / 2 bytes, `scales` n / 32.
-void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n, float* out);
+void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n,
+                      float* out);
 
 // Row `row` of one stacked expert matrix (`w`, and `scales` for Mxfp4) as f32: w.cols values.
-void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t row,
-                       float* out);
+void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef& scales,
+                       std::int64_t row, float* out);
 
 // AKV_CHECKs the shapes of a moe call against its contract (Backend::moe).
 void check_moe_shapes(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,

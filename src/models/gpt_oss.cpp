@@ -22,7 +22,8 @@ class GptOssModel final : public DecoderModel {
   GptOssModel(ModelConfig c, SafetensorsReader r, Backend& b)
       : DecoderModel(std::move(c), std::move(r), b, /*norm_offset=*/0.0f) {
     const ModelConfig& cfg = config_;
-    const AttentionLayout layout{.bias = cfg.attention_bias, .o_bias = cfg.attention_bias, .sinks = true};
+    const AttentionLayout layout{
+        .bias = cfg.attention_bias, .o_bias = cfg.attention_bias, .sinks = true};
     for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
       const std::string p = layer_prefix(l);
       GptOssLayer layer;

@@ -10,19 +10,21 @@ namespace akv {
 namespace {
 
 // Appends the bytes of checkpoint tensor `name` ([rows, cols] of `dtype`) to `out`.
-void append_tensor(WeightLoader& w, const std::string& name, std::int64_t rows, std::int64_t cols, DType dtype,
-                   std::vector<std::uint8_t>& out) {
+void append_tensor(WeightLoader& w, const std::string& name, std::int64_t rows, std::int64_t cols,
+                   DType dtype, std::vector<std::uint8_t>& out) {
   const TensorInfo& t = w.tensor(name, {rows, cols});
   if (t.dtype != dtype)
-    throw Error(ErrorKind::BadFormat, t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
-                                          " differs from the other experts' " + std::string(dtype_name(dtype)));
+    throw Error(ErrorKind::BadFormat,
+                t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+                    " differs from the other experts' " + std::string(dtype_name(dtype)));
   out.insert(out.end(), t.bytes.begin(), t.bytes.end());
 }
 
 DType float_dtype(const TensorInfo& t, const std::string& name) {
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
-    throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
-                                            " is not supported for expert weights (F32, BF16, F16, MXFP4)");
+    throw Error(ErrorKind::Unsupported,
+                t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+                    " is not supported for expert weights (F32, BF16, F16, MXFP4)");
   return t.dtype;
 }
 
@@ -34,13 +36,15 @@ std::vector<std::uint8_t> transpose_experts(const TensorInfo& t) {
   for (std::int64_t e = 0; e < n_experts; ++e)
     for (std::int64_t i = 0; i < in; ++i)
       for (std::int64_t o = 0; o < out; ++o)
-        std::memcpy(&bytes[((e * out + o) * in + i) * size], &t.bytes[((e * in + i) * out + o) * size], size);
+        std::memcpy(&bytes[((e * out + o) * in + i) * size],
+                    &t.bytes[((e * in + i) * out + o) * size], size);
   return bytes;
 }
 
 }  // namespace
 
-MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p, const ModelConfig& c) {
+MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
+                                       const ModelConfig& c) {
   const MoeConfig& m = c.moe;
   const std::int64_t hidden = c.hidden_size, inter = m.inter;
   MoeLayerWeights l;
@@ -54,8 +58,10 @@ MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p, co
     append_tensor(w, ep + "up_proj.weight", inter, hidden, dtype, gate_up);
     append_tensor(w, ep + "down_proj.weight", hidden, inter, dtype, down);
   }
-  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", dtype, m.n_experts * 2 * inter, hidden, std::move(gate_up));
-  l.experts.down = w.upload_repacked(p + "experts.down", dtype, m.n_experts * hidden, inter, std::move(down));
+  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", dtype, m.n_experts * 2 * inter,
+                                        hidden, std::move(gate_up));
+  l.experts.down =
+      w.upload_repacked(p + "experts.down", dtype, m.n_experts * hidden, inter, std::move(down));
   l.params = {.n_experts = m.n_experts,
               .top_k = m.top_k,
               .inter = inter,
@@ -74,10 +80,12 @@ MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& p, cons
   const std::string e = p + "experts.";
   if (w.has(e + "gate_up_proj_blocks")) {
     if (hidden % 32 != 0 || inter % 32 != 0)
-      throw Error(ErrorKind::BadFormat, e + "gate_up_proj_blocks: MXFP4 needs hidden and expert widths divisible by 32");
+      throw Error(ErrorKind::BadFormat,
+                  e + "gate_up_proj_blocks: MXFP4 needs hidden and expert widths divisible by 32");
     l.experts.format = ExpertFormat::Mxfp4;
     l.experts.gate_up = w.get_bytes(e + "gate_up_proj_blocks", {n, 2 * inter, hidden / 32, 16}, 2);
-    l.experts.gate_up_scales = w.get_bytes(e + "gate_up_proj_scales", {n, 2 * inter, hidden / 32}, 2);
+    l.experts.gate_up_scales =
+        w.get_bytes(e + "gate_up_proj_scales", {n, 2 * inter, hidden / 32}, 2);
     l.experts.down = w.get_bytes(e + "down_proj_blocks", {n, hidden, inter / 32, 16}, 2);
     l.experts.down_scales = w.get_bytes(e + "down_proj_scales", {n, hidden, inter / 32}, 2);
     l.experts.gate_up.cols = hidden;  // logical widths (MoeWeights)
@@ -85,8 +93,8 @@ MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& p, cons
   } else {
     const TensorInfo& gu = w.tensor(e + "gate_up_proj", {n, hidden, 2 * inter});
     const TensorInfo& dn = w.tensor(e + "down_proj", {n, inter, hidden});
-    l.experts.gate_up = w.upload_repacked(e + "gate_up_proj", float_dtype(gu, gu.name), n * 2 * inter, hidden,
-                                          transpose_experts(gu));
+    l.experts.gate_up = w.upload_repacked(e + "gate_up_proj", float_dtype(gu, gu.name),
+                                          n * 2 * inter, hidden, transpose_experts(gu));
     l.experts.down = w.upload_repacked(e + "down_proj", float_dtype(dn, dn.name), n * hidden, inter,
                                        transpose_experts(dn));
   }

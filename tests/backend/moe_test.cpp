@@ -19,7 +19,8 @@ namespace {
 TEST(Mxfp4, DecodesE2M1NibblesAndE8M0ScalesByHand) {
   // E2M1: sign bit 3, exponent bits 2-1 (bias 1), mantissa bit 0; 0b0001 is the subnormal 0.5.
   const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(mxfp4_e2m1_value(static_cast<std::uint8_t>(i)), want[i]) << i;
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(mxfp4_e2m1_value(static_cast<std::uint8_t>(i)), want[i]) << i;
   EXPECT_TRUE(std::signbit(mxfp4_e2m1_value(8)));
   EXPECT_EQ(mxfp4_scale_value(127), 1.0f);
   EXPECT_EQ(mxfp4_scale_value(128), 2.0f);
@@ -75,11 +76,13 @@ TEST(MoeRouting, SoftmaxThenTopKAndTopKThenSoftmax) {
 }
 
 TEST(MoeActivation, ClampedSwigluClampsGateAboveAndUpBothWays) {
-  const MoeParams p{.act = ExpertActivation::ClampedSwiglu, .swiglu_limit = 7.0f, .swiglu_alpha = 1.702f};
+  const MoeParams p{
+      .act = ExpertActivation::ClampedSwiglu, .swiglu_limit = 7.0f, .swiglu_alpha = 1.702f};
   auto want = [](double g, double u) { return (u + 1) * g / (1 + std::exp(-1.702 * g)); };
   EXPECT_NEAR(expert_activation(1.5f, -0.5f, p), want(1.5, -0.5), 1e-6);
   EXPECT_NEAR(expert_activation(9.0f, 8.0f, p), want(7.0, 7.0), 1e-5);
-  EXPECT_NEAR(expert_activation(-9.0f, -8.0f, p), want(-9.0, -7.0), 1e-6);  // no lower clamp on gate
+  EXPECT_NEAR(expert_activation(-9.0f, -8.0f, p), want(-9.0, -7.0),
+              1e-6);  // no lower clamp on gate
   const MoeParams silu{.act = ExpertActivation::Silu};
   EXPECT_NEAR(expert_activation(1.5f, -0.5f, silu), 1.5 / (1 + std::exp(-1.5)) * -0.5, 1e-6);
 }
@@ -99,14 +102,16 @@ std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n, int lo,
 }
 
 // MXFP4 [rows, cols] with its f32 decoding in `decoded`.
-void random_mxfp4(std::mt19937& rng, std::int64_t rows, std::int64_t cols, std::vector<std::uint8_t>& blocks,
-                  std::vector<std::uint8_t>& scales, test::OwnedWeight& decoded) {
+void random_mxfp4(std::mt19937& rng, std::int64_t rows, std::int64_t cols,
+                  std::vector<std::uint8_t>& blocks, std::vector<std::uint8_t>& scales,
+                  test::OwnedWeight& decoded) {
   blocks = random_bytes(rng, static_cast<std::size_t>(rows * cols / 2), 0, 255);
   scales = random_bytes(rng, static_cast<std::size_t>(rows * cols / 32), 120, 128);
   decoded.bytes.resize(static_cast<std::size_t>(rows * cols) * sizeof(float));
   auto* f = reinterpret_cast<float*>(decoded.bytes.data());
   for (std::int64_t r = 0; r < rows; ++r)
-    decode_mxfp4_row(blocks.data() + r * cols / 2, scales.data() + r * cols / 32, cols, f + r * cols);
+    decode_mxfp4_row(blocks.data() + r * cols / 2, scales.data() + r * cols / 32, cols,
+                     f + r * cols);
   decoded.ref = {decoded.bytes.data(), DType::F32, rows, cols};
 }
 
@@ -129,7 +134,10 @@ Experts make_experts(std::mt19937& rng, const Case& c) {
   }
   e.gate_up_bias = test::random_weight(rng, DType::F32, p.n_experts, 2 * p.inter);
   e.down_bias = test::random_weight(rng, DType::F32, p.n_experts, c.hidden);
-  e.w = {.gate_up = e.gate_up.ref, .down = e.down.ref, .gate_up_bias = e.gate_up_bias.ref, .down_bias = e.down_bias.ref};
+  e.w = {.gate_up = e.gate_up.ref,
+         .down = e.down.ref,
+         .gate_up_bias = e.gate_up_bias.ref,
+         .down_bias = e.down_bias.ref};
   return e;
 }
 
@@ -156,7 +164,8 @@ struct Scratch {
   }
 };
 
-std::vector<float> run(Backend& b, const Case& c, const MoeWeights& w, TensorRef x, TensorRef logits) {
+std::vector<float> run(Backend& b, const Case& c, const MoeWeights& w, TensorRef x,
+                       TensorRef logits) {
   Scratch s(c);
   HostBuffer out(DType::F32, c.n, c.hidden);
   b.moe(x, logits, w, c.p, s.s, out.tensor());
@@ -172,12 +181,15 @@ std::vector<double> direct(const Case& c, const Experts& e, const float* x, cons
   std::vector<float> wt(p.top_k);
   route_experts({logits, static_cast<std::size_t>(p.n_experts)}, p, ids, wt);
   std::vector<double> y(c.hidden, 0.0);
-  auto at = [](const WeightRef& m, std::int64_t r, std::int64_t col) { return load_f32(m.data, m.dtype, r * m.cols + col); };
+  auto at = [](const WeightRef& m, std::int64_t r, std::int64_t col) {
+    return load_f32(m.data, m.dtype, r * m.cols + col);
+  };
   for (std::int64_t i = 0; i < p.top_k; ++i) {
     const std::int64_t ex = ids[i];
     std::vector<float> act(p.inter);
     for (std::int64_t j = 0; j < p.inter; ++j) {
-      const std::int64_t rg = p.interleaved_gate_up ? 2 * j : j, ru = p.interleaved_gate_up ? 2 * j + 1 : p.inter + j;
+      const std::int64_t rg = p.interleaved_gate_up ? 2 * j : j,
+                         ru = p.interleaved_gate_up ? 2 * j + 1 : p.inter + j;
       double g = at(e.gate_up_bias.ref, ex, rg), u = at(e.gate_up_bias.ref, ex, ru);
       for (std::int64_t k = 0; k < c.hidden; ++k) {
         g += double(x[k]) * at(e.gate_up.ref, ex * 2 * p.inter + rg, k);
@@ -187,14 +199,16 @@ std::vector<double> direct(const Case& c, const Experts& e, const float* x, cons
     }
     for (std::int64_t r = 0; r < c.hidden; ++r) {
       double d = at(e.down_bias.ref, ex, r);
-      for (std::int64_t j = 0; j < p.inter; ++j) d += double(act[j]) * at(e.down.ref, ex * c.hidden + r, j);
+      for (std::int64_t j = 0; j < p.inter; ++j)
+        d += double(act[j]) * at(e.down.ref, ex * c.hidden + r, j);
       y[r] += wt[i] * d;
     }
   }
   return y;
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  const char* what) {
   ASSERT_EQ(got.size(), want.size());
   double max_ref = 0, max_err = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -205,9 +219,18 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LE(max_err, tol * (max_ref + 1.0)) << what << ": max abs error " << max_err;
 }
 
-const MoeParams kQwen{.n_experts = 8, .top_k = 3, .inter = 32, .gating = MoeGating::SoftmaxTopK, .norm_topk_prob = true};
-const MoeParams kGptOss{.n_experts = 6, .top_k = 2, .inter = 64, .gating = MoeGating::TopKSoftmax,
-                        .act = ExpertActivation::ClampedSwiglu, .swiglu_limit = 7.0f, .swiglu_alpha = 1.702f,
+const MoeParams kQwen{.n_experts = 8,
+                      .top_k = 3,
+                      .inter = 32,
+                      .gating = MoeGating::SoftmaxTopK,
+                      .norm_topk_prob = true};
+const MoeParams kGptOss{.n_experts = 6,
+                        .top_k = 2,
+                        .inter = 64,
+                        .gating = MoeGating::TopKSoftmax,
+                        .act = ExpertActivation::ClampedSwiglu,
+                        .swiglu_limit = 7.0f,
+                        .swiglu_alpha = 1.702f,
                         .interleaved_gate_up = true};
 
 class MoeOp : public ::testing::TestWithParam<Case> {};
@@ -226,7 +249,8 @@ TEST_P(MoeOp, ReferenceMatchesDefinitionAndFastMatchesReference) {
     for (double v : direct(c, e, x.ref.row<const float>(t), logits.ref.row<const float>(t)))
       want.push_back(static_cast<float>(v));
   expect_close(got_ref, want, 1e-5, "reference vs definition");
-  if (c.mxfp4) expect_close(run(ref, c, e.w, x.ref, logits.ref), got_ref, 1e-6, "MXFP4 vs its float decoding");
+  if (c.mxfp4)
+    expect_close(run(ref, c, e.w, x.ref, logits.ref), got_ref, 1e-6, "MXFP4 vs its float decoding");
   for (Isa isa : test::all_isas()) {
     if (!isa_supported(isa)) continue;
     FastBackend fast(2, isa, 0);
@@ -234,12 +258,15 @@ TEST_P(MoeOp, ReferenceMatchesDefinitionAndFastMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, MoeOp,
-    ::testing::Values(Case{DType::F32, false, kQwen, 64, 1}, Case{DType::F32, false, kQwen, 64, 19},
-                      Case{DType::BF16, false, kQwen, 64, 5}, Case{DType::F32, false, kGptOss, 64, 1},
-                      Case{DType::F32, false, kGptOss, 64, 23}, Case{DType::F32, true, kGptOss, 64, 1},
-                      Case{DType::F32, true, kGptOss, 96, 17}, Case{DType::F32, true, kGptOss, 64, 48}));
+INSTANTIATE_TEST_SUITE_P(Cases, MoeOp,
+                         ::testing::Values(Case{DType::F32, false, kQwen, 64, 1},
+                                           Case{DType::F32, false, kQwen, 64, 19},
+                                           Case{DType::BF16, false, kQwen, 64, 5},
+                                           Case{DType::F32, false, kGptOss, 64, 1},
+                                           Case{DType::F32, false, kGptOss, 64, 23},
+                                           Case{DType::F32, true, kGptOss, 64, 1},
+                                           Case{DType::F32, true, kGptOss, 96, 17},
+                                           Case{DType::F32, true, kGptOss, 64, 48}));
 
 }  // namespace
 }  // namespace akv

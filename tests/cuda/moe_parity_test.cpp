@@ -15,8 +15,8 @@ namespace {
 
 // A U8 weight [rows, bytes_per_row] of random bytes in [lo, hi] on both backends, presented with
 // `cols` as its logical width (MoeWeights' MXFP4 convention).
-std::unique_ptr<WeightPair> random_bytes(std::int64_t rows, std::int64_t bytes_per_row, std::int64_t cols, int lo,
-                                         int hi) {
+std::unique_ptr<WeightPair> random_bytes(std::int64_t rows, std::int64_t bytes_per_row,
+                                         std::int64_t cols, int lo, int hi) {
   auto w = std::make_unique<WeightPair>();
   std::uniform_int_distribution<int> d(lo, hi);
   w->bytes.resize(static_cast<std::size_t>(rows * bytes_per_row));
@@ -44,11 +44,19 @@ TEST_P(MoeOpOnCuda, MatchesReference) {
   AKV_SKIP_WITHOUT_CUDA();
   const MoeCase c = GetParam();
   const std::int64_t hidden = 128, inter = 64, n = c.n;
-  MoeParams p{.n_experts = 8, .top_k = c.gpt_oss ? 2 : 3, .inter = inter, .gating = MoeGating::SoftmaxTopK,
+  MoeParams p{.n_experts = 8,
+              .top_k = c.gpt_oss ? 2 : 3,
+              .inter = inter,
+              .gating = MoeGating::SoftmaxTopK,
               .norm_topk_prob = true};
   if (c.gpt_oss)
-    p = {.n_experts = 8, .top_k = 2, .inter = inter, .gating = MoeGating::TopKSoftmax,
-         .act = ExpertActivation::ClampedSwiglu, .swiglu_limit = 7.0f, .swiglu_alpha = 1.702f,
+    p = {.n_experts = 8,
+         .top_k = 2,
+         .inter = inter,
+         .gating = MoeGating::TopKSoftmax,
+         .act = ExpertActivation::ClampedSwiglu,
+         .swiglu_limit = 7.0f,
+         .swiglu_alpha = 1.702f,
          .interleaved_gate_up = true};
   std::unique_ptr<WeightPair> gu, dn, gu_scales, dn_scales;
   if (c.mxfp4) {
@@ -63,10 +71,16 @@ TEST_P(MoeOpOnCuda, MatchesReference) {
   const auto gu_bias = WeightPair::random(DType::F32, p.n_experts, 2 * inter, 0.5f);
   const auto dn_bias = WeightPair::random(DType::F32, p.n_experts, hidden, 0.5f);
   auto weights = [&](bool gpu) {
-    auto pick = [gpu](const std::unique_ptr<WeightPair>& w) { return w ? (gpu ? w->gpu : w->cpu) : WeightRef{}; };
-    return MoeWeights{.format = c.mxfp4 ? ExpertFormat::Mxfp4 : ExpertFormat::Float, .gate_up = pick(gu),
-                      .down = pick(dn), .gate_up_scales = pick(gu_scales), .down_scales = pick(dn_scales),
-                      .gate_up_bias = pick(gu_bias), .down_bias = pick(dn_bias)};
+    auto pick = [gpu](const std::unique_ptr<WeightPair>& w) {
+      return w ? (gpu ? w->gpu : w->cpu) : WeightRef{};
+    };
+    return MoeWeights{.format = c.mxfp4 ? ExpertFormat::Mxfp4 : ExpertFormat::Float,
+                      .gate_up = pick(gu),
+                      .down = pick(dn),
+                      .gate_up_scales = pick(gu_scales),
+                      .down_scales = pick(dn_scales),
+                      .gate_up_bias = pick(gu_bias),
+                      .down_bias = pick(dn_bias)};
   };
   Pair x = Pair::random(n, hidden, 6, 1.5f);
   Pair logits = Pair::random(n, p.n_experts, 2, 2.0f);
@@ -74,16 +88,19 @@ TEST_P(MoeOpOnCuda, MatchesReference) {
   Pair act = Pair::make(n * p.top_k, inter), down = Pair::make(n * p.top_k, hidden);
   Pair out = Pair::make(n, hidden);
   out.poison_gpu();
-  backends().ref.moe(x.cpu, logits.cpu, weights(false), p, {route.cpu, gate_up.cpu, act.cpu, down.cpu}, out.cpu);
-  backends().gpu.moe(x.gpu, logits.gpu, weights(true), p, {route.gpu, gate_up.gpu, act.gpu, down.gpu}, out.gpu);
+  backends().ref.moe(x.cpu, logits.cpu, weights(false), p,
+                     {route.cpu, gate_up.cpu, act.cpu, down.cpu}, out.cpu);
+  backends().gpu.moe(x.gpu, logits.gpu, weights(true), p,
+                     {route.gpu, gate_up.gpu, act.gpu, down.gpu}, out.gpu);
   EXPECT_LE(out.error(), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, MoeOpOnCuda,
-                         ::testing::Values(MoeCase{DType::F32, false, false, 1}, MoeCase{DType::BF16, false, false, 1},
-                                           MoeCase{DType::BF16, false, false, 37}, MoeCase{DType::F32, false, true, 1},
-                                           MoeCase{DType::F16, false, true, 9}, MoeCase{DType::F32, true, true, 1},
-                                           MoeCase{DType::F32, true, true, 64}));
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MoeOpOnCuda,
+    ::testing::Values(MoeCase{DType::F32, false, false, 1}, MoeCase{DType::BF16, false, false, 1},
+                      MoeCase{DType::BF16, false, false, 37}, MoeCase{DType::F32, false, true, 1},
+                      MoeCase{DType::F16, false, true, 9}, MoeCase{DType::F32, true, true, 1},
+                      MoeCase{DType::F32, true, true, 64}));
 
 TEST(AttentionSinksOnCuda, MatchReference) {
   AKV_SKIP_WITHOUT_CUDA();
@@ -101,28 +118,36 @@ std::vector<std::int32_t> ids_of(const SafetensorsReader& r, const std::string& 
   const TensorInfo& t = r.get_or_throw(name);
   std::vector<std::int32_t> ids;
   for (std::int64_t i = 0; i < t.numel(); ++i)
-    ids.push_back(t.dtype == DType::I64
-                      ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i])
-                      : reinterpret_cast<const std::int32_t*>(t.bytes.data())[i]);
+    ids.push_back(
+        t.dtype == DType::I64
+            ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i])
+            : reinterpret_cast<const std::int32_t*>(t.bytes.data())[i]);
   return ids;
 }
 
 // Logits of ids on the GPU: one prefill (all rows), or token by token.
-std::vector<float> run_ids(Model& model, Backend& b, const std::vector<std::int32_t>& ids, bool prefill) {
-  const std::int64_t block = 16, n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
+std::vector<float> run_ids(Model& model, Backend& b, const std::vector<std::int32_t>& ids,
+                           bool prefill) {
+  const std::int64_t block = 16,
+                     n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   KvStorage kv = b.alloc_kv(kv_layout_for(model.config(), n_blocks, block, DType::F32));
   std::vector<std::int32_t> table;
-  for (std::int64_t i = 0; i < n_blocks; ++i) table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
+  for (std::int64_t i = 0; i < n_blocks; ++i)
+    table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<float> logits(ids.size() * vocab);
   const std::size_t step = prefill ? ids.size() : 1;
   for (std::size_t t = 0; t < ids.size(); t += step) {
-    const SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(step),
-                              .start_pos = static_cast<std::int32_t>(t), .block_table = table};
+    const SequenceChunk chunk{.first_row = 0,
+                              .n_tokens = static_cast<std::int32_t>(step),
+                              .start_pos = static_cast<std::int32_t>(t),
+                              .block_table = table};
     const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
     std::vector<std::int32_t> rows(step);
     for (std::size_t i = 0; i < step; ++i) rows[i] = static_cast<std::int32_t>(i);
-    const ForwardBatch batch{.tokens = {ids.data() + t, step}, .positions = pos, .sequences = {&chunk, 1},
+    const ForwardBatch batch{.tokens = {ids.data() + t, step},
+                             .positions = pos,
+                             .sequences = {&chunk, 1},
                              .logit_rows = rows};
     model.forward(batch, kv, std::span<float>(logits).subspan(t * vocab, step * vocab));
   }
@@ -144,18 +169,23 @@ TEST_P(MoeModelOnCuda, LogitsMatchFp64AndGreedyIdsMatch) {
     const double err = note_error(rel_error(run_ids(*model, backends().gpu, ids, prefill), want));
     EXPECT_LE(err, 1e-5) << GetParam() << (prefill ? " prefill" : " decode");
   }
-  // full_ids = prompt + greedy ids: the argmax of each row from the prompt's last on is the next id.
+  // full_ids = prompt + greedy ids: the argmax of each row from the prompt's last on is the next
+  // id.
   const std::vector<std::int32_t> prompt = ids_of(ref, "input_ids");
   const std::vector<float> got = run_ids(*model, backends().gpu, ids, false);
   const std::int64_t vocab = model->config().vocab_size;
   for (std::size_t t = prompt.size() - 1; t + 1 < ids.size(); ++t) {
     const float* row = got.data() + t * vocab;
-    EXPECT_EQ(std::max_element(row, row + vocab) - row, ids[t + 1]) << GetParam() << " position " << t;
+    EXPECT_EQ(std::max_element(row, row + vocab) - row, ids[t + 1])
+        << GetParam() << " position " << t;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MoeModelOnCuda, ::testing::Values("qwen3-moe", "gpt-oss"),
-                         [](const auto& info) { return info.param == "gpt-oss" ? std::string("gpt_oss") : std::string("qwen3_moe"); });
+                         [](const auto& info) {
+                           return info.param == "gpt-oss" ? std::string("gpt_oss")
+                                                          : std::string("qwen3_moe");
+                         });
 
 }  // namespace
 }  // namespace akv::test

@@ -4,14 +4,14 @@
 // weights converted to F32 at load (GPT-OSS's bf16 sinks).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <random>
-#include <unistd.h>
 
 #include "backend/cpu/host_buffer.h"
-#include "base/error.h"
 #include "backend/cpu/reference_backend.h"
+#include "base/error.h"
 #include "models/moe_block.h"
 #include "tensor/safetensors.h"
 
@@ -21,7 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("akv_moe_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("akv_moe_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -47,9 +48,12 @@ std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
 }
 
 // [E, out, in] MXFP4 rows decoded, stored as transformers' [E, in, out] floats.
-std::vector<float> dequantize_transposed(const std::vector<std::uint8_t>& blocks, const std::vector<std::uint8_t>& scales,
-                                         std::int64_t n_experts, std::int64_t out, std::int64_t in) {
-  std::vector<float> row(static_cast<std::size_t>(in)), t(static_cast<std::size_t>(n_experts * out * in));
+std::vector<float> dequantize_transposed(const std::vector<std::uint8_t>& blocks,
+                                         const std::vector<std::uint8_t>& scales,
+                                         std::int64_t n_experts, std::int64_t out,
+                                         std::int64_t in) {
+  std::vector<float> row(static_cast<std::size_t>(in)),
+      t(static_cast<std::size_t>(n_experts * out * in));
   for (std::int64_t e = 0; e < n_experts; ++e)
     for (std::int64_t o = 0; o < out; ++o) {
       const std::int64_t r = e * out + o;
@@ -81,11 +85,14 @@ TEST(GptOssExperts, Mxfp4CheckpointEqualsItsDequantisedFloatCheckpoint) {
       {p + "experts.gate_up_proj_bias", DType::F32, {n, 2 * inter}, bytes_of(gu_bias)},
       {p + "experts.down_proj_bias", DType::F32, {n, hidden}, bytes_of(dn_bias)}};
   std::vector<TensorToWrite> mx = common, fl = common;
-  mx.push_back({p + "experts.gate_up_proj_blocks", DType::U8, {n, 2 * inter, hidden / 32, 16}, gu_blocks});
-  mx.push_back({p + "experts.gate_up_proj_scales", DType::U8, {n, 2 * inter, hidden / 32}, gu_scales});
+  mx.push_back(
+      {p + "experts.gate_up_proj_blocks", DType::U8, {n, 2 * inter, hidden / 32, 16}, gu_blocks});
+  mx.push_back(
+      {p + "experts.gate_up_proj_scales", DType::U8, {n, 2 * inter, hidden / 32}, gu_scales});
   mx.push_back({p + "experts.down_proj_blocks", DType::U8, {n, hidden, inter / 32, 16}, dn_blocks});
   mx.push_back({p + "experts.down_proj_scales", DType::U8, {n, hidden, inter / 32}, dn_scales});
-  fl.push_back({p + "experts.gate_up_proj", DType::F32, {n, hidden, 2 * inter}, bytes_of(gu_float)});
+  fl.push_back(
+      {p + "experts.gate_up_proj", DType::F32, {n, hidden, 2 * inter}, bytes_of(gu_float)});
   fl.push_back({p + "experts.down_proj", DType::F32, {n, inter, hidden}, bytes_of(dn_float)});
   const std::string dir = temp_dir("gpt_oss");
   write_safetensors(dir + "/mxfp4.safetensors", mx);
@@ -101,7 +108,8 @@ TEST(GptOssExperts, Mxfp4CheckpointEqualsItsDequantisedFloatCheckpoint) {
   EXPECT_EQ(fl_w.experts.format, ExpertFormat::Float);
 
   HostBuffer x(DType::F32, rows, hidden), logits(DType::F32, rows, n), route(DType::F32, rows, 4),
-      gate_up(DType::F32, rows * 2, 2 * inter), act(DType::F32, rows * 2, inter), down(DType::F32, rows * 2, hidden);
+      gate_up(DType::F32, rows * 2, 2 * inter), act(DType::F32, rows * 2, inter),
+      down(DType::F32, rows * 2, hidden);
   const auto xs = random_floats(rng, rows * hidden);
   backend.upload(xs, x.tensor());
   backend.matmul(x.tensor(), mx_w.router, &mx_w.router_bias, logits.tensor());
@@ -122,9 +130,11 @@ TEST(GptOssExperts, Mxfp4CheckpointEqualsItsDequantisedFloatCheckpoint) {
 }
 
 TEST(WeightLoader, GetF32ConvertsBf16AtLoad) {
-  const std::vector<std::uint16_t> sinks = {f32_to_bf16(1.5f), f32_to_bf16(-0.25f), f32_to_bf16(3.0f)};
+  const std::vector<std::uint16_t> sinks = {f32_to_bf16(1.5f), f32_to_bf16(-0.25f),
+                                            f32_to_bf16(3.0f)};
   const std::string dir = temp_dir("sinks");
-  write_safetensors(dir + "/model.safetensors", std::vector<TensorToWrite>{{"sinks", DType::BF16, {3}, bytes_of(sinks)}});
+  write_safetensors(dir + "/model.safetensors",
+                    std::vector<TensorToWrite>{{"sinks", DType::BF16, {3}, bytes_of(sinks)}});
   ReferenceBackend backend;
   const SafetensorsReader reader = SafetensorsReader::open_or_throw(dir + "/model.safetensors");
   WeightLoader loader(reader, backend, "test");

@@ -14,43 +14,55 @@ namespace {
 
 // Rows [e * rows, (e + 1) * rows) of a stacked matrix as a matrix of its own.
 WeightRef expert_slice(const WeightRef& w, std::int64_t e, std::int64_t rows) {
-  return {static_cast<const char*>(w.data) + e * rows * w.cols * static_cast<std::int64_t>(dtype_size(w.dtype)),
+  return {static_cast<const char*>(w.data) +
+              e * rows * w.cols * static_cast<std::int64_t>(dtype_size(w.dtype)),
           w.dtype, rows, w.cols};
 }
 
 WeightRef bias_row(const WeightRef& b, std::int64_t e) {
   if (b.empty()) return {};
-  return {static_cast<const char*>(b.data) + e * b.cols * static_cast<std::int64_t>(dtype_size(b.dtype)), b.dtype,
-          1, b.cols};
+  return {static_cast<const char*>(b.data) +
+              e * b.cols * static_cast<std::int64_t>(dtype_size(b.dtype)),
+          b.dtype, 1, b.cols};
 }
 
 }  // namespace
 
-void FastBackend::mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e,
-                             std::int64_t rows, const WeightRef& bias, TensorRef out) {
+void FastBackend::mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales,
+                             std::int64_t e, std::int64_t rows, const WeightRef& bias,
+                             TensorRef out) {
   const Kernels& k = kernels_;
   pool_.parallel_for(rows, 16, [&](std::int64_t r0, std::int64_t r1) {
     thread_local std::vector<float> row;  // grows to the widest row once per thread
     row.resize(static_cast<std::size_t>(w.cols));
     for (std::int64_t r = r0; r < r1; ++r) {
       expert_matrix_row(ExpertFormat::Mxfp4, w, scales, e * rows + r, row.data());
-      const GemvArgs a{.x = x.row<float>(0), .x_stride = x.stride, .n_rows = x.rows, .w = row.data(),
-                       .w_dtype = DType::F32, .k = w.cols,
-                       .bias = bias.empty() ? nullptr : static_cast<const char*>(bias.data) + r * dtype_size(bias.dtype),
-                       .bias_dtype = bias.empty() ? DType::F32 : bias.dtype,
-                       .out = out.row<float>(0) + r, .out_stride = out.stride};
+      const GemvArgs a{
+          .x = x.row<float>(0),
+          .x_stride = x.stride,
+          .n_rows = x.rows,
+          .w = row.data(),
+          .w_dtype = DType::F32,
+          .k = w.cols,
+          .bias = bias.empty() ? nullptr
+                               : static_cast<const char*>(bias.data) + r * dtype_size(bias.dtype),
+          .bias_dtype = bias.empty() ? DType::F32 : bias.dtype,
+          .out = out.row<float>(0) + r,
+          .out_stride = out.stride};
       k.gemv(a, 0, 1);
     }
   });
 }
 
-WeightRef FastBackend::expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales,
-                                     std::int64_t e, std::int64_t rows, std::vector<float>& decoded) {
+WeightRef FastBackend::expert_matrix(ExpertFormat format, const WeightRef& w,
+                                     const WeightRef& scales, std::int64_t e, std::int64_t rows,
+                                     std::vector<float>& decoded) {
   if (format == ExpertFormat::Float) return expert_slice(w, e, rows);
   decoded.resize(static_cast<std::size_t>(rows * w.cols));
   float* dst = decoded.data();
   pool_.parallel_for(rows, 16, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) expert_matrix_row(format, w, scales, e * rows + r, dst + r * w.cols);
+    for (std::int64_t r = r0; r < r1; ++r)
+      expert_matrix_row(format, w, scales, e * rows + r, dst + r * w.cols);
   });
   return {decoded.data(), DType::F32, rows, w.cols};
 }
@@ -58,7 +70,8 @@ WeightRef FastBackend::expert_matrix(ExpertFormat format, const WeightRef& w, co
 void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
                       const MoeScratch& scratch, TensorRef out) {
   if (x.dtype != DType::F32 || out.dtype != DType::F32 ||
-      (w.format == ExpertFormat::Float && (!fast_weight_dtype(w.gate_up.dtype) || !fast_weight_dtype(w.down.dtype))))
+      (w.format == ExpertFormat::Float &&
+       (!fast_weight_dtype(w.gate_up.dtype) || !fast_weight_dtype(w.down.dtype))))
     return ReferenceBackend::moe(x, router_logits, w, p, scratch, out);
   check_moe_shapes(x, router_logits, w, p, scratch, out);
   const std::int64_t n = x.rows, k = p.top_k, hidden = x.cols, inter = p.inter;
@@ -96,7 +109,8 @@ void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
     if (direct)
       mxfp4_gemv(xg, w.gate_up, w.gate_up_scales, e, 2 * inter, gu_bias, gu);
     else
-      matmul(xg, expert_matrix(w.format, w.gate_up, w.gate_up_scales, e, 2 * inter, r.decoded), &gu_bias, gu);
+      matmul(xg, expert_matrix(w.format, w.gate_up, w.gate_up_scales, e, 2 * inter, r.decoded),
+             &gu_bias, gu);
     const TensorRef act = scratch.act.rows_slice(begin, count).cols_slice(0, inter);
     if (p.act == ExpertActivation::Silu && !p.interleaved_gate_up) {
       glu(gu.cols_slice(0, inter), gu.cols_slice(inter, inter), GluActivation::Silu, act);
@@ -113,7 +127,8 @@ void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
     if (direct)
       mxfp4_gemv(act, w.down, w.down_scales, e, hidden, down_bias, xg);
     else
-      matmul(act, expert_matrix(w.format, w.down, w.down_scales, e, hidden, r.decoded), &down_bias, xg);
+      matmul(act, expert_matrix(w.format, w.down, w.down_scales, e, hidden, r.decoded), &down_bias,
+             xg);
   }
   // 4. out[t] = sum of the token's k expert outputs, weighted, in choice order.
   for (std::int64_t t = 0; t < n; ++t) {

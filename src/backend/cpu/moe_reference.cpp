@@ -7,16 +7,18 @@
 
 namespace akv {
 
-void ReferenceBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
-                           const MoeScratch& scratch, TensorRef out) {
+void ReferenceBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
+                           const MoeParams& p, const MoeScratch& scratch, TensorRef out) {
   check_moe_shapes(x, router_logits, w, p, scratch, out);
   const std::int64_t hidden = x.cols, inter = p.inter;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(p.top_k));
   std::vector<float> weights(ids.size()), row(static_cast<std::size_t>(std::max(hidden, inter)));
-  std::vector<double> gate_up(static_cast<std::size_t>(2 * inter)), acc(static_cast<std::size_t>(hidden));
+  std::vector<double> gate_up(static_cast<std::size_t>(2 * inter)),
+      acc(static_cast<std::size_t>(hidden));
   std::vector<float> act(static_cast<std::size_t>(inter));
   for (std::int64_t t = 0; t < x.rows; ++t) {
-    route_experts({router_logits.row<const float>(t), static_cast<std::size_t>(p.n_experts)}, p, ids, weights);
+    route_experts({router_logits.row<const float>(t), static_cast<std::size_t>(p.n_experts)}, p,
+                  ids, weights);
     const float* xr = x.row<const float>(t);
     std::fill(acc.begin(), acc.end(), 0.0);
     for (std::int64_t i = 0; i < p.top_k; ++i) {
@@ -25,7 +27,8 @@ void ReferenceBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeight
         expert_matrix_row(w.format, w.gate_up, w.gate_up_scales, e * 2 * inter + r, row.data());
         double dot = 0.0;
         for (std::int64_t c = 0; c < hidden; ++c) dot += double(xr[c]) * row[c];
-        if (!w.gate_up_bias.empty()) dot += load_f32(w.gate_up_bias.data, w.gate_up_bias.dtype, e * 2 * inter + r);
+        if (!w.gate_up_bias.empty())
+          dot += load_f32(w.gate_up_bias.data, w.gate_up_bias.dtype, e * 2 * inter + r);
         gate_up[r] = dot;
       }
       for (std::int64_t j = 0; j < inter; ++j) {
@@ -37,7 +40,8 @@ void ReferenceBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeight
         expert_matrix_row(w.format, w.down, w.down_scales, e * hidden + r, row.data());
         double dot = 0.0;
         for (std::int64_t c = 0; c < inter; ++c) dot += double(act[c]) * row[c];
-        if (!w.down_bias.empty()) dot += load_f32(w.down_bias.data, w.down_bias.dtype, e * hidden + r);
+        if (!w.down_bias.empty())
+          dot += load_f32(w.down_bias.data, w.down_bias.dtype, e * hidden + r);
         acc[r] += double(weights[i]) * dot;
       }
     }

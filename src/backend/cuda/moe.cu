@@ -24,12 +24,13 @@ struct DeviceMoe {
 
 // Element c of row `row` of a stacked expert matrix of width `cols`.
 template <typename T>
-__device__ __forceinline__ float weight_at(const void* w, const std::uint8_t*, std::int64_t row, int cols, int c) {
+__device__ __forceinline__ float weight_at(const void* w, const std::uint8_t*, std::int64_t row,
+                                           int cols, int c) {
   return to_f32(static_cast<const T*>(w)[row * cols + c]);
 }
 template <>
-__device__ __forceinline__ float weight_at<Mxfp4>(const void* w, const std::uint8_t* scales, std::int64_t row,
-                                                  int cols, int c) {
+__device__ __forceinline__ float weight_at<Mxfp4>(const void* w, const std::uint8_t* scales,
+                                                  std::int64_t row, int cols, int c) {
   constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   const std::uint8_t byte = static_cast<const std::uint8_t*>(w)[row * (cols / 2) + c / 2];
@@ -82,10 +83,11 @@ __global__ void route_kernel(const float* logits, std::int64_t logits_stride, fl
 // out[a, r] = in[a, :] . w[expert(a) * rows + r, :] + bias[expert(a), r] for pair a = blockIdx.x
 // and rows r of this block's warps; `in` row of pair a is in_row(a).
 template <typename T>
-__global__ void expert_rows_kernel(const float* in, std::int64_t in_stride, bool in_per_token, const void* w,
-                                   const std::uint8_t* scales, const void* bias, DType bias_dtype, int rows,
-                                   int cols, const float* route, std::int64_t route_stride, float* out,
-                                   std::int64_t out_stride, DeviceMoe m) {
+__global__ void expert_rows_kernel(const float* in, std::int64_t in_stride, bool in_per_token,
+                                   const void* w, const std::uint8_t* scales, const void* bias,
+                                   DType bias_dtype, int rows, int cols, const float* route,
+                                   std::int64_t route_stride, float* out, std::int64_t out_stride,
+                                   DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
   const int a = blockIdx.x;
@@ -102,8 +104,8 @@ __global__ void expert_rows_kernel(const float* in, std::int64_t in_stride, bool
   if (lane == 0) out[a * out_stride + r] = dot + bias_at(bias, bias_dtype, row);
 }
 
-__global__ void activation_kernel(const float* gate_up, std::int64_t gu_stride, float* act, std::int64_t act_stride,
-                                  int n_pairs, DeviceMoe m) {
+__global__ void activation_kernel(const float* gate_up, std::int64_t gu_stride, float* act,
+                                  std::int64_t act_stride, int n_pairs, DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
   const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -123,7 +125,8 @@ __global__ void activation_kernel(const float* gate_up, std::int64_t gu_stride, 
 }
 
 __global__ void combine_kernel(const float* down, std::int64_t down_stride, const float* route,
-                               std::int64_t route_stride, float* out, std::int64_t out_stride, int n, DeviceMoe m) {
+                               std::int64_t route_stride, float* out, std::int64_t out_stride,
+                               int n, DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
   const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -131,28 +134,30 @@ __global__ void combine_kernel(const float* down, std::int64_t down_stride, cons
   const int t = static_cast<int>(i / m.hidden), c = static_cast<int>(i % m.hidden);
   float y = 0.0f;
   for (int k = 0; k < m.top_k; ++k)
-    y += route[t * route_stride + m.top_k + k] * down[(std::int64_t{t} * m.top_k + k) * down_stride + c];
+    y += route[t * route_stride + m.top_k + k] *
+         down[(std::int64_t{t} * m.top_k + k) * down_stride + c];
   out[t * out_stride + c] = y;
 }
 
 template <typename T>
-void launch_experts(TensorRef x, const MoeWeights& w, const DeviceMoe& m, const MoeScratch& s, int n, Stream st) {
+void launch_experts(TensorRef x, const MoeWeights& w, const DeviceMoe& m, const MoeScratch& s,
+                    int n, Stream st) {
   constexpr int kWarpsPerBlock = 8;
   const int pairs = n * m.top_k;
   const float* route = static_cast<const float*>(s.route.data);
   const auto* gu_scales = static_cast<const std::uint8_t*>(w.gate_up_scales.data);
   const auto* dn_scales = static_cast<const std::uint8_t*>(w.down_scales.data);
-  launch(expert_rows_kernel<T>, dim3(pairs, blocks_for(2 * m.inter, kWarpsPerBlock)), kWarpsPerBlock * 32, 0, st,
-         static_cast<const float*>(x.data), x.stride, true, w.gate_up.data, gu_scales, w.gate_up_bias.data,
-         w.gate_up_bias.dtype, 2 * m.inter, m.hidden, route, s.route.stride, static_cast<float*>(s.gate_up.data),
-         s.gate_up.stride, m);
+  launch(expert_rows_kernel<T>, dim3(pairs, blocks_for(2 * m.inter, kWarpsPerBlock)),
+         kWarpsPerBlock * 32, 0, st, static_cast<const float*>(x.data), x.stride, true,
+         w.gate_up.data, gu_scales, w.gate_up_bias.data, w.gate_up_bias.dtype, 2 * m.inter,
+         m.hidden, route, s.route.stride, static_cast<float*>(s.gate_up.data), s.gate_up.stride, m);
   launch(activation_kernel, dim3(blocks_for(std::int64_t{pairs} * m.inter, 256)), 256, 0, st,
-         static_cast<const float*>(s.gate_up.data), s.gate_up.stride, static_cast<float*>(s.act.data), s.act.stride,
-         pairs, m);
-  launch(expert_rows_kernel<T>, dim3(pairs, blocks_for(m.hidden, kWarpsPerBlock)), kWarpsPerBlock * 32, 0, st,
-         static_cast<const float*>(s.act.data), s.act.stride, false, w.down.data, dn_scales, w.down_bias.data,
-         w.down_bias.dtype, m.hidden, m.inter, route, s.route.stride, static_cast<float*>(s.down.data), s.down.stride,
-         m);
+         static_cast<const float*>(s.gate_up.data), s.gate_up.stride,
+         static_cast<float*>(s.act.data), s.act.stride, pairs, m);
+  launch(expert_rows_kernel<T>, dim3(pairs, blocks_for(m.hidden, kWarpsPerBlock)),
+         kWarpsPerBlock * 32, 0, st, static_cast<const float*>(s.act.data), s.act.stride, false,
+         w.down.data, dn_scales, w.down_bias.data, w.down_bias.dtype, m.hidden, m.inter, route,
+         s.route.stride, static_cast<float*>(s.down.data), s.down.stride, m);
 }
 
 }  // namespace
@@ -161,21 +166,30 @@ void launch_moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const
                 const MoeScratch& scratch, TensorRef out, Stream s) {
   AKV_CHECK(p.top_k <= 32, "moe: at most 32 experts per token on the CUDA backend");
   const int n = static_cast<int>(x.rows);
-  const DeviceMoe m{static_cast<int>(p.n_experts), static_cast<int>(p.top_k), static_cast<int>(p.inter),
-                    static_cast<int>(x.cols), static_cast<int>(p.gating), p.norm_topk_prob, static_cast<int>(p.act),
-                    p.swiglu_limit, p.swiglu_alpha, p.interleaved_gate_up};
-  launch(route_kernel, dim3(blocks_for(n, 128)), 128, 0, s, static_cast<const float*>(router_logits.data),
-         router_logits.stride, static_cast<float*>(scratch.route.data), scratch.route.stride, n, m);
+  const DeviceMoe m{static_cast<int>(p.n_experts),
+                    static_cast<int>(p.top_k),
+                    static_cast<int>(p.inter),
+                    static_cast<int>(x.cols),
+                    static_cast<int>(p.gating),
+                    p.norm_topk_prob,
+                    static_cast<int>(p.act),
+                    p.swiglu_limit,
+                    p.swiglu_alpha,
+                    p.interleaved_gate_up};
+  launch(route_kernel, dim3(blocks_for(n, 128)), 128, 0, s,
+         static_cast<const float*>(router_logits.data), router_logits.stride,
+         static_cast<float*>(scratch.route.data), scratch.route.stride, n, m);
   if (w.format == ExpertFormat::Mxfp4) {
     launch_experts<Mxfp4>(x, w, m, scratch, n, s);
   } else {
     AKV_CHECK(w.gate_up.dtype == w.down.dtype, "moe: gate_up and down of one dtype");
-    dispatch_float(w.gate_up.dtype, [&](auto tag) { launch_experts<decltype(tag)>(x, w, m, scratch, n, s); });
+    dispatch_float(w.gate_up.dtype,
+                   [&](auto tag) { launch_experts<decltype(tag)>(x, w, m, scratch, n, s); });
   }
   launch(combine_kernel, dim3(blocks_for(std::int64_t{n} * m.hidden, 256)), 256, 0, s,
          static_cast<const float*>(scratch.down.data), scratch.down.stride,
-         static_cast<const float*>(scratch.route.data), scratch.route.stride, static_cast<float*>(out.data),
-         out.stride, n, m);
+         static_cast<const float*>(scratch.route.data), scratch.route.stride,
+         static_cast<float*>(out.data), out.stride, n, m);
   AKV_CUDA_CHECK_LAUNCH();
 }
 
