@@ -1,7 +1,7 @@
 // Loading MoE experts: GPT-OSS's released MXFP4 layout (`*_blocks` [E, out, in / 32, 16] and
 // `*_scales` [E, out, in / 32]) against the float layout transformers dequantises it to
-// ([E, in, out]: decoded, then the last two dims swapped), through the whole moe op; and small
-// weights converted to F32 at load (GPT-OSS's bf16 sinks).
+// ([E, in, out]: decoded, then the last two dims swapped), through the whole moe op; small
+// weights converted to F32 at load (GPT-OSS's bf16 sinks); Qwen3-MoE's dense (mlp_only) layers.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,6 +12,8 @@
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
+#include "base/mapped_file.h"
+#include "models/model.h"
 #include "models/moe_block.h"
 #include "tensor/safetensors.h"
 
@@ -147,6 +149,86 @@ TEST(WeightLoader, GetF32ConvertsBf16AtLoad) {
   EXPECT_EQ(f[2], 3.0f);
   EXPECT_THROW(loader.get_bytes("sinks", {3}, 1), Error);  // not U8
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace akv
+
+namespace akv {
+namespace {
+
+// Qwen3-MoE's dense layers (mlp_only_layers): the tiny Qwen3-MoE with layer 1 made dense (its MLP
+// = expert 0 of that layer) gives the logits of the same model with every expert of layer 1 set
+// to expert 0 (norm_topk_prob: the chosen weights sum to 1, so the layer is that expert).
+TEST(Qwen3MoeDenseLayers, MlpOnlyLayerEqualsIdenticalExperts) {
+  const std::string src = std::string(AGENTKV_TESTDATA) + "/models/tiny-random-w2/qwen3-moe";
+  const SafetensorsReader fixture = SafetensorsReader::open_or_throw(src + "/model.safetensors");
+  const std::string l1 = "model.layers.1.mlp.";
+  std::vector<TensorToWrite> dense, same;
+  for (const std::string& name : fixture.names()) {
+    const TensorInfo& t = fixture.get_or_throw(name);
+    TensorToWrite w{name, t.dtype, t.shape, t.bytes};
+    if (name.starts_with(l1 + "experts.")) {
+      const std::string proj =
+          name.substr(name.rfind('.', name.size() - 8) + 1);  // "gate_proj.weight"
+      w.bytes = fixture.get_or_throw(l1 + "experts.0." + proj).bytes;
+      same.push_back(w);
+      if (name.starts_with(l1 + "experts.0."))
+        dense.push_back({l1 + proj, t.dtype, t.shape, w.bytes});
+    } else {
+      same.push_back(w);
+      if (name != l1 + "gate.weight") dense.push_back(w);
+    }
+  }
+  std::string config = read_file_or_throw(src + "/config.json");
+  const std::string dir_same = temp_dir("qwen3_same"), dir_dense = temp_dir("qwen3_dense");
+  write_safetensors(dir_same + "/model.safetensors", same);
+  write_safetensors(dir_dense + "/model.safetensors", dense);
+  auto write_config = [](const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  write_config(dir_same + "/config.json", config);
+  auto replace = [&config](const std::string& from, const std::string& to) {
+    const std::size_t at = config.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    config.replace(at, from.size(), to);
+  };
+  replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": [1]");
+  replace("\"intermediate_size\": 96", "\"intermediate_size\": 32");  // the dense MLP's width
+  write_config(dir_dense + "/config.json", config);
+
+  std::vector<float> logits[2];
+  for (int i = 0; i < 2; ++i) {
+    ReferenceBackend backend;
+    auto model = load_model(i == 0 ? dir_same : dir_dense, backend);
+    EXPECT_EQ(model->config().moe.layer_is_moe, (std::vector<bool>{true, i == 0}));
+    const std::vector<std::int32_t> ids = {81, 213, 287, 262, 424, 213, 75};
+    const std::int64_t block = 16;
+    KvStorage kv = backend.alloc_kv(kv_layout_for(model->config(), 1, block, DType::F32));
+    const std::int32_t table[] = {0};
+    const SequenceChunk chunk{.first_row = 0,
+                              .n_tokens = static_cast<std::int32_t>(ids.size()),
+                              .start_pos = 0,
+                              .block_table = table};
+    const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
+    const std::int32_t last = chunk.n_tokens - 1;
+    const ForwardBatch batch{
+        .tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = {&last, 1}};
+    logits[i].resize(static_cast<std::size_t>(model->config().vocab_size));
+    model->forward(batch, kv, logits[i]);
+  }
+  double max_err = 0, max_ref = 0;
+  for (std::size_t j = 0; j < logits[0].size(); ++j) {
+    max_ref = std::max(max_ref, std::fabs(double(logits[0][j])));
+    max_err = std::max(max_err, std::fabs(double(logits[0][j]) - logits[1][j]));
+  }
+  EXPECT_GT(max_ref, 0.1);
+  EXPECT_LE(max_err, 1e-5 * max_ref);
+  fs::remove_all(dir_same);
+  fs::remove_all(dir_dense);
 }
 
 }  // namespace
