@@ -207,6 +207,11 @@ class OpTimer final : public Backend {
     Scope s(*this, "gated_mlp");
     b_.gated_mlp(x, w, a, gu, act, o);
   }
+  void moe(TensorRef x, TensorRef r, const MoeWeights& w, const MoeParams& p, const MoeScratch& sc,
+           TensorRef o) override {
+    Scope s(*this, "moe");
+    b_.moe(x, r, w, p, sc, o);
+  }
   void softcap(TensorRef x, float c) override { b_.softcap(x, c); }
   void gather_rows(TensorRef x, std::span<const std::int32_t> r, TensorRef o) override {
     Scope s(*this, "gather_rows");

@@ -16,6 +16,7 @@
 
 #include "backend/batch.h"
 #include "backend/kv_storage.h"
+#include "backend/moe.h"
 #include "backend/tensor_ref.h"
 #include "backend/tier_io.h"
 #include "tensor/dtype.h"
@@ -72,6 +73,9 @@ struct AttentionParams {
   double scale = 0.0;             // multiplies q.k
   std::int64_t window = 0;        // 0: causal over all earlier positions; else keys with pos > q_pos - window
   double logit_softcap = 0.0;     // 0: none; else scores = cap * tanh(scores / cap)
+  // Empty: none. Else [1, n_heads] F32 learned sink logits (GPT-OSS): one more softmax term per
+  // head, exp(sink), that takes probability mass and adds no value.
+  WeightRef sinks = {};
 };
 
 // One product of a matmul_multi call: out[n, w.rows] = x @ w^T (+ bias).
@@ -220,6 +224,12 @@ class Backend {
     glu(gate, up, act, act_out);
     matmul(act_out, w.down, nullptr, out);
   }
+  // out[n, hidden] = sum over the p.top_k experts e that p.gating picks for each row from
+  // router_logits[n, n_experts] of weight_e * (down_e(act(gate_e(x), up_e(x))) + down_bias_e),
+  // gate/up with gate_up_bias_e added. Routing is decided where the op runs (no host round trip)
+  // and only the chosen experts' weights are read. Ties in the top-k go to the lower expert id.
+  virtual void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+                   const MoeScratch& scratch, TensorRef out) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(TensorRef x, float cap) = 0;
   // out[i, :] = x[rows[i], :]

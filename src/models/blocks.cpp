@@ -23,6 +23,8 @@ AttentionWeights load_attention(WeightLoader& w, const std::string& p, const Mod
     a.k_norm = w.get(p + "k_norm.weight", {c.head_dim});
   }
   a.o = w.get(p + "o_proj.weight", {c.hidden_size, q_dim});
+  if (layout.o_bias) a.o_bias = w.get(p + "o_proj.bias", {c.hidden_size});
+  if (layout.sinks) a.sinks = w.get_f32(p + "sinks", {c.n_heads});  // F32: AttentionParams::sinks
   return a;
 }
 
@@ -49,6 +51,14 @@ void Workspace::reserve(const ModelConfig& c, std::int64_t n) {
     attn_ = backend_.alloc(DType::F32, cap, q_dim);
     gate_up_ = backend_.alloc(DType::F32, cap, 2 * c.intermediate_size);
     act_ = backend_.alloc(DType::F32, cap, c.intermediate_size);
+    if (c.moe.n_experts > 0) {
+      const MoeConfig& m = c.moe;
+      router_ = backend_.alloc(DType::F32, cap, m.n_experts);
+      route_ = backend_.alloc(DType::F32, cap, 2 * m.top_k);
+      moe_gate_up_ = backend_.alloc(DType::F32, cap * m.top_k, 2 * m.inter);
+      moe_act_ = backend_.alloc(DType::F32, cap * m.top_k, m.inter);
+      moe_down_ = backend_.alloc(DType::F32, cap * m.top_k, c.hidden_size);
+    }
     capacity_ = cap;
   }
   x = x_->tensor().rows_slice(0, n);
@@ -58,6 +68,14 @@ void Workspace::reserve(const ModelConfig& c, std::int64_t n) {
   attn = attn_->tensor().rows_slice(0, n);
   gate_up = gate_up_->tensor().rows_slice(0, n);
   act = act_->tensor().rows_slice(0, n);
+  if (router_) {
+    const std::int64_t k = c.moe.top_k;
+    router = router_->tensor().rows_slice(0, n);
+    moe = {.route = route_->tensor().rows_slice(0, n),
+           .gate_up = moe_gate_up_->tensor().rows_slice(0, n * k),
+           .act = moe_act_->tensor().rows_slice(0, n * k),
+           .down = moe_down_->tensor().rows_slice(0, n * k)};
+  }
 }
 
 void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
@@ -80,8 +98,10 @@ void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
   // q and k are adjacent in qkv: one rope call rotates the heads of both.
   b.rope(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), p.head_dim, ctx.rope, ctx.batch.positions);
   b.store_kv(ctx.kv, ctx.layer, k, v, ctx.batch);
-  b.attention(q, ctx.kv, ctx.layer, ctx.batch, p, ctx.ws.attn);
-  b.matmul(ctx.ws.attn, w.o, nullptr, ctx.ws.y);
+  AttentionParams with_sinks = p;
+  with_sinks.sinks = w.sinks;
+  b.attention(q, ctx.kv, ctx.layer, ctx.batch, with_sinks, ctx.ws.attn);
+  b.matmul(ctx.ws.attn, w.o, &w.o_bias, ctx.ws.y);
 }
 
 void run_mlp(const MlpWeights& w, LayerContext& ctx, TensorRef xn, GluActivation act) {

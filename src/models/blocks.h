@@ -19,6 +19,8 @@ struct AttentionWeights {
   WeightRef q_bias, k_bias, v_bias;  // optional [h * d], [kv * d], [kv * d]
   WeightRef q_norm, k_norm;      // optional [d] (Qwen3, Gemma 3)
   WeightRef o;                   // [hidden, h * d]
+  WeightRef o_bias;              // optional [hidden] (GPT-OSS)
+  WeightRef sinks;               // optional [h] attention sink logits (GPT-OSS)
 };
 
 // Fused gate_up (Phi-3) or gate and up apart; the backend's gated_mlp takes them as they are.
@@ -28,6 +30,8 @@ struct AttentionLayout {
   bool fused_qkv = false;
   bool bias = false;
   bool qk_norm = false;
+  bool o_bias = false;
+  bool sinks = false;
 };
 
 AttentionWeights load_attention(WeightLoader& w, const std::string& prefix, const ModelConfig& c,
@@ -45,11 +49,14 @@ class Workspace {
   TensorRef attn;          // [n, h * d]
   TensorRef gate_up;       // [n, 2 * inter]
   TensorRef act;           // [n, inter]
+  TensorRef router;        // MoE models: [n, n_experts] router logits
+  MoeScratch moe;          // MoE models: the moe op's scratch for n rows
 
  private:
   Backend& backend_;
   std::int64_t capacity_ = 0;
   std::unique_ptr<DeviceBuffer> x_, xn_, y_, qkv_, attn_, gate_up_, act_;
+  std::unique_ptr<DeviceBuffer> router_, route_, moe_gate_up_, moe_act_, moe_down_;
 };
 
 // What one layer's attention needs besides its weights.

@@ -81,12 +81,15 @@ Family family_for(const std::string& arch, const FieldReader& r) {
   if (arch == "Qwen3ForCausalLM") return Family::Qwen3;
   if (arch == "Gemma3ForCausalLM" || arch == "Gemma3ForConditionalGeneration") return Family::Gemma3;
   if (arch == "Phi3ForCausalLM") return Family::Phi3;
+  if (arch == "Qwen3MoeForCausalLM") return Family::Qwen3Moe;
+  if (arch == "GptOssForCausalLM") return Family::GptOss;
   if (arch.find("Moe") != std::string::npos || arch.find("MoE") != std::string::npos)
     throw Error(ErrorKind::Unsupported, r.file() + ": architecture '" + arch +
                                             "' (mixture of experts) is not supported yet");
   throw Error(ErrorKind::Unsupported,
               r.file() + ": architecture '" + arch +
-                  "' is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Gemma3, Phi3)");
+                  "' is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Gemma3, Phi3, Qwen3-MoE, "
+                  "GPT-OSS)");
 }
 
 RopeType rope_type_for(const std::string& name, const FieldReader& r) {
@@ -178,7 +181,7 @@ void read_layer_types(const FieldReader& r, ModelConfig& c) {
       const std::int64_t pattern = r.integer("sliding_window_pattern", r.integer("_sliding_window_pattern", 6));
       if (pattern <= 0) r.fail("sliding_window_pattern", "must be positive");
       for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = (i + 1) % pattern != 0;
-    } else if (c.family == Family::Qwen2 || c.family == Family::Qwen3) {
+    } else if (c.family == Family::Qwen2 || c.family == Family::Qwen3 || c.family == Family::Qwen3Moe) {
       if (r.boolean("use_sliding_window", false)) {
         const std::int64_t from = r.integer("max_window_layers", c.n_layers);
         for (std::int64_t i = from; i < c.n_layers; ++i) c.layer_is_sliding[i] = true;
@@ -215,6 +218,37 @@ DType read_dtype(const FieldReader& r) {
   r.fail(r.has("torch_dtype") ? "torch_dtype" : "dtype", "unsupported dtype '" + s + "'");
 }
 
+// Qwen3-MoE: experts on layers (l + 1) % decoder_sparse_step == 0 not in mlp_only_layers;
+// GPT-OSS: experts on every layer, width intermediate_size, clamped SwiGLU.
+void read_moe(const FieldReader& r, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  m.n_experts = r.positive(experts_key);
+  m.top_k = r.positive("num_experts_per_tok");
+  if (m.top_k > m.n_experts) r.fail("num_experts_per_tok", "exceeds the number of experts");
+  m.layer_is_moe.assign(c.n_layers, true);
+  if (c.family == Family::Qwen3Moe) {
+    m.inter = r.positive("moe_intermediate_size");
+    m.norm_topk_prob = r.boolean("norm_topk_prob", false);
+    const std::int64_t step = r.integer("decoder_sparse_step", 1);
+    if (step <= 0) r.fail("decoder_sparse_step", "must be positive");
+    for (std::int64_t l = 0; l < c.n_layers; ++l) m.layer_is_moe[l] = (l + 1) % step == 0;
+    if (r.has("mlp_only_layers")) {
+      const json& only = r.object()["mlp_only_layers"];
+      if (!only.is_array()) r.fail("mlp_only_layers", "expected a list of layer indices");
+      for (const json& v : only) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= c.n_layers)
+          r.fail("mlp_only_layers", "expected layer indices below num_hidden_layers, got " + v.dump());
+        m.layer_is_moe[v.get<std::size_t>()] = false;
+      }
+    }
+  } else {
+    m.inter = c.intermediate_size;
+    m.swiglu_limit = r.number("swiglu_limit", 7.0);
+    if (m.swiglu_limit <= 0) r.fail("swiglu_limit", "must be positive");
+  }
+}
+
 }  // namespace
 
 std::string_view family_name(Family f) {
@@ -224,6 +258,8 @@ std::string_view family_name(Family f) {
     case Family::Qwen3: return "qwen3";
     case Family::Gemma3: return "gemma3";
     case Family::Phi3: return "phi3";
+    case Family::Qwen3Moe: return "qwen3_moe";
+    case Family::GptOss: return "gpt_oss";
   }
   return "?";
 }
@@ -246,7 +282,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.architecture = root["architectures"][0].get<std::string>();
   c.model_type = r.string("model_type", "");
   c.family = family_for(c.architecture, r);
-  if (r.has("num_experts") || r.has("num_local_experts"))
+  const bool moe_family = c.family == Family::Qwen3Moe || c.family == Family::GptOss;
+  if (!moe_family && (r.has("num_experts") || r.has("num_local_experts")))
     throw Error(ErrorKind::Unsupported, file_label + ": mixture-of-experts models are not supported yet");
 
   c.vocab_size = r.positive("vocab_size");
@@ -266,7 +303,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   if (c.rms_norm_eps <= 0 || c.rms_norm_eps > 1) r.fail("rms_norm_eps", "must be in (0, 1]");
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.family == Family::Gemma3);
-  c.attention_bias = r.boolean("attention_bias", c.family == Family::Qwen2);
+  c.attention_bias = r.boolean("attention_bias", c.family == Family::Qwen2 || c.family == Family::GptOss);
   c.mlp_bias = r.boolean("mlp_bias", false);
 
   const std::string act = r.string("hidden_activation", r.string("hidden_act", "silu"));
@@ -277,7 +314,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
   c.sliding_window = r.integer("sliding_window", 0);
   if (c.sliding_window < 0) r.fail("sliding_window", "must not be negative");
-  if ((c.family == Family::Qwen2 || c.family == Family::Qwen3) && !r.has("layer_types") &&
+  if ((c.family == Family::Qwen2 || c.family == Family::Qwen3 || c.family == Family::Qwen3Moe) &&
+      !r.has("layer_types") &&
       !r.boolean("use_sliding_window", false))
     c.sliding_window = 0;
   read_layer_types(r, c);
@@ -301,6 +339,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   c.attn_logit_softcap = r.number("attn_logit_softcapping", 0.0);
   c.final_logit_softcap = r.number("final_logit_softcapping", 0.0);
+  if (moe_family) read_moe(r, c);
   c.dtype = read_dtype(r);
   c.bos_token_id = static_cast<std::int32_t>(r.integer("bos_token_id", -1));
   c.eos_token_ids = read_eos(r);

@@ -11,7 +11,7 @@
 
 namespace akv {
 
-enum class Family { Llama, Qwen2, Qwen3, Gemma3, Phi3 };  // Mistral runs as Llama + window
+enum class Family { Llama, Qwen2, Qwen3, Gemma3, Phi3, Qwen3Moe, GptOss };  // Mistral runs as Llama + window
 enum class Activation { Silu, GeluTanh };
 enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3, LongRope };
 
@@ -33,6 +33,16 @@ struct RopeConfig {
   // Per-frequency divisors applied after the type's formula ([rotary_dim / 2]; empty: none):
   // GGUF files carry Llama 3 scaling this way (the converter's rope_freqs tensor).
   std::vector<double> freq_factors;
+};
+
+// The mixture-of-experts part of a config (n_experts == 0: a dense model).
+struct MoeConfig {
+  std::int64_t n_experts = 0;     // num_experts / num_local_experts
+  std::int64_t top_k = 0;         // num_experts_per_tok
+  std::int64_t inter = 0;         // one expert's width: moe_intermediate_size, else intermediate_size
+  bool norm_topk_prob = false;    // Qwen3-MoE: renormalise the k softmax weights to sum 1
+  double swiglu_limit = 0.0;      // GPT-OSS clamp (swiglu_limit, default 7)
+  std::vector<bool> layer_is_moe; // [n_layers]; false: a dense MLP of intermediate_size
 };
 
 struct ModelConfig {
@@ -64,6 +74,8 @@ struct ModelConfig {
   double final_logit_softcap = 0.0;      // 0: none
   double embedding_multiplier = 1.0;     // Gemma: sqrt(hidden_size)
 
+  MoeConfig moe;
+
   DType dtype = DType::F32;  // torch_dtype / dtype of the checkpoint
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
@@ -71,7 +83,8 @@ struct ModelConfig {
 
 // Parses and validates config.json text. `file_label` names the file in errors.
 // Throws Error{BadFormat} (missing/out-of-range field, named) or Error{Unsupported}
-// (an architecture or feature we do not run, e.g. mixture of experts).
+// (an architecture or feature we do not run, e.g. a mixture of experts other than Qwen3-MoE
+// and GPT-OSS).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& file_label);
 
 // Reads and parses `<model_dir>/config.json`.

@@ -13,5 +13,7 @@ std::unique_ptr<Model> make_llama(const ModelConfig& c, SafetensorsReader r, Bac
 std::unique_ptr<Model> make_qwen3(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_phi3(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_gemma3(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_qwen3_moe(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_gpt_oss(const ModelConfig& c, SafetensorsReader r, Backend& b);
 
 }  // namespace akv

@@ -1,12 +1,13 @@
 # Shared by the shell end-to-end tests: start `agentkv serve` on a free port and wait for it,
 # stop it, check a value. The sourcing script sets `agentkv`, `model` and `tmp` (its scratch
-# folder; the server's output goes to $tmp/log) and installs its own cleanup of `pid`.
+# folder; the server's output goes to $tmp/log) and installs its own cleanup of `pid`; it may set
+# `serve_start_timeout_s` (10 by default).
 pid=""
 port=""
 serve_start() {  # flags after --model and --port
   "$agentkv" serve --model "$model" --port 0 "$@" >"$tmp/log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq $((${serve_start_timeout_s:-10} * 10))); do
     port="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/log")"
     [[ -n "$port" ]] && return
     kill -0 "$pid" 2>/dev/null || break

@@ -20,7 +20,8 @@ struct SeqSpec {
 // Stores random K/V for every position of `seqs` (block tables drawn from a shuffled pool),
 // then runs attention for each chunk on both backends and returns the relative error.
 inline double attention_error(DType kv_dtype, std::int64_t n_heads, std::int64_t n_kv, std::int64_t head_dim,
-                              std::int64_t window, double softcap, const std::vector<SeqSpec>& seqs) {
+                              std::int64_t window, double softcap, const std::vector<SeqSpec>& seqs,
+                              bool sinks = false) {
   Backends& b = backends();
   const std::int64_t block = 16;
   std::vector<std::vector<std::int32_t>> tables;
@@ -58,13 +59,20 @@ inline double attention_error(DType kv_dtype, std::int64_t n_heads, std::int64_t
   b.ref.store_kv(kv_cpu, 1, kv_rows.cpu.cols_slice(0, kv_dim), kv_rows.cpu.cols_slice(kv_dim, kv_dim), all_batch);
   b.gpu.store_kv(kv_gpu, 1, kv_rows.gpu.cols_slice(0, kv_dim), kv_rows.gpu.cols_slice(kv_dim, kv_dim), all_batch);
 
-  const AttentionParams p{.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = head_dim,
-                          .scale = 1.0 / std::sqrt(double(head_dim)), .window = window, .logit_softcap = softcap};
+  AttentionParams p{.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = head_dim,
+                    .scale = 1.0 / std::sqrt(double(head_dim)), .window = window, .logit_softcap = softcap};
+  AttentionParams p_gpu = p;
+  const std::unique_ptr<WeightPair> sink_logits =
+      sinks ? WeightPair::random(DType::F32, 1, n_heads, 2.0f, /*vector=*/true) : nullptr;
+  if (sinks) {
+    p.sinks = sink_logits->cpu;
+    p_gpu.sinks = sink_logits->gpu;
+  }
   Pair qkv = Pair::random(chunk_rows, n_heads * head_dim + 2 * kv_dim, 0, 2.0f);
   Pair out = Pair::make(chunk_rows, n_heads * head_dim);
   out.poison_gpu();
   b.ref.attention(qkv.cpu.cols_slice(0, n_heads * head_dim), kv_cpu, 1, batch, p, out.cpu);
-  b.gpu.attention(qkv.gpu.cols_slice(0, n_heads * head_dim), kv_gpu, 1, batch, p, out.gpu);
+  b.gpu.attention(qkv.gpu.cols_slice(0, n_heads * head_dim), kv_gpu, 1, batch, p_gpu, out.gpu);
   return out.error();
 }
 

@@ -135,6 +135,9 @@ INSTANTIATE_TEST_SUITE_P(Models, StepGraphOnCuda,
                          ::testing::Values("llama3-rope-scaled", "llama3-rope-scaled-bf16",
                                            "qwen2-bias-tied", "qwen3-qknorm-tied", "mistral-swa8",
                                            "phi3-fused", "gemma3-text-swa8"));
+// The mixture-of-experts models: routing decided on the device, so their decode steps record too.
+INSTANTIATE_TEST_SUITE_P(MoeModels, StepGraphOnCuda,
+                         ::testing::Values("../tiny-random-w2/qwen3-moe", "../tiny-random-w2/gpt-oss"));
 
 // Records a step with one add, then replays it with the add on another tensor.
 void replay_with_changed_ops() {

@@ -1,8 +1,11 @@
 // config.json parsing: the real configs of ../shared/testdata/configs (transformers 4.x form),
-// the tiny-random ones (5.x form), and clear errors for bad or unsupported configs.
+// the tiny-random ones (5.x form), the MoE families, and clear errors for bad or unsupported
+// configs.
 #include "models/config.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -72,14 +75,52 @@ TEST(ModelConfig, TransformersFiveFormKeyedRopeParameters) {
   EXPECT_FALSE(c.layer_is_sliding[5]);
 }
 
-TEST(ModelConfig, MixtureOfExpertsIsReportedUnsupported) {
+TEST(ModelConfig, Qwen3MoeExpertsAndSparseLayers) {
+  const ModelConfig c = parse_file(kConfigs + "Qwen3-30B-A3B.config.json");  // 4.x: num_experts
+  EXPECT_EQ(c.family, Family::Qwen3Moe);
+  EXPECT_EQ(c.moe.n_experts, 128);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.inter, 768);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_EQ(std::count(c.moe.layer_is_moe.begin(), c.moe.layer_is_moe.end(), true), 48);
+  EXPECT_EQ(c.sliding_window, 0);
+  // 5.x: num_local_experts; decoder_sparse_step 2 and mlp_only_layers [3] leave layers 0, 2, 3 dense.
+  const std::string json = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 8, "intermediate_size": 16,
+    "vocab_size": 10, "num_hidden_layers": 6, "num_attention_heads": 4, "num_local_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 4, "decoder_sparse_step": 2, "mlp_only_layers": [3]})";
+  const ModelConfig s = parse_model_config(json, "config.json");
+  EXPECT_EQ(s.moe.n_experts, 4);
+  EXPECT_FALSE(s.moe.norm_topk_prob);
+  EXPECT_EQ(s.moe.layer_is_moe, (std::vector<bool>{false, true, false, false, false, true}));
+}
+
+TEST(ModelConfig, GptOssSlidingLayersYarnAndExperts) {
+  const ModelConfig c =
+      parse_file(std::string(AGENTKV_TESTDATA) + "/models/tiny-random-w2/gpt-oss/config.json");
+  EXPECT_EQ(c.family, Family::GptOss);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ(c.layer_is_sliding, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.rope.type, RopeType::Yarn);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.moe.n_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.inter, 32);
+  EXPECT_DOUBLE_EQ(c.moe.swiglu_limit, 7.0);
+  EXPECT_EQ(c.moe.layer_is_moe, std::vector<bool>(4, true));
+}
+
+TEST(ModelConfig, OtherMixturesOfExpertsAreReportedUnsupported) {
+  const std::string json = R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 8, "intermediate_size": 16,
+    "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "num_local_experts": 8})";
   try {
-    parse_file(kConfigs + "Qwen3-30B-A3B.config.json");
+    parse_model_config(json, "dir/config.json");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("Qwen3-30B-A3B.config.json"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("mixture of experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dir/config.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("MixtralForCausalLM"), std::string::npos) << e.what();
   }
 }
 
@@ -101,6 +142,10 @@ TEST(ModelConfig, BadConfigsNameTheField) {
       {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": "16", "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4})", "intermediate_size"},
       {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_act": "relu2"})", "hidden_act"},
       {R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "layer_types": ["full_attention"]})", "layer_types"},
+      {R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 2})", "moe_intermediate_size"},
+      {R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 5, "moe_intermediate_size": 4})", "num_experts_per_tok"},
+      {R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 4, "mlp_only_layers": [2]})", "mlp_only_layers"},
+      {R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 8, "intermediate_size": 16, "vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 4, "num_experts_per_tok": 2})", "num_experts"},
   };
   for (const BadConfig& bad : cases) {
     SCOPED_TRACE(bad.json);

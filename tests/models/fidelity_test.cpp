@@ -88,7 +88,7 @@ std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vec
   return logits;
 }
 
-// (model directory, backend name)
+// (model directory under tiny-random/, backend name)
 class TinyRandom : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 // A tiny-random model on a backend with its reference ids and fp64 logits.
@@ -143,17 +143,26 @@ TEST_P(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
   EXPECT_LE(max_err, 1e-5 * max_ref + 1e-5) << "max abs error " << max_err;
 }
 
+std::string test_name(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+  std::string dir = std::get<0>(info.param);
+  dir = dir.substr(dir.rfind('/') + 1);  // "../tiny-random-w2/gpt-oss" -> "gpt-oss"
+  std::string n = dir + "_" + std::get<1>(info.param);
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, TinyRandom,
                          ::testing::Combine(::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied",
                                                               "qwen2-bias-tied", "qwen3-qknorm-tied",
                                                               "mistral-swa8", "phi3-fused", "gemma3-text-swa8"),
                                             ::testing::Values("reference", "fast")),
-                         [](const auto& info) {
-                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test_name);
+// The mixture-of-experts models of tiny-random-w2 (same tolerance).
+INSTANTIATE_TEST_SUITE_P(MoeModels, TinyRandom,
+                         ::testing::Combine(::testing::Values("../tiny-random-w2/qwen3-moe", "../tiny-random-w2/gpt-oss"),
+                                            ::testing::Values("reference", "fast")),
+                         test_name);
 INSTANTIATE_TEST_SUITE_P(Backends, TinyRandomBf16, ::testing::Values("reference", "fast"));
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "models/model.h"
 
@@ -87,6 +88,33 @@ TEST_P(TinyRandomGreedy, MatchesReferenceIds) {
 INSTANTIATE_TEST_SUITE_P(Models, TinyRandomGreedy,
                          ::testing::Values("llama3-rope-scaled", "smollm2-like-llama-tied", "qwen2-bias-tied",
                                            "qwen3-qknorm-tied", "mistral-swa8", "phi3-fused", "gemma3-text-swa8"));
+
+// The mixture-of-experts models of tiny-random-w2 on both CPU backends: every recorded fp64
+// margin (top-1 vs top-2 logit, k-th vs (k+1)-th router logit) is >= 1e-3, so all 20 ids must match.
+class MoeGreedy : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(MoeGreedy, MatchesReferenceIds) {
+  const auto& [name, backend_name] = GetParam();
+  const std::string dir = kTestdata + "/models/tiny-random-w2/" + name;
+  const auto ref = read_json(dir + "/reference.json");
+  ASSERT_GE(ref["min_greedy_margin_f64"].get<double>(), 1e-3);
+  const auto prompt = ref["input_ids"].get<std::vector<std::int32_t>>();
+  const auto want = ref["greedy_ids"].get<std::vector<std::int32_t>>();
+  std::unique_ptr<Backend> backend;
+  if (backend_name == "fast") backend = std::make_unique<FastBackend>();
+  else backend = std::make_unique<ReferenceBackend>();
+  auto model = load_model(dir, *backend);
+  EXPECT_EQ(greedy(*model, *backend, prompt, static_cast<int>(want.size())), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeGreedy,
+                         ::testing::Combine(::testing::Values("qwen3-moe", "gpt-oss"),
+                                            ::testing::Values("reference", "fast")),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(TinyRandomVariants, ShardedAndBf16CheckpointsGiveRecordedGreedyIds) {
   const std::string base = kTestdata + "/models/tiny-random/";

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/cpu/host_buffer.h"
+
 namespace akv {
 namespace {
 
@@ -130,7 +132,13 @@ void run_task(const Job& job, const AttentionTask& task, TaskBuffers& b) {
     float* dst = job.out.row<float>(s.first_row + task.q_begin + qi) + task.kv_head * group * hd;
     for (std::int64_t g = 0; g < group; ++g) {
       const std::int64_t i = qi * group + g;
-      const float inv = 1.0f / b.l[i];
+      float inv = 1.0f / b.l[i];
+      if (!job.p.sinks.empty()) {  // the sink's term joins the sum: rescale both to the larger max
+        const float sink = load_f32(job.p.sinks.data, job.p.sinks.dtype, task.kv_head * group + g);
+        const float m = std::max(b.m[i], sink);
+        const float f = std::exp(b.m[i] - m);
+        inv = f / (b.l[i] * f + std::exp(sink - m));
+      }
       for (std::int64_t d = 0; d < hd; ++d) dst[g * hd + d] = b.o[i * hd + d] * inv;
     }
   }

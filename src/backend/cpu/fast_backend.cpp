@@ -14,9 +14,9 @@ namespace {
 // Below this many elements an element-wise op runs on the calling thread.
 constexpr std::int64_t kParallelElements = 1 << 15;
 
-bool fast_weight_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
-
 }  // namespace
+
+bool fast_weight_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 FastBackend::FastBackend(int n_threads, Isa isa, int spin_micros)
     : isa_(isa), kernels_(kernels_for(isa)), pool_(n_threads, spin_micros), scratch_(pool_.n_threads()) {

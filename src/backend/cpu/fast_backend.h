@@ -14,6 +14,9 @@
 
 namespace akv {
 
+// The weight dtypes the fast kernels read (others fall back to the reference).
+bool fast_weight_dtype(DType t);
+
 class FastBackend : public ReferenceBackend {
  public:
   // Matmuls with at least this many input rows go to sgemm; fewer stream each weight row once
@@ -45,8 +48,19 @@ class FastBackend : public ReferenceBackend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+           const MoeScratch& scratch, TensorRef out) override;  // moe_fast.cpp
 
  private:
+  // Expert e's rows of a stacked matrix as a matmul weight: a view for Float, else decoded to
+  // f32 into `decoded` (which it then points into).
+  // out[n, rows] = x @ (expert e's rows of the MXFP4 matrix w)^T + bias, one weight row decoded
+  // at a time (no f32 copy of the matrix).
+  void mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e, std::int64_t rows,
+                  const WeightRef& bias, TensorRef out);
+  WeightRef expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t e,
+                          std::int64_t rows, std::vector<float>& decoded);
+
   // Runs fn(row_begin, row_end) over n rows, on the pool when the op is big enough to pay
   // for waking it (elements = rows x cols).
   template <typename Fn>
@@ -61,6 +75,17 @@ class FastBackend : public ReferenceBackend {
   ThreadScratch scratch_;
   std::vector<AttentionTask> attention_tasks_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
+
+  // The moe op's routing of one call, kept to reuse the memory. a = token * top_k + choice.
+  struct MoeRouting {
+    std::vector<std::int32_t> ids;     // [n * k] expert of choice a
+    std::vector<float> weights;        // [n * k]
+    std::vector<std::int64_t> first;   // [n_experts + 1] first sorted slot of each expert
+    std::vector<std::int64_t> next;    // [n_experts] fill cursor
+    std::vector<std::int64_t> slot;    // [n * k] sorted slot of choice a
+    std::vector<std::int64_t> order;   // [n * k] choice at each sorted slot
+    std::vector<float> decoded;        // one MXFP4 expert matrix as f32
+  } moe_routing_;
 
   struct RopeTable {
     std::vector<double> inv_freq;

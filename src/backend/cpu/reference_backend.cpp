@@ -198,7 +198,9 @@ void ReferenceBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t 
           scores[j - first] = dot;
           max_score = std::max(max_score, dot);
         }
-        double sum = 0.0;
+        const double sink = p.sinks.empty() ? -INFINITY : double(load_f32(p.sinks.data, p.sinks.dtype, h));
+        max_score = std::max(max_score, sink);
+        double sum = std::exp(sink - max_score);  // 0 without a sink
         for (double& sc : scores) sum += (sc = std::exp(sc - max_score));
         for (std::int64_t d = 0; d < p.head_dim; ++d) {
           double acc = 0.0;

@@ -33,6 +33,8 @@ class ReferenceBackend : public Backend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+           const MoeScratch& scratch, TensorRef out) override;  // moe_reference.cpp
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,

@@ -19,6 +19,15 @@ namespace {
 
 constexpr int kWarps = 4;
 
+// Adds a sink's softmax term exp(sink) (no value) to a head's final (max, sum, unnormalised
+// output): both are moved to the larger of the two maxima first.
+__device__ __forceinline__ void add_sink(float sink, float mx, float& sum, float& o) {
+  const float m = fmaxf(mx, sink);
+  const float c = __expf(mx - m);
+  sum = sum * c + __expf(sink - m);
+  o *= c;
+}
+
 // kE: head dims per lane (dims lane*kE .. lane*kE + kE - 1); kG: query heads per block.
 template <typename T, int kE, int kG>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -118,6 +127,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const int h = h0 + g;
     if (sa.n_splits == 1) {
+      if (a.sinks != nullptr) add_sink(a.sinks[h], mx, sum, o);
       sa.out[t * sa.out_stride + std::int64_t{h} * D + d] = o / sum;
     } else {
       float* p = sa.partial + ((std::int64_t{t} * a.n_heads + h) * sa.n_splits + split) * (D + 2);
@@ -147,6 +157,7 @@ __global__ void merge_kernel(DeviceBatch b, AttentionArgs a, SplitArgs sa) {
       sum += ps[1] * f;
       o += ps[2 + d] * f;
     }
+    if (a.sinks != nullptr) add_sink(a.sinks[h], mx, sum, o);
     sa.out[t * sa.out_stride + std::int64_t{h} * D + d] = o / sum;
   }
 }

@@ -321,7 +321,7 @@ void launch_d(const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, co
 
 bool decode_attention_mma_supported(const KvView& kv, const AttentionArgs& a, const SplitArgs& sa,
                                     int heads_per_block) {
-  return kv.dtype == DType::BF16 && (a.head_dim == 64 || a.head_dim == 128) &&
+  return a.sinks == nullptr && kv.dtype == DType::BF16 && (a.head_dim == 64 || a.head_dim == 128) &&
          (heads_per_block == 2 || heads_per_block == 4 || heads_per_block == 8) && kv.row_width % 8 == 0 &&
          sa.q_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(sa.q) % 8 == 0;
 }

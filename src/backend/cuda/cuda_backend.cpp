@@ -92,7 +92,7 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kGatedMlp, kSample };
+                              kSoftcap, kGather, kDownload, kGatedMlp, kSample, kMoe };
 
 // Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
 // GEMV takes) with gate/up and down all BF16 or all F16.
@@ -556,10 +556,12 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
                           static_cast<std::int32_t>(L.block_size)};
   const cuda::AttentionArgs a{static_cast<std::int32_t>(p.n_heads), static_cast<std::int32_t>(p.n_kv_heads),
                               static_cast<std::int32_t>(p.head_dim), static_cast<float>(p.scale),
-                              static_cast<std::int32_t>(p.window), static_cast<float>(p.logit_softcap)};
+                              static_cast<std::int32_t>(p.window), static_cast<float>(p.logit_softcap),
+                              static_cast<const float*>(p.sinks.data)};
+  AKV_CHECK(p.sinks.empty() || (p.sinks.dtype == DType::F32 && p.sinks.cols == p.n_heads), "attention: F32 sinks");
   if (recording() && replaying(Sig().u(kAttention).t(q).p(kv.k[layer].data).p(kv.v[layer].data)
                                    .u(static_cast<std::uint64_t>(p.n_heads)).u(static_cast<std::uint64_t>(p.head_dim))
-                                   .f(p.scale).u(static_cast<std::uint64_t>(p.window)).f(p.logit_softcap).t(out).h))
+                                   .f(p.scale).u(static_cast<std::uint64_t>(p.window)).f(p.logit_softcap).p(a.sinks).t(out).h))
     return;
   auto partial_for = [&](int n_splits) -> float* {
     if (n_splits == 1) return nullptr;
@@ -568,7 +570,9 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
         1));
   };
   const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
-  if (b.max_chunk >= kMinPrefillChunk && q_aligned && cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
+  // Sinks: the CUDA-core split kernel only (its final normalisation and the merge add them).
+  if (a.sinks == nullptr && b.max_chunk >= kMinPrefillChunk && q_aligned &&
+      cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
     // Tiles x head groups that leave SMs idle (a short chunk over a long context) split their keys.
     const int n_splits = chunk_attention_ ? cuda::prefill_attention_splits(b, a, sm_count_) : 1;
     cuda::launch_attention_prefill(q, view, b, a, n_splits, partial_for(n_splits), out, stream());
@@ -635,6 +639,23 @@ void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
   cuda::launch_glu_half(gu_h.cols_slice(0, inter), gu_h.cols_slice(inter, inter), act == GluActivation::GeluTanh,
                         act_h, stream());
   gemm_half(act_h.data, act_h.stride, n, w.down, out.data, DType::F32, out.stride);
+}
+
+void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+                      const MoeScratch& scratch, TensorRef out) {
+  check_moe_shapes(x, router_logits, w, p, scratch, out);
+  AKV_CHECK(x.dtype == DType::F32 && router_logits.dtype == DType::F32 && out.dtype == DType::F32, "moe: f32");
+  if (x.rows == 0) return;
+  if (recording() &&
+      replaying(Sig().u(kMoe).t(x).t(router_logits).w(w.gate_up).w(w.down).w(w.gate_up_scales).w(w.down_scales)
+                    .w(w.gate_up_bias).w(w.down_bias).u(static_cast<std::uint64_t>(w.format))
+                    .u(static_cast<std::uint64_t>(p.n_experts)).u(static_cast<std::uint64_t>(p.top_k))
+                    .u(static_cast<std::uint64_t>(p.inter)).u(static_cast<std::uint64_t>(p.gating))
+                    .u(p.norm_topk_prob).u(static_cast<std::uint64_t>(p.act)).f(p.swiglu_limit).f(p.swiglu_alpha)
+                    .u(p.interleaved_gate_up).t(scratch.route).t(scratch.gate_up).t(scratch.act).t(scratch.down)
+                    .t(out).h))
+    return;
+  cuda::launch_moe(x, router_logits, w, p, scratch, out, stream());
 }
 
 void CudaBackend::softcap(TensorRef x, float cap) {

@@ -102,6 +102,8 @@ class CudaBackend final : public Backend {
   // contiguous, else in scratch. Otherwise the default composition.
   void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up, TensorRef act_out,
                  TensorRef out) override;
+  void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+           const MoeScratch& scratch, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // Greedy picks and plain temperature draws on the device (sample.cu), one block per row; only

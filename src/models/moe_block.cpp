@@ -1,0 +1,119 @@
+#include "models/moe_block.h"
+
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+
+namespace akv {
+
+namespace {
+
+// Appends the bytes of checkpoint tensor `name` ([rows, cols] of `dtype`) to `out`.
+void append_tensor(WeightLoader& w, const std::string& name, std::int64_t rows, std::int64_t cols,
+                   DType dtype, std::vector<std::uint8_t>& out) {
+  const TensorInfo& t = w.tensor(name, {rows, cols});
+  if (t.dtype != dtype)
+    throw Error(ErrorKind::BadFormat,
+                t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+                    " differs from the other experts' " + std::string(dtype_name(dtype)));
+  out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+}
+
+DType float_dtype(const TensorInfo& t, const std::string& name) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+    throw Error(ErrorKind::Unsupported,
+                t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+                    " is not supported for expert weights (F32, BF16, F16, MXFP4)");
+  return t.dtype;
+}
+
+// [E, in, out] -> [E * out, in], element by element in the checkpoint's dtype.
+std::vector<std::uint8_t> transpose_experts(const TensorInfo& t) {
+  const std::int64_t n_experts = t.shape[0], in = t.shape[1], out = t.shape[2];
+  const std::size_t size = dtype_size(t.dtype);
+  std::vector<std::uint8_t> bytes(t.bytes.size());
+  for (std::int64_t e = 0; e < n_experts; ++e)
+    for (std::int64_t i = 0; i < in; ++i)
+      for (std::int64_t o = 0; o < out; ++o)
+        std::memcpy(&bytes[((e * out + o) * in + i) * size],
+                    &t.bytes[((e * in + i) * out + o) * size], size);
+  return bytes;
+}
+
+}  // namespace
+
+MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
+                                       const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  const std::int64_t hidden = c.hidden_size, inter = m.inter;
+  MoeLayerWeights l;
+  l.router = w.get(p + "gate.weight", {m.n_experts, hidden});
+  const std::string first = p + "experts.0.gate_proj.weight";
+  const DType dtype = float_dtype(w.tensor(first, {inter, hidden}), first);
+  std::vector<std::uint8_t> gate_up, down;
+  for (std::int64_t e = 0; e < m.n_experts; ++e) {
+    const std::string ep = p + "experts." + std::to_string(e) + ".";
+    append_tensor(w, ep + "gate_proj.weight", inter, hidden, dtype, gate_up);
+    append_tensor(w, ep + "up_proj.weight", inter, hidden, dtype, gate_up);
+    append_tensor(w, ep + "down_proj.weight", hidden, inter, dtype, down);
+  }
+  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", dtype, m.n_experts * 2 * inter,
+                                        hidden, std::move(gate_up));
+  l.experts.down =
+      w.upload_repacked(p + "experts.down", dtype, m.n_experts * hidden, inter, std::move(down));
+  l.params = {.n_experts = m.n_experts,
+              .top_k = m.top_k,
+              .inter = inter,
+              .gating = MoeGating::SoftmaxTopK,
+              .norm_topk_prob = m.norm_topk_prob,
+              .act = ExpertActivation::Silu};
+  return l;
+}
+
+MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  const std::int64_t hidden = c.hidden_size, inter = m.inter, n = m.n_experts;
+  MoeLayerWeights l;
+  l.router = w.get(p + "router.weight", {n, hidden});
+  l.router_bias = w.get(p + "router.bias", {n});
+  const std::string e = p + "experts.";
+  if (w.has(e + "gate_up_proj_blocks")) {
+    if (hidden % 32 != 0 || inter % 32 != 0)
+      throw Error(ErrorKind::BadFormat,
+                  e + "gate_up_proj_blocks: MXFP4 needs hidden and expert widths divisible by 32");
+    l.experts.format = ExpertFormat::Mxfp4;
+    l.experts.gate_up = w.get_bytes(e + "gate_up_proj_blocks", {n, 2 * inter, hidden / 32, 16}, 2);
+    l.experts.gate_up_scales =
+        w.get_bytes(e + "gate_up_proj_scales", {n, 2 * inter, hidden / 32}, 2);
+    l.experts.down = w.get_bytes(e + "down_proj_blocks", {n, hidden, inter / 32, 16}, 2);
+    l.experts.down_scales = w.get_bytes(e + "down_proj_scales", {n, hidden, inter / 32}, 2);
+    l.experts.gate_up.cols = hidden;  // logical widths (MoeWeights)
+    l.experts.down.cols = inter;
+  } else {
+    const TensorInfo& gu = w.tensor(e + "gate_up_proj", {n, hidden, 2 * inter});
+    const TensorInfo& dn = w.tensor(e + "down_proj", {n, inter, hidden});
+    l.experts.gate_up = w.upload_repacked(e + "gate_up_proj", float_dtype(gu, gu.name),
+                                          n * 2 * inter, hidden, transpose_experts(gu));
+    l.experts.down = w.upload_repacked(e + "down_proj", float_dtype(dn, dn.name), n * hidden, inter,
+                                       transpose_experts(dn));
+  }
+  l.experts.gate_up_bias = w.get(e + "gate_up_proj_bias", {n, 2 * inter});
+  l.experts.down_bias = w.get(e + "down_proj_bias", {n, hidden});
+  l.params = {.n_experts = n,
+              .top_k = m.top_k,
+              .inter = inter,
+              .gating = MoeGating::TopKSoftmax,
+              .act = ExpertActivation::ClampedSwiglu,
+              .swiglu_limit = static_cast<float>(m.swiglu_limit),
+              .swiglu_alpha = 1.702f,
+              .interleaved_gate_up = true};
+  return l;
+}
+
+void run_moe(const MoeLayerWeights& w, LayerContext& ctx, TensorRef xn) {
+  ctx.backend.matmul(xn, w.router, &w.router_bias, ctx.ws.router);
+  ctx.backend.moe(xn, ctx.ws.router, w.experts, w.params, ctx.ws.moe, ctx.ws.y);
+}
+
+}  // namespace akv

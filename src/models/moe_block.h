@@ -1,0 +1,33 @@
+// The mixture-of-experts block the MoE families share: loading a layer's router and experts from
+// the checkpoint layouts (Qwen3-MoE's per-expert matrices; GPT-OSS's stacked [in, out] matrices
+// in float or as released in MXFP4) into the stacked MoeWeights of Backend::moe, and running it.
+#pragma once
+
+#include <string>
+
+#include "backend/backend.h"
+#include "models/blocks.h"
+
+namespace akv {
+
+struct MoeLayerWeights {
+  WeightRef router;       // [n_experts, hidden]
+  WeightRef router_bias;  // optional [n_experts]
+  MoeWeights experts;
+  MoeParams params;
+};
+
+// `prefix` ends in "mlp.". Qwen3-MoE: gate.weight, experts.E.{gate,up,down}_proj.weight, stacked
+// into one gate_up (expert e: gate rows, then up rows) and one down, in the checkpoint's dtype.
+MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& prefix,
+                                       const ModelConfig& c);
+// GPT-OSS: router.{weight,bias}, experts.{gate_up_proj,down_proj}{,_bias} as float [E, in, out]
+// (transposed to [E * out, in] at load), or experts.{gate_up_proj,down_proj}_{blocks,scales} in
+// MXFP4 (uploaded as they are). gate/up rows stay interleaved as stored.
+MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& prefix,
+                                     const ModelConfig& c);
+
+// ws.y[n, hidden] = moe(xn): the router matmul, then Backend::moe.
+void run_moe(const MoeLayerWeights& w, LayerContext& ctx, TensorRef xn);
+
+}  // namespace akv
