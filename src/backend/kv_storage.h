@@ -12,6 +12,23 @@
 
 namespace akv {
 
+// The recurrent state of hybrid models' linear-attention (Gated DeltaNet) layers: one slot per
+// running sequence, owned by it like its KV blocks (the engine hands slots out). Per slot and
+// per linear layer, f32: the conv state [conv_rows, conv_channels] (the last inputs of the
+// short convolution, oldest first) and the delta-rule state [n_v_heads * k_head_dim, v_head_dim].
+struct StateLayout {
+  std::int64_t n_layers = 0;  // linear-attention layers; 0: the model has none
+  std::int64_t n_slots = 0;
+  std::int64_t conv_rows = 0;  // conv_kernel - 1
+  std::int64_t conv_channels = 0;
+  std::int64_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0;
+
+  std::int64_t recurrent_rows() const { return n_v_heads * k_head_dim; }
+  // One slot across all linear layers, as read_state_slot lays it out:
+  // [n_layers][conv [conv_rows, conv_channels], recurrent [recurrent_rows, v_head_dim]] f32.
+  std::int64_t slot_floats() const { return n_layers * (conv_rows * conv_channels + recurrent_rows() * v_head_dim); }
+};
+
 struct KvLayout {
   std::int64_t n_layers = 0;
   std::int64_t n_blocks = 0;
@@ -19,6 +36,7 @@ struct KvLayout {
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;
   DType dtype = DType::F32;
+  StateLayout state;  // hybrid models only (n_layers 0 otherwise)
 
   std::int64_t row_width() const { return n_kv_heads * head_dim; }
   std::int64_t bytes() const {
@@ -35,13 +53,23 @@ struct KvStorage {
   KvLayout layout;
   std::vector<TensorRef> k;  // [n_layers] each [n_blocks * block_size, row_width]
   std::vector<TensorRef> v;
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // owners of k and v memory
+  // Linear-attention state (StateLayout): [state.n_layers] each [n_slots * conv_rows, conv_channels]
+  // and [n_slots * recurrent_rows, v_head_dim].
+  std::vector<TensorRef> conv_state, recurrent_state;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // owners of k, v and state memory
 };
 
 class Backend;
 
-// Allocates one K and one V array per layer through `backend.alloc` (zero-filled).
+// Allocates one K and one V array per layer and the state arrays through `backend.alloc`
+// (zero-filled).
 KvStorage alloc_kv_arrays(Backend& backend, const KvLayout& layout);
+
+// Copies state slot `slot` (every linear layer's conv and recurrent state) to host memory in
+// StateLayout::slot_floats order, and back. Work on any backend through download/upload, so
+// not inside a recorded step (Backend::begin_step).
+void read_state_slot(Backend& backend, const KvStorage& kv, std::int32_t slot, std::span<float> host);
+void write_state_slot(Backend& backend, KvStorage& kv, std::int32_t slot, std::span<const float> host);
 
 // The row of `layer`'s K/V array holding position `pos` of a sequence with `block_table`.
 inline std::int64_t kv_row(const KvLayout& layout, std::span<const std::int32_t> block_table,

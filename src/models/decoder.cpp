@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "models/hybrid_blocks.h"
+
 namespace akv {
 
 DecoderModel::DecoderModel(ModelConfig config, SafetensorsReader reader, Backend& backend,
@@ -61,6 +63,7 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
   AKV_CHECK(static_cast<std::int64_t>(batch.positions.size()) == n, "one position per token");
   update_rope(batch);
   ws_.reserve(c, n);
+  reserve_extra(n);
   if (n_logits > logits_capacity_) {  // before begin_step: a recorded step allocates nothing
     last_hidden_ = backend_.alloc(DType::F32, n_logits, c.hidden_size);
     logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
@@ -100,13 +103,15 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
   return out;
 }
 
-KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype) {
+KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype,
+                       std::int64_t n_state_slots) {
   return {.n_layers = c.n_layers,
           .n_blocks = n_blocks,
           .block_size = block_size,
           .n_kv_heads = c.n_kv_heads,
           .head_dim = c.head_dim,
-          .dtype = dtype};
+          .dtype = dtype,
+          .state = state_layout_for(c, n_state_slots)};
 }
 
 }  // namespace akv

@@ -13,5 +13,7 @@ std::unique_ptr<Model> make_llama(const ModelConfig& c, SafetensorsReader r, Bac
 std::unique_ptr<Model> make_qwen3(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_phi3(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_gemma3(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_qwen3_next(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_qwen3_5(const ModelConfig& c, SafetensorsReader r, Backend& b);  // + Qwen3.5-MoE
 
 }  // namespace akv

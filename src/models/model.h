@@ -31,7 +31,9 @@ class Model {
 
 // The KV layout a model needs for `n_blocks` blocks of `block_size` positions in `dtype` (the
 // caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()).
-KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype);
+// Hybrid models also get `n_state_slots` recurrent-state slots (one per sequence run at once).
+KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype,
+                       std::int64_t n_state_slots = 1);
 
 // Loads config.json and the safetensors weights of `model_dir` onto `backend`.
 // Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, ...).

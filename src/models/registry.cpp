@@ -12,6 +12,8 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend
     case Family::Qwen3: return make_qwen3(config, std::move(reader), backend);
     case Family::Phi3: return make_phi3(config, std::move(reader), backend);
     case Family::Gemma3: return make_gemma3(config, std::move(reader), backend);
+    case Family::Qwen3Next: return make_qwen3_next(config, std::move(reader), backend);
+    case Family::Qwen35: return make_qwen3_5(config, std::move(reader), backend);
   }
   AKV_CHECK(false, "unhandled family");
   return nullptr;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_fast.h"
+#include "backend/cpu/delta_rule.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/reference_backend.h"
@@ -45,6 +46,11 @@ class FastBackend : public ReferenceBackend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  // The chunked form for prefill chunks, token by token for decode; (chunk, head) pairs on the pool.
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
+  // Tokens per chunk of the chunked delta rule.
+  static constexpr std::int64_t kDeltaRuleChunk = 64;
 
  private:
   // Runs fn(row_begin, row_end) over n rows, on the pool when the op is big enough to pay
@@ -61,6 +67,7 @@ class FastBackend : public ReferenceBackend {
   ThreadScratch scratch_;
   std::vector<AttentionTask> attention_tasks_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
+  PreparedDeltaRule delta_rule_;
 
   struct RopeTable {
     std::vector<double> inv_freq;

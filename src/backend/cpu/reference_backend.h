@@ -34,6 +34,11 @@ class ReferenceBackend : public Backend {
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
+  void sigmoid_mul(TensorRef x, TensorRef gate) override;
+  void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
+                     const ForwardBatch& batch) override;
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                    std::span<std::int32_t> out) override;
