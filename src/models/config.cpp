@@ -252,8 +252,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.architecture = root["architectures"][0].get<std::string>();
   c.model_type = r.string("model_type", "");
   c.family = family_for(c.architecture, r);
-  if (is_hybrid(c.family))
+  if (is_hybrid(c.family)) {
     c.hybrid = parse_hybrid_config(root, file_label, r.positive("num_hidden_layers"));
+    if (c.family == Family::Qwen35) c.hybrid.moe.norm_topk_prob = true;  // its router always renormalises
+  }
   else if (r.has("num_experts") || r.has("num_local_experts"))
     throw Error(ErrorKind::Unsupported, file_label + ": mixture-of-experts models are not supported yet");
 
