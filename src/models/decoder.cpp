@@ -42,7 +42,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
   if (batch.tokens.empty()) return;
   const TensorRef out = run_to_logits(batch, kv, this);
   if (out.rows > 0) backend_.download(out, logits);
-  backend_.end_step();  // the logits are in place when it returns
+  if (recordable_) backend_.end_step();  // the logits are in place when it returns
 }
 
 void DecoderModel::forward_ids(const ForwardBatch& batch, KvStorage& kv, std::span<const float> temperature,
@@ -53,7 +53,7 @@ void DecoderModel::forward_ids(const ForwardBatch& batch, KvStorage& kv, std::sp
   // Its own recording key: the step ends in sample_rows, not download (Backend::begin_step).
   const TensorRef out = run_to_logits(batch, kv, &ids_step_key_);
   if (out.rows > 0) backend_.sample_rows(out, temperature, u, ids);
-  backend_.end_step();  // the ids are in place when it returns
+  if (recordable_) backend_.end_step();  // the ids are in place when it returns
 }
 
 TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, const void* step_key) {
@@ -69,7 +69,7 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
     logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
     logits_capacity_ = n_logits;
   }
-  backend_.begin_step(batch, kv, step_key);
+  if (recordable_) backend_.begin_step(batch, kv, step_key);
   backend_.embed(embed_, batch.tokens, static_cast<float>(c.embedding_multiplier), ws_.x);
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {

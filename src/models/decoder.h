@@ -36,6 +36,8 @@ class DecoderModel : public Model {
 
   ModelConfig config_;
   Backend& backend_;
+  // False for a family whose ops need the host mid-step (download, upload): no begin_step.
+  bool recordable_ = true;
   float norm_offset_;
 
  private:

@@ -31,6 +31,7 @@ class HybridModel final : public DecoderModel {
         hybrid_ws_(b),
         moe_(b) {
     const ModelConfig& cfg = config_;
+    recordable_ = cfg.hybrid.moe.n_experts == 0;  // the reference MoE routes on the host
     std::int64_t n_linear = 0;
     for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
       const std::string p = layer_prefix(l);
