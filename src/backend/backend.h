@@ -226,7 +226,7 @@ class Backend {
   virtual void sigmoid_mul(TensorRef x, TensorRef gate) = 0;
 
   // --- linear-attention (Gated DeltaNet) layers of hybrid models; `layer` indexes the
-  // linear layers (kv.layout.state), each chunk's state is its state_slot (batch.h) ----------
+  // linear layers (kv.state), each chunk's state is its state_slot (batch.h) ----------
   // x[n, C] = silu(causal depthwise conv of x with w [C, conv_rows + 1]) in place, each chunk
   // continuing its slot's conv state (the inputs before start_pos; zeros at start_pos 0) and
   // leaving its last conv_rows inputs there.

@@ -1,6 +1,7 @@
 // KV memory as the backend holds it: per layer, one K and one V array of fixed-size blocks,
-// [n_blocks * block_size, n_kv_heads * head_dim]. Which block belongs to which sequence is the
-// KV manager's business (kv/); ops only follow block tables.
+// [n_blocks * block_size, n_kv_heads * head_dim]; for hybrid models also the per-sequence
+// recurrent state slots. Which block belongs to which sequence is the KV manager's business
+// (kv/), which slot the scheduler's; ops only follow block tables and slot numbers.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct StateLayout {
   // One slot across all linear layers, as read_state_slot lays it out:
   // [n_layers][conv [conv_rows, conv_channels], recurrent [recurrent_rows, v_head_dim]] f32.
   std::int64_t slot_floats() const { return n_layers * (conv_rows * conv_channels + recurrent_rows() * v_head_dim); }
+  std::int64_t bytes() const { return n_slots * slot_floats() * static_cast<std::int64_t>(sizeof(float)); }
 };
 
 struct KvLayout {
@@ -36,7 +38,6 @@ struct KvLayout {
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;
   DType dtype = DType::F32;
-  StateLayout state;  // hybrid models only (n_layers 0 otherwise)
 
   std::int64_t row_width() const { return n_kv_heads * head_dim; }
   std::int64_t bytes() const {
@@ -53,17 +54,19 @@ struct KvStorage {
   KvLayout layout;
   std::vector<TensorRef> k;  // [n_layers] each [n_blocks * block_size, row_width]
   std::vector<TensorRef> v;
-  // Linear-attention state (StateLayout): [state.n_layers] each [n_slots * conv_rows, conv_channels]
-  // and [n_slots * recurrent_rows, v_head_dim].
+  // Hybrid models' linear-attention state (alloc_state_arrays; n_layers 0 otherwise):
+  // [state.n_layers] each [n_slots * conv_rows, conv_channels] and [n_slots * recurrent_rows, v_head_dim].
+  StateLayout state;
   std::vector<TensorRef> conv_state, recurrent_state;
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // owners of k, v and state memory
 };
 
 class Backend;
 
-// Allocates one K and one V array per layer and the state arrays through `backend.alloc`
-// (zero-filled).
+// Allocates one K and one V array per layer through `backend.alloc` (zero-filled).
 KvStorage alloc_kv_arrays(Backend& backend, const KvLayout& layout);
+// Adds the state arrays of `state` to kv through `backend.alloc` (zero-filled); once per kv.
+void alloc_state_arrays(Backend& backend, KvStorage& kv, const StateLayout& state);
 
 // Copies state slot `slot` (every linear layer's conv and recurrent state) to host memory in
 // StateLayout::slot_floats order, and back. Work on any backend through download/upload, so

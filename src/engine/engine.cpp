@@ -72,9 +72,8 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       config_(adapted_to(config, model_->config())),
       model_context_(model_context_of(model_->config(), config_)),
       max_context_(context_limit(model_->config(), config_)),
-      kv_storage_(
-          backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size, config_.kv_dtype,
-                                         config_.scheduler.max_running))),
+      kv_storage_(alloc_model_kv(backend, model_->config(), config_.n_blocks, config_.block_size, config_.kv_dtype,
+                                 config_.scheduler.max_running)),
       kv_(config_.n_blocks, config_.block_size, KvManager::backend_copier(backend_, kv_storage_)),
       scheduler_(config_.scheduler, kv_),
       runner_(*model_, kv_storage_),

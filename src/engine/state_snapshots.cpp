@@ -60,7 +60,7 @@ void SnapshotResume::restore(const Sequence& seq, std::int32_t pos) {
 
 void SnapshotResume::read(const Sequence& seq, std::vector<float>& state) {
   AKV_CHECK(seq.state_slot >= 0, "read of a sequence without a state slot");
-  state.resize(static_cast<std::size_t>(kv_.layout.state.slot_floats()));
+  state.resize(static_cast<std::size_t>(kv_.state.slot_floats()));
   read_state_slot(backend_, kv_, seq.state_slot, state);
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "models/hybrid_blocks.h"
 
 namespace akv {
 
@@ -103,15 +102,20 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
   return out;
 }
 
-KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype,
-                       std::int64_t n_state_slots) {
+KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype) {
   return {.n_layers = c.n_layers,
           .n_blocks = n_blocks,
           .block_size = block_size,
           .n_kv_heads = c.n_kv_heads,
           .head_dim = c.head_dim,
-          .dtype = dtype,
-          .state = state_layout_for(c, n_state_slots)};
+          .dtype = dtype};
+}
+
+KvStorage alloc_model_kv(Backend& backend, const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size,
+                         DType dtype, std::int64_t n_state_slots) {
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block_size, dtype));
+  alloc_state_arrays(backend, kv, state_layout_for(c, n_state_slots));
+  return kv;
 }
 
 }  // namespace akv

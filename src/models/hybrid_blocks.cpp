@@ -79,7 +79,7 @@ void HybridWorkspace::reserve(const ModelConfig& c, std::int64_t n) {
 void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, HybridWorkspace& hw, TensorRef xn,
                          std::int64_t linear_layer) {
   Backend& be = ctx.backend;
-  const StateLayout& st = ctx.kv.layout.state;
+  const StateLayout& st = ctx.kv.state;
   const std::int64_t C = st.conv_channels, vd = st.n_v_heads * st.v_head_dim, nv = st.n_v_heads;
   const TensorRef qkv = hw.proj.cols_slice(0, C);          // [n, C]
   const TensorRef z = hw.proj.cols_slice(C, vd);           // [n, vd]

@@ -13,6 +13,7 @@
 
 #include "models/blocks.h"
 #include "models/derived_weights.h"
+#include "models/model.h"
 
 namespace akv {
 
@@ -56,8 +57,5 @@ void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, Hybri
                          std::int64_t linear_layer);
 // ws.y[n, hidden] = gated attention on xn for ctx.layer.
 void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, HybridWorkspace& hw, TensorRef xn);
-
-// The recurrent state layout of `c` with `n_slots` slots (n_layers 0 for non-hybrid models).
-StateLayout state_layout_for(const ModelConfig& c, std::int64_t n_slots);
 
 }  // namespace akv

@@ -10,26 +10,26 @@ namespace {
 
 // State-only storage (no KV layers) with 4 slots on one backend.
 KvStorage state_storage(Backend& b) {
-  KvLayout layout;
-  layout.state = {.n_layers = 1, .n_slots = 4, .conv_rows = 3, .conv_channels = 2 * 2 * 32 + 4 * 24,
-                  .n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 32, .v_head_dim = 24};
-  return b.alloc_kv(layout);
+  KvStorage kv = b.alloc_kv(KvLayout{});
+  alloc_state_arrays(b, kv, {.n_layers = 1, .n_slots = 4, .conv_rows = 3, .conv_channels = 2 * 2 * 32 + 4 * 24,
+                             .n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 32, .v_head_dim = 24});
+  return kv;
 }
 
 // Three chunks: slot 2 fresh (start 0, 9 tokens), slot 0 continuing at 17 (1 token), slot 3
 // continuing at 40 (5 tokens).
 struct Chunks {
-  std::vector<SequenceChunk> seqs{{.first_row = 0, .n_tokens = 9, .start_pos = 0, .state_slot = 2},
-                                  {.first_row = 9, .n_tokens = 1, .start_pos = 17, .state_slot = 0},
-                                  {.first_row = 10, .n_tokens = 5, .start_pos = 40, .state_slot = 3}};
+  std::vector<SequenceChunk> seqs{{.first_row = 0, .n_tokens = 9, .start_pos = 0, .block_table = {}, .state_slot = 2},
+                                  {.first_row = 9, .n_tokens = 1, .start_pos = 17, .block_table = {}, .state_slot = 0},
+                                  {.first_row = 10, .n_tokens = 5, .start_pos = 40, .block_table = {}, .state_slot = 3}};
   std::vector<std::int32_t> tokens = std::vector<std::int32_t>(15, 1), positions = std::vector<std::int32_t>(15, 0);
-  ForwardBatch batch() const { return {.tokens = tokens, .positions = positions, .sequences = seqs}; }
+  ForwardBatch batch() const { return {.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}}; }
 };
 
 std::vector<float> all_state(Backend& b, const KvStorage& kv) {
   std::vector<float> out;
-  for (std::int32_t slot = 0; slot < kv.layout.state.n_slots; ++slot) {
-    std::vector<float> s(static_cast<std::size_t>(kv.layout.state.slot_floats()));
+  for (std::int32_t slot = 0; slot < kv.state.n_slots; ++slot) {
+    std::vector<float> s(static_cast<std::size_t>(kv.state.slot_floats()));
     read_state_slot(b, kv, slot, s);
     out.insert(out.end(), s.begin(), s.end());
   }
@@ -37,8 +37,8 @@ std::vector<float> all_state(Backend& b, const KvStorage& kv) {
 }
 
 void random_states(KvStorage& cpu, KvStorage& gpu) {
-  for (std::int32_t slot = 0; slot < cpu.layout.state.n_slots; ++slot) {
-    const std::vector<float> s = random_floats(static_cast<std::size_t>(cpu.layout.state.slot_floats()), 0.3f);
+  for (std::int32_t slot = 0; slot < cpu.state.n_slots; ++slot) {
+    const std::vector<float> s = random_floats(static_cast<std::size_t>(cpu.state.slot_floats()), 0.3f);
     write_state_slot(backends().ref, cpu, slot, s);
     write_state_slot(backends().gpu, gpu, slot, s);
   }
@@ -57,7 +57,7 @@ TEST(HybridOps, CausalConvContinuesEachSlot) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     KvStorage cpu = state_storage(backends().ref), gpu = state_storage(backends().gpu);
     random_states(cpu, gpu);
-    const std::int64_t C = cpu.layout.state.conv_channels;
+    const std::int64_t C = cpu.state.conv_channels;
     auto w = WeightPair::random(dtype, C, 4, 0.5f);
     Pair x = Pair::random(15, C, 16);
     const Chunks c;
@@ -72,7 +72,7 @@ TEST(HybridOps, GatedDeltaRuleContinuesEachSlot) {
   AKV_SKIP_WITHOUT_CUDA();
   KvStorage cpu = state_storage(backends().ref), gpu = state_storage(backends().gpu);
   random_states(cpu, gpu);
-  const StateLayout& st = cpu.layout.state;
+  const StateLayout& st = cpu.state;
   Pair qkv = Pair::random(15, st.conv_channels, 8), a = Pair::random(15, 4), b = Pair::random(15, 4, 2);
   Pair out = Pair::make(15, 4 * 24, 6);
   auto a_log = WeightPair::random(DType::F32, 1, 4, 1.0f, true), dt_bias = WeightPair::random(DType::F32, 1, 4, 1.0f, true);
@@ -106,7 +106,7 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
   const std::vector<double> want(p, p + t.numel());
   const std::int64_t vocab = model->config().vocab_size, block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = gpu.alloc_kv(kv_layout_for(model->config(), n_blocks, block, DType::F32, 2));
+  KvStorage kv = alloc_model_kv(gpu, model->config(), n_blocks, block, DType::F32, 2);
   std::vector<std::int32_t> table;
   for (std::int64_t i = 0; i < n_blocks; ++i) table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
   std::vector<float> got(ids.size() * vocab);

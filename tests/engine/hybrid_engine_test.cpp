@@ -29,10 +29,11 @@ Ids random_ids(std::mt19937& rng, int n) {
 
 struct EngineUnderTest {
   EngineUnderTest(const std::string& dir, EngineConfig cfg) : engine(load_model(dir, backend), backend, cfg) {}
-  RequestId greedy(Ids prompt, int n) {
+  RequestId greedy(Ids prompt, int n, std::int32_t n_logprobs = 0) {
     GenerateRequest r;
     r.prompt = std::move(prompt);
     r.max_tokens = n;
+    r.n_logprobs = n_logprobs;
     return engine.submit(std::move(r), out.callback());
   }
   ReferenceBackend backend;
@@ -130,12 +131,16 @@ TEST_P(HybridEngine, NextTurnResumesFromTheEndOfThePreviousOne) {
 }
 
 // Snapshots every 8 tokens: a prompt sharing L tokens resumes at the deepest snapshot <= L (a
-// multiple of 8) and gives the cold run's tokens from each of them.
+// multiple of 8) and gives the cold run's tokens and top logprobs from each of them (the cold
+// run: an engine without snapshots).
 TEST_P(HybridEngine, ResumeFromEverySnapshotPositionEqualsAColdRun) {
   const std::string dir = fixture(GetParam());
   std::mt19937 rng(8);
   const Ids first = random_ids(rng, 60);
   EngineUnderTest t(dir, small_steps(256, 8));
+  EngineConfig cold_cfg = small_steps();
+  cold_cfg.state_snapshot_bytes = 0;
+  EngineUnderTest cold(dir, cold_cfg);
   const Collector::Result r1 = t.out.wait(t.greedy(first, 4));
   Ids all = first;
   all.insert(all.end(), r1.tokens.begin(), r1.tokens.end());  // 64, of which 63 computed
@@ -143,9 +148,18 @@ TEST_P(HybridEngine, ResumeFromEverySnapshotPositionEqualsAColdRun) {
     SCOPED_TRACE(shared);
     Ids prompt(all.begin(), all.begin() + shared);
     for (std::int32_t tok : random_ids(rng, 5)) prompt.push_back(tok);
-    const Collector::Result r = t.out.wait(t.greedy(prompt, 6));
+    const Collector::Result r = t.out.wait(t.greedy(prompt, 6, 5));
     EXPECT_EQ(r.usage.cached_tokens, shared / 8 * 8);
     EXPECT_EQ(r.tokens, greedy_alone(dir, prompt, 6));
+    const Collector::Result c = cold.out.wait(cold.greedy(prompt, 6, 5));
+    ASSERT_EQ(r.top.size(), c.top.size());
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      ASSERT_EQ(r.top[i].size(), c.top[i].size());
+      for (std::size_t j = 0; j < r.top[i].size(); ++j) {
+        EXPECT_EQ(r.top[i][j].id, c.top[i][j].id);
+        EXPECT_NEAR(r.top[i][j].logprob, c.top[i][j].logprob, 1e-4);
+      }
+    }
   }
 }
 

@@ -65,7 +65,7 @@ std::vector<float> run_chunks(Model& model, Backend& backend, const std::vector<
   const std::int64_t block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   // Two state slots; the sequence uses slot 1, so slot indexing is exercised.
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32, 2));
+  KvStorage kv = alloc_model_kv(backend, c, n_blocks, block, DType::F32, 2);
   std::vector<std::int32_t> table(n_blocks);
   for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);
   std::vector<float> logits(ids.size() * c.vocab_size);

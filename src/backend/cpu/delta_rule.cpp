@@ -169,7 +169,7 @@ DeltaRuleInputs delta_rule_inputs(const PreparedDeltaRule& p, TensorRef qkv, con
 }
 
 float* delta_rule_state(const KvStorage& kv, std::int64_t layer, const SequenceChunk& s, std::int64_t v_head) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   AKV_CHECK(layer >= 0 && layer < st.n_layers && s.state_slot >= 0 && s.state_slot < st.n_slots, "state slot");
   const TensorRef& r = kv.recurrent_state[layer];
   AKV_CHECK(r.stride == st.v_head_dim, "recurrent state rows are contiguous");

@@ -173,7 +173,7 @@ void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
 void FastBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                                    const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
                                    const ForwardBatch& batch, TensorRef out) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   AKV_CHECK(out.rows == qkv.rows && out.cols == st.n_v_heads * st.v_head_dim, "gated_delta_rule out shape");
   prepare_delta_rule(qkv, a, b, a_log, dt_bias, st, delta_rule_);
   const auto n_tasks = static_cast<std::int64_t>(batch.sequences.size()) * st.n_v_heads;

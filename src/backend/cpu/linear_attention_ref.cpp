@@ -20,7 +20,7 @@ void ReferenceBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
 
 void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                                      const ForwardBatch& batch) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   const std::int64_t C = st.conv_channels, R = st.conv_rows, K = R + 1;
   AKV_CHECK(x.cols == C && w.rows == C && w.cols == K && layer >= 0 && layer < st.n_layers, "causal_conv1d shape");
   const TensorRef& conv = kv.conv_state[layer];
@@ -48,7 +48,7 @@ void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage&
 void ReferenceBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                                         const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
                                         const ForwardBatch& batch, TensorRef out) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   AKV_CHECK(out.rows == qkv.rows && out.cols == st.n_v_heads * st.v_head_dim, "gated_delta_rule out shape");
   PreparedDeltaRule p;
   prepare_delta_rule(qkv, a, b, a_log, dt_bias, st, p);

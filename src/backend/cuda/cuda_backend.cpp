@@ -652,7 +652,7 @@ void CudaBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
 const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch) {
   state_seqs_host_.clear();
   for (const SequenceChunk& s : batch.sequences) {
-    AKV_CHECK(s.state_slot >= 0 && s.state_slot < kv.layout.state.n_slots, "state slot out of range");
+    AKV_CHECK(s.state_slot >= 0 && s.state_slot < kv.state.n_slots, "state slot out of range");
     state_seqs_host_.insert(state_seqs_host_.end(), {s.first_row, s.n_tokens, s.start_pos, s.state_slot});
   }
   return static_cast<const std::int32_t*>(
@@ -661,7 +661,7 @@ const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const Fo
 
 void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                                 const ForwardBatch& batch) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   AKV_CHECK(layer >= 0 && layer < st.n_layers && x.cols == st.conv_channels && w.rows == st.conv_channels &&
                 w.cols == st.conv_rows + 1,
             "causal_conv1d shape");
@@ -674,7 +674,7 @@ void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, 
 void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                                    const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
                                    const ForwardBatch& batch, TensorRef out) {
-  const StateLayout& st = kv.layout.state;
+  const StateLayout& st = kv.state;
   AKV_CHECK(layer >= 0 && layer < st.n_layers &&
                 qkv.cols == 2 * st.n_k_heads * st.k_head_dim + st.n_v_heads * st.v_head_dim &&
                 a.cols == st.n_v_heads && b.cols == st.n_v_heads && out.cols == st.n_v_heads * st.v_head_dim &&
