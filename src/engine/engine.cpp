@@ -55,7 +55,8 @@ EngineConfig adapted_to(EngineConfig e, const ModelConfig& c) {
   if (!is_hybrid(c.family)) return e;
   if (e.state_snapshot_bytes <= 0) e.scheduler.prefix_reuse = false;
   else  // whole blocks: the KV resumes only there
-    e.scheduler.snapshot_interval = (std::max(0, e.state_snapshot_interval) + e.block_size - 1) / e.block_size * e.block_size;
+    e.scheduler.snapshot_interval =
+        (std::max(0, e.state_snapshot_interval) + e.block_size - 1) / e.block_size * e.block_size;
   return e;
 }
 

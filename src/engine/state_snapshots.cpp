@@ -6,9 +6,11 @@
 
 namespace akv {
 
-Hash128 StateSnapshots::key_of(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos) {
+Hash128 StateSnapshots::key_of(std::string_view ns, std::span<const std::int32_t> tokens,
+                               std::int32_t pos) {
   const Hash128 ns_hash = hash128(std::as_bytes(std::span(ns.data(), ns.size())));
-  return hash128(std::as_bytes(tokens.first(static_cast<std::size_t>(pos))), ns_hash.lo ^ ns_hash.hi);
+  return hash128(std::as_bytes(tokens.first(static_cast<std::size_t>(pos))),
+                 ns_hash.lo ^ ns_hash.hi);
 }
 
 void StateSnapshots::erase(std::list<Entry>::iterator it) {
@@ -17,8 +19,8 @@ void StateSnapshots::erase(std::list<Entry>::iterator it) {
   lru_.erase(it);
 }
 
-void StateSnapshots::put(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos,
-                         std::vector<float> state) {
+void StateSnapshots::put(std::string_view ns, std::span<const std::int32_t> tokens,
+                         std::int32_t pos, std::vector<float> state) {
   const auto size = static_cast<std::int64_t>(state.size() * sizeof(float));
   if (pos <= 0 || size > max_bytes_) return;
   const Hash128 key = key_of(ns, tokens, pos);
@@ -29,7 +31,8 @@ void StateSnapshots::put(std::string_view ns, std::span<const std::int32_t> toke
   while (bytes_ > max_bytes_) erase(std::prev(lru_.end()));
 }
 
-std::int32_t StateSnapshots::deepest(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t limit) {
+std::int32_t StateSnapshots::deepest(std::string_view ns, std::span<const std::int32_t> tokens,
+                                     std::int32_t limit) {
   limit = std::min(limit, static_cast<std::int32_t>(tokens.size()));
   auto best = lru_.end();
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
@@ -41,7 +44,8 @@ std::int32_t StateSnapshots::deepest(std::string_view ns, std::span<const std::i
   return best->pos;
 }
 
-const std::vector<float>* StateSnapshots::find(std::string_view ns, std::span<const std::int32_t> tokens,
+const std::vector<float>* StateSnapshots::find(std::string_view ns,
+                                               std::span<const std::int32_t> tokens,
                                                std::int32_t pos) const {
   if (pos <= 0 || pos > static_cast<std::int32_t>(tokens.size())) return nullptr;
   const auto it = index_.find(key_of(ns, tokens, pos));
@@ -54,7 +58,8 @@ std::int32_t SnapshotResume::resume_point(const Sequence& seq, std::int32_t matc
 
 void SnapshotResume::restore(const Sequence& seq, std::int32_t pos) {
   const std::vector<float>* state = snapshots_.find(seq.ns, seq.tokens, pos);
-  AKV_CHECK(state != nullptr && seq.state_slot >= 0, "restore of a resume point without its snapshot");
+  AKV_CHECK(state != nullptr && seq.state_slot >= 0,
+            "restore of a resume point without its snapshot");
   write_state_slot(backend_, kv_, seq.state_slot, *state);
 }
 

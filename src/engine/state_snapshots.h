@@ -26,12 +26,15 @@ class StateSnapshots {
   // Stores the state after tokens[0, pos) in namespace ns (replacing an equal key), then drops
   // the least recently used snapshots beyond the budget. A snapshot larger than the whole budget
   // is not kept.
-  void put(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos, std::vector<float> state);
+  void put(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos,
+           std::vector<float> state);
   // The deepest snapshot position p <= limit whose prefix tokens[0, p) equals the tokens it was
   // taken over (same namespace), or 0 when none; marks it recently used.
-  std::int32_t deepest(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t limit);
+  std::int32_t deepest(std::string_view ns, std::span<const std::int32_t> tokens,
+                       std::int32_t limit);
   // The state at a position deepest() returned for these tokens; nullptr if absent.
-  const std::vector<float>* find(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos) const;
+  const std::vector<float>* find(std::string_view ns, std::span<const std::int32_t> tokens,
+                                 std::int32_t pos) const;
 
   std::int64_t bytes() const { return bytes_; }
   std::size_t size() const { return lru_.size(); }
@@ -43,7 +46,8 @@ class StateSnapshots {
     std::int32_t pos = 0;
     std::vector<float> state;
   };
-  static Hash128 key_of(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos);
+  static Hash128 key_of(std::string_view ns, std::span<const std::int32_t> tokens,
+                        std::int32_t pos);
   void erase(std::list<Entry>::iterator it);
 
   std::int64_t max_bytes_;

@@ -175,7 +175,8 @@ void read_layer_types(const FieldReader& r, ModelConfig& c) {
     for (std::int64_t i = 0; i < c.n_layers; ++i) {
       const std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (t == "sliding_attention") c.layer_is_sliding[i] = true;
-      else if (t != "full_attention" && !(is_hybrid(c.family) && t == "linear_attention")) r.fail("layer_types", "unknown layer type " + lt[i].dump());
+      else if (t != "full_attention" && !(is_hybrid(c.family) && t == "linear_attention"))
+        r.fail("layer_types", "unknown layer type " + lt[i].dump());
     }
   } else if (c.sliding_window > 0) {
     if (c.family == Family::Gemma3) {

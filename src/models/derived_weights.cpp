@@ -6,12 +6,14 @@
 
 namespace akv {
 
-WeightRef DerivedWeights::rows_of(const std::string& name, std::initializer_list<std::int64_t> shape,
+WeightRef DerivedWeights::rows_of(const std::string& name,
+                                  std::initializer_list<std::int64_t> shape,
                                   std::span<const std::int64_t> rows) {
   const std::vector<std::int64_t> want(shape);
   const TensorInfo& t = reader_.get_or_throw(name, want);
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
-    throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
+    throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " +
+                                            std::string(dtype_name(t.dtype)) +
                                             " is not supported for weights (F32, BF16, F16)");
   std::int64_t cols = 1;
   for (std::size_t i = 1; i < want.size(); ++i) cols *= want[i];
@@ -19,7 +21,8 @@ WeightRef DerivedWeights::rows_of(const std::string& name, std::initializer_list
   std::vector<std::uint8_t>& bytes = bytes_.emplace_back(rows.size() * row_bytes);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     AKV_CHECK(rows[i] >= 0 && rows[i] < want[0], "derived weight row out of range");
-    std::memcpy(bytes.data() + i * row_bytes, t.bytes.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
+    std::memcpy(bytes.data() + i * row_bytes,
+                t.bytes.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
   }
   TensorInfo& info = infos_.emplace_back(t);
   info.shape = {static_cast<std::int64_t>(rows.size()), cols};
@@ -27,7 +30,8 @@ WeightRef DerivedWeights::rows_of(const std::string& name, std::initializer_list
   return backend_.upload_weight(info);
 }
 
-WeightRef DerivedWeights::as_matrix(const std::string& name, std::initializer_list<std::int64_t> shape) {
+WeightRef DerivedWeights::as_matrix(const std::string& name,
+                                    std::initializer_list<std::int64_t> shape) {
   return rows_of(name, shape, row_range(0, *shape.begin()));
 }
 

@@ -18,7 +18,8 @@ namespace akv {
 
 class DerivedWeights {
  public:
-  DerivedWeights(const SafetensorsReader& reader, Backend& backend) : reader_(reader), backend_(backend) {}
+  DerivedWeights(const SafetensorsReader& reader, Backend& backend)
+      : reader_(reader), backend_(backend) {}
 
   // The matrix [rows.size(), cols] whose row i is row rows[i] of tensor `name` seen as
   // [shape[0], cols] (cols = the product of the other dims). Throws Error like WeightLoader::get

@@ -18,24 +18,25 @@
 namespace akv {
 
 struct GatedDeltaNetWeights {
-  WeightRef qkv, z, b, a;   // in projections [C, hidden], [vd, hidden], [nv, hidden], [nv, hidden]
-  WeightRef conv;           // [C, conv_kernel] depthwise, C = 2 * key_dim + vd
+  WeightRef qkv, z, b, a;    // in projections [C, hidden], [vd, hidden], [nv, hidden], [nv, hidden]
+  WeightRef conv;            // [C, conv_kernel] depthwise, C = 2 * key_dim + vd
   WeightRef a_log, dt_bias;  // [nv]
-  WeightRef norm;           // [v_head_dim], plain weight (no +1)
-  WeightRef out;            // [hidden, vd]
+  WeightRef norm;            // [v_head_dim], plain weight (no +1)
+  WeightRef out;             // [hidden, vd]
 };
 
 struct GatedAttentionWeights {
-  WeightRef q, gate, k, v;  // [h * d, hidden] x2, [kv * d, hidden] x2
+  WeightRef q, gate, k, v;   // [h * d, hidden] x2, [kv * d, hidden] x2
   WeightRef q_norm, k_norm;  // [d], applied as (1 + w)
-  WeightRef o;              // [hidden, h * d]
+  WeightRef o;               // [hidden, h * d]
 };
 
 // Loads `prefix` + "linear_attn." in either checkpoint layout (fused_qkvz: Qwen3-Next).
-GatedDeltaNetWeights load_gated_delta_net(WeightLoader& w, DerivedWeights& d, const std::string& prefix,
-                                          const ModelConfig& c, bool fused_qkvz);
-GatedAttentionWeights load_gated_attention(WeightLoader& w, DerivedWeights& d, const std::string& prefix,
-                                           const ModelConfig& c);
+GatedDeltaNetWeights load_gated_delta_net(WeightLoader& w, DerivedWeights& d,
+                                          const std::string& prefix, const ModelConfig& c,
+                                          bool fused_qkvz);
+GatedAttentionWeights load_gated_attention(WeightLoader& w, DerivedWeights& d,
+                                           const std::string& prefix, const ModelConfig& c);
 
 // Activation buffers the hybrid blocks need besides Workspace.
 class HybridWorkspace {
@@ -53,9 +54,10 @@ class HybridWorkspace {
 };
 
 // ws.y[n, hidden] = the Gated DeltaNet layer on xn; `linear_layer` indexes the state arrays.
-void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, HybridWorkspace& hw, TensorRef xn,
-                         std::int64_t linear_layer);
+void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, HybridWorkspace& hw,
+                         TensorRef xn, std::int64_t linear_layer);
 // ws.y[n, hidden] = gated attention on xn for ctx.layer.
-void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, HybridWorkspace& hw, TensorRef xn);
+void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, HybridWorkspace& hw,
+                         TensorRef xn);
 
 }  // namespace akv

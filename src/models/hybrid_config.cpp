@@ -10,18 +10,21 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& problem) {
+[[noreturn]] void fail(const std::string& file, const std::string& field,
+                       const std::string& problem) {
   throw Error(ErrorKind::BadFormat, file + ": field '" + field + "': " + problem);
 }
 
 std::int64_t positive(const json& o, const std::string& file, const char* key) {
-  if (!o.contains(key) || !o[key].is_number_integer()) fail(file, key, "missing (expected a positive integer)");
+  if (!o.contains(key) || !o[key].is_number_integer())
+    fail(file, key, "missing (expected a positive integer)");
   const auto v = o[key].get<std::int64_t>();
   if (v <= 0) fail(file, key, "must be positive, got " + std::to_string(v));
   return v;
 }
 
-std::int64_t integer_or(const json& o, const char* key, std::int64_t fallback, const std::string& file) {
+std::int64_t integer_or(const json& o, const char* key, std::int64_t fallback,
+                        const std::string& file) {
   if (!o.contains(key) || o[key].is_null()) return fallback;
   if (!o[key].is_number_integer()) fail(file, key, "expected an integer");
   return o[key].get<std::int64_t>();
@@ -34,7 +37,8 @@ LinearAttentionConfig read_linear(const json& o, const std::string& file, std::i
   if (static_cast<std::int64_t>(lt.size()) != n_layers)
     fail(file, "layer_types", "expected a list of num_hidden_layers entries");
   la.layer_is_linear.assign(n_layers, false);
-  for (std::int64_t i = 0; i < n_layers; ++i) la.layer_is_linear[i] = lt[i].is_string() && lt[i] == "linear_attention";
+  for (std::int64_t i = 0; i < n_layers; ++i)
+    la.layer_is_linear[i] = lt[i].is_string() && lt[i] == "linear_attention";
   if (!la.any()) {
     la.layer_is_linear.clear();
     return la;

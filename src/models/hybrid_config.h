@@ -39,7 +39,7 @@ struct SharedExpertMoeConfig {
   std::int64_t expert_intermediate = 0;
   std::int64_t shared_intermediate = 0;
   bool norm_topk_prob = true;
-  std::int64_t sparse_step = 1;             // layer l is sparse when (l + 1) % step == 0 ...
+  std::int64_t sparse_step = 1;               // layer l is sparse when (l + 1) % step == 0 ...
   std::vector<std::int64_t> mlp_only_layers;  // ... and l is not listed here
 
   bool layer_is_sparse(std::int64_t layer) const;
@@ -52,6 +52,7 @@ struct HybridConfig {
 
 // Reads the hybrid fields of a config.json object (layer_types with "linear_attention",
 // linear_*, num_experts, ...). Throws Error{BadFormat} naming `file` and the field.
-HybridConfig parse_hybrid_config(const nlohmann::json& root, const std::string& file, std::int64_t n_layers);
+HybridConfig parse_hybrid_config(const nlohmann::json& root, const std::string& file,
+                                 std::int64_t n_layers);
 
 }  // namespace akv

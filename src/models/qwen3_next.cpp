@@ -14,7 +14,7 @@ namespace akv {
 namespace {
 
 struct HybridLayer {
-  WeightRef attn_norm, mlp_norm;  // input_layernorm, post_attention_layernorm
+  WeightRef attn_norm, mlp_norm;   // input_layernorm, post_attention_layernorm
   std::int64_t linear_index = -1;  // >= 0: a Gated DeltaNet layer, its index among them
   GatedDeltaNetWeights linear;
   GatedAttentionWeights attn;

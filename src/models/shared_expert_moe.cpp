@@ -8,7 +8,8 @@ namespace akv {
 
 namespace {
 
-MlpWeights load_expert(WeightLoader& w, const std::string& p, std::int64_t hidden, std::int64_t inter) {
+MlpWeights load_expert(WeightLoader& w, const std::string& p, std::int64_t hidden,
+                       std::int64_t inter) {
   MlpWeights m;
   m.gate = w.get(p + "gate_proj.weight", {inter, hidden});
   m.up = w.get(p + "up_proj.weight", {inter, hidden});
@@ -18,12 +19,14 @@ MlpWeights load_expert(WeightLoader& w, const std::string& p, std::int64_t hidde
 
 }  // namespace
 
-SharedExpertMoeWeights load_shared_expert_moe(WeightLoader& w, const std::string& p, const ModelConfig& c) {
+SharedExpertMoeWeights load_shared_expert_moe(WeightLoader& w, const std::string& p,
+                                              const ModelConfig& c) {
   const SharedExpertMoeConfig& m = c.hybrid.moe;
   SharedExpertMoeWeights s;
   s.router = w.get(p + "gate.weight", {m.n_experts, c.hidden_size});
   for (std::int64_t e = 0; e < m.n_experts; ++e)
-    s.experts.push_back(load_expert(w, p + "experts." + std::to_string(e) + ".", c.hidden_size, m.expert_intermediate));
+    s.experts.push_back(load_expert(w, p + "experts." + std::to_string(e) + ".", c.hidden_size,
+                                    m.expert_intermediate));
   s.shared = load_expert(w, p + "shared_expert.", c.hidden_size, m.shared_intermediate);
   s.shared_gate = w.get(p + "shared_expert_gate.weight", {1, c.hidden_size});
   return s;
@@ -32,14 +35,15 @@ SharedExpertMoeWeights load_shared_expert_moe(WeightLoader& w, const std::string
 void SharedExpertMoe::reserve(const ModelConfig& c, std::int64_t n) {
   if (n <= capacity_) return;
   const std::int64_t cap = std::max<std::int64_t>(n, 16);
-  logits_ = backend_.alloc(DType::F32, cap, c.hybrid.moe.n_experts + 1);  // router logits | shared gate
+  logits_ =
+      backend_.alloc(DType::F32, cap, c.hybrid.moe.n_experts + 1);  // router logits | shared gate
   rows_in_ = backend_.alloc(DType::F32, cap, c.hidden_size);
   rows_out_ = backend_.alloc(DType::F32, cap, c.hidden_size);
   capacity_ = cap;
 }
 
-void SharedExpertMoe::run(const SharedExpertMoeWeights& w, const SharedExpertMoeConfig& cfg, LayerContext& ctx,
-                          TensorRef xn) {
+void SharedExpertMoe::run(const SharedExpertMoeWeights& w, const SharedExpertMoeConfig& cfg,
+                          LayerContext& ctx, TensorRef xn) {
   Backend& be = backend_;
   const std::int64_t n = xn.rows, hidden = xn.cols, E = cfg.n_experts;
   const auto hsz = static_cast<std::size_t>(hidden);
@@ -62,20 +66,23 @@ void SharedExpertMoe::run(const SharedExpertMoeWeights& w, const SharedExpertMoe
     for (std::int64_t e = 0; e < E; ++e) sum += prob[e] = std::exp(l[e] - mx);
     for (double& p : prob) p /= sum;
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) { return prob[x] > prob[y]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t x, std::int32_t y) { return prob[x] > prob[y]; });
     double top = 0.0;
     for (std::int64_t i = 0; i < cfg.top_k; ++i) top += prob[order[i]];
     for (std::int64_t i = 0; i < cfg.top_k; ++i) {
       const std::int32_t e = order[i];
       expert_rows_[e].push_back(static_cast<std::int32_t>(t));
-      expert_weights_[e].push_back(static_cast<float>(cfg.norm_topk_prob ? prob[e] / top : prob[e]));
+      expert_weights_[e].push_back(
+          static_cast<float>(cfg.norm_topk_prob ? prob[e] / top : prob[e]));
     }
   }
 
   // Shared expert, scaled by its sigmoid gate.
   const auto mlp = [&](TensorRef in, const MlpWeights& m, std::int64_t inter, TensorRef out) {
     const std::int64_t rows = in.rows;
-    be.gated_mlp(in, m, GluActivation::Silu, ctx.ws.gate_up.rows_slice(0, rows).cols_slice(0, 2 * inter),
+    be.gated_mlp(in, m, GluActivation::Silu,
+                 ctx.ws.gate_up.rows_slice(0, rows).cols_slice(0, 2 * inter),
                  ctx.ws.act.rows_slice(0, rows).cols_slice(0, inter), out);
   };
   const TensorRef shared_out = rows_out_->tensor().rows_slice(0, n);

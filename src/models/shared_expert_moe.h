@@ -17,13 +17,14 @@
 namespace akv {
 
 struct SharedExpertMoeWeights {
-  WeightRef router;       // [n_experts, hidden]
+  WeightRef router;  // [n_experts, hidden]
   std::vector<MlpWeights> experts;
   MlpWeights shared;
   WeightRef shared_gate;  // [1, hidden]
 };
 
-SharedExpertMoeWeights load_shared_expert_moe(WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+SharedExpertMoeWeights load_shared_expert_moe(WeightLoader& w, const std::string& prefix,
+                                              const ModelConfig& c);
 
 class SharedExpertMoe {
  public:
@@ -31,7 +32,8 @@ class SharedExpertMoe {
   // Allocates its buffers for n token rows (before a step begins).
   void reserve(const ModelConfig& c, std::int64_t n);
   // ctx.ws.y[n, hidden] = the MoE block on xn [n, hidden]; uses ctx.ws.gate_up / act as scratch.
-  void run(const SharedExpertMoeWeights& w, const SharedExpertMoeConfig& cfg, LayerContext& ctx, TensorRef xn);
+  void run(const SharedExpertMoeWeights& w, const SharedExpertMoeConfig& cfg, LayerContext& ctx,
+           TensorRef xn);
 
  private:
   Backend& backend_;

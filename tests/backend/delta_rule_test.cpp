@@ -37,9 +37,18 @@ struct Head {
   }
 
   DeltaRuleInputs inputs(std::int64_t begin, std::int64_t count) const {
-    return {.q = q.data() + begin * dk, .k = k.data() + begin * dk, .v = v.data() + begin * dv,
-            .q_stride = dk, .k_stride = dk, .v_stride = dv, .g = g.data() + begin, .beta = beta.data() + begin,
-            .g_stride = 1, .n_tokens = count, .k_dim = dk, .v_dim = dv};
+    return {.q = q.data() + begin * dk,
+            .k = k.data() + begin * dk,
+            .v = v.data() + begin * dv,
+            .q_stride = dk,
+            .k_stride = dk,
+            .v_stride = dv,
+            .g = g.data() + begin,
+            .beta = beta.data() + begin,
+            .g_stride = 1,
+            .n_tokens = count,
+            .k_dim = dk,
+            .v_dim = dv};
   }
 };
 
@@ -53,7 +62,8 @@ TEST(DeltaRule, ChunkedEqualsRecurrent) {
   for (const std::int64_t n : {1, 7, 64, 150}) {
     for (const std::int64_t chunk : {1, 5, 64}) {
       for (const bool zero_state : {true, false}) {
-        SCOPED_TRACE(testing::Message() << "n " << n << " chunk " << chunk << " zero " << zero_state);
+        SCOPED_TRACE(testing::Message()
+                     << "n " << n << " chunk " << chunk << " zero " << zero_state);
         const Head h(n, 16, 8, static_cast<unsigned>(n * 31 + chunk));
         std::vector<float> s1 = zero_state ? std::vector<float>(h.state.size()) : h.state, s2 = s1;
         std::vector<float> o1(n * h.dv), o2(n * h.dv), scratch;

@@ -15,10 +15,10 @@ namespace {
 
 TEST(Qwen35Template, RendersLikeJinja2) {
   const auto dir = std::filesystem::path(__FILE__).parent_path();
-  const nlohmann::ordered_json golden =
-      nlohmann::ordered_json::parse(read_file_or_throw((dir / "data/qwen35_template_golden.json").string()));
-  const ChatTemplate t =
-      ChatTemplate::parse_or_throw(read_file_or_throw(test::testdata_file(golden.at("template").get<std::string>())));
+  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(
+      read_file_or_throw((dir / "data/qwen35_template_golden.json").string()));
+  const ChatTemplate t = ChatTemplate::parse_or_throw(
+      read_file_or_throw(test::testdata_file(golden.at("template").get<std::string>())));
   int n_cases = 0;
   for (const auto& c : golden.at("cases")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
@@ -30,7 +30,8 @@ TEST(Qwen35Template, RendersLikeJinja2) {
         t.render(ctx);
         ADD_FAILURE() << "expected the error " << c.at("error");
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(c.at("error").get<std::string>()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(c.at("error").get<std::string>()), std::string::npos)
+            << e.what();
       }
     } else {
       EXPECT_EQ(t.render(ctx), c.at("output").get<std::string>());

@@ -11,19 +11,30 @@ namespace {
 // State-only storage (no KV layers) with 4 slots on one backend.
 KvStorage state_storage(Backend& b) {
   KvStorage kv = b.alloc_kv(KvLayout{});
-  alloc_state_arrays(b, kv, {.n_layers = 1, .n_slots = 4, .conv_rows = 3, .conv_channels = 2 * 2 * 32 + 4 * 24,
-                             .n_k_heads = 2, .n_v_heads = 4, .k_head_dim = 32, .v_head_dim = 24});
+  alloc_state_arrays(b, kv,
+                     {.n_layers = 1,
+                      .n_slots = 4,
+                      .conv_rows = 3,
+                      .conv_channels = 2 * 2 * 32 + 4 * 24,
+                      .n_k_heads = 2,
+                      .n_v_heads = 4,
+                      .k_head_dim = 32,
+                      .v_head_dim = 24});
   return kv;
 }
 
 // Three chunks: slot 2 fresh (start 0, 9 tokens), slot 0 continuing at 17 (1 token), slot 3
 // continuing at 40 (5 tokens).
 struct Chunks {
-  std::vector<SequenceChunk> seqs{{.first_row = 0, .n_tokens = 9, .start_pos = 0, .block_table = {}, .state_slot = 2},
-                                  {.first_row = 9, .n_tokens = 1, .start_pos = 17, .block_table = {}, .state_slot = 0},
-                                  {.first_row = 10, .n_tokens = 5, .start_pos = 40, .block_table = {}, .state_slot = 3}};
-  std::vector<std::int32_t> tokens = std::vector<std::int32_t>(15, 1), positions = std::vector<std::int32_t>(15, 0);
-  ForwardBatch batch() const { return {.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}}; }
+  std::vector<SequenceChunk> seqs{
+      {.first_row = 0, .n_tokens = 9, .start_pos = 0, .block_table = {}, .state_slot = 2},
+      {.first_row = 9, .n_tokens = 1, .start_pos = 17, .block_table = {}, .state_slot = 0},
+      {.first_row = 10, .n_tokens = 5, .start_pos = 40, .block_table = {}, .state_slot = 3}};
+  std::vector<std::int32_t> tokens = std::vector<std::int32_t>(15, 1),
+                            positions = std::vector<std::int32_t>(15, 0);
+  ForwardBatch batch() const {
+    return {.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
+  }
 };
 
 std::vector<float> all_state(Backend& b, const KvStorage& kv) {
@@ -38,7 +49,8 @@ std::vector<float> all_state(Backend& b, const KvStorage& kv) {
 
 void random_states(KvStorage& cpu, KvStorage& gpu) {
   for (std::int32_t slot = 0; slot < cpu.state.n_slots; ++slot) {
-    const std::vector<float> s = random_floats(static_cast<std::size_t>(cpu.state.slot_floats()), 0.3f);
+    const std::vector<float> s =
+        random_floats(static_cast<std::size_t>(cpu.state.slot_floats()), 0.3f);
     write_state_slot(backends().ref, cpu, slot, s);
     write_state_slot(backends().gpu, gpu, slot, s);
   }
@@ -64,7 +76,8 @@ TEST(HybridOps, CausalConvContinuesEachSlot) {
     backends().ref.causal_conv1d(x.cpu, w->cpu, cpu, 0, c.batch());
     backends().gpu.causal_conv1d(x.gpu, w->gpu, gpu, 0, c.batch());
     EXPECT_LE(x.error(), 1e-5) << dtype_name(dtype);
-    EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))), 1e-6);
+    EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))),
+              1e-6);
   }
 }
 
@@ -73,21 +86,27 @@ TEST(HybridOps, GatedDeltaRuleContinuesEachSlot) {
   KvStorage cpu = state_storage(backends().ref), gpu = state_storage(backends().gpu);
   random_states(cpu, gpu);
   const StateLayout& st = cpu.state;
-  Pair qkv = Pair::random(15, st.conv_channels, 8), a = Pair::random(15, 4), b = Pair::random(15, 4, 2);
+  Pair qkv = Pair::random(15, st.conv_channels, 8), a = Pair::random(15, 4),
+       b = Pair::random(15, 4, 2);
   Pair out = Pair::make(15, 4 * 24, 6);
-  auto a_log = WeightPair::random(DType::F32, 1, 4, 1.0f, true), dt_bias = WeightPair::random(DType::F32, 1, 4, 1.0f, true);
+  auto a_log = WeightPair::random(DType::F32, 1, 4, 1.0f, true),
+       dt_bias = WeightPair::random(DType::F32, 1, 4, 1.0f, true);
   const Chunks c;
-  backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0, c.batch(), out.cpu);
-  backends().gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, gpu, 0, c.batch(), out.gpu);
+  backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0,
+                                  c.batch(), out.cpu);
+  backends().gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, gpu, 0,
+                                  c.batch(), out.gpu);
   EXPECT_LE(out.error(), 1e-5);
-  EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))), 1e-5);
+  EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))),
+            1e-5);
 }
 
 std::vector<std::int32_t> read_ids(const SafetensorsReader& r) {
   const TensorInfo& t = r.get_or_throw("full_ids");
   std::vector<std::int32_t> ids;
   for (std::int64_t i = 0; i < t.numel(); ++i)
-    ids.push_back(static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i]));
+    ids.push_back(
+        static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i]));
   return ids;
 }
 
@@ -108,17 +127,21 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   KvStorage kv = alloc_model_kv(gpu, model->config(), n_blocks, block, DType::F32, 2);
   std::vector<std::int32_t> table;
-  for (std::int64_t i = 0; i < n_blocks; ++i) table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
+  for (std::int64_t i = 0; i < n_blocks; ++i)
+    table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
   std::vector<float> got(ids.size() * vocab);
   std::int32_t pos = 0;
   while (pos < static_cast<std::int32_t>(ids.size())) {
     const std::int32_t n = pos == 0 ? 100 : 1;
-    const SequenceChunk chunk{.first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
+    const SequenceChunk chunk{
+        .first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
     const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
     std::vector<std::int32_t> rows(n);
     for (std::int32_t i = 0; i < n; ++i) rows[i] = i;
-    const ForwardBatch batch{.tokens = std::span(ids).subspan(pos, n), .positions = positions,
-                             .sequences = {&chunk, 1}, .logit_rows = rows};
+    const ForwardBatch batch{.tokens = std::span(ids).subspan(pos, n),
+                             .positions = positions,
+                             .sequences = {&chunk, 1},
+                             .logit_rows = rows};
     model->forward(batch, kv, std::span<float>(got).subspan(pos * vocab, n * vocab));
     pos += n;
   }
@@ -127,7 +150,8 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
   std::printf("%-20s rel err %.3g\n", GetParam().c_str(), err);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HybridOnCuda, ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
+INSTANTIATE_TEST_SUITE_P(Models, HybridOnCuda,
+                         ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

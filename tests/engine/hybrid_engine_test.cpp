@@ -28,7 +28,8 @@ Ids random_ids(std::mt19937& rng, int n) {
 }
 
 struct EngineUnderTest {
-  EngineUnderTest(const std::string& dir, EngineConfig cfg) : engine(load_model(dir, backend), backend, cfg) {}
+  EngineUnderTest(const std::string& dir, EngineConfig cfg)
+      : engine(load_model(dir, backend), backend, cfg) {}
   RequestId greedy(Ids prompt, int n, std::int32_t n_logprobs = 0) {
     GenerateRequest r;
     r.prompt = std::move(prompt);
@@ -63,9 +64,11 @@ TEST_P(HybridEngine, BatchedChunkedGreedyEqualsEachSequenceRunAlone) {
     if (i == 2) t.out.wait(ids[0]);  // later ones reuse a freed state slot
   }
   for (std::size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(t.out.wait(ids[i]).tokens, greedy_alone(dir, prompts[i], 12)) << "prompt length " << lengths[i];
+    EXPECT_EQ(t.out.wait(ids[i]).tokens, greedy_alone(dir, prompts[i], 12))
+        << "prompt length " << lengths[i];
   std::int32_t max_batch = 0;
-  for (const StepStats& s : t.engine.metrics().recent) max_batch = std::max(max_batch, s.batch_size);
+  for (const StepStats& s : t.engine.metrics().recent)
+    max_batch = std::max(max_batch, s.batch_size);
   EXPECT_GT(max_batch, 2);
 }
 

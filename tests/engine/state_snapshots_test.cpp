@@ -7,7 +7,9 @@
 namespace akv {
 namespace {
 
-std::vector<float> state(float v) { return std::vector<float>(4, v); }  // 16 bytes
+std::vector<float> state(float v) {
+  return std::vector<float>(4, v);
+}  // 16 bytes
 
 TEST(StateSnapshots, DeepestMatchingPrefixInItsNamespace) {
   StateSnapshots s(1 << 20);

@@ -56,8 +56,10 @@ TEST(HybridConfig, BadFieldsAreNamed) {
     return t;
   };
   for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
-           {replace("\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3"), "linear_num_value_heads"},
-           {replace("\"linear_conv_kernel_dim\": 4", "\"linear_conv_kernel_dim\": 0"), "linear_conv_kernel_dim"},
+           {replace("\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3"),
+            "linear_num_value_heads"},
+           {replace("\"linear_conv_kernel_dim\": 4", "\"linear_conv_kernel_dim\": 0"),
+            "linear_conv_kernel_dim"},
            {replace("\"linear_key_head_dim\": 16,", ""), "linear_key_head_dim"}}) {
     try {
       parse_model_config(json, "x/config.json");

@@ -33,7 +33,8 @@ std::vector<std::int32_t> read_ids(const SafetensorsReader& r, const std::string
   const TensorInfo& t = r.get_or_throw(name);
   std::vector<std::int32_t> ids;
   for (std::int64_t i = 0; i < t.numel(); ++i)
-    ids.push_back(static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i]));
+    ids.push_back(
+        static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(t.bytes.data())[i]));
   return ids;
 }
 
@@ -46,10 +47,13 @@ struct Fixture {
 
 Fixture load(const std::string& name, const std::string& backend_name) {
   Fixture f;
-  if (backend_name == "fast") f.backend = std::make_unique<FastBackend>();
-  else f.backend = std::make_unique<ReferenceBackend>();
+  if (backend_name == "fast")
+    f.backend = std::make_unique<FastBackend>();
+  else
+    f.backend = std::make_unique<ReferenceBackend>();
   f.model = load_model(kDir + name, *f.backend);
-  const SafetensorsReader ref = SafetensorsReader::open_or_throw(kDir + name + "/reference.safetensors");
+  const SafetensorsReader ref =
+      SafetensorsReader::open_or_throw(kDir + name + "/reference.safetensors");
   f.ids = read_ids(ref, "full_ids");
   const TensorInfo& t = ref.get_or_throw("full_logits_f64");
   const auto* p = reinterpret_cast<const double*>(t.bytes.data());
@@ -67,17 +71,24 @@ std::vector<float> run_chunks(Model& model, Backend& backend, const std::vector<
   // Two state slots; the sequence uses slot 1, so slot indexing is exercised.
   KvStorage kv = alloc_model_kv(backend, c, n_blocks, block, DType::F32, 2);
   std::vector<std::int32_t> table(n_blocks);
-  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);
+  for (std::int64_t i = 0; i < n_blocks; ++i)
+    table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);
   std::vector<float> logits(ids.size() * c.vocab_size);
   std::int32_t pos = 0;
   for (std::size_t k = 0; pos < static_cast<std::int32_t>(ids.size()); ++k) {
-    const std::int32_t n = std::min<std::int32_t>(sizes[k % sizes.size()], static_cast<std::int32_t>(ids.size()) - pos);
-    const SequenceChunk chunk{.first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
+    const std::int32_t n = std::min<std::int32_t>(sizes[k % sizes.size()],
+                                                  static_cast<std::int32_t>(ids.size()) - pos);
+    const SequenceChunk chunk{
+        .first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
     std::vector<std::int32_t> rows(n);
     for (std::int32_t i = 0; i < n; ++i) rows[i] = i;
     const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
-    const ForwardBatch batch{.tokens = std::span(ids).subspan(pos, n), .positions = positions, .sequences = {&chunk, 1}, .logit_rows = rows};
-    model.forward(batch, kv, std::span<float>(logits).subspan(pos * c.vocab_size, n * c.vocab_size));
+    const ForwardBatch batch{.tokens = std::span(ids).subspan(pos, n),
+                             .positions = positions,
+                             .sequences = {&chunk, 1},
+                             .logit_rows = rows};
+    model.forward(batch, kv,
+                  std::span<float>(logits).subspan(pos * c.vocab_size, n * c.vocab_size));
     pos += n;
   }
   return logits;
@@ -86,7 +97,8 @@ std::vector<float> run_chunks(Model& model, Backend& backend, const std::vector<
 double max_rel_error(std::span<const float> got, std::span<const double> want) {
   double max_ref = 0, max_err = 0;
   for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
-  for (std::size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    max_err = std::max(max_err, std::fabs(got[i] - want[i]));
   return max_err / max_ref;
 }
 
@@ -95,7 +107,8 @@ class Hybrid : public ::testing::TestWithParam<std::tuple<std::string, std::stri
 TEST_P(Hybrid, OnePrefillMatchesFp64Reference) {
   const auto& [name, backend_name] = GetParam();
   Fixture f = load(name, backend_name);
-  const double err = max_rel_error(run_chunks(*f.model, *f.backend, f.ids, {static_cast<std::int32_t>(f.ids.size())}), f.want);
+  const double err = max_rel_error(
+      run_chunks(*f.model, *f.backend, f.ids, {static_cast<std::int32_t>(f.ids.size())}), f.want);
   EXPECT_LE(err, kRelTolerance);
   RecordProperty("max_rel_error", std::to_string(err));
 }
@@ -103,7 +116,8 @@ TEST_P(Hybrid, OnePrefillMatchesFp64Reference) {
 TEST_P(Hybrid, UnevenChunksMatchFp64Reference) {
   const auto& [name, backend_name] = GetParam();
   Fixture f = load(name, backend_name);
-  const double err = max_rel_error(run_chunks(*f.model, *f.backend, f.ids, {37, 1, 64, 5, 100}), f.want);
+  const double err =
+      max_rel_error(run_chunks(*f.model, *f.backend, f.ids, {37, 1, 64, 5, 100}), f.want);
   EXPECT_LE(err, kRelTolerance);
 }
 
@@ -123,7 +137,8 @@ TEST_P(Hybrid, GreedyContinuationMatchesReferenceIds) {
   const auto want = ref["greedy_ids"].get<std::vector<std::int32_t>>();
   // full_ids = prompt + greedy ids, so the argmax at each position from the prompt's last on
   // is the next greedy id.
-  const std::vector<float> logits = run_chunks(*f.model, *f.backend, f.ids, {static_cast<std::int32_t>(prompt.size()), 1});
+  const std::vector<float> logits =
+      run_chunks(*f.model, *f.backend, f.ids, {static_cast<std::int32_t>(prompt.size()), 1});
   const std::int64_t vocab = f.model->config().vocab_size;
   std::vector<std::int32_t> got;
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -134,7 +149,8 @@ TEST_P(Hybrid, GreedyContinuationMatchesReferenceIds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Hybrid,
-                         ::testing::Combine(::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
+                         ::testing::Combine(::testing::Values("qwen3_5-text", "qwen3-next",
+                                                              "qwen3_5-moe-text"),
                                             ::testing::Values("reference", "fast")),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);

@@ -14,9 +14,12 @@ void l2_normalize(std::span<float> x, float eps, float scale) {
   for (float& v : x) v = static_cast<float>(v * inv);
 }
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
-void delta_rule_recurrent(const DeltaRuleInputs& in, float* state, float* out, std::int64_t out_stride) {
+void delta_rule_recurrent(const DeltaRuleInputs& in, float* state, float* out,
+                          std::int64_t out_stride) {
   const std::int64_t dk = in.k_dim, dv = in.v_dim;
   std::vector<double> s(state, state + dk * dv);  // [dk, dv]
   std::vector<double> delta(static_cast<std::size_t>(dv));
@@ -48,8 +51,8 @@ void delta_rule_recurrent(const DeltaRuleInputs& in, float* state, float* out, s
 //   o_i = e^cum[i] S0^T q_i + sum_{j<=i} e^(cum[i]-cum[j]) (q_i.k_j) u_j
 //   S   = e^cum[L-1] S0 + sum_j e^(cum[L-1]-cum[j]) k_j u_j^T
 // (the forward substitution is the UT transform's triangular solve).
-void delta_rule_chunked(const DeltaRuleInputs& in, float* state, float* out, std::int64_t out_stride,
-                        std::int64_t chunk, std::vector<float>& scratch) {
+void delta_rule_chunked(const DeltaRuleInputs& in, float* state, float* out,
+                        std::int64_t out_stride, std::int64_t chunk, std::vector<float>& scratch) {
   const std::int64_t dk = in.k_dim, dv = in.v_dim;
   scratch.resize(static_cast<std::size_t>(chunk * (dv + 1) + dv));
   float* u = scratch.data();    // [chunk, dv]
@@ -118,12 +121,12 @@ void delta_rule_chunked(const DeltaRuleInputs& in, float* state, float* out, std
   }
 }
 
-
-void prepare_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
-                        const StateLayout& st, PreparedDeltaRule& p) {
+void prepare_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                        const WeightRef& dt_bias, const StateLayout& st, PreparedDeltaRule& p) {
   const std::int64_t n = qkv.rows, key_dim = st.n_k_heads * st.k_head_dim, nv = st.n_v_heads;
-  AKV_CHECK(qkv.cols == 2 * key_dim + nv * st.v_head_dim && a.rows == n && b.rows == n && a.cols == nv &&
-                b.cols == nv && a_log.rows * a_log.cols == nv && dt_bias.rows * dt_bias.cols == nv,
+  AKV_CHECK(qkv.cols == 2 * key_dim + nv * st.v_head_dim && a.rows == n && b.rows == n &&
+                a.cols == nv && b.cols == nv && a_log.rows * a_log.cols == nv &&
+                dt_bias.rows * dt_bias.cols == nv,
             "gated_delta_rule shapes");
   p.q.resize(static_cast<std::size_t>(n * key_dim));
   p.k.resize(p.q.size());
@@ -168,9 +171,11 @@ DeltaRuleInputs delta_rule_inputs(const PreparedDeltaRule& p, TensorRef qkv, con
           .v_dim = st.v_head_dim};
 }
 
-float* delta_rule_state(const KvStorage& kv, std::int64_t layer, const SequenceChunk& s, std::int64_t v_head) {
+float* delta_rule_state(const KvStorage& kv, std::int64_t layer, const SequenceChunk& s,
+                        std::int64_t v_head) {
   const StateLayout& st = kv.state;
-  AKV_CHECK(layer >= 0 && layer < st.n_layers && s.state_slot >= 0 && s.state_slot < st.n_slots, "state slot");
+  AKV_CHECK(layer >= 0 && layer < st.n_layers && s.state_slot >= 0 && s.state_slot < st.n_slots,
+            "state slot");
   const TensorRef& r = kv.recurrent_state[layer];
   AKV_CHECK(r.stride == st.v_head_dim, "recurrent state rows are contiguous");
   float* state = r.row<float>(s.state_slot * st.recurrent_rows() + v_head * st.k_head_dim);

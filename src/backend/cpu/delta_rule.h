@@ -29,11 +29,12 @@ struct DeltaRuleInputs {
 
 // Token by token: S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q. `state` [k_dim, v_dim]
 // is updated in place; out row t at t * out_stride [v_dim]. Accumulates in double.
-void delta_rule_recurrent(const DeltaRuleInputs& in, float* state, float* out, std::int64_t out_stride);
+void delta_rule_recurrent(const DeltaRuleInputs& in, float* state, float* out,
+                          std::int64_t out_stride);
 
 // The same result by chunks of `chunk` tokens, in f32. `scratch` is reused between calls.
-void delta_rule_chunked(const DeltaRuleInputs& in, float* state, float* out, std::int64_t out_stride,
-                        std::int64_t chunk, std::vector<float>& scratch);
+void delta_rule_chunked(const DeltaRuleInputs& in, float* state, float* out,
+                        std::int64_t out_stride, std::int64_t chunk, std::vector<float>& scratch);
 
 // In-place l2 normalisation of a vector: x / sqrt(sum x^2 + eps), times `scale`.
 void l2_normalize(std::span<float> x, float eps, float scale);
@@ -46,13 +47,14 @@ float softplus(float x);
 struct PreparedDeltaRule {
   std::vector<float> q, k, g, beta;
 };
-void prepare_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
-                        const StateLayout& st, PreparedDeltaRule& p);
+void prepare_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                        const WeightRef& dt_bias, const StateLayout& st, PreparedDeltaRule& p);
 // Value head `v_head` of chunk `s` of the prepared batch (v read from qkv).
 DeltaRuleInputs delta_rule_inputs(const PreparedDeltaRule& p, TensorRef qkv, const StateLayout& st,
                                   const SequenceChunk& s, std::int64_t v_head);
 // The recurrent state [k_head_dim, v_head_dim] of chunk `s`'s slot for `v_head`, zeroed first
 // when the chunk starts the sequence.
-float* delta_rule_state(const KvStorage& kv, std::int64_t layer, const SequenceChunk& s, std::int64_t v_head);
+float* delta_rule_state(const KvStorage& kv, std::int64_t layer, const SequenceChunk& s,
+                        std::int64_t v_head);
 
 }  // namespace akv

@@ -14,15 +14,17 @@ void ReferenceBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
   for (std::int64_t r = 0; r < x.rows; ++r) {
     float* xr = x.row<float>(r);
     const float* g = gate.row<float>(r);
-    for (std::int64_t c = 0; c < x.cols; ++c) xr[c] = static_cast<float>(xr[c] / (1.0 + std::exp(-double(g[c]))));
+    for (std::int64_t c = 0; c < x.cols; ++c)
+      xr[c] = static_cast<float>(xr[c] / (1.0 + std::exp(-double(g[c]))));
   }
 }
 
-void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
-                                     const ForwardBatch& batch) {
+void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv,
+                                     std::int64_t layer, const ForwardBatch& batch) {
   const StateLayout& st = kv.state;
   const std::int64_t C = st.conv_channels, R = st.conv_rows, K = R + 1;
-  AKV_CHECK(x.cols == C && w.rows == C && w.cols == K && layer >= 0 && layer < st.n_layers, "causal_conv1d shape");
+  AKV_CHECK(x.cols == C && w.rows == C && w.cols == K && layer >= 0 && layer < st.n_layers,
+            "causal_conv1d shape");
   const TensorRef& conv = kv.conv_state[layer];
   std::vector<float> ext;  // [R + n_tokens, C]: the state rows, then the chunk's inputs
   for (const SequenceChunk& s : batch.sequences) {
@@ -36,7 +38,8 @@ void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage&
       float* y = x.row<float>(s.first_row + t);
       for (std::int64_t c = 0; c < C; ++c) {
         double acc = 0.0;
-        for (std::int64_t j = 0; j < K; ++j) acc += double(ext[(t + j) * C + c]) * load_f32(w.data, w.dtype, c * K + j);
+        for (std::int64_t j = 0; j < K; ++j)
+          acc += double(ext[(t + j) * C + c]) * load_f32(w.data, w.dtype, c * K + j);
         y[c] = silu(static_cast<float>(acc));
       }
     }
@@ -45,11 +48,13 @@ void ReferenceBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage&
   }
 }
 
-void ReferenceBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
-                                        const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
+void ReferenceBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b,
+                                        const WeightRef& a_log, const WeightRef& dt_bias,
+                                        KvStorage& kv, std::int64_t layer,
                                         const ForwardBatch& batch, TensorRef out) {
   const StateLayout& st = kv.state;
-  AKV_CHECK(out.rows == qkv.rows && out.cols == st.n_v_heads * st.v_head_dim, "gated_delta_rule out shape");
+  AKV_CHECK(out.rows == qkv.rows && out.cols == st.n_v_heads * st.v_head_dim,
+            "gated_delta_rule out shape");
   PreparedDeltaRule p;
   prepare_delta_rule(qkv, a, b, a_log, dt_bias, st, p);
   for (const SequenceChunk& s : batch.sequences)
