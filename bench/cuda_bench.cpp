@@ -212,6 +212,19 @@ class OpTimer final : public Backend {
     Scope s(*this, "moe");
     b_.moe(x, r, w, p, sc, o);
   }
+  void sigmoid_mul(TensorRef x, TensorRef g) override {
+    Scope s(*this, "sigmoid_mul");
+    b_.sigmoid_mul(x, g);
+  }
+  void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t l, const ForwardBatch& b) override {
+    Scope s(*this, "causal_conv1d");
+    b_.causal_conv1d(x, w, kv, l, b);
+  }
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t l, const ForwardBatch& batch, TensorRef o) override {
+    Scope s(*this, "gated_delta_rule");
+    b_.gated_delta_rule(qkv, a, b, a_log, dt_bias, kv, l, batch, o);
+  }
   void softcap(TensorRef x, float c) override { b_.softcap(x, c); }
   void gather_rows(TensorRef x, std::span<const std::int32_t> r, TensorRef o) override {
     Scope s(*this, "gather_rows");

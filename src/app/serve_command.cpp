@@ -239,7 +239,8 @@ int run_serve(const ServeOptions& o) {
   const KvPoolPlan pool = plan_kv_pool({.kv_cache_mb = o.kv_cache_mb,
                                         .gpu_memory_fraction = o.gpu_memory_fraction,
                                         .device = backend->device_memory(),
-                                        .reserve_bytes = activation_reserve_bytes(config, steps.max_batch_tokens),
+                                        .reserve_bytes = activation_reserve_bytes(config, steps.max_batch_tokens) +
+                                                         state_layout_for(config, engine_config.scheduler.max_running).bytes(),
                                         .block_bytes = block_bytes});
   engine_config.n_blocks = pool.n_blocks;
   AgentIndex agents;

@@ -232,6 +232,26 @@ class Backend {
                    const MoeScratch& scratch, TensorRef out) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(TensorRef x, float cap) = 0;
+  // x[n, c] *= sigmoid(gate[n, c]) (the output gate of Qwen3-Next / Qwen3.5 attention).
+  virtual void sigmoid_mul(TensorRef x, TensorRef gate) = 0;
+
+  // --- linear-attention (Gated DeltaNet) layers of hybrid models; `layer` indexes the
+  // linear layers (kv.state), each chunk's state is its state_slot (batch.h) ----------
+  // x[n, C] = silu(causal depthwise conv of x with w [C, conv_rows + 1]) in place, each chunk
+  // continuing its slot's conv state (the inputs before start_pos; zeros at start_pos 0) and
+  // leaving its last conv_rows inputs there.
+  virtual void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
+                             const ForwardBatch& batch) = 0;
+  // out[n, n_v_heads * v_head_dim] = the gated delta rule over each chunk, continuing its slot's
+  // recurrent state S [n_v_heads][k_head_dim, v_head_dim] (zeros at start_pos 0) and leaving the
+  // state after its last token there. qkv [n, 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim]
+  // ([q | k | v], value head h reads q/k head h / (n_v_heads / n_k_heads)); a, b [n, n_v_heads];
+  // a_log, dt_bias [n_v_heads]. Per token and value head:
+  //   q, k = l2norm(q, k) (eps 1e-6), q *= k_head_dim^-1/2, beta = sigmoid(b),
+  //   g = -exp(a_log) * softplus(a + dt_bias), S = exp(g) S, S += k (beta (v - S^T k))^T, o = S^T q.
+  virtual void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                                const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
+                                const ForwardBatch& batch, TensorRef out) = 0;
   // out[i, :] = x[rows[i], :]
   virtual void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) = 0;
   // out[i] = argmax_row(logits[i, :]) where temperature[i] <= 0, else

@@ -13,6 +13,10 @@ struct SequenceChunk {
   std::int32_t n_tokens = 0;
   std::int32_t start_pos = 0;   // position of its first token; positions before it are cached
   std::span<const std::int32_t> block_table;  // KV block ids covering [0, start_pos + n_tokens)
+  // Hybrid models: the sequence's linear-attention state slot (KvStorage::conv_state,
+  // recurrent_state). It holds the state after start_pos tokens; a chunk at start_pos 0 starts
+  // from zeros whatever the slot holds.
+  std::int32_t state_slot = 0;
 };
 
 struct ForwardBatch {

@@ -29,6 +29,9 @@ struct Engine::Active : Sequence {
   Sampler sampler;
   bool started_sent = false;  // the Started event went out
   bool agent_deleted = false;  // its agent was deleted while it ran: record no turn
+  // Hybrid models with snapshots: the state at its last block boundary, kept as its end snapshot.
+  std::vector<float> boundary_state;
+  std::int32_t boundary_pos = 0;
 };
 
 namespace {
@@ -46,6 +49,17 @@ std::int32_t model_context_of(const ModelConfig& c, const EngineConfig& e) {
   return static_cast<std::int32_t>(std::min<std::int64_t>(model, std::numeric_limits<std::int32_t>::max()));
 }
 
+// Hybrid models' recurrent state is not in the KV: a cached prefix resumes them only up to a
+// state snapshot, and without snapshots not at all.
+EngineConfig adapted_to(EngineConfig e, const ModelConfig& c) {
+  if (!is_hybrid(c.family)) return e;
+  if (e.state_snapshot_bytes <= 0) e.scheduler.prefix_reuse = false;
+  else  // whole blocks: the KV resumes only there
+    e.scheduler.snapshot_interval =
+        (std::max(0, e.state_snapshot_interval) + e.block_size - 1) / e.block_size * e.block_size;
+  return e;
+}
+
 std::int32_t context_limit(const ModelConfig& c, const EngineConfig& e) {
   const std::int64_t kv_positions = std::int64_t{e.n_blocks} * e.block_size;
   return static_cast<std::int32_t>(std::min<std::int64_t>(kv_positions, model_context_of(c, e)));
@@ -56,17 +70,22 @@ std::int32_t context_limit(const ModelConfig& c, const EngineConfig& e) {
 Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig config)
     : model_(std::move(model)),
       backend_(backend),
-      config_(config),
+      config_(adapted_to(config, model_->config())),
       model_context_(model_context_of(model_->config(), config_)),
       max_context_(context_limit(model_->config(), config_)),
-      kv_storage_(
-          backend.alloc_kv(kv_layout_for(model_->config(), config_.n_blocks, config_.block_size, config_.kv_dtype))),
+      kv_storage_(alloc_model_kv(backend, model_->config(), config_.n_blocks, config_.block_size, config_.kv_dtype,
+                                 config_.scheduler.max_running)),
       kv_(config_.n_blocks, config_.block_size, KvManager::backend_copier(backend_, kv_storage_)),
       scheduler_(config_.scheduler, kv_),
       runner_(*model_, kv_storage_),
       stats_(config_.stats_ring),
       seed_base_(std::random_device{}()) {
   event_.top_logprobs.reserve(64);
+  if (is_hybrid(model_->config().family) && config_.state_snapshot_bytes > 0) {
+    snapshots_ = std::make_unique<StateSnapshots>(config_.state_snapshot_bytes);
+    resume_ = std::make_unique<SnapshotResume>(*snapshots_, backend_, kv_storage_);
+    scheduler_.set_state_resume(resume_.get());
+  }
   if (config_.disk != nullptr && config_.background_restore) {
     restorer_ = std::make_unique<Restorer>(
         config_.disk,
@@ -327,6 +346,12 @@ bool Engine::step() {
         Active& a = static_cast<Active&>(*plan.chunks[i].seq);
         a.n_computed += plan.chunks[i].n_tokens;
         kv_.commit(a.kv, a.tokens, a.n_computed);
+        if (resume_ != nullptr && a.n_computed % config_.block_size == 0) {
+          resume_->read(a, a.boundary_state);
+          a.boundary_pos = a.n_computed;
+          const std::int32_t every = config_.scheduler.snapshot_interval;
+          if (every > 0 && a.n_computed % every == 0) resume_->keep(a, a.n_computed, a.boundary_state);
+        }
         if (a.remaining() == 0) advance(a, runner_.logits_for(i), runner_.id_for(i));
       }
     }
@@ -402,6 +427,9 @@ bool Engine::emit(Active& a, const EngineEvent& e) {
 }
 
 void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
+  // Its state at its last block boundary: the next turn of the conversation resumes there.
+  if (resume_ != nullptr && a.boundary_pos > 0 && reason != FinishReason::Error)
+    resume_->keep(a, a.boundary_pos, std::move(a.boundary_state));
   // Before Finished goes out, so a client that sees the end also sees the agent's new state.
   if (!a.request.agent.empty() && !a.agent_deleted)
     kv_.remember_agent(a.kv, a.ns, a.request.agent, a.n_computed, a.n_cached_prompt > 0);

@@ -20,6 +20,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/state_snapshots.h"
 #include "engine/step_stats.h"
 #include "kv/kv_manager.h"
 #include "kv/restorer.h"
@@ -38,6 +39,12 @@ struct EngineConfig {
   AgentIndex* agents = nullptr;
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
+  // Hybrid models (Qwen3-Next, Qwen3.5): host memory for snapshots of sequences' recurrent state
+  // (engine/state_snapshots.h), taken every `state_snapshot_interval` tokens of a prefill and at
+  // each request's end; a prompt then resumes at its deepest snapshot whose KV prefix is cached.
+  // 0 bytes: no snapshots, every hybrid prompt is computed from token 0.
+  std::int64_t state_snapshot_bytes = 1ll << 30;
+  std::int32_t state_snapshot_interval = 1024;
   // Load a prefix found on disk on restore threads while other sequences decode (else at
   // admission, on the engine thread: tests only). Host-tier blocks need no load.
   bool background_restore = true;
@@ -138,6 +145,8 @@ class Engine {
   KvStorage kv_storage_;
   KvManager kv_;
   Scheduler scheduler_;
+  std::unique_ptr<StateSnapshots> snapshots_;  // hybrid models with snapshots on
+  std::unique_ptr<SnapshotResume> resume_;
   StepRunner runner_;
   StepStatsRing stats_;
 

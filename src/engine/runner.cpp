@@ -29,7 +29,8 @@ void StepRunner::run(const StepPlan& plan, Output output, std::span<const IdPick
     chunks_.push_back({.first_row = first_row,
                        .n_tokens = c.n_tokens,
                        .start_pos = s.n_computed,
-                       .block_table = s.kv.block_table()});
+                       .block_table = s.kv.block_table(),
+                       .state_slot = s.state_slot});
     const bool wants_logits = c.n_tokens == s.remaining();
     chunk_logit_index_.push_back(wants_logits ? static_cast<std::int32_t>(logit_rows_.size()) : -1);
     if (!wants_logits) continue;

@@ -15,6 +15,7 @@ Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), k
   plan_.chunks.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.preempted.reserve(static_cast<std::size_t>(config_.max_running) + 1);
   plan_.failed.reserve(static_cast<std::size_t>(config_.max_running) + 1);
+  for (std::int32_t slot = config_.max_running; slot-- > 0;) free_state_slots_.push_back(slot);
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -23,8 +24,10 @@ void Scheduler::add(Sequence* seq) {
 }
 
 void Scheduler::finish(Sequence* seq) {
-  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) {
     running_.erase(it);
+    release_state_slot(seq);
+  }
   if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
     waiting_.erase(it);
   kv_.release(seq->kv);  // also drops a background load still running for it
@@ -78,12 +81,16 @@ void Scheduler::admit_waiting() {
   while (it != waiting_.end() && budget_ > 0 && n_running() < config_.max_running) {
     Sequence* seq = *it;
     if (!seq->kv.is_open()) {
-      if (kv_.restore_pending(seq->kv, seq->tokens, seq->ns)) {  // loading: let the next one in
+      if (config_.prefix_reuse && kv_.restore_pending(seq->kv, seq->tokens, seq->ns)) {  // loading
         ++n_restoring_;
         ++it;
         continue;
       }
-      seq->n_computed = kv_.match(seq->kv, seq->tokens, seq->ns, seq->retention);
+      // Without prefix reuse, matching the first token alone opens the sequence and shares nothing.
+      const std::span<const std::int32_t> match_tokens =
+          config_.prefix_reuse ? std::span<const std::int32_t>(seq->tokens) : std::span(seq->tokens).first(1);
+      seq->n_computed = kv_.match(seq->kv, match_tokens, seq->ns, seq->retention);
+      if (resume_ != nullptr) trim_to_resume_point(*seq);
       plan_.n_prefix_hit_tokens += seq->n_computed;
       if (seq->n_cached_prompt < 0) seq->n_cached_prompt = seq->n_computed;
     }
@@ -104,6 +111,7 @@ void Scheduler::admit_waiting() {
     it = waiting_.erase(it);
     seq->state = SeqState::Running;
     insert_running(seq);
+    if (resume_ != nullptr && seq->n_computed > 0) resume_->restore(*seq, seq->n_computed);
     add_chunk(seq, n);
   }
 }
@@ -133,7 +141,26 @@ std::int32_t Scheduler::fit_chunk(const Sequence& seq, std::int32_t want) const 
   const std::int32_t bs = kv_.block_size();
   const std::int64_t capacity =
       (static_cast<std::int64_t>(seq.kv.n_blocks()) + kv_.n_available()) * bs - seq.n_computed;
-  return static_cast<std::int32_t>(std::clamp<std::int64_t>(capacity, 0, want));
+  auto n = static_cast<std::int32_t>(std::clamp<std::int64_t>(capacity, 0, want));
+  if (resume_ == nullptr || n <= 1) return n;
+  const std::int32_t every = config_.snapshot_interval;
+  if (every > 0) n = std::min(n, (seq.n_computed / every + 1) * every - seq.n_computed);  // next snapshot
+  // A chunk that reaches the end stops first at the last block boundary: the state there is what
+  // the request leaves as its end snapshot (the KV can only resume at whole blocks).
+  const std::int32_t end = seq.n_computed + n, boundary = end / bs * bs;
+  if (end == seq.n_tokens() && boundary > seq.n_computed && boundary < end) n = boundary - seq.n_computed;
+  return n;
+}
+
+void Scheduler::trim_to_resume_point(Sequence& seq) {
+  for (;;) {
+    const std::int32_t p = resume_->resume_point(seq, seq.n_computed);
+    if (p == seq.n_computed) return;
+    // Only the prefix up to p: the KV must end where the restored state does.
+    kv_.release(seq.kv);
+    seq.n_computed = kv_.match(seq.kv, std::span(seq.tokens).first(static_cast<std::size_t>(p) + 1), seq.ns,
+                               seq.retention);
+  }
 }
 
 bool Scheduler::allocate_or_preempt(std::size_t i, std::int32_t n) {
@@ -154,6 +181,7 @@ bool Scheduler::allocate_or_preempt(std::size_t i, std::int32_t n) {
 void Scheduler::preempt_newest() {
   Sequence* victim = running_.back();
   running_.pop_back();
+  release_state_slot(victim);
   // Its chunk may already be in this step's plan (a decode planned before an older prefill).
   for (auto it = plan_.chunks.begin(); it != plan_.chunks.end(); ++it) {
     if (it->seq == victim) {
@@ -185,6 +213,15 @@ void Scheduler::insert_running(Sequence* seq) {
       running_.begin(), running_.end(), seq,
       [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
   running_.insert(at, seq);
+  AKV_CHECK(!free_state_slots_.empty() && seq->state_slot < 0, "a state slot per running sequence");
+  seq->state_slot = free_state_slots_.back();
+  free_state_slots_.pop_back();
+}
+
+void Scheduler::release_state_slot(Sequence* seq) {
+  AKV_CHECK(seq->state_slot >= 0, "a running sequence holds a state slot");
+  free_state_slots_.push_back(seq->state_slot);
+  seq->state_slot = -1;
 }
 
 }  // namespace akv

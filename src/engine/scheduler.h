@@ -9,7 +9,8 @@
 // waiting queue, to be recomputed from its tokens when readmitted. A waiting sequence whose
 // prefix is being loaded from disk in the background (KvManager::restore_pending) stays in the
 // queue without holding up the ones behind it. Engine thread only; the plan's vectors are
-// reused from step to step.
+// reused from step to step. Each running sequence holds one of max_running state slots
+// (Sequence::state_slot), taken at admission and given back when it stops running.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,25 @@ struct SchedulerConfig {
   // Of the budget left after decodes, at most half: what the oldest running prefills may not
   // take before admissions and the newest prefills had theirs (the rest goes back to them).
   std::int32_t admission_reserve_tokens = 128;
+  // False for models whose state a cached KV prefix cannot restore (hybrid linear-attention
+  // models: their recurrent state is not in the KV): every admission computes from token 0.
+  bool prefix_reuse = true;
+  // With a StateResume (hybrid models' state snapshots): prefill chunks end on multiples of this
+  // many tokens (a multiple of the block size), where the engine snapshots the state, and a
+  // chunk that would reach the end of a sequence's tokens stops at the last block boundary
+  // first. 0: no interval.
+  std::int32_t snapshot_interval = 0;
+};
+
+// Hybrid models with state snapshots: how far a sequence can resume on its cached KV prefix, and
+// putting the state there into its slot. Called on the engine thread inside schedule().
+class StateResume {
+ public:
+  virtual ~StateResume() = default;
+  // The deepest position <= matched (0: none) whose recurrent state can be restored for seq.
+  virtual std::int32_t resume_point(const Sequence& seq, std::int32_t matched) = 0;
+  // Writes the state at `pos` (a resume_point answer) into seq.state_slot.
+  virtual void restore(const Sequence& seq, std::int32_t pos) = 0;
 };
 
 struct ScheduledChunk {
@@ -61,6 +81,9 @@ class Scheduler {
   // Waiting sequences skipped by the last schedule() because their blocks are still loading.
   std::int32_t n_restoring() const { return n_restoring_; }
   const SchedulerConfig& config() const { return config_; }
+  // Admissions then keep only the part of a KV prefix match the state can resume from, and
+  // restore that state (nullptr: matches are used whole). Outlives the scheduler.
+  void set_state_resume(StateResume* resume) { resume_ = resume; }
 
  private:
   void schedule_decodes();
@@ -77,12 +100,17 @@ class Scheduler {
   void preempt_newest();
   void fail(Sequence* seq);
   void add_chunk(Sequence* seq, std::int32_t n);
-  void insert_running(Sequence* seq);
+  void insert_running(Sequence* seq);  // and gives it a state slot
+  void release_state_slot(Sequence* seq);
 
   SchedulerConfig config_;
   KvManager& kv_;
   std::vector<Sequence*> running_;  // by arrival, oldest first
   std::deque<Sequence*> waiting_;   // preempted at the front, new at the back
+  std::vector<std::int32_t> free_state_slots_;  // of [0, max_running): one per running sequence
+  StateResume* resume_ = nullptr;
+  // Shrinks seq's fresh match to resume_'s resume point (re-matching the shorter prefix).
+  void trim_to_resume_point(Sequence& seq);
   StepPlan plan_;
   std::int32_t budget_ = 0;
   std::int32_t n_restoring_ = 0;

@@ -25,6 +25,9 @@ struct Sequence {
   std::int32_t n_preemptions = 0;
   SeqState state = SeqState::Waiting;
   KvSequence kv;
+  // Hybrid models: its linear-attention state slot (backend/batch.h) while Running, else -1.
+  // Like its blocks it is released on preemption; readmission recomputes the state from token 0.
+  std::int32_t state_slot = -1;
 
   std::int32_t n_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   // Tokens still to run through the model; 1 means the next step is a decode.

@@ -1,5 +1,6 @@
 #include "models/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -83,13 +84,15 @@ Family family_for(const std::string& arch, const FieldReader& r) {
   if (arch == "Phi3ForCausalLM") return Family::Phi3;
   if (arch == "Qwen3MoeForCausalLM") return Family::Qwen3Moe;
   if (arch == "GptOssForCausalLM") return Family::GptOss;
+  if (arch == "Qwen3NextForCausalLM") return Family::Qwen3Next;
+  if (arch == "Qwen3_5ForCausalLM" || arch == "Qwen3_5MoeForCausalLM") return Family::Qwen35;
   if (arch.find("Moe") != std::string::npos || arch.find("MoE") != std::string::npos)
     throw Error(ErrorKind::Unsupported, r.file() + ": architecture '" + arch +
                                             "' (mixture of experts) is not supported yet");
   throw Error(ErrorKind::Unsupported,
               r.file() + ": architecture '" + arch +
                   "' is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Gemma3, Phi3, Qwen3-MoE, "
-                  "GPT-OSS)");
+                  "GPT-OSS, Qwen3Next, Qwen3_5, Qwen3_5Moe)");
 }
 
 RopeType rope_type_for(const std::string& name, const FieldReader& r) {
@@ -174,7 +177,8 @@ void read_layer_types(const FieldReader& r, ModelConfig& c) {
     for (std::int64_t i = 0; i < c.n_layers; ++i) {
       const std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (t == "sliding_attention") c.layer_is_sliding[i] = true;
-      else if (t != "full_attention") r.fail("layer_types", "unknown layer type " + lt[i].dump());
+      else if (t != "full_attention" && !(is_hybrid(c.family) && t == "linear_attention"))
+        r.fail("layer_types", "unknown layer type " + lt[i].dump());
     }
   } else if (c.sliding_window > 0) {
     if (c.family == Family::Gemma3) {
@@ -260,6 +264,8 @@ std::string_view family_name(Family f) {
     case Family::Phi3: return "phi3";
     case Family::Qwen3Moe: return "qwen3_moe";
     case Family::GptOss: return "gpt_oss";
+    case Family::Qwen3Next: return "qwen3_next";
+    case Family::Qwen35: return "qwen3_5";
   }
   return "?";
 }
@@ -283,12 +289,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.model_type = r.string("model_type", "");
   c.family = family_for(c.architecture, r);
   const bool moe_family = c.family == Family::Qwen3Moe || c.family == Family::GptOss;
-  if (!moe_family && (r.has("num_experts") || r.has("num_local_experts")))
+  if (is_hybrid(c.family)) {
+    c.hybrid = parse_hybrid_config(root, file_label, r.positive("num_hidden_layers"));
+    if (c.family == Family::Qwen35) c.hybrid.moe.norm_topk_prob = true;  // its router always renormalises
+  } else if (!moe_family && (r.has("num_experts") || r.has("num_local_experts")))
     throw Error(ErrorKind::Unsupported, file_label + ": mixture-of-experts models are not supported yet");
 
   c.vocab_size = r.positive("vocab_size");
   c.hidden_size = r.positive("hidden_size");
-  c.intermediate_size = r.positive("intermediate_size");
+  // A hybrid MoE may have no dense MLP: size the MLP scratch for its experts instead.
+  const SharedExpertMoeConfig& moe = c.hybrid.moe;
+  c.intermediate_size = moe.n_experts > 0 && !r.has("intermediate_size")
+                            ? std::max(moe.expert_intermediate, moe.shared_intermediate)
+                            : r.positive("intermediate_size");
   c.n_layers = r.positive("num_hidden_layers");
   c.n_heads = r.positive("num_attention_heads");
   c.n_kv_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.n_heads;

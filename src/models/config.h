@@ -7,11 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "models/hybrid_config.h"
 #include "tensor/dtype.h"
 
 namespace akv {
 
-enum class Family { Llama, Qwen2, Qwen3, Gemma3, Phi3, Qwen3Moe, GptOss };  // Mistral runs as Llama + window
+enum class Family { Llama, Qwen2, Qwen3, Gemma3, Phi3, Qwen3Moe, GptOss, Qwen3Next, Qwen35 };  // Mistral runs as Llama + window
+
+// Qwen3-Next and Qwen3.5: Gated DeltaNet layers next to gated full attention (hybrid_config.h).
+inline bool is_hybrid(Family f) { return f == Family::Qwen3Next || f == Family::Qwen35; }
 enum class Activation { Silu, GeluTanh };
 enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3, LongRope };
 
@@ -77,6 +81,8 @@ struct ModelConfig {
   MoeConfig moe;
 
   DType dtype = DType::F32;  // torch_dtype / dtype of the checkpoint
+  HybridConfig hybrid;  // linear-attention layers and shared-expert MoE (hybrid families only)
+
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
 };

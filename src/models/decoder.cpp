@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+
 namespace akv {
 
 DecoderModel::DecoderModel(ModelConfig config, SafetensorsReader reader, Backend& backend,
@@ -40,7 +41,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, std::span<f
   if (batch.tokens.empty()) return;
   const TensorRef out = run_to_logits(batch, kv, this);
   if (out.rows > 0) backend_.download(out, logits);
-  backend_.end_step();  // the logits are in place when it returns
+  if (recordable_) backend_.end_step();  // the logits are in place when it returns
 }
 
 void DecoderModel::forward_ids(const ForwardBatch& batch, KvStorage& kv, std::span<const float> temperature,
@@ -51,7 +52,7 @@ void DecoderModel::forward_ids(const ForwardBatch& batch, KvStorage& kv, std::sp
   // Its own recording key: the step ends in sample_rows, not download (Backend::begin_step).
   const TensorRef out = run_to_logits(batch, kv, &ids_step_key_);
   if (out.rows > 0) backend_.sample_rows(out, temperature, u, ids);
-  backend_.end_step();  // the ids are in place when it returns
+  if (recordable_) backend_.end_step();  // the ids are in place when it returns
 }
 
 TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, const void* step_key) {
@@ -61,12 +62,13 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
   AKV_CHECK(static_cast<std::int64_t>(batch.positions.size()) == n, "one position per token");
   update_rope(batch);
   ws_.reserve(c, n);
+  reserve_extra(n);
   if (n_logits > logits_capacity_) {  // before begin_step: a recorded step allocates nothing
     last_hidden_ = backend_.alloc(DType::F32, n_logits, c.hidden_size);
     logits_ = backend_.alloc(DType::F32, n_logits, c.vocab_size);
     logits_capacity_ = n_logits;
   }
-  backend_.begin_step(batch, kv, step_key);
+  if (recordable_) backend_.begin_step(batch, kv, step_key);
   backend_.embed(embed_, batch.tokens, static_cast<float>(c.embedding_multiplier), ws_.x);
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
@@ -107,6 +109,13 @@ KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t
           .n_kv_heads = c.n_kv_heads,
           .head_dim = c.head_dim,
           .dtype = dtype};
+}
+
+KvStorage alloc_model_kv(Backend& backend, const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size,
+                         DType dtype, std::int64_t n_state_slots) {
+  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block_size, dtype));
+  alloc_state_arrays(backend, kv, state_layout_for(c, n_state_slots));
+  return kv;
 }
 
 }  // namespace akv

@@ -27,12 +27,17 @@ class DecoderModel : public Model {
 
   // Updates the residual stream ctx.ws.x [n, hidden] with layer ctx.layer.
   virtual void run_layer(LayerContext& ctx) = 0;
+  // Grows a family's own buffers to n token rows; called before the step begins.
+  virtual void reserve_extra(std::int64_t n) { (void)n; }
 
   WeightLoader& loader() { return loader_; }
+  const SafetensorsReader& reader() const { return reader_; }
   std::string layer_prefix(std::int64_t layer) const { return "model.layers." + std::to_string(layer) + "."; }
 
   ModelConfig config_;
   Backend& backend_;
+  // False for a family whose ops need the host mid-step (download, upload): no begin_step.
+  bool recordable_ = true;
   float norm_offset_;
 
  private:

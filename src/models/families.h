@@ -15,5 +15,7 @@ std::unique_ptr<Model> make_phi3(const ModelConfig& c, SafetensorsReader r, Back
 std::unique_ptr<Model> make_gemma3(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_qwen3_moe(const ModelConfig& c, SafetensorsReader r, Backend& b);
 std::unique_ptr<Model> make_gpt_oss(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_qwen3_next(const ModelConfig& c, SafetensorsReader r, Backend& b);
+std::unique_ptr<Model> make_qwen3_5(const ModelConfig& c, SafetensorsReader r, Backend& b);  // + Qwen3.5-MoE
 
 }  // namespace akv

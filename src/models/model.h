@@ -32,6 +32,13 @@ class Model {
 // The KV layout a model needs for `n_blocks` blocks of `block_size` positions in `dtype` (the
 // caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()).
 KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype);
+// The recurrent state of hybrid models with `n_slots` slots (one per sequence run at once);
+// n_layers 0 for other models.
+StateLayout state_layout_for(const ModelConfig& config, std::int64_t n_slots);
+// Everything a model's forward needs on `backend`: the KV arrays of kv_layout_for and, for
+// hybrid models, `n_state_slots` state slots.
+KvStorage alloc_model_kv(Backend& backend, const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size,
+                         DType dtype, std::int64_t n_state_slots = 1);
 
 // Loads config.json and the safetensors weights of `model_dir` onto `backend`, or a .gguf file
 // (the first of a split set): its metadata as the config, its tensors as the weights, quantized

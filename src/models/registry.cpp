@@ -18,6 +18,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, SafetensorsReader r
     case Family::Gemma3: return make_gemma3(config, std::move(reader), backend);
     case Family::Qwen3Moe: return make_qwen3_moe(config, std::move(reader), backend);
     case Family::GptOss: return make_gpt_oss(config, std::move(reader), backend);
+    case Family::Qwen3Next: return make_qwen3_next(config, std::move(reader), backend);
+    case Family::Qwen35: return make_qwen3_5(config, std::move(reader), backend);
   }
   AKV_CHECK(false, "unhandled family");
   return nullptr;

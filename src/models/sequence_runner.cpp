@@ -10,7 +10,7 @@ SequenceRunner::SequenceRunner(Model& model, Backend& backend, std::int64_t max_
     : model_(model), max_tokens_(max_tokens) {
   AKV_CHECK(max_tokens > 0, "SequenceRunner needs room for at least one token");
   const std::int64_t n_blocks = (max_tokens + kBlockSize - 1) / kBlockSize;
-  kv_ = backend.alloc_kv(kv_layout_for(model.config(), n_blocks, kBlockSize, kv_dtype));
+  kv_ = alloc_model_kv(backend, model.config(), n_blocks, kBlockSize, kv_dtype);
   for (std::int64_t i = 0; i < n_blocks; ++i) block_table_.push_back(static_cast<std::int32_t>(i));
   logits_.resize(model.config().vocab_size);
 }

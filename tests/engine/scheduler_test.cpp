@@ -59,10 +59,14 @@ struct Harness {
     ASSERT_TRUE(plan.failed.empty());
     preemptions += static_cast<std::int64_t>(plan.preempted.size());
     std::set<const Sequence*> seen;
+    std::set<std::int32_t> slots;
+    for (const Sequence* s : plan.preempted) ASSERT_EQ(s->state_slot, -1) << "a preempted sequence keeps its slot";
     for (const ScheduledChunk& c : plan.chunks) {
       Sequence& s = *c.seq;
       ASSERT_TRUE(seen.insert(&s).second) << "sequence twice in one step";
       ASSERT_EQ(s.state, SeqState::Running);
+      ASSERT_TRUE(s.state_slot >= 0 && s.state_slot < sched.config().max_running) << s.state_slot;
+      ASSERT_TRUE(slots.insert(s.state_slot).second) << "two running sequences share a state slot";
       ASSERT_GE(c.n_tokens, 1);
       ASSERT_LE(c.n_tokens, s.remaining());
       ASSERT_LE(c.n_tokens, std::max(1, sched.config().max_prefill_chunk));

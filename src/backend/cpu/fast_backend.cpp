@@ -170,4 +170,27 @@ void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
   });
 }
 
+void FastBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                                   const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
+                                   const ForwardBatch& batch, TensorRef out) {
+  const StateLayout& st = kv.state;
+  AKV_CHECK(out.rows == qkv.rows && out.cols == st.n_v_heads * st.v_head_dim, "gated_delta_rule out shape");
+  prepare_delta_rule(qkv, a, b, a_log, dt_bias, st, delta_rule_);
+  const auto n_tasks = static_cast<std::int64_t>(batch.sequences.size()) * st.n_v_heads;
+  pool_.parallel_for(n_tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    thread_local std::vector<float> scratch;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const SequenceChunk& s = batch.sequences[static_cast<std::size_t>(t / st.n_v_heads)];
+      const std::int64_t h = t % st.n_v_heads;
+      const DeltaRuleInputs in = delta_rule_inputs(delta_rule_, qkv, st, s, h);
+      float* state = delta_rule_state(kv, layer, s, h);
+      float* o = out.row<float>(s.first_row) + h * st.v_head_dim;
+      if (s.n_tokens == 1)
+        delta_rule_recurrent(in, state, o, out.stride);
+      else
+        delta_rule_chunked(in, state, o, out.stride, kDeltaRuleChunk, scratch);
+    }
+  });
+}
+
 }  // namespace akv

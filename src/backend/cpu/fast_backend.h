@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_fast.h"
+#include "backend/cpu/delta_rule.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/reference_backend.h"
@@ -50,6 +51,11 @@ class FastBackend : public ReferenceBackend {
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;  // moe_fast.cpp
+  // The chunked form for prefill chunks, token by token for decode; (chunk, head) pairs on the pool.
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
+  // Tokens per chunk of the chunked delta rule.
+  static constexpr std::int64_t kDeltaRuleChunk = 64;
 
  private:
   // Expert e's rows of a stacked matrix as a matmul weight: a view for Float, else decoded to
@@ -75,6 +81,7 @@ class FastBackend : public ReferenceBackend {
   ThreadScratch scratch_;
   std::vector<AttentionTask> attention_tasks_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
+  PreparedDeltaRule delta_rule_;
 
   // The moe op's routing of one call, kept to reuse the memory. a = token * top_k + choice.
   struct MoeRouting {

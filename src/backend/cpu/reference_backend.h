@@ -36,6 +36,11 @@ class ReferenceBackend : public Backend {
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;  // moe_reference.cpp
   void softcap(TensorRef x, float cap) override;
+  void sigmoid_mul(TensorRef x, TensorRef gate) override;
+  void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
+                     const ForwardBatch& batch) override;
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                    std::span<std::int32_t> out) override;

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_attention.h"
 #include "backend/cuda/step_graph.h"
 #include "tensor/safetensors.h"
 
@@ -92,7 +93,8 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
 }
 
 enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kGatedMlp, kSample, kMoe };
+                              kSoftcap, kGather, kDownload, kGatedMlp, kSample, kMoe, kSigmoidMul, kConv1d,
+                              kDeltaRule };
 
 // Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
 // GEMV takes) with gate/up and down all BF16 or all F16.
@@ -661,6 +663,53 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
 void CudaBackend::softcap(TensorRef x, float cap) {
   if (recording() && replaying(Sig().u(kSoftcap).t(x).f(cap).h)) return;
   cuda::launch_softcap(x, cap, stream());
+}
+
+void CudaBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
+  AKV_CHECK(x.rows == gate.rows && x.cols == gate.cols, "sigmoid_mul shape");
+  if (recording() && replaying(Sig().u(kSigmoidMul).t(x).t(gate).h)) return;
+  cuda::launch_sigmoid_mul(x, gate, stream());
+}
+
+const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch) {
+  state_seqs_host_.clear();
+  for (const SequenceChunk& s : batch.sequences) {
+    AKV_CHECK(s.state_slot >= 0 && s.state_slot < kv.state.n_slots, "state slot out of range");
+    state_seqs_host_.insert(state_seqs_host_.end(), {s.first_row, s.n_tokens, s.start_pos, s.state_slot});
+  }
+  return static_cast<const std::int32_t*>(
+      upload_small(state_seqs_host_.data(), state_seqs_host_.size() * sizeof(std::int32_t)));
+}
+
+void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
+                                const ForwardBatch& batch) {
+  const StateLayout& st = kv.state;
+  AKV_CHECK(layer >= 0 && layer < st.n_layers && x.cols == st.conv_channels && w.rows == st.conv_channels &&
+                w.cols == st.conv_rows + 1,
+            "causal_conv1d shape");
+  const std::int32_t* seqs = upload_state_seqs(kv, batch);
+  const auto n_seqs = static_cast<int>(batch.sequences.size());
+  if (recording() && replaying(Sig().u(kConv1d).t(x).w(w).t(kv.conv_state[layer]).p(seqs).u(n_seqs).h)) return;
+  cuda::launch_causal_conv1d(x, w, kv.conv_state[layer], static_cast<int>(st.conv_rows), seqs, n_seqs, stream());
+}
+
+void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                                   const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
+                                   const ForwardBatch& batch, TensorRef out) {
+  const StateLayout& st = kv.state;
+  AKV_CHECK(layer >= 0 && layer < st.n_layers &&
+                qkv.cols == 2 * st.n_k_heads * st.k_head_dim + st.n_v_heads * st.v_head_dim &&
+                a.cols == st.n_v_heads && b.cols == st.n_v_heads && out.cols == st.n_v_heads * st.v_head_dim &&
+                out.rows == qkv.rows,
+            "gated_delta_rule shape");
+  const std::int32_t* seqs = upload_state_seqs(kv, batch);
+  const auto n_seqs = static_cast<int>(batch.sequences.size());
+  if (recording() && replaying(Sig().u(kDeltaRule).t(qkv).t(a).t(b).w(a_log).w(dt_bias).t(kv.recurrent_state[layer])
+                                   .p(seqs).u(n_seqs).t(out).h))
+    return;
+  cuda::launch_gated_delta_rule(qkv, a, b, a_log, dt_bias, kv.recurrent_state[layer], seqs, n_seqs,
+                                static_cast<int>(st.n_k_heads), static_cast<int>(st.n_v_heads),
+                                static_cast<int>(st.k_head_dim), static_cast<int>(st.v_head_dim), out, stream());
 }
 
 void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) {

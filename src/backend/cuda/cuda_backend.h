@@ -105,6 +105,11 @@ class CudaBackend final : public Backend {
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;
   void softcap(TensorRef x, float cap) override;
+  void sigmoid_mul(TensorRef x, TensorRef gate) override;
+  void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
+                     const ForwardBatch& batch) override;
+  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
+                        KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // Greedy picks and plain temperature draws on the device (sample.cu), one block per row; only
   // the ids are copied back (at end_step inside a step). temperature and u travel with the
@@ -237,6 +242,9 @@ class CudaBackend final : public Backend {
   std::size_t staging_next_ = 0;
   std::vector<UploadSlot> slots_;
   std::uint64_t use_counter_ = 0;
+  // [n_seqs][4] first_row, n_tokens, start_pos, state slot of the batch's chunks (linear attention).
+  const std::int32_t* upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch);
+  std::vector<std::int32_t> state_seqs_host_;
   std::vector<std::int32_t> batch_host_;    // descriptor being built (kept to avoid allocation)
   struct Scratch {
     void* ptr = nullptr;

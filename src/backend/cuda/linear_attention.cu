@@ -1,0 +1,192 @@
+// Kernels of hybrid models' linear-attention layers: the attention output gate (x *= sigmoid(g)),
+// the short causal convolution with its per-sequence state, and the gated delta rule with the
+// recurrent state held in registers (one block per sequence chunk and value head, one thread
+// per value column, tokens in order: the decode update fused in one kernel; prefill runs the
+// same loop, not yet the chunked tensor-core form).
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/linear_attention.h"
+
+namespace akv::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxConvRows = 8;
+constexpr int kMaxKeyDim = 128;
+
+__global__ void sigmoid_mul_kernel(float* x, std::int64_t x_stride, const float* g,
+                                   std::int64_t g_stride, std::int64_t cols) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
+  if (c < cols) x[r * x_stride + c] *= 1.0f / (1.0f + expf(-g[r * g_stride + c]));
+}
+
+// One thread per (channel, sequence): the window of the last `rows` inputs stays in registers.
+template <typename W>
+__global__ void conv1d_kernel(float* x, std::int64_t x_stride, const W* w, float* state,
+                              std::int64_t state_stride, int rows, std::int64_t channels,
+                              const std::int32_t* seqs) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  const std::int32_t* s = seqs + 4 * blockIdx.y;
+  const std::int32_t first_row = s[0], n_tokens = s[1], start_pos = s[2], slot = s[3];
+  const int taps = rows + 1;
+  float win[kMaxConvRows];
+#pragma unroll
+  for (int r = 0; r < kMaxConvRows; ++r)
+    win[r] = r < rows && start_pos > 0
+                 ? state[(static_cast<std::int64_t>(slot) * rows + r) * state_stride + c]
+                 : 0.0f;
+  for (std::int32_t t = 0; t < n_tokens; ++t) {
+    float* xp = x + static_cast<std::int64_t>(first_row + t) * x_stride + c;
+    const float in = *xp;
+    float acc = to_f32(w[c * taps + rows]) * in;
+#pragma unroll
+    for (int r = 0; r < kMaxConvRows; ++r)
+      if (r < rows) acc += to_f32(w[c * taps + r]) * win[r];
+#pragma unroll
+    for (int r = 0; r + 1 < kMaxConvRows; ++r)
+      if (r + 1 < rows) win[r] = win[r + 1];
+    if (rows > 0) win[rows - 1] = in;
+    *xp = acc / (1.0f + expf(-acc));
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxConvRows; ++r)
+    if (r < rows) state[(static_cast<std::int64_t>(slot) * rows + r) * state_stride + c] = win[r];
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+__device__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < n_warps; ++i) total += scratch[i];
+  return total;
+}
+
+struct DeltaRuleShape {
+  int n_k_heads, n_v_heads, k_dim, v_dim;
+};
+
+template <typename W>
+__global__ void delta_rule_kernel(const float* qkv, std::int64_t qkv_stride, const float* a,
+                                  std::int64_t a_stride, const float* b, std::int64_t b_stride,
+                                  const W* a_log, const W* dt_bias, float* state,
+                                  const std::int32_t* seqs, DeltaRuleShape sh, float* out,
+                                  std::int64_t out_stride) {
+  pdl_trigger();
+  pdl_wait();
+  __shared__ float q_s[kMaxKeyDim], k_s[kMaxKeyDim], scratch[32];
+  const int h = blockIdx.x, j = threadIdx.x;
+  const std::int32_t* s = seqs + 4 * blockIdx.y;
+  const std::int32_t first_row = s[0], n_tokens = s[1], start_pos = s[2], slot = s[3];
+  const int kh = h / (sh.n_v_heads / sh.n_k_heads), dk = sh.k_dim, dv = sh.v_dim;
+  float* S = state + (static_cast<std::int64_t>(slot) * sh.n_v_heads + h) * dk * dv;  // [dk, dv]
+  const bool col = j < dv;
+  float st[kMaxKeyDim];
+#pragma unroll
+  for (int i = 0; i < kMaxKeyDim; ++i)
+    st[i] = col && i < dk && start_pos > 0 ? S[i * dv + j] : 0.0f;
+  const float A = expf(to_f32(a_log[h])), bias = to_f32(dt_bias[h]);
+  const float q_scale = rsqrtf(static_cast<float>(dk));
+  const std::int64_t key_dim = static_cast<std::int64_t>(sh.n_k_heads) * dk;
+  for (std::int32_t t = 0; t < n_tokens; ++t) {
+    const std::int64_t row = first_row + t;
+    const float* qr = qkv + row * qkv_stride + kh * dk;
+    float qq = 0.0f, kk = 0.0f;
+    for (int i = j; i < dk; i += blockDim.x) {
+      q_s[i] = qr[i];
+      k_s[i] = qr[key_dim + i];
+      qq += q_s[i] * q_s[i];
+      kk += k_s[i] * k_s[i];
+    }
+    const float q_inv = q_scale * rsqrtf(block_sum(qq, scratch) + 1e-6f);
+    const float k_inv =
+        rsqrtf(block_sum(kk, scratch) + 1e-6f);  // block_sum syncs: q_s, k_s are in place
+    const float x = a[row * a_stride + h] + bias;
+    const float g = -A * (x > 20.0f ? x : log1pf(expf(x)));
+    const float beta = 1.0f / (1.0f + expf(-b[row * b_stride + h]));
+    if (col) {
+      const float v = qr[2 * key_dim - kh * dk + h * dv + j];
+      const float decay = expf(g);
+      float kv = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxKeyDim; ++i)
+        if (i < dk) {
+          st[i] *= decay;
+          kv += st[i] * k_s[i] * k_inv;
+        }
+      const float delta = (v - kv) * beta;
+      float o = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxKeyDim; ++i)
+        if (i < dk) {
+          st[i] += k_s[i] * k_inv * delta;
+          o += st[i] * q_s[i] * q_inv;
+        }
+      out[row * out_stride + h * dv + j] = o;
+    }
+    __syncthreads();  // the next token overwrites q_s, k_s
+  }
+  if (col)
+#pragma unroll
+    for (int i = 0; i < kMaxKeyDim; ++i)
+      if (i < dk) S[i * dv + j] = st[i];
+}
+
+}  // namespace
+
+void launch_sigmoid_mul(TensorRef x, TensorRef gate, Stream s) {
+  if (x.rows == 0) return;
+  launch(sigmoid_mul_kernel, dim3(static_cast<unsigned>(x.rows), blocks_for(x.cols, kThreads)),
+         kThreads, 0, s, static_cast<float*>(x.data), x.stride,
+         static_cast<const float*>(gate.data), gate.stride, x.cols);
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_causal_conv1d(TensorRef x, const WeightRef& w, TensorRef state, int rows,
+                          const std::int32_t* seqs, int n_seqs, Stream s) {
+  AKV_CHECK(rows >= 0 && rows <= kMaxConvRows, "causal_conv1d: at most 9 taps on the GPU");
+  if (n_seqs == 0) return;
+  const dim3 grid(blocks_for(x.cols, kThreads), static_cast<unsigned>(n_seqs));
+  dispatch_float(w.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    launch(conv1d_kernel<W>, grid, kThreads, 0, s, static_cast<float*>(x.data), x.stride,
+           static_cast<const W*>(w.data), static_cast<float*>(state.data), state.stride, rows,
+           x.cols, seqs);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
+                             const WeightRef& dt_bias, TensorRef state, const std::int32_t* seqs,
+                             int n_seqs, int n_k_heads, int n_v_heads, int k_dim, int v_dim,
+                             TensorRef out, Stream s) {
+  AKV_CHECK(k_dim <= kMaxKeyDim && v_dim <= 1024,
+            "gated_delta_rule: k_head_dim <= 128, v_head_dim <= 1024 on the GPU");
+  AKV_CHECK(a_log.dtype == dt_bias.dtype, "gated_delta_rule: A_log and dt_bias of one dtype");
+  AKV_CHECK(state.stride == v_dim, "gated_delta_rule: contiguous state");
+  if (n_seqs == 0) return;
+  const dim3 grid(static_cast<unsigned>(n_v_heads), static_cast<unsigned>(n_seqs));
+  const unsigned threads = static_cast<unsigned>((std::max(v_dim, 32) + 31) / 32 * 32);
+  const DeltaRuleShape shape{n_k_heads, n_v_heads, k_dim, v_dim};
+  dispatch_float(a_log.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    launch(delta_rule_kernel<W>, grid, threads, 0, s, static_cast<const float*>(qkv.data),
+           qkv.stride, static_cast<const float*>(a.data), a.stride,
+           static_cast<const float*>(b.data), b.stride, static_cast<const W*>(a_log.data),
+           static_cast<const W*>(dt_bias.data), static_cast<float*>(state.data), seqs, shape,
+           static_cast<float*>(out.data), out.stride);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace akv::cuda

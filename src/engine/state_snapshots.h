@@ -1,0 +1,79 @@
+// Snapshots of hybrid models' recurrent state (every linear layer's conv and delta-rule state of
+// one sequence, StateLayout::slot_floats) at token positions, content-addressed by the token
+// prefix they summarise: key = XXH3-128(namespace, tokens[0, pos)). A request whose prefix has a
+// snapshot resumes from it (with the KV of the same prefix) instead of recomputing from token 0.
+// Host memory, least recently used first out under a byte budget; exact f32. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/scheduler.h"
+#include "kv/block_key.h"
+
+namespace akv {
+
+class StateSnapshots {
+ public:
+  explicit StateSnapshots(std::int64_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // Stores the state after tokens[0, pos) in namespace ns (replacing an equal key), then drops
+  // the least recently used snapshots beyond the budget. A snapshot larger than the whole budget
+  // is not kept.
+  void put(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos,
+           std::vector<float> state);
+  // The deepest snapshot position p <= limit whose prefix tokens[0, p) equals the tokens it was
+  // taken over (same namespace), or 0 when none; marks it recently used.
+  std::int32_t deepest(std::string_view ns, std::span<const std::int32_t> tokens,
+                       std::int32_t limit);
+  // The state at a position deepest() returned for these tokens; nullptr if absent.
+  const std::vector<float>* find(std::string_view ns, std::span<const std::int32_t> tokens,
+                                 std::int32_t pos) const;
+
+  std::int64_t bytes() const { return bytes_; }
+  std::size_t size() const { return lru_.size(); }
+
+ private:
+  struct Entry {
+    Hash128 key;
+    std::string ns;
+    std::int32_t pos = 0;
+    std::vector<float> state;
+  };
+  static Hash128 key_of(std::string_view ns, std::span<const std::int32_t> tokens,
+                        std::int32_t pos);
+  void erase(std::list<Entry>::iterator it);
+
+  std::int64_t max_bytes_;
+  std::int64_t bytes_ = 0;
+  std::list<Entry> lru_;  // most recently used first
+  std::unordered_map<Hash128, std::list<Entry>::iterator, Hash128Hasher> index_;
+};
+
+// The scheduler's StateResume over a snapshot store: resume points are the snapshots' positions,
+// restoring writes the snapshot into the sequence's state slot. read() copies a running
+// sequence's slot (its state at n_computed) to the host; keep() stores such a copy.
+class SnapshotResume final : public StateResume {
+ public:
+  SnapshotResume(StateSnapshots& snapshots, Backend& backend, KvStorage& kv)
+      : snapshots_(snapshots), backend_(backend), kv_(kv) {}
+  std::int32_t resume_point(const Sequence& seq, std::int32_t matched) override;
+  void restore(const Sequence& seq, std::int32_t pos) override;
+  // state = seq's slot (resized to StateLayout::slot_floats).
+  void read(const Sequence& seq, std::vector<float>& state);
+  // Stores `state`, the state of seq after tokens[0, pos).
+  void keep(const Sequence& seq, std::int32_t pos, std::vector<float> state);
+
+ private:
+  StateSnapshots& snapshots_;
+  Backend& backend_;
+  KvStorage& kv_;
+};
+
+}  // namespace akv

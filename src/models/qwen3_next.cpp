@@ -1,0 +1,98 @@
+// The hybrid linear-attention families: Qwen3-Next (fused, per-group interleaved linear-attention
+// projections; MoE with a shared expert) and Qwen3.5 text (separate projections; dense MLP, or
+// MoE with a shared expert for Qwen3.5-MoE). Layers are Gated DeltaNet or gated full attention
+// (config layer_types); every RMSNorm but the DeltaNet's gated one scales by (1 + w).
+// Block order: x += mixer(norm(x)); x += mlp(norm(x)).
+#include "models/families.h"
+
+#include "models/decoder.h"
+#include "models/hybrid_blocks.h"
+#include "models/shared_expert_moe.h"
+
+namespace akv {
+
+namespace {
+
+struct HybridLayer {
+  WeightRef attn_norm, mlp_norm;   // input_layernorm, post_attention_layernorm
+  std::int64_t linear_index = -1;  // >= 0: a Gated DeltaNet layer, its index among them
+  GatedDeltaNetWeights linear;
+  GatedAttentionWeights attn;
+  bool sparse = false;
+  MlpWeights mlp;
+  SharedExpertMoeWeights moe;
+};
+
+class HybridModel final : public DecoderModel {
+ public:
+  HybridModel(ModelConfig c, SafetensorsReader r, Backend& b, bool fused_qkvz)
+      : DecoderModel(std::move(c), std::move(r), b, /*norm_offset=*/1.0f),
+        derived_(reader(), b),
+        hybrid_ws_(b),
+        moe_(b) {
+    const ModelConfig& cfg = config_;
+    recordable_ = cfg.hybrid.moe.n_experts == 0;  // the reference MoE routes on the host
+    std::int64_t n_linear = 0;
+    for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
+      const std::string p = layer_prefix(l);
+      HybridLayer layer;
+      layer.attn_norm = loader().get(p + "input_layernorm.weight", {cfg.hidden_size});
+      layer.mlp_norm = loader().get(p + "post_attention_layernorm.weight", {cfg.hidden_size});
+      if (cfg.hybrid.linear.layer_is_linear[l]) {
+        layer.linear_index = n_linear++;
+        layer.linear = load_gated_delta_net(loader(), derived_, p, cfg, fused_qkvz);
+      } else {
+        layer.attn = load_gated_attention(loader(), derived_, p, cfg);
+      }
+      layer.sparse = cfg.hybrid.moe.layer_is_sparse(l);
+      if (layer.sparse)
+        layer.moe = load_shared_expert_moe(loader(), p + "mlp.", cfg);
+      else
+        layer.mlp = load_mlp(loader(), p + "mlp.", cfg, false);
+      layers_.push_back(std::move(layer));
+    }
+  }
+
+ private:
+  void reserve_extra(std::int64_t n) override {
+    hybrid_ws_.reserve(config_, n);
+    if (config_.hybrid.moe.n_experts > 0) moe_.reserve(config_, n);
+  }
+
+  void run_layer(LayerContext& ctx) override {
+    const HybridLayer& w = layers_[ctx.layer];
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    // The MLP output of layer l - 1 is still in ws.y: its residual add fuses with this norm.
+    if (ctx.layer == 0)
+      backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 1.0f, ctx.ws.xn);
+    else
+      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.attn_norm, eps, 1.0f, ctx.ws.xn);
+    if (w.linear_index >= 0)
+      run_gated_delta_net(w.linear, ctx, hybrid_ws_, ctx.ws.xn, w.linear_index);
+    else
+      run_gated_attention(w.attn, ctx, hybrid_ws_, ctx.ws.xn);
+    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.mlp_norm, eps, 1.0f, ctx.ws.xn);
+    if (w.sparse)
+      moe_.run(w.moe, config_.hybrid.moe, ctx, ctx.ws.xn);
+    else
+      run_mlp(w.mlp, ctx, ctx.ws.xn, GluActivation::Silu);
+    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
+  }
+
+  DerivedWeights derived_;
+  HybridWorkspace hybrid_ws_;
+  SharedExpertMoe moe_;
+  std::vector<HybridLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3_next(const ModelConfig& c, SafetensorsReader r, Backend& b) {
+  return std::make_unique<HybridModel>(c, std::move(r), b, /*fused_qkvz=*/true);
+}
+
+std::unique_ptr<Model> make_qwen3_5(const ModelConfig& c, SafetensorsReader r, Backend& b) {
+  return std::make_unique<HybridModel>(c, std::move(r), b, /*fused_qkvz=*/false);
+}
+
+}  // namespace akv
