@@ -368,6 +368,10 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
   }
 
   std::int32_t cursor = 0;  // into seq's background load
+  // A background load into the host tier left its blocks there: they count as disk restores.
+  const RestoreJob* loaded_to_host =
+      seq.restore_ != nullptr && seq.restore_->done() && seq.restore_->in_host() ? seq.restore_.get() : nullptr;
+  std::int32_t host_cursor = 0;  // into that load's blocks (chain order)
   bool used_job = false;
   std::size_t k = 0;
   for (; k < restore_metas_.size() && n_available() > 0; ++k) {
@@ -394,7 +398,13 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     seq.tail_key_ = index_.key_of(b);
     seq.keys_.push_back(meta.key);
     ++seq.n_indexed_;
-    ++(from == TierSource::Host ? seq.n_host_restored_ : seq.n_restored_);
+    bool from_disk = from != TierSource::Host;
+    if (!from_disk && loaded_to_host != nullptr && host_cursor < loaded_to_host->n_loaded() &&
+        loaded_to_host->blocks()[host_cursor].key == meta.key) {
+      from_disk = true;
+      ++host_cursor;
+    }
+    ++(from_disk ? seq.n_restored_ : seq.n_host_restored_);
     matched += bs;
   }
   for (; k < restore_slots_.size(); ++k)  // pinned, not used

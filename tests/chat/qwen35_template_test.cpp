@@ -14,9 +14,8 @@ namespace akv {
 namespace {
 
 TEST(Qwen35Template, RendersLikeJinja2) {
-  const auto dir = std::filesystem::path(__FILE__).parent_path();
   const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(
-      read_file_or_throw((dir / "data/qwen35_template_golden.json").string()));
+      read_file_or_throw(std::string(AGENTKV_TEST_SOURCE_DIR) + "/data/qwen35_template_golden.json"));
   const ChatTemplate t = ChatTemplate::parse_or_throw(
       read_file_or_throw(test::testdata_file(golden.at("template").get<std::string>())));
   int n_cases = 0;

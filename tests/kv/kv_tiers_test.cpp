@@ -436,7 +436,8 @@ TEST(KvTiers, WithAHostTierTheBackgroundLoadGoesIntoHostSlots) {
   EXPECT_EQ(disk->stats().n_loaded, 4);
   EXPECT_EQ(host.stats().n_blocks, 4) << "loaded into the host tier";
   EXPECT_EQ(d.kv.match(seq, a, ""), 16);
-  EXPECT_EQ(seq.n_host_restored_blocks(), 4) << "written from the host slots";
+  EXPECT_EQ(seq.n_restored_blocks(), 4) << "written from the host slots, counted as from disk";
+  EXPECT_EQ(seq.n_host_restored_blocks(), 0);
   EXPECT_EQ(disk->stats().n_loaded, 4) << "the match read nothing itself";
   EXPECT_TRUE(d.check(seq, a, 4));
   d.kv.release(seq);
