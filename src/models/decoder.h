@@ -30,6 +30,25 @@ class DecoderModel : public Model {
   // Grows a family's own buffers to n token rows; called before the step begins.
   virtual void reserve_extra(std::int64_t n) { (void)n; }
 
+  // The pre-norm residual stream of a layer that runs norm, mixer, norm, MLP. The norm before
+  // the mixer first adds layer l - 1's MLP output (still in ws.y) into ws.x, fused, except at
+  // layer 0; the one before the MLP adds the mixer's output; finish_layer adds the last layer's
+  // MLP output. `offset` is added to the norm weights.
+  void norm_before_mixer(LayerContext& ctx, const WeightRef& norm, float offset) {
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    if (ctx.layer == 0)
+      backend_.rms_norm(ctx.ws.x, norm, eps, offset, ctx.ws.xn);
+    else
+      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, norm, eps, offset, ctx.ws.xn);
+  }
+  void norm_before_mlp(LayerContext& ctx, const WeightRef& norm, float offset) {
+    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, norm, static_cast<float>(config_.rms_norm_eps), offset,
+                          ctx.ws.xn);
+  }
+  void finish_layer(LayerContext& ctx) {
+    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
+  }
+
   WeightLoader& loader() { return loader_; }
   const SafetensorsReader& reader() const { return reader_; }
   std::string layer_prefix(std::int64_t layer) const { return "model.layers." + std::to_string(layer) + "."; }

@@ -38,15 +38,11 @@ class GptOssModel final : public DecoderModel {
  private:
   void run_layer(LayerContext& ctx) override {
     const GptOssLayer& w = layers_[ctx.layer];
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    if (ctx.layer == 0)
-      backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 0.0f, ctx.ws.xn);
-    else
-      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.attn_norm, eps, 0.0f, ctx.ws.xn);
+    norm_before_mixer(ctx, w.attn_norm, 0.0f);
     run_attention(w.attn, ctx, ctx.ws.xn);
-    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.mlp_norm, eps, 0.0f, ctx.ws.xn);
+    norm_before_mlp(ctx, w.mlp_norm, 0.0f);
     run_moe(w.experts, ctx, ctx.ws.xn);
-    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
+    finish_layer(ctx);
   }
 
   std::vector<GptOssLayer> layers_;

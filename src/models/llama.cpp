@@ -35,16 +35,11 @@ class LlamaModel final : public DecoderModel {
  private:
   void run_layer(LayerContext& ctx) override {
     const LlamaLayer& w = layers_[ctx.layer];
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    // The MLP output of layer l - 1 is still in ws.y: its residual add fuses with this norm.
-    if (ctx.layer == 0)
-      backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 0.0f, ctx.ws.xn);
-    else
-      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.attn_norm, eps, 0.0f, ctx.ws.xn);
+    norm_before_mixer(ctx, w.attn_norm, 0.0f);
     run_attention(w.attn, ctx, ctx.ws.xn);
-    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.mlp_norm, eps, 0.0f, ctx.ws.xn);
+    norm_before_mlp(ctx, w.mlp_norm, 0.0f);
     run_mlp(w.mlp, ctx, ctx.ws.xn, GluActivation::Silu);
-    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
+    finish_layer(ctx);
   }
 
   std::vector<LlamaLayer> layers_;

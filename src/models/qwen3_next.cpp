@@ -61,22 +61,17 @@ class HybridModel final : public DecoderModel {
 
   void run_layer(LayerContext& ctx) override {
     const HybridLayer& w = layers_[ctx.layer];
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    // The MLP output of layer l - 1 is still in ws.y: its residual add fuses with this norm.
-    if (ctx.layer == 0)
-      backend_.rms_norm(ctx.ws.x, w.attn_norm, eps, 1.0f, ctx.ws.xn);
-    else
-      backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.attn_norm, eps, 1.0f, ctx.ws.xn);
+    norm_before_mixer(ctx, w.attn_norm, 1.0f);
     if (w.linear_index >= 0)
       run_gated_delta_net(w.linear, ctx, hybrid_ws_, ctx.ws.xn, w.linear_index);
     else
       run_gated_attention(w.attn, ctx, hybrid_ws_, ctx.ws.xn);
-    backend_.add_rms_norm(ctx.ws.x, ctx.ws.y, w.mlp_norm, eps, 1.0f, ctx.ws.xn);
+    norm_before_mlp(ctx, w.mlp_norm, 1.0f);
     if (w.sparse)
       moe_.run(w.moe, config_.hybrid.moe, ctx, ctx.ws.xn);
     else
       run_mlp(w.mlp, ctx, ctx.ws.xn, GluActivation::Silu);
-    if (ctx.layer + 1 == config_.n_layers) backend_.add(ctx.ws.x, ctx.ws.y);
+    finish_layer(ctx);
   }
 
   DerivedWeights derived_;

@@ -112,14 +112,19 @@ HostStoreOptions host_options(std::size_t n_blocks) {
   return o;
 }
 
-// A disk tier in `dir` holding the full blocks of `tokens`, written by an earlier "server".
-std::unique_ptr<DiskStore> disk_holding(const std::string& dir, const Tokens& tokens) {
+// The tests' disk tier options: blocks of kShape under `dir`.
+DiskStoreOptions disk_options(const std::string& dir) {
   DiskStoreOptions o;
   o.dir = dir;
   o.fingerprint = {3, 4};
   o.shape = kShape;
   o.block_size = kBs;
-  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
+  return o;
+}
+
+// A disk tier in `dir` holding the full blocks of `tokens`, written by an earlier "server".
+std::unique_ptr<DiskStore> disk_holding(const std::string& dir, const Tokens& tokens) {
+  std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(disk_options(dir));
   Device first(static_cast<std::int32_t>(tokens.size()) / kBs + 4);
   first.kv.attach_tiers({.disk = disk.get()}, first.io());
   first.run(tokens);
@@ -595,11 +600,7 @@ TEST(KvTiers, SpillsWaitForRoomInTheDiskQueueInsteadOfBeingDropped) {
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
-  DiskStoreOptions o;
-  o.dir = dir.path;
-  o.fingerprint = {3, 4};
-  o.shape = kShape;
-  o.block_size = kBs;
+  DiskStoreOptions o = disk_options(dir.path);
   o.max_queue_bytes = 2 * kShape.raw_bytes();
   o.before_write = [&] {  // a busy disk until the test opens it
     std::unique_lock lock(mu);
@@ -643,11 +644,7 @@ TEST(KvTiers, SpillsWaitForRoomInTheDiskQueueInsteadOfBeingDropped) {
 // copies nothing; both tiers then restore it with its content.
 TEST(KvTiers, SpillsGoThroughTheHostTierAndEvictionCopiesNothingMore) {
   test::ScratchDir dir;
-  DiskStoreOptions o;
-  o.dir = dir.path;
-  o.fingerprint = {3, 4};
-  o.shape = kShape;
-  o.block_size = kBs;
+  DiskStoreOptions o = disk_options(dir.path);
   std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
   HostStore host(host_options(32));
   Device d(8);
@@ -694,11 +691,7 @@ namespace {
 // block evicted first is copied out before its reuse, so nothing queued is lost or torn.
 TEST(KvTiers, CommitQueuesDiskSpillsAndEvictionCopiesAWaitingBlockFirst) {
   test::ScratchDir dir;
-  DiskStoreOptions o;
-  o.dir = dir.path;
-  o.fingerprint = {3, 4};
-  o.shape = kShape;
-  o.block_size = kBs;
+  DiskStoreOptions o = disk_options(dir.path);
   std::unique_ptr<DiskStore> disk = DiskStore::open_or_throw(o);
   Device d(8);
   d.kv.attach_tiers({.disk = disk.get()}, d.io());
