@@ -62,7 +62,14 @@ for name in "${fuzz_targets[@]}"; do
   echo "fuzzing $name for ${seconds}s"
   seeds=()
   [[ -d "fuzz/seeds/$name" ]] && seeds=("fuzz/seeds/$name")
-  "$fuzzer" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="build-fuzz/" "$corpus" "${seeds[@]}" 2>&1 | tail -n 5
+  log="build-fuzz/$name.log"
+  if ! "$fuzzer" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/$name-" "$corpus" "${seeds[@]}" >"$log" 2>&1; then
+    # The finding (stack, input as hex and base64) comes before the final stats.
+    grep -v -E '^(#[0-9]+|\s+NEW_FUNC)' "$log" | tail -n 80
+    echo "$name found a failure: the input is in build-fuzz/$name-*" >&2
+    exit 1
+  fi
+  tail -n 5 "$log"
 done
 echo "all tests passed"

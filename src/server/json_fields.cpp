@@ -1,5 +1,9 @@
 #include "server/json_fields.h"
 
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
 #include "base/error.h"
 #include "chat/json_depth.h"
 
@@ -33,15 +37,35 @@ const json& require_array(const json& obj, const char* key, const std::string& p
   return v;
 }
 
+namespace {
+
+// The value of an integer field as int64: a JSON integer, or a float with no fraction (clients
+// write 1024.0), nullopt for anything else. Out-of-range values come back clamped to the int64
+// ends so the caller's range check names them; converting them would be undefined.
+std::optional<std::int64_t> integral_value(const json& v) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.get<std::uint64_t>();
+    return u > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (!v.is_number_float()) return std::nullopt;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::trunc(d) != d) return std::nullopt;
+  if (d >= kTwo63) return INT64_MAX;
+  if (d < -kTwo63) return INT64_MIN;
+  return static_cast<std::int64_t>(d);
+}
+
+}  // namespace
+
 std::int64_t require_int(const json& obj, const char* key, const std::string& path, std::int64_t min,
                          std::int64_t max) {
-  const json& v = require(obj, key, path);
-  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(v.get<double>()))))
-    fail(join(path, key), "Input should be a valid integer");
-  const std::int64_t n = v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
-  if (n < min || n > max)
+  const std::optional<std::int64_t> n = integral_value(require(obj, key, path));
+  if (!n) fail(join(path, key), "Input should be a valid integer");
+  if (*n < min || *n > max)
     fail(join(path, key), "Input should be between " + std::to_string(min) + " and " + std::to_string(max));
-  return n;
+  return *n;
 }
 
 std::optional<std::string> opt_string(const json& obj, const char* key, const std::string& path) {
