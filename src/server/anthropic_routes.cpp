@@ -1,6 +1,7 @@
 // POST /v1/messages and /v1/messages/count_tokens.
 #include <httplib.h>
 
+#include <chrono>
 #include <memory>
 
 #include "server/anthropic_request.h"
@@ -38,11 +39,13 @@ std::string error_type_for(const ReplyFinish& f) {
 }  // namespace
 
 void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const auto received = std::chrono::steady_clock::now();
   const json body = fields::parse_body(req.body);
   ChatRequest chat = parse_anthropic_messages(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, who, Dialect::Anthropic));
+  prep->job.received = received;
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.omit_thinking = thinking_display_omitted(body);

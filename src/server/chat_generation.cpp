@@ -200,10 +200,10 @@ void log_request(const std::string& route, const std::string& agent, const Reply
   const double prefill_tps = f.timing.ttft_ms > 0 ? 1000.0 * static_cast<double>(f.usage.uncached_tokens()) / f.timing.ttft_ms : 0.0;
   const double decode_tps =
       f.timing.decode_ms > 0 ? 1000.0 * static_cast<double>(std::max<std::int64_t>(f.usage.output_tokens - 1, 0)) / f.timing.decode_ms : 0.0;
-  log_info("{} agent={} prompt_tokens={} cached_tokens={} prefill_tok_s={:.1f} ttft_ms={:.1f} output_tokens={} "
-           "decode_tok_s={:.1f} finish={}",
-           route, agent.empty() ? "-" : agent, f.usage.prompt_tokens, f.usage.cached_tokens, prefill_tps,
-           f.timing.ttft_ms, f.usage.output_tokens, decode_tps, reason_name(f.reason));
+  log_info("{} agent={} prompt_tokens={} cached_tokens={} prepare_ms={:.1f} prefill_tok_s={:.1f} ttft_ms={:.1f} "
+           "output_tokens={} decode_tok_s={:.1f} finish={}",
+           route, agent.empty() ? "-" : agent, f.usage.prompt_tokens, f.usage.cached_tokens, f.timing.prepare_ms,
+           prefill_tps, f.timing.ttft_ms, f.usage.output_tokens, decode_tps, reason_name(f.reason));
 }
 
 }  // namespace akv

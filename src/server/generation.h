@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct GenerationJob {
   // Called once with how the request ended, whatever the end (the dashboard's turn history).
   std::function<void(const ReplyFinish&)> on_finish;
   std::chrono::milliseconds ping_interval{5000};
+  // When the route began on the request (before parsing it): the time to submit is the request
+  // path's share of the client's TTFT. Unset: not measured.
+  std::optional<std::chrono::steady_clock::time_point> received;
   // Whether the client has gone (may be empty: then only a failed write tells). Asked every
   // kClientPollInterval while no engine event comes (queueing, a long prefill), so a client that
   // leaves then is noticed and its engine request cancelled within ~100 ms, not at the next

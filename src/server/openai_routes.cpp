@@ -77,11 +77,13 @@ void stream_reply(ServingContext& ctx, const httplib::Request& req, httplib::Res
 }  // namespace
 
 void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const auto received = std::chrono::steady_clock::now();
   const json body = fields::parse_body(req.body);
   OpenAiChatRequest parsed = parse_openai_chat(body);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, who, Dialect::OpenAI));
+  prep->job.received = received;
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);

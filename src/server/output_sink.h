@@ -20,6 +20,7 @@ struct ReplyUsage {
 enum class StopReason { EndTurn, MaxTokens, StopSequence, ToolUse, Cancelled, Error };
 
 struct ReplyTiming {
+  double prepare_ms = 0;  // request received -> submit (parse, render, tokenize)
   double ttft_ms = 0;    // submit -> first token (queueing + prefill)
   double decode_ms = 0;  // first token -> last token
 };
