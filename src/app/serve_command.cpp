@@ -120,17 +120,13 @@ struct KvStores {
   std::unique_ptr<RemoteStore> remote;  // first: the disk tier's IO thread writes to it
   std::unique_ptr<DiskStore> disk;
 };
-KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e,
+KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const EngineConfig& e, SpillCodec codec,
                         const std::string& chat_template, std::string& unavailable) {
   const std::int64_t max_bytes = parse_byte_size(o.kv_disk_bytes, "--kv-disk-bytes");
   if (!o.kv_remote.empty() && o.kv_dir.empty())
     throw Error(ErrorKind::InvalidArgument, "--kv-remote needs --kv-dir: the remote tier sits under the disk tier");
   KvStores stores;
   if (o.kv_dir.empty()) return stores;
-  const std::optional<SpillCodec> codec = find_spill_codec(o.kv_spill_codec);
-  if (!codec)
-    throw Error(ErrorKind::InvalidArgument, "--kv-spill-codec: expected native, f32, bf16, int8 or int4, not '" +
-                                                o.kv_spill_codec + "'");
   if (const std::optional<std::string> problem = find_store_dir_problem(o.kv_dir)) {
     log_warn("serving WITHOUT the KV disk tier: --kv-dir {}: {}", o.kv_dir, *problem);
     unavailable = *problem;
@@ -141,10 +137,10 @@ KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const 
   d.dir = o.kv_dir;
   WeightDigestStats w;
   d.fingerprint = model_fingerprint(
-      {.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = *codec, .cache_dir = o.kv_dir}, &w);
+      {.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = codec, .cache_dir = o.kv_dir}, &w);
   log_info("model fingerprint: {} weight files, {} read ({} MiB in {:.1f} s), {} known from {}/{}", w.n_files, w.n_hashed,
            w.bytes_hashed >> 20, w.hash_seconds, w.n_cached, o.kv_dir, kWeightDigestCacheName);
-  d.codec = *codec;
+  d.codec = codec;
   d.shape = block_shape_of(layout);
   d.block_size = e.block_size;
   d.max_bytes = max_bytes;
@@ -171,13 +167,9 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
                                           const DiskStore* disk, Backend& backend) {
   const std::int64_t max_bytes = parse_byte_size(o.kv_host_bytes, "--kv-host-bytes");
   if (max_bytes == 0) return nullptr;
-  const std::optional<SpillCodec> codec = find_spill_codec(o.kv_host_codec);
-  if (!codec)
-    throw Error(ErrorKind::InvalidArgument, "--kv-host-codec: expected native, f32, bf16, int8 or int4, not '" +
-                                                o.kv_host_codec + "'");
   HostStoreOptions h;
   h.max_bytes = static_cast<std::size_t>(max_bytes);
-  h.codec = *codec;
+  h.codec = resolve_tier_codec("--kv-host-codec", o.kv_host_codec, backend);
   h.shape = block_shape_of(kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype));
   h.block_size = e.block_size;
   h.attention_equal_tokens = attention_equal_tokens(config);
@@ -248,8 +240,9 @@ int run_serve(const ServeOptions& o) {
   // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
   // blocks lent from host slots (DiskStore::put_lent) until it stops.
   std::unique_ptr<HostStore> host;
-  KvStores stores =
-      open_disk_tier(o, config, engine_config, prompt_options.template_override.value_or(""), disk_unavailable);
+  const SpillCodec disk_codec = resolve_tier_codec("--kv-spill-codec", o.kv_spill_codec, *backend);
+  KvStores stores = open_disk_tier(o, config, engine_config, disk_codec,
+                                   prompt_options.template_override.value_or(""), disk_unavailable);
   std::unique_ptr<DiskStore>& disk = stores.disk;
   if (disk != nullptr)
     for (AgentRecord& r : disk->take_loaded_manifests()) agents.load(std::move(r));
@@ -289,8 +282,8 @@ int run_serve(const ServeOptions& o) {
            block_bytes, pool.how, engine.kv_capacity_tokens(), engine.model_context());
   log_info("engine steps: up to {} tokens, prompt chunks of up to {}", steps.max_batch_tokens, steps.prefill_chunk);
   if (host != nullptr)
-    log_info("KV host tier: {} MiB, {} codec, {} bytes per block", host->stats().max_bytes >> 20, o.kv_host_codec,
-             host->encoded_block_bytes());
+    log_info("KV host tier: {} MiB, {} codec, {} bytes per block", host->stats().max_bytes >> 20,
+             spill_codec_name(host->codec()), host->encoded_block_bytes());
   server.run();
   g_server = nullptr;
   g_drainer = nullptr;

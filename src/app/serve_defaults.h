@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
+#include "backend/kv_codec.h"
 #include "models/config.h"
 
 namespace akv {
@@ -15,6 +17,12 @@ namespace akv {
 // "auto" -> the backend's preferred_kv_dtype(); "bf16" | "f16" | "f32". Throws Error naming
 // --kv-dtype for anything else.
 DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
+
+// A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors):
+// "auto" -> int8 when the KV lives in device memory (the tiers keep and move about half of
+// bf16's bytes, at bf16's error: docs/perf/kv_quality.md; the device decodes it), native on the
+// CPU (exact, and its memory is the host's anyway); otherwise the named codec.
+SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend);
 
 struct StepSizes {
   std::int32_t max_batch_tokens = 0;  // tokens per engine step
