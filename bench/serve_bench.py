@@ -477,7 +477,10 @@ def wait_disk_settled(client, max_s):
 # (shown = False) so the JSON holds every raw number.
 
 COUNTERS = ("agentkv_kv_host_restored_total", "agentkv_kv_disk_restored_total",
-            "agentkv_kv_host_demoted_total", "agentkv_kv_disk_written_total", "agentkv_preemptions_total")
+            "agentkv_kv_host_demoted_total", "agentkv_kv_disk_written_total", "agentkv_preemptions_total",
+            # The engine's steps during a request (their time next to its TTFT: the rest is the
+            # request path and waiting between steps).
+            "agentkv_step_seconds_sum", "agentkv_step_seconds_count")
 
 
 def counters(client):
