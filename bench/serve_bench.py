@@ -627,12 +627,14 @@ class Bench:
                 errors.append(f"agent c{i}: {e}")
 
         threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(bodies))]
+        before = counters(self.client)
         t0 = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        after = counters(self.client)
         if errors:
             raise BenchError(f"concurrent turn {turn}: {len(errors)} of {len(bodies)} failed; first: {errors[0]}")
         ttfts = [r["ttft_s"] for r in recs]
@@ -643,11 +645,15 @@ class Bench:
                "cache_read": sum(r["usage"].get("cache_read_input_tokens") or 0 for r in recs),
                "output_tokens": sum(r["output_tokens"] or 0 for r in recs),
                "agents": [{k: r.get(k) for k in ("agent", "ttft_s", "total_s", "usage", "output_tokens")}
-                          | {"start_s": r["start_s"] - t0} for r in recs]}
+                          | {"start_s": r["start_s"] - t0} for r in recs],
+               "server_counters": {c: after[c] - before[c] for c in before if c in after}}
         self.steps.append(agg)
         print_row(agg)
+        engine = agg["server_counters"]
+        busy = (f", engine {engine['step_seconds_count']:.0f} steps taking {engine['step_seconds_sum']:.3f} s"
+                if "step_seconds_sum" in engine and "step_seconds_count" in engine else "")
         print(f"    wall {agg['wall_s']:.3f} s, TTFT p50 {agg['ttft_p50_s'] * 1e3:.0f} ms, "
-              f"p99 {agg['ttft_p99_s'] * 1e3:.0f} ms")
+              f"p99 {agg['ttft_p99_s'] * 1e3:.0f} ms{busy}")
         return recs
 
     def run(self, scenarios):
