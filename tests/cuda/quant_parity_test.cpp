@@ -194,5 +194,126 @@ TEST(CudaQuant, GemvMatchesOracleProducts) {
   }
 }
 
+// --- through the backend: upload_weight keeps the blocks; matmul, matmul_multi and embed -----
+
+struct UploadedQuant {
+  QuantCase c;
+  TensorInfo info;
+  WeightRef gpu;
+
+  static std::unique_ptr<UploadedQuant> make(GgmlType t, std::int64_t rows, std::int64_t cols) {
+    auto u = std::make_unique<UploadedQuant>(UploadedQuant{QuantCase::make(t, rows, cols), {}, {}});
+    EXPECT_TRUE(backends().gpu.takes_quantized_weight(*find_dtype_of(t))) << ggml_type_name(t);
+    u->info.name = "w";
+    u->info.dtype = *find_dtype_of(t);
+    u->info.shape = {rows, cols};
+    u->info.bytes = u->c.bytes;
+    u->gpu = backends().gpu.upload_weight(u->info);
+    return u;
+  }
+  // [n, rows] in f64: x [n, cols] times the oracle's weights.
+  std::vector<double> product(const std::vector<float>& x, std::int64_t n) const {
+    return reference_product(c, std::vector<double>(x.begin(), x.end()), n);
+  }
+};
+
+// Up to kQuantGemvMaxRows rows: the GEMV on int8 activations (~0.5% error, see above); more:
+// the oracle's weights rounded to bf16 and activations rounded to bf16 for cuBLAS (bf16 tolerance).
+double quant_matmul_tolerance(std::int64_t n) { return n <= cuda::kQuantGemvMaxRows ? 2e-2 : tolerance(DType::BF16); }
+
+TEST(CudaQuant, BackendMatmulMatchesOracle) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    const std::int64_t rows = 96, cols = 512;
+    const auto w = UploadedQuant::make(t, rows, cols);
+    for (std::int64_t n : {1, 5, 64, 65, 130}) {
+      Pair x = Pair::random(n, cols, 8), out = Pair::make(n, rows, 4);
+      out.poison_gpu();
+      backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+      const double err = note_error(rel_error(out.get_gpu(), w->product(x.get_cpu(), n)));
+      EXPECT_LE(err, quant_matmul_tolerance(n)) << ggml_type_name(t) << " n " << n;
+    }
+  }
+}
+
+// q/k/v-style: two quantized weights of different types and a bf16 one in one matmul_multi, with
+// biases; x is quantized once for both quantized targets.
+TEST(CudaQuant, BackendMatmulMultiMixesQuantizedAndPlain) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::int64_t cols = 256;
+  const auto q = UploadedQuant::make(GgmlType::Q4_K, 64, cols);
+  const auto k = UploadedQuant::make(GgmlType::Q8_0, 32, cols);
+  auto v = WeightPair::random(DType::BF16, 32, cols, 0.05f);
+  auto bias = WeightPair::random(DType::F32, 1, 64, 0.1f, true);
+  for (std::int64_t n : {1, 3, 80}) {
+    Pair x = Pair::random(n, cols), oq = Pair::make(n, 64), ok = Pair::make(n, 32), ov = Pair::make(n, 32);
+    oq.poison_gpu();
+    ok.poison_gpu();
+    ov.poison_gpu();
+    const MatmulTarget gpu_targets[] = {{&q->gpu, &bias->gpu, oq.gpu}, {&k->gpu, nullptr, ok.gpu}, {&v->gpu, nullptr, ov.gpu}};
+    backends().gpu.matmul_multi(x.gpu, gpu_targets);
+    backends().ref.matmul(x.cpu, v->cpu, nullptr, ov.cpu);
+    const std::vector<float> xs = x.get_cpu();
+    std::vector<double> want_q = q->product(xs, n);
+    std::vector<float> b(64);
+    std::memcpy(b.data(), bias->bytes.data(), b.size() * sizeof(float));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < 64; ++c) want_q[r * 64 + c] += b[c];
+    EXPECT_LE(note_error(rel_error(oq.get_gpu(), want_q)), quant_matmul_tolerance(n)) << "Q4_K n " << n;
+    EXPECT_LE(note_error(rel_error(ok.get_gpu(), k->product(xs, n))), quant_matmul_tolerance(n)) << "Q8_0 n " << n;
+    EXPECT_LE(ov.error(), n <= 8 ? 1e-5 : tolerance(DType::BF16)) << "BF16 n " << n;
+  }
+}
+
+TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    const std::int64_t rows = 50, cols = 512;
+    const auto w = UploadedQuant::make(t, rows, cols);
+    std::vector<std::int32_t> ids(9);
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng()() % rows);
+    Pair out = Pair::make(9, cols, 8);
+    out.poison_gpu();
+    backends().gpu.embed(w->gpu, ids, 1.5f, out.gpu);
+    const std::vector<float> got = out.get_gpu();
+    std::int64_t mismatches = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (std::int64_t c = 0; c < cols; ++c)
+        mismatches += got[i * cols + c] != w->c.oracle[ids[i] * cols + c] * 1.5f;
+    EXPECT_EQ(mismatches, 0) << ggml_type_name(t);
+  }
+}
+
+// A quantized matmul inside recorded decode steps (CUDA graphs): captured once, then replayed
+// with new activations; each step's result must follow its own x.
+TEST(CudaQuant, MatmulInsideRecordedSteps) {
+  AKV_SKIP_WITHOUT_CUDA();
+  CudaBackend& gpu = backends().gpu;
+  const std::int64_t rows = 128, cols = 1024, n = 2;
+  const auto w = UploadedQuant::make(GgmlType::Q4_K, rows, cols);
+  KvStorage kv = gpu.alloc_kv(KvLayout{.n_layers = 1, .n_blocks = 4, .block_size = 16, .n_kv_heads = 1,
+                                       .head_dim = 64, .dtype = DType::F32});
+  Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
+  const std::vector<std::int32_t> tokens = {1, 2}, positions = {0, 0}, logit_rows = {0, 1};
+  const std::vector<std::int32_t> table0 = {0}, table1 = {1};
+  const std::vector<SequenceChunk> seqs = {{.first_row = 0, .n_tokens = 1, .start_pos = 0, .block_table = table0},
+                                           {.first_row = 1, .n_tokens = 1, .start_pos = 0, .block_table = table1}};
+  const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = logit_rows};
+  const CudaBackend::StepStats before = gpu.step_stats();
+  gpu.set_step_graphs(true);
+  for (int step = 0; step < 4; ++step) {
+    x.set(random_floats(static_cast<std::size_t>(n * cols)));
+    std::vector<float> got(static_cast<std::size_t>(n * rows));
+    gpu.begin_step(batch, kv, &kv);
+    gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+    gpu.download(out.gpu, got);
+    gpu.end_step();
+    EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))), 2e-2) << "step " << step;
+  }
+  const CudaBackend::StepStats after = gpu.step_stats();
+  EXPECT_EQ(after.captured - before.captured, 1);
+  EXPECT_EQ(after.replayed - before.replayed, 3);
+}
+
 }  // namespace
 }  // namespace akv::test

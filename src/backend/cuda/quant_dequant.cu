@@ -99,6 +99,41 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ w, std::
   dst[i] = out;
 }
 
+// out[t, :] = scale * row ids[t] of the table, one thread per eight elements.
+template <GgmlType T>
+__global__ void embed_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int64_t cols,
+                             const std::int32_t* __restrict__ ids, std::int64_t n, float scale,
+                             float* __restrict__ out, std::int64_t out_stride) {
+  using G = Geometry<T>;
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n * cols / 8) return;
+  const std::int64_t t = i / (cols / 8), c = i % (cols / 8) * 8;
+  const std::uint8_t* b = w + ids[t] * row_bytes + (c / G::kElems) * G::kBytes;
+  float v[8];
+  dequant8<T>(b, static_cast<int>(c % G::kElems), v);
+  for (int k = 0; k < 8; ++k) out[t * out_stride + c + k] = __fmul_rn(v[k], scale);
+}
+
+// Calls f(Tag<T>{}) for a supported block type.
+template <GgmlType T>
+struct Tag {
+  static constexpr GgmlType kType = T;
+};
+template <typename F>
+void dispatch_quant(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::Q8_0: return f(Tag<GgmlType::Q8_0>{});
+    case GgmlType::Q4_0: return f(Tag<GgmlType::Q4_0>{});
+    case GgmlType::MXFP4: return f(Tag<GgmlType::MXFP4>{});
+    case GgmlType::Q4_K: return f(Tag<GgmlType::Q4_K>{});
+    case GgmlType::Q5_K: return f(Tag<GgmlType::Q5_K>{});
+    case GgmlType::Q6_K: return f(Tag<GgmlType::Q6_K>{});
+    default: AKV_CHECK(false, "quantized CUDA kernels: unsupported type");
+  }
+}
+
 template <GgmlType T>
 void launch_typed(const QuantWeight& w, void* dst, cudaStream_t s) {
   constexpr int kThreads = 256;
@@ -112,15 +147,19 @@ void launch_typed(const QuantWeight& w, void* dst, cudaStream_t s) {
 void launch_dequantize_bf16(const QuantWeight& w, void* dst, cudaStream_t s) {
   AKV_CHECK(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "dequantize: 16-byte aligned destination");
   if (w.rows == 0) return;
-  switch (w.type) {
-    case GgmlType::Q8_0: return launch_typed<GgmlType::Q8_0>(w, dst, s);
-    case GgmlType::Q4_0: return launch_typed<GgmlType::Q4_0>(w, dst, s);
-    case GgmlType::MXFP4: return launch_typed<GgmlType::MXFP4>(w, dst, s);
-    case GgmlType::Q4_K: return launch_typed<GgmlType::Q4_K>(w, dst, s);
-    case GgmlType::Q5_K: return launch_typed<GgmlType::Q5_K>(w, dst, s);
-    case GgmlType::Q6_K: return launch_typed<GgmlType::Q6_K>(w, dst, s);
-    default: AKV_CHECK(false, "dequantize: unsupported type");
-  }
+  dispatch_quant(w.type, [&](auto tag) { launch_typed<decltype(tag)::kType>(w, dst, s); });
+}
+
+void launch_embed_quantized(const QuantWeight& table, const std::int32_t* ids, std::int64_t n, float scale,
+                            float* out, std::int64_t out_stride, cudaStream_t s) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  dispatch_quant(table.type, [&](auto tag) {
+    constexpr GgmlType T = decltype(tag)::kType;
+    launch(embed_kernel<T>, dim3(blocks_for(n * table.cols / 8, kThreads)), dim3(kThreads), 0, s,
+           static_cast<const std::uint8_t*>(table.data), quant_row_bytes(T, table.cols), table.cols, ids, n, scale,
+           out, out_stride);
+  });
 }
 
 }  // namespace akv::cuda
