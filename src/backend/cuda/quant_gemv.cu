@@ -1,9 +1,10 @@
-// The quantized GEMV (quant_gemv.h). One warp per weight row walks the row in stages of 1,024
-// elements: the stage's raw bytes come in with 16-byte streaming loads (the next stage's loads
-// in flight while this one is used) into the warp's shared-memory slot, then each lane decodes
-// the 32 weight codes of its element group into eight packed int8 words once and multiplies them
-// with the int8 activation codes of every activation row (dp4a), applying the block scales in
-// f32. Each weight byte is read from memory once per launch, whatever n.
+// The quantized GEMV (quant_gemv.h). A warp walks its weight rows (two for up to 8 activation
+// rows, else one) in stages of 1,024 elements: each row's stage bytes come in with 16-byte
+// streaming loads (the next stage's loads in flight while this one is used) into a
+// shared-memory slot, then each lane decodes the 32 weight codes of its element group into eight
+// packed int8 words once and multiplies them with the int8 activation codes of every activation
+// row (dp4a; one activation load for all the warp's rows), applying the block scales in f32.
+// Each weight byte is read from memory once per launch, whatever n.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_gemv.h"
@@ -13,7 +14,7 @@ namespace {
 
 using namespace quant;
 
-constexpr int kWarps = 4;            // per block, one row each
+constexpr int kWarps = 4;             // per block
 constexpr int kStageElems = 32 * 32;  // 32 lanes x 32 elements
 static_assert(kQuantGroup == 32, "a lane's element group is one activation group");
 
@@ -144,78 +145,99 @@ __device__ LaneWeights decode<GgmlType::Q6_K>(const std::uint8_t* stage, int lan
   return w;
 }
 
-// Grid: one warp per weight row (kWarps rows per block). kM >= n activation rows per launch.
-template <GgmlType T, int kM>
+// Grid: each warp takes kR consecutive weight rows (kWarps * kR rows per block) and walks them
+// in step, so each activation load feeds kR rows. kM >= n activation rows per launch.
+template <GgmlType T, int kM, int kR>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_gemv_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int32_t rows,
                       std::int32_t cols, const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
                       std::int32_t n, float* __restrict__ y, std::int64_t ys) {
   using S = Stage<T>;
   using G = Geometry<T>;
-  __shared__ __align__(16) std::uint8_t slots[kWarps][S::kSlotBytes];
+  __shared__ __align__(16) std::uint8_t slots[kWarps][kR][S::kSlotBytes];
   pdl_trigger();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int32_t row = static_cast<std::int32_t>(blockIdx.x) * kWarps + warp;
-  if (row >= rows) return;
+  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) * kWarps + warp) * kR;
+  if (row0 >= rows) return;
   const std::int32_t row_blocks = cols / G::kElems;
   const std::int32_t n_stages = (row_blocks + S::kBlocks - 1) / S::kBlocks;
-  const std::uint8_t* row_ptr = w + row * row_bytes;
-  std::uint8_t* slot = slots[warp];
-
-  uint4 words[S::kWordsPerLane];
-  int skew = 0;  // where the stage's bytes begin in the slot
-  auto load = [&](std::int32_t st) {
-    const std::uint8_t* begin = row_ptr + std::int64_t{st} * S::kBytes;
-    const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
-    const auto* base = reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(begin) & ~std::uintptr_t{15});
-    skew = static_cast<int>(begin - base);
-    const int n_words = (skew + bytes + 15) / 16;
+  const std::uint8_t* row_ptr[kR];
 #pragma unroll
-    for (int u = 0; u < S::kWordsPerLane; ++u) {
-      const int i = lane + 32 * u;
-      if (i < n_words) words[u] = load_stream(base + 16 * i);
+  for (int r = 0; r < kR; ++r) row_ptr[r] = w + min(row0 + r, rows - 1) * row_bytes;  // past the end: a repeat
+
+  uint4 words[kR][S::kWordsPerLane];
+  int skew[kR];  // where each row's stage bytes begin in its slot
+  auto load = [&](std::int32_t st) {
+    const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const std::uint8_t* begin = row_ptr[r] + std::int64_t{st} * S::kBytes;
+      const auto* base =
+          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(begin) & ~std::uintptr_t{15});
+      skew[r] = static_cast<int>(begin - base);
+      const int n_words = (skew[r] + bytes + 15) / 16;
+#pragma unroll
+      for (int u = 0; u < S::kWordsPerLane; ++u) {
+        const int i = lane + 32 * u;
+        if (i < n_words) words[r][u] = load_stream(base + 16 * i);
+      }
     }
   };
   load(0);
   pdl_wait();  // activations come from the kernel before
 
-  float acc[kM];
+  float acc[kR][kM];
 #pragma unroll
-  for (int m = 0; m < kM; ++m) acc[m] = 0.0f;
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
   const std::int32_t groups = cols / kQuantGroup;
   for (std::int32_t st = 0; st < n_stages; ++st) {
     __syncwarp();
+    int stage_skew[kR];
 #pragma unroll
-    for (int u = 0; u < S::kWordsPerLane; ++u)
-      if (lane + 32 * u < S::kWords) reinterpret_cast<uint4*>(slot)[lane + 32 * u] = words[u];
-    const int stage_skew = skew;
+    for (int r = 0; r < kR; ++r) {
+#pragma unroll
+      for (int u = 0; u < S::kWordsPerLane; ++u)
+        if (lane + 32 * u < S::kWords) reinterpret_cast<uint4*>(slots[warp][r])[lane + 32 * u] = words[r][u];
+      stage_skew[r] = skew[r];
+    }
     __syncwarp();
     if (st + 1 < n_stages) load(st + 1);
     const std::int32_t group = st * (kStageElems / kQuantGroup) + lane;
     if (group >= groups) continue;  // past the row's end in its last stage
-    const LaneWeights lw = decode<T>(slot + stage_skew, lane);
+    LaneWeights lw[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][r] + stage_skew[r], lane);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= n) break;
       const int4* xq = reinterpret_cast<const int4*>(codes + std::int64_t{m} * cols + std::int64_t{group} * kQuantGroup);
       const int4 a = __ldg(xq), b = __ldg(xq + 1);
       const float2 ds = __ldg(scales + std::int64_t{m} * groups + group);
-      int dot_lo = __dp4a(lw.q[0], a.x, 0);
-      dot_lo = __dp4a(lw.q[1], a.y, dot_lo);
-      dot_lo = __dp4a(lw.q[2], a.z, dot_lo);
-      dot_lo = __dp4a(lw.q[3], a.w, dot_lo);
-      int dot_hi = __dp4a(lw.q[4], b.x, 0);
-      dot_hi = __dp4a(lw.q[5], b.y, dot_hi);
-      dot_hi = __dp4a(lw.q[6], b.z, dot_hi);
-      dot_hi = __dp4a(lw.q[7], b.w, dot_hi);
-      acc[m] += ds.x * (lw.lo * static_cast<float>(dot_lo) + lw.hi * static_cast<float>(dot_hi)) - lw.mn * ds.y;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        int dot_lo = __dp4a(lw[r].q[0], a.x, 0);
+        dot_lo = __dp4a(lw[r].q[1], a.y, dot_lo);
+        dot_lo = __dp4a(lw[r].q[2], a.z, dot_lo);
+        dot_lo = __dp4a(lw[r].q[3], a.w, dot_lo);
+        int dot_hi = __dp4a(lw[r].q[4], b.x, 0);
+        dot_hi = __dp4a(lw[r].q[5], b.y, dot_hi);
+        dot_hi = __dp4a(lw[r].q[6], b.z, dot_hi);
+        dot_hi = __dp4a(lw[r].q[7], b.w, dot_hi);
+        acc[r][m] += ds.x * (lw[r].lo * static_cast<float>(dot_lo) + lw[r].hi * static_cast<float>(dot_hi)) -
+                     lw[r].mn * ds.y;
+      }
     }
   }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    if (m >= n) break;
-    const float v = warp_sum(acc[m]);
-    if (lane == m % 32) y[std::int64_t{m} * ys + row] = v;
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m >= n) break;
+      const float v = warp_sum(acc[r][m]);
+      if (lane == m % 32 && row0 + r < rows) y[std::int64_t{m} * ys + row0 + r] = v;
+    }
   }
 }
 
@@ -241,9 +263,13 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, std::in
   if (lane == 0) scales[g] = make_float2(d, d * static_cast<float>(sum));
 }
 
+// Rows per warp: two while the accumulators (kR x kM) stay few, one beyond.
+constexpr int rows_per_warp(int m) { return m <= 8 ? 2 : 1; }
+
 template <GgmlType T, int kM>
 void launch_typed(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t ys, cudaStream_t s) {
-  launch(quant_gemv_kernel<T, kM>, dim3(blocks_for(w.rows, kWarps)), dim3(kWarps * 32), 0, s,
+  constexpr int kR = rows_per_warp(kM);
+  launch(quant_gemv_kernel<T, kM, kR>, dim3(blocks_for(w.rows, kWarps * kR)), dim3(kWarps * 32), 0, s,
          static_cast<const std::uint8_t*>(w.data), quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.rows),
          static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
          reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n), y, ys);
