@@ -236,6 +236,28 @@ TEST(CudaQuant, BackendMatmulMatchesOracle) {
   }
 }
 
+// A weight larger than the dequantization chunk goes through the prefill path in row chunks
+// (40 + 40 + 16 rows here), each writing its own columns of the output.
+TEST(CudaQuant, BackendPrefillMatmulInRowChunks) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::int64_t rows = 96, cols = 512, n = 70;
+  CudaBackend gpu;
+  gpu.set_dequant_chunk_elems(40 * cols);
+  const QuantCase c = QuantCase::make(GgmlType::Q6_K, rows, cols);
+  TensorInfo info{.name = "w", .dtype = DType::Q6_K, .shape = {rows, cols}, .bytes = c.bytes, .file = "random"};
+  const WeightRef w = gpu.upload_weight(info);
+  const auto x_buf = gpu.alloc(DType::F32, n, cols), out_buf = gpu.alloc(DType::F32, n, rows);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(n * cols));
+  gpu.upload(x, x_buf->tensor());
+  gpu.upload(std::vector<float>(static_cast<std::size_t>(n * rows), std::numeric_limits<float>::quiet_NaN()),
+             out_buf->tensor());
+  gpu.matmul(x_buf->tensor(), w, nullptr, out_buf->tensor());
+  std::vector<float> got(static_cast<std::size_t>(n * rows));
+  gpu.download(out_buf->tensor(), got);
+  const double err = rel_error(got, reference_product(c, std::vector<double>(x.begin(), x.end()), n));
+  EXPECT_LE(note_error(err), tolerance(DType::BF16));
+}
+
 // q/k/v-style: two quantized weights of different types and a bf16 one in one matmul_multi, with
 // biases; x is quantized once for both quantized targets.
 TEST(CudaQuant, BackendMatmulMultiMixesQuantizedAndPlain) {

@@ -206,8 +206,9 @@ WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
   AKV_CHECK(!dtype_is_quantized(t.dtype) || takes_quantized_weight(t.dtype), "CUDA: unsupported quantized weight");
   WeightRef w = alloc_weight(t.dtype, rows, cols);
   AKV_CHECK(t.bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(t.dtype, cols), "weight byte size");
-  if (dtype_is_quantized(t.dtype)) {  // the prefill path's bf16 copy: allocated now, never inside a step
-    const std::size_t need = static_cast<std::size_t>(rows * cols) * 2;
+  if (dtype_is_quantized(t.dtype)) {  // the prefill path's bf16 rows: allocated now, never inside a step
+    const std::int64_t chunk_rows = std::min(rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / cols));
+    const std::size_t need = static_cast<std::size_t>(chunk_rows * cols) * 2;
     if (need > dequant_scratch_bytes_) {
       AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
       cudaFree(dequant_scratch_);
@@ -521,12 +522,20 @@ void CudaBackend::matmul_quantized(TensorRef x, cuda::QuantActivations a, const 
   }
   // Prefill: never inside a recorded step (those are decode-only, at most kMaxGraphTokens rows).
   static_assert(kMaxGraphTokens <= cuda::kQuantGemvMaxRows, "recorded steps never dequantize");
-  AKV_CHECK(static_cast<std::size_t>(w.rows * w.cols) * 2 <= dequant_scratch_bytes_, "dequant scratch size");
-  cuda::launch_dequantize_bf16(qw, dequant_scratch_, stream());
+  const std::int64_t chunk_rows = std::min<std::int64_t>(
+      w.rows, static_cast<std::int64_t>(dequant_scratch_bytes_ / (static_cast<std::size_t>(w.cols) * 2)));
+  AKV_CHECK(chunk_rows >= 1, "dequant scratch smaller than a row (sized at upload)");
   void* xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
   cuda::launch_to_half(x, DType::BF16, xh, stream());
-  gemm_half(xh, x.cols, x.rows, WeightRef{dequant_scratch_, DType::BF16, w.rows, w.cols}, out.data, DType::F32,
-            out.stride);
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {  // out[:, r0 : r0 + m] per chunk
+    const std::int64_t m = std::min(chunk_rows, w.rows - r0);
+    const cuda::QuantWeight part{static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * row_bytes,
+                                 qw.type, m, w.cols};
+    cuda::launch_dequantize_bf16(part, dequant_scratch_, stream());
+    gemm_half(xh, x.cols, x.rows, WeightRef{dequant_scratch_, DType::BF16, m, w.cols},
+              static_cast<float*>(out.data) + r0, DType::F32, out.stride);
+  }
 }
 
 void CudaBackend::matmul_plain(TensorRef x, std::span<const MatmulTarget> targets) {

@@ -8,7 +8,8 @@
 // the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
 // stay as raw blocks on the device: matmuls of at most cuda::kQuantGemvMaxRows rows run the
 // quantized GEMV (quant_gemv.h, int8 activations), larger ones dequantize the weight into a bf16
-// scratch matrix (allocated at upload, sized by the largest quantized weight) for cuBLAS. Attention uses
+// scratch matrix (allocated at upload, sized by the largest quantized weight up to 128 MiB; larger
+// weights go in row chunks) for cuBLAS. Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
@@ -141,6 +142,11 @@ class CudaBackend final : public Backend {
   // block and unsplit prefill tiles (the earlier kernels, for before/after measurements).
   void set_chunk_attention(bool on);
 
+  // Most elements of a quantized weight dequantized at once for a prefill GEMM (default 64M: 128
+  // MiB of bf16; larger weights, an lm_head, go through in row chunks). Set before uploading.
+  static constexpr std::int64_t kDequantChunkElems = std::int64_t{64} << 20;
+  void set_dequant_chunk_elems(std::int64_t elems) { dequant_chunk_elems_ = elems; }
+
   // A device copy of raw bytes as a weight (benchmarks fill it on the device themselves).
   WeightRef alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols);
   // Waits for all queued work.
@@ -266,8 +272,9 @@ class CudaBackend final : public Backend {
                                             // 4 and 5: gated_mlp's half gate/up and act when
                                             // the caller's buffers are strided, 6: int8
                                             // activations of the quantized GEMV
-  void* dequant_scratch_ = nullptr;         // bf16 [rows, cols] of the largest quantized weight
+  void* dequant_scratch_ = nullptr;         // bf16 rows of a quantized weight (prefill GEMMs)
   std::size_t dequant_scratch_bytes_ = 0;
+  std::int64_t dequant_chunk_elems_ = kDequantChunkElems;
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
