@@ -21,10 +21,14 @@ template <> struct Geometry<GgmlType::Q5_K> { static constexpr int kElems = 256,
 template <> struct Geometry<GgmlType::Q6_K> { static constexpr int kElems = 256, kBytes = 210; };
 
 // 4 bytes at p, any alignment; reads the aligned words around them (both must be readable).
+// An aligned p (Q4_K/Q5_K rows, whose blocks are 16-byte multiples) costs one load.
 __device__ __forceinline__ std::uint32_t ld_u32(const std::uint8_t* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   const auto* w = reinterpret_cast<const std::uint32_t*>(a & ~std::uintptr_t{3});
-  return __funnelshift_r(w[0], w[1], static_cast<unsigned>(a & 3) * 8);
+  const unsigned shift = static_cast<unsigned>(a & 3) * 8;
+  const std::uint32_t lo = w[0];
+  if (shift == 0) return lo;
+  return __funnelshift_r(lo, w[1], shift);
 }
 
 __device__ __forceinline__ float f16_at(const std::uint8_t* p) {
