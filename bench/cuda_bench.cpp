@@ -8,9 +8,10 @@
 // on the device, alternating in one run). --chunk-attention 1 measures only chunks of 1, 10, 64,
 // 351 and 512 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
 // whole forward (the time to the last token's logits), with the chunk attention paths off (one
-// token a split-K block, unsplit prefill tiles) and on, side by side.
+// token a split-K block, unsplit prefill tiles) and on, side by side. --quant-gemv 1 measures only
+// the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
-//                   [--chunk-attention 1] [--chunk-context N]
+//                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -32,6 +33,7 @@
 
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
+int run_quant_gemv_bench(double copy_bw);
 }
 
 namespace akv {
@@ -465,7 +467,7 @@ struct DecodeTime {
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
-  std::int64_t chunk_attention = 0, chunk_context = 16000;
+  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -477,6 +479,7 @@ int run(int argc, char** argv) {
     else if (a == "--decode-only") decode_only = v;
     else if (a == "--chunk-attention") chunk_attention = v;
     else if (a == "--chunk-context") chunk_context = v;
+    else if (a == "--quant-gemv") quant_gemv = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -487,6 +490,10 @@ int run(int argc, char** argv) {
               double(prop.totalGlobalMem) / double(1 << 30), driver, runtime);
 
   const double bw = copy_bandwidth();
+  if (quant_gemv != 0) {
+    std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);
+    return bench::run_quant_gemv_bench(bw);
+  }
   const double flops = gemm_rate();
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);
   std::printf("cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s\n", flops * 1e-12);

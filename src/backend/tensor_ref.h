@@ -35,7 +35,9 @@ struct TensorRef {
   }
 };
 
-// A weight matrix [rows, cols] (a vector is [1, cols]); `data` is backend memory.
+// A weight matrix [rows, cols] (a vector is [1, cols]); `data` is backend memory. For a
+// quantized dtype, [rows, cols] is the logical shape and each row is dtype_row_bytes(dtype, cols)
+// bytes of whole blocks (quant_blocks.h), rows packed one after another.
 struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::F32;

@@ -16,6 +16,19 @@ std::size_t dtype_size(DType t) {
     case DType::I64: return 8;
     case DType::U8: return 1;
     case DType::I8: return 1;
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: AKV_CHECK(false, "dtype_size: a quantized dtype has no element size");
   }
   return 0;
 }
@@ -30,6 +43,19 @@ std::string_view dtype_name(DType t) {
     case DType::I64: return "I64";
     case DType::U8: return "U8";
     case DType::I8: return "I8";
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return ggml_type_name(*find_ggml_type_of(t));
   }
   return "?";
 }
@@ -38,6 +64,80 @@ std::optional<DType> find_dtype(std::string_view name) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64,
                   DType::U8, DType::I8})
     if (dtype_name(t) == name) return t;
+  return std::nullopt;
+}
+
+bool dtype_is_quantized(DType t) {
+  const auto g = find_ggml_type_of(t);
+  return g.has_value() && ggml_type_traits(*g).quantized;
+}
+
+std::int64_t dtype_block_elems(DType t) {
+  return dtype_is_quantized(t) ? ggml_type_traits(*find_ggml_type_of(t)).block_elems : 1;
+}
+
+std::int64_t dtype_block_bytes(DType t) {
+  return dtype_is_quantized(t) ? ggml_type_traits(*find_ggml_type_of(t)).block_bytes
+                               : static_cast<std::int64_t>(dtype_size(t));
+}
+
+std::size_t dtype_row_bytes(DType t, std::int64_t cols) {
+  const std::int64_t block = dtype_block_elems(t);
+  AKV_CHECK(cols >= 0 && cols % block == 0, "dtype_row_bytes: cols not a whole number of blocks");
+  return static_cast<std::size_t>(cols / block * dtype_block_bytes(t));
+}
+
+std::optional<GgmlType> find_ggml_type_of(DType t) {
+  switch (t) {
+    case DType::F32: return GgmlType::F32;
+    case DType::F16: return GgmlType::F16;
+    case DType::BF16: return GgmlType::BF16;
+    case DType::F64: return GgmlType::F64;
+    case DType::I32: return GgmlType::I32;
+    case DType::I64: return GgmlType::I64;
+    case DType::U8: return std::nullopt;
+    case DType::I8: return GgmlType::I8;
+    case DType::Q4_0: return GgmlType::Q4_0;
+    case DType::Q4_1: return GgmlType::Q4_1;
+    case DType::Q5_0: return GgmlType::Q5_0;
+    case DType::Q5_1: return GgmlType::Q5_1;
+    case DType::Q8_0: return GgmlType::Q8_0;
+    case DType::Q2_K: return GgmlType::Q2_K;
+    case DType::Q3_K: return GgmlType::Q3_K;
+    case DType::Q4_K: return GgmlType::Q4_K;
+    case DType::Q5_K: return GgmlType::Q5_K;
+    case DType::Q6_K: return GgmlType::Q6_K;
+    case DType::IQ4_NL: return GgmlType::IQ4_NL;
+    case DType::IQ4_XS: return GgmlType::IQ4_XS;
+    case DType::MXFP4: return GgmlType::MXFP4;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> find_dtype_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return DType::F32;
+    case GgmlType::F16: return DType::F16;
+    case GgmlType::BF16: return DType::BF16;
+    case GgmlType::F64: return DType::F64;
+    case GgmlType::I8: return DType::I8;
+    case GgmlType::I16: return std::nullopt;
+    case GgmlType::I32: return DType::I32;
+    case GgmlType::I64: return DType::I64;
+    case GgmlType::Q4_0: return DType::Q4_0;
+    case GgmlType::Q4_1: return DType::Q4_1;
+    case GgmlType::Q5_0: return DType::Q5_0;
+    case GgmlType::Q5_1: return DType::Q5_1;
+    case GgmlType::Q8_0: return DType::Q8_0;
+    case GgmlType::Q2_K: return DType::Q2_K;
+    case GgmlType::Q3_K: return DType::Q3_K;
+    case GgmlType::Q4_K: return DType::Q4_K;
+    case GgmlType::Q5_K: return DType::Q5_K;
+    case GgmlType::Q6_K: return DType::Q6_K;
+    case GgmlType::IQ4_NL: return DType::IQ4_NL;
+    case GgmlType::IQ4_XS: return DType::IQ4_XS;
+    case GgmlType::MXFP4: return DType::MXFP4;
+  }
   return std::nullopt;
 }
 

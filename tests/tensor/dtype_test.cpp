@@ -25,6 +25,44 @@ TEST(DType, SizesAndNames) {
   EXPECT_FALSE(find_dtype("bf16").has_value());
 }
 
+constexpr DType kQuantized[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q8_0,
+                                DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,   DType::Q6_K,
+                                DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+
+TEST(DType, QuantizedGeometryComesFromGgmlTraits) {
+  for (DType t : kQuantized) {
+    EXPECT_TRUE(dtype_is_quantized(t)) << dtype_name(t);
+    const auto g = find_ggml_type_of(t);
+    ASSERT_TRUE(g.has_value()) << dtype_name(t);
+    EXPECT_EQ(find_dtype_of(*g), t);
+    EXPECT_EQ(dtype_name(t), ggml_type_name(*g));
+    EXPECT_EQ(dtype_block_elems(t), ggml_type_traits(*g).block_elems);
+    EXPECT_EQ(dtype_block_bytes(t), ggml_type_traits(*g).block_bytes);
+    // Quantized names are not safetensors dtypes.
+    EXPECT_FALSE(find_dtype(dtype_name(t)).has_value()) << dtype_name(t);
+  }
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64,
+                  DType::U8, DType::I8}) {
+    EXPECT_FALSE(dtype_is_quantized(t));
+    EXPECT_EQ(dtype_block_elems(t), 1);
+    EXPECT_EQ(dtype_block_bytes(t), static_cast<std::int64_t>(dtype_size(t)));
+  }
+  // Hand-checked against the block structs: 4096 columns of Q4_K = 16 blocks of 144 bytes.
+  EXPECT_EQ(dtype_row_bytes(DType::Q4_K, 4096), 16u * 144u);
+  EXPECT_EQ(dtype_row_bytes(DType::Q8_0, 64), 2u * 34u);
+  EXPECT_EQ(dtype_row_bytes(DType::Q6_K, 256), 210u);
+  EXPECT_EQ(dtype_row_bytes(DType::MXFP4, 32), 17u);
+  EXPECT_EQ(dtype_row_bytes(DType::BF16, 3), 6u);
+  EXPECT_FALSE(find_ggml_type_of(DType::U8).has_value());
+  EXPECT_FALSE(find_dtype_of(GgmlType::I16).has_value());
+  EXPECT_EQ(find_dtype_of(GgmlType::BF16), DType::BF16);
+}
+
+TEST(DTypeDeathTest, QuantizedHasNoElementSize) {
+  EXPECT_DEATH((void)dtype_size(DType::Q4_K), "quantized dtype has no element size");
+  EXPECT_DEATH((void)dtype_row_bytes(DType::Q8_0, 33), "whole number of blocks");
+}
+
 TEST(DType, Bf16EveryPatternRoundTrips) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     const float f = bf16_to_f32(static_cast<std::uint16_t>(h));

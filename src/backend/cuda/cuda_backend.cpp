@@ -10,6 +10,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_attention.h"
+#include "backend/cuda/quant_dequant.h"
+#include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/step_graph.h"
 #include "tensor/safetensors.h"
 
@@ -132,6 +134,20 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }
 
+namespace {
+// The kernels' view of a quantized weight.
+cuda::QuantWeight quant_weight(const WeightRef& w) {
+  const std::optional<GgmlType> t = find_ggml_type_of(w.dtype);
+  AKV_CHECK(t.has_value() && cuda::quant_kernels_support(*t), "CUDA: unsupported quantized weight dtype");
+  return {w.data, *t, w.rows, w.cols};
+}
+}  // namespace
+
+bool CudaBackend::takes_quantized_weight(DType t) const {
+  const std::optional<GgmlType> g = find_ggml_type_of(t);
+  return dtype_is_quantized(t) && g.has_value() && cuda::quant_kernels_support(*g);
+}
+
 std::optional<DeviceMemory> CudaBackend::device_memory() const {
   std::size_t free_bytes = 0, total_bytes = 0;
   AKV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -157,6 +173,7 @@ CudaBackend::~CudaBackend() {
     cudaEventDestroy(s.copied);
   }
   for (Scratch& s : scratch_) cudaFree(s.ptr);
+  cudaFree(dequant_scratch_);
   cudaFreeHost(kv_ring_.host);
   cudaFree(kv_ring_.device);
   for (cudaEvent_t e : kv_ring_.free) cudaEventDestroy(e);
@@ -186,7 +203,19 @@ WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
   AKV_CHECK(t.shape.size() == 1 || t.shape.size() == 2, "weights are vectors or matrices");
   const std::int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
   const std::int64_t cols = t.shape.back();
+  AKV_CHECK(!dtype_is_quantized(t.dtype) || takes_quantized_weight(t.dtype), "CUDA: unsupported quantized weight");
   WeightRef w = alloc_weight(t.dtype, rows, cols);
+  AKV_CHECK(t.bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(t.dtype, cols), "weight byte size");
+  if (dtype_is_quantized(t.dtype)) {  // the prefill path's bf16 rows: allocated now, never inside a step
+    const std::int64_t chunk_rows = std::min(rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / cols));
+    const std::size_t need = static_cast<std::size_t>(chunk_rows * cols) * 2;
+    if (need > dequant_scratch_bytes_) {
+      AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      cudaFree(dequant_scratch_);
+      AKV_CUDA_CHECK(cudaMalloc(&dequant_scratch_, need));
+      dequant_scratch_bytes_ = need;
+    }
+  }
   if (staging_.empty()) {
     for (int i = 0; i < kStagingBuffers; ++i) {
       void* p = nullptr;
@@ -219,9 +248,10 @@ WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
 }
 
 WeightRef CudaBackend::alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols) {
-  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * dtype_size(dtype);
+  const std::size_t bytes = static_cast<std::size_t>(rows) * dtype_row_bytes(dtype, cols);
   void* d = nullptr;
-  AKV_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes, 256)));
+  // The quantized kernels read whole 16-byte words: up to 15 bytes past the last row.
+  AKV_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes + 16, 256)));
   weights_.push_back(d);
   weight_bytes_ += static_cast<std::int64_t>(bytes);
   return {d, dtype, rows, cols};
@@ -394,6 +424,12 @@ void CudaBackend::embed(const WeightRef& table, std::span<const std::int32_t> id
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
   const auto* d_ids = static_cast<const std::int32_t*>(upload_small(ids.data(), ids.size_bytes()));
   if (recording() && replaying(Sig().u(kEmbed).w(table).p(d_ids).f(scale).t(out).h)) return;
+  if (dtype_is_quantized(table.dtype)) {
+    AKV_CHECK(out.dtype == DType::F32, "embed: f32 output");
+    cuda::launch_embed_quantized(quant_weight(table), d_ids, out.rows, scale, static_cast<float*>(out.data),
+                                 out.stride, stream());
+    return;
+  }
   cuda::launch_embed(table, d_ids, scale, out, stream());
 }
 
@@ -448,11 +484,11 @@ void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias,
 
 void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) {
   AKV_CHECK(x.dtype == DType::F32, "matmul: f32 activations");
-  bool one_launch = targets.size() <= static_cast<std::size_t>(cuda::kGemvMaxTargets);
+  bool quantized = false;
   for (const MatmulTarget& t : targets) {
     AKV_CHECK(x.cols == t.w->cols && t.out.rows == x.rows && t.out.cols == t.w->rows, "matmul shape");
     AKV_CHECK(t.out.dtype == DType::F32, "matmul: f32 activations");
-    one_launch = one_launch && t.w->dtype == targets[0].w->dtype;
+    quantized = quantized || dtype_is_quantized(t.w->dtype);
   }
   if (x.rows == 0 || targets.empty()) return;
   if (recording()) {
@@ -461,6 +497,50 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     for (const MatmulTarget& t : targets) sig.w(*t.w).p(t.bias != nullptr ? t.bias->data : nullptr).t(t.out);
     if (replaying(sig.h)) return;
   }
+  if (!quantized) {
+    matmul_plain(x, targets);
+  } else {  // x quantized once for every quantized target; the plain ones one at a time
+    cuda::QuantActivations a;
+    if (x.rows <= cuda::kQuantGemvMaxRows) {
+      a = cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
+      cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols, a, stream());
+    }
+    for (const MatmulTarget& t : targets) {
+      if (dtype_is_quantized(t.w->dtype)) matmul_quantized(x, a, *t.w, t.out);
+      else matmul_plain(x, {&t, 1});
+    }
+  }
+  for (const MatmulTarget& t : targets)
+    if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
+}
+
+void CudaBackend::matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out) {
+  const cuda::QuantWeight qw = quant_weight(w);
+  if (x.rows <= cuda::kQuantGemvMaxRows) {
+    cuda::launch_quant_gemv(qw, a, x.rows, static_cast<float*>(out.data), out.stride, stream());
+    return;
+  }
+  // Prefill: never inside a recorded step (those are decode-only, at most kMaxGraphTokens rows).
+  static_assert(kMaxGraphTokens <= cuda::kQuantGemvMaxRows, "recorded steps never dequantize");
+  const std::int64_t chunk_rows = std::min<std::int64_t>(
+      w.rows, static_cast<std::int64_t>(dequant_scratch_bytes_ / (static_cast<std::size_t>(w.cols) * 2)));
+  AKV_CHECK(chunk_rows >= 1, "dequant scratch smaller than a row (sized at upload)");
+  void* xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
+  cuda::launch_to_half(x, DType::BF16, xh, stream());
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {  // out[:, r0 : r0 + m] per chunk
+    const std::int64_t m = std::min(chunk_rows, w.rows - r0);
+    const cuda::QuantWeight part{static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * row_bytes,
+                                 qw.type, m, w.cols};
+    cuda::launch_dequantize_bf16(part, dequant_scratch_, stream());
+    gemm_half(xh, x.cols, x.rows, WeightRef{dequant_scratch_, DType::BF16, m, w.cols},
+              static_cast<float*>(out.data) + r0, DType::F32, out.stride);
+  }
+}
+
+void CudaBackend::matmul_plain(TensorRef x, std::span<const MatmulTarget> targets) {
+  bool one_launch = targets.size() <= static_cast<std::size_t>(cuda::kGemvMaxTargets);
+  for (const MatmulTarget& t : targets) one_launch = one_launch && t.w->dtype == targets[0].w->dtype;
   cuda::GemvOutput outs[cuda::kGemvMaxTargets];
   bool skinny_ok = one_launch && x.rows >= 2;
   if (skinny_ok) {
@@ -492,8 +572,6 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
       gemm(x, xh, *t.w, t.out);
     }
   }
-  for (const MatmulTarget& t : targets)
-    if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
 }
 
 void CudaBackend::add(TensorRef acc, TensorRef x) {

@@ -5,7 +5,11 @@
 // and 2 to kSkinnyMaxRows rows our tensor-core skinny GEMM (f32 activations kept); larger ones
 // cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
 // dtype, f32 accumulate and output; the gated MLP keeps its gate/up and act intermediates in
-// the weight dtype there). Attention uses
+// the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
+// stay as raw blocks on the device: matmuls of at most cuda::kQuantGemvMaxRows rows run the
+// quantized GEMV (quant_gemv.h, int8 activations), larger ones dequantize the weight into a bf16
+// scratch matrix (allocated at upload, sized by the largest quantized weight up to 128 MiB; larger
+// weights go in row chunks) for cuBLAS. Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
 // split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
 // per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
@@ -23,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_gemv.h"
 
 struct CUstream_st;
 struct CUevent_st;
@@ -50,6 +55,8 @@ class CudaBackend final : public Backend {
   // every tier moves.
   DType preferred_kv_dtype() const override { return DType::BF16; }
   std::optional<DeviceMemory> device_memory() const override;
+  // The block types the quantized kernels read (quant_gemv.h), for matmul and embed.
+  bool takes_quantized_weight(DType t) const;
 
   WeightRef upload_weight(const TensorInfo& t) override;
   std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
@@ -135,6 +142,11 @@ class CudaBackend final : public Backend {
   // block and unsplit prefill tiles (the earlier kernels, for before/after measurements).
   void set_chunk_attention(bool on);
 
+  // Most elements of a quantized weight dequantized at once for a prefill GEMM (default 64M: 128
+  // MiB of bf16; larger weights, an lm_head, go through in row chunks). Set before uploading.
+  static constexpr std::int64_t kDequantChunkElems = std::int64_t{64} << 20;
+  void set_dequant_chunk_elems(std::int64_t elems) { dequant_chunk_elems_ = elems; }
+
   // A device copy of raw bytes as a weight (benchmarks fill it on the device themselves).
   WeightRef alloc_weight(DType dtype, std::int64_t rows, std::int64_t cols);
   // Waits for all queued work.
@@ -205,6 +217,11 @@ class CudaBackend final : public Backend {
                 std::span<std::byte> host, std::uint64_t signature);
   // out = x @ w^T for every target through the skinny GEMM (one launch).
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
+  // out = x @ w^T for a quantized weight: the quantized GEMV on `a` (x quantized, for at most
+  // cuda::kQuantGemvMaxRows rows), or dequantize + cuBLAS for more rows.
+  void matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out);
+  // The plain-dtype matmuls of matmul_multi (bias not added).
+  void matmul_plain(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
   void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
   // out[n, w.rows] = a[n, w.cols] @ w^T through cublasGemmEx for half weights: a of w's dtype
@@ -250,10 +267,14 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[6];                      // 0: half-precision matmul input, 1: attention partials,
+  Scratch scratch_[7];                      // 0: half-precision matmul input, 1: attention partials,
                                             // 2: skinny GEMM partial sums, 3: sample_rows ids,
                                             // 4 and 5: gated_mlp's half gate/up and act when
-                                            // the caller's buffers are strided
+                                            // the caller's buffers are strided, 6: int8
+                                            // activations of the quantized GEMV
+  void* dequant_scratch_ = nullptr;         // bf16 rows of a quantized weight (prefill GEMMs)
+  std::size_t dequant_scratch_bytes_ = 0;
+  std::int64_t dequant_chunk_elems_ = kDequantChunkElems;
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions

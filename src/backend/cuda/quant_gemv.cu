@@ -1,0 +1,348 @@
+// The quantized GEMV (quant_gemv.h). A warp walks its weight rows (two for up to 8 activation
+// rows, else one) in stages of 1,024 elements: each row's stage bytes come in with 16-byte
+// streaming loads (the next stage's loads in flight while this one is used) into a
+// shared-memory slot, then each lane decodes the 32 weight codes of its element group into eight
+// packed int8 words once and multiplies them with the int8 activation codes of every activation
+// row (dp4a; one activation load for all the warp's rows), applying the block scales in f32.
+// Each weight byte is read from memory once per launch, whatever n.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/quant_gemv.h"
+
+namespace akv::cuda {
+namespace {
+
+using namespace quant;
+
+constexpr int kWarps = 4;             // per block
+constexpr int kStageElems = 32 * 32;  // 32 lanes x 32 elements
+static_assert(kQuantGroup == 32, "a lane's element group is one activation group");
+
+template <GgmlType T>
+struct Stage {
+  static constexpr int kBlocks = kStageElems / Geometry<T>::kElems;
+  static constexpr int kBytes = kBlocks * Geometry<T>::kBytes;
+  // 16-byte words covering kBytes from any 16-byte-aligned-down start.
+  static constexpr int kWords = kBytes / 16 + 2;
+  static constexpr int kWordsPerLane = (kWords + 31) / 32;
+  static constexpr int kSlotBytes = kWords * 16 + 16;  // + slack for ld_u32 past the end
+};
+
+// One lane's 32 weights: codes q (int8 x 4 per word, element order), and the dot of the group
+// with activations (d, d * sum) is d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d_sum.
+struct LaneWeights {
+  int q[8];
+  float lo, hi, mn;
+};
+
+template <GgmlType T>
+__device__ LaneWeights decode(const std::uint8_t* stage, int lane);
+
+template <>
+__device__ LaneWeights decode<GgmlType::Q8_0>(const std::uint8_t* stage, int lane) {
+  const std::uint8_t* b = stage + lane * 34;
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(ld_u32(b + 2 + 4 * i));
+  w.lo = w.hi = f16_at(b);
+  w.mn = 0.0f;
+  return w;
+}
+
+template <>
+__device__ LaneWeights decode<GgmlType::Q4_0>(const std::uint8_t* stage, int lane) {
+  const std::uint8_t* b = stage + lane * 18;
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t v = ld_u32(b + 2 + 4 * i);
+    w.q[i] = static_cast<int>(__vsub4(v & 0x0f0f0f0fu, 0x08080808u));             // elements 4i..
+    w.q[4 + i] = static_cast<int>(__vsub4((v >> 4) & 0x0f0f0f0fu, 0x08080808u));  // 16 + 4i..
+  }
+  w.lo = w.hi = f16_at(b);
+  w.mn = 0.0f;
+  return w;
+}
+
+template <>
+__device__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage, int lane) {
+  const std::uint8_t* b = stage + lane * 17;
+  // The doubled e2m1 values: codes 0..7 from the table, 8..15 their negations.
+  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
+  auto lookup = [&](std::uint32_t nib) {  // four codes 0..15, one per byte
+    const std::uint32_t sel = (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
+    const std::uint32_t v = __byte_perm(kT0, kT1, sel);
+    const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
+    return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
+  };
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t v = ld_u32(b + 1 + 4 * i);
+    w.q[i] = lookup(v & 0x0f0f0f0fu);
+    w.q[4 + i] = lookup((v >> 4) & 0x0f0f0f0fu);
+  }
+  w.lo = w.hi = e8m0_half(b[0]);
+  w.mn = 0.0f;
+  return w;
+}
+
+// Q4_K and Q5_K: lane l takes sub-block l % 8 of super-block l / 8; its 32 elements are the
+// low (even sub-block) or high nibbles of 32 consecutive qs bytes.
+template <>
+__device__ LaneWeights decode<GgmlType::Q4_K>(const std::uint8_t* stage, int lane) {
+  const int sub = lane % 8;
+  const std::uint8_t* b = stage + (lane / 8) * 144;
+  const std::uint8_t* qs = b + 16 + (sub / 2) * 32;
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu);
+  int sc = 0, m = 0;
+  k_scale_min(b + 4, sub, sc, m);
+  w.lo = w.hi = __fmul_rn(f16_at(b), static_cast<float>(sc));
+  w.mn = __fmul_rn(f16_at(b + 2), static_cast<float>(m));
+  return w;
+}
+
+template <>
+__device__ LaneWeights decode<GgmlType::Q5_K>(const std::uint8_t* stage, int lane) {
+  const int sub = lane % 8;
+  const std::uint8_t* b = stage + (lane / 8) * 176;
+  const std::uint8_t* qh = b + 16;
+  const std::uint8_t* qs = b + 48 + (sub / 2) * 32;
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const std::uint32_t lo = (ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu;
+    const std::uint32_t hi = ((ld_u32(qh + 4 * i) >> sub) & 0x01010101u) << 4;
+    w.q[i] = static_cast<int>(lo | hi);
+  }
+  int sc = 0, m = 0;
+  k_scale_min(b + 4, sub, sc, m);
+  w.lo = w.hi = __fmul_rn(f16_at(b), static_cast<float>(sc));
+  w.mn = __fmul_rn(f16_at(b + 2), static_cast<float>(m));
+  return w;
+}
+
+// Q6_K: lane l takes elements 32c..32c+31 (c = l % 8) of super-block l / 8: sub-blocks 2c, 2c+1.
+template <>
+__device__ LaneWeights decode<GgmlType::Q6_K>(const std::uint8_t* stage, int lane) {
+  const int c = lane % 8, half = c / 4;
+  const std::uint8_t* b = stage + (lane / 8) * 210;
+  const std::uint8_t* ql = b + half * 64 + 32 * (c % 2);
+  const std::uint8_t* qh = b + 128 + half * 32;
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const std::uint32_t lo = (ld_u32(ql + 4 * i) >> (4 * ((c % 4) / 2))) & 0x0f0f0f0fu;
+    const std::uint32_t hi = ((ld_u32(qh + 4 * i) >> (2 * (c % 4))) & 0x03030303u) << 4;
+    w.q[i] = static_cast<int>(__vsub4(lo | hi, 0x20202020u));
+  }
+  const float d = f16_at(b + 208);
+  w.lo = __fmul_rn(d, static_cast<float>(static_cast<std::int8_t>(b[192 + 2 * c])));
+  w.hi = __fmul_rn(d, static_cast<float>(static_cast<std::int8_t>(b[192 + 2 * c + 1])));
+  w.mn = 0.0f;
+  return w;
+}
+
+// Grid: each warp takes kR consecutive weight rows (kWarps * kR rows per block) and walks them
+// in step, so each activation load feeds kR rows. kM >= n activation rows per launch.
+template <GgmlType T, int kM, int kR>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int32_t rows,
+                      std::int32_t cols, const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
+                      std::int32_t n, float* __restrict__ y, std::int64_t ys) {
+  using S = Stage<T>;
+  using G = Geometry<T>;
+  __shared__ __align__(16) std::uint8_t slots[kWarps][kR][S::kSlotBytes];
+  pdl_trigger();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) * kWarps + warp) * kR;
+  if (row0 >= rows) return;
+  const std::int32_t row_blocks = cols / G::kElems;
+  const std::int32_t n_stages = (row_blocks + S::kBlocks - 1) / S::kBlocks;
+  const std::uint8_t* row_ptr[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) row_ptr[r] = w + min(row0 + r, rows - 1) * row_bytes;  // past the end: a repeat
+
+  uint4 words[kR][S::kWordsPerLane];
+  int skew[kR];  // where each row's stage bytes begin in its slot
+  auto load = [&](std::int32_t st) {
+    const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const std::uint8_t* begin = row_ptr[r] + std::int64_t{st} * S::kBytes;
+      const auto* base =
+          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(begin) & ~std::uintptr_t{15});
+      skew[r] = static_cast<int>(begin - base);
+      const int n_words = (skew[r] + bytes + 15) / 16;
+#pragma unroll
+      for (int u = 0; u < S::kWordsPerLane; ++u) {
+        const int i = lane + 32 * u;
+        if (i < n_words) words[r][u] = load_stream(base + 16 * i);
+      }
+    }
+  };
+  load(0);
+  pdl_wait();  // activations come from the kernel before
+
+  float acc[kR][kM];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
+  const std::int32_t groups = cols / kQuantGroup;
+  for (std::int32_t st = 0; st < n_stages; ++st) {
+    __syncwarp();
+    int stage_skew[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+#pragma unroll
+      for (int u = 0; u < S::kWordsPerLane; ++u)
+        if (lane + 32 * u < S::kWords) reinterpret_cast<uint4*>(slots[warp][r])[lane + 32 * u] = words[r][u];
+      stage_skew[r] = skew[r];
+    }
+    __syncwarp();
+    if (st + 1 < n_stages) load(st + 1);
+    const std::int32_t group = st * (kStageElems / kQuantGroup) + lane;
+    if (group >= groups) continue;  // past the row's end in its last stage
+    LaneWeights lw[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][r] + stage_skew[r], lane);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m >= n) break;
+      const int4* xq = reinterpret_cast<const int4*>(codes + std::int64_t{m} * cols + std::int64_t{group} * kQuantGroup);
+      const int4 a = __ldg(xq), b = __ldg(xq + 1);
+      const float2 ds = __ldg(scales + std::int64_t{m} * groups + group);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        int dot_lo = __dp4a(lw[r].q[0], a.x, 0);
+        dot_lo = __dp4a(lw[r].q[1], a.y, dot_lo);
+        dot_lo = __dp4a(lw[r].q[2], a.z, dot_lo);
+        dot_lo = __dp4a(lw[r].q[3], a.w, dot_lo);
+        int dot_hi = __dp4a(lw[r].q[4], b.x, 0);
+        dot_hi = __dp4a(lw[r].q[5], b.y, dot_hi);
+        dot_hi = __dp4a(lw[r].q[6], b.z, dot_hi);
+        dot_hi = __dp4a(lw[r].q[7], b.w, dot_hi);
+        acc[r][m] += ds.x * (lw[r].lo * static_cast<float>(dot_lo) + lw[r].hi * static_cast<float>(dot_hi)) -
+                     lw[r].mn * ds.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m >= n) break;
+      const float v = warp_sum(acc[r][m]);
+      if (lane == m % 32 && row0 + r < rows) y[std::int64_t{m} * ys + row0 + r] = v;
+    }
+  }
+}
+
+// Per group of 32 columns: one warp, one column a lane.
+__global__ void quantize_activations_kernel(const float* __restrict__ x, std::int64_t xs, std::int32_t n,
+                                            std::int32_t cols, std::int8_t* __restrict__ codes,
+                                            float2* __restrict__ scales) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int32_t groups = cols / kQuantGroup;
+  const std::int64_t g = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  if (g >= std::int64_t{n} * groups) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const std::int64_t m = g / groups, c = (g % groups) * kQuantGroup + lane;
+  const float v = x[m * xs + c];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+  codes[m * cols + c] = static_cast<std::int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) scales[g] = make_float2(d, d * static_cast<float>(sum));
+}
+
+// Rows per warp: two while the accumulators (kR x kM) stay few, one beyond.
+constexpr int rows_per_warp(int m) { return m <= 8 ? 2 : 1; }
+
+template <GgmlType T, int kM>
+void launch_typed(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t ys, cudaStream_t s) {
+  constexpr int kR = rows_per_warp(kM);
+  launch(quant_gemv_kernel<T, kM, kR>, dim3(blocks_for(w.rows, kWarps * kR)), dim3(kWarps * 32), 0, s,
+         static_cast<const std::uint8_t*>(w.data), quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.rows),
+         static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
+         reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n), y, ys);
+}
+
+template <GgmlType T>
+void launch_rows(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t ys, cudaStream_t s) {
+  if (n <= 1) return launch_typed<T, 1>(w, a, n, y, ys, s);
+  if (n <= 2) return launch_typed<T, 2>(w, a, n, y, ys, s);
+  if (n <= 4) return launch_typed<T, 4>(w, a, n, y, ys, s);
+  if (n <= 8) return launch_typed<T, 8>(w, a, n, y, ys, s);
+  if (n <= 16) return launch_typed<T, 16>(w, a, n, y, ys, s);
+  if (n <= 32) return launch_typed<T, 32>(w, a, n, y, ys, s);
+  return launch_typed<T, 64>(w, a, n, y, ys, s);
+}
+
+constexpr std::size_t align16(std::size_t b) { return (b + 15) & ~std::size_t{15}; }
+
+}  // namespace
+
+bool quant_kernels_support(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::MXFP4:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+std::int64_t quant_row_bytes(GgmlType t, std::int64_t cols) {
+  const GgmlTypeTraits tr = ggml_type_traits(t);
+  AKV_CHECK(tr.quantized && cols % tr.block_elems == 0, "quantized row: a whole number of blocks");
+  return cols / tr.block_elems * tr.block_bytes;
+}
+
+std::size_t quant_activation_bytes(std::int64_t n, std::int64_t cols) {
+  const auto elems = static_cast<std::size_t>(n * cols);
+  return align16(elems) + elems / kQuantGroup * sizeof(float2);
+}
+
+QuantActivations quant_activations_in(void* scratch, std::int64_t n, std::int64_t cols) {
+  auto* p = static_cast<std::uint8_t*>(scratch);
+  return {reinterpret_cast<std::int8_t*>(p), reinterpret_cast<float*>(p + align16(static_cast<std::size_t>(n * cols)))};
+}
+
+void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int64_t n, std::int64_t cols,
+                                 QuantActivations a, cudaStream_t s) {
+  AKV_CHECK(cols % kQuantGroup == 0, "quantized activations: cols a multiple of 32");
+  if (n == 0 || cols == 0) return;
+  constexpr int kThreads = 256;
+  const std::int64_t threads = n * cols;  // one per element, whole warps per group
+  launch(quantize_activations_kernel, dim3(blocks_for(threads, kThreads)), dim3(kThreads), 0, s, x, x_stride,
+         static_cast<std::int32_t>(n), static_cast<std::int32_t>(cols), a.codes,
+         reinterpret_cast<float2*>(a.scales));
+}
+
+void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
+                       cudaStream_t s) {
+  AKV_CHECK(n >= 1 && n <= kQuantGemvMaxRows, "quantized GEMV: 1 to 64 rows");
+  AKV_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0, "quantized GEMV: 16-byte aligned weight");
+  AKV_CHECK(w.rows < (std::int64_t{1} << 31) && w.cols < (std::int64_t{1} << 31), "quantized GEMV: shape");
+  switch (w.type) {
+    case GgmlType::Q8_0: return launch_rows<GgmlType::Q8_0>(w, a, n, y, y_stride, s);
+    case GgmlType::Q4_0: return launch_rows<GgmlType::Q4_0>(w, a, n, y, y_stride, s);
+    case GgmlType::MXFP4: return launch_rows<GgmlType::MXFP4>(w, a, n, y, y_stride, s);
+    case GgmlType::Q4_K: return launch_rows<GgmlType::Q4_K>(w, a, n, y, y_stride, s);
+    case GgmlType::Q5_K: return launch_rows<GgmlType::Q5_K>(w, a, n, y, y_stride, s);
+    case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(w, a, n, y, y_stride, s);
+    default: AKV_CHECK(false, "quantized GEMV: unsupported type");
+  }
+}
+
+}  // namespace akv::cuda

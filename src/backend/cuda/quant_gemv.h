@@ -1,0 +1,57 @@
+// Matmuls that read GGUF-quantized weights straight from their raw blocks (quant_gemv.cu):
+// y[n, rows] = x[n, cols] . W^T for n <= kQuantGemvMaxRows, x and y f32 (the CUDA backend's
+// activations). x is first quantized to int8 per 32 columns (launch_quantize_activations); the
+// GEMV multiplies those codes with the weight codes four at a time (dp4a) and applies both
+// scales in f32. Larger matmuls go through dequantize + GEMM (quant_dequant.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/gguf_types.h"
+
+struct CUstream_st;
+
+namespace akv::cuda {
+
+inline constexpr int kQuantGemvMaxRows = 64;  // most activation rows one GEMV launch takes
+inline constexpr int kQuantGroup = 32;        // columns per activation scale
+
+// A quantized weight in device memory: row r's blocks start at data + r * row_bytes (row_bytes =
+// cols / block_elems * block_bytes), rows back to back as in the GGUF file. `data` is 16-byte
+// aligned and readable up to the next 16-byte boundary past the last row (alloc rounds up).
+struct QuantWeight {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::Q8_0;
+  std::int64_t rows = 0, cols = 0;
+};
+
+// Types the GEMV and the dequantizer take.
+bool quant_kernels_support(GgmlType t);
+// Bytes of one row of `t` with `cols` columns (cols a whole number of blocks: AKV_CHECK).
+std::int64_t quant_row_bytes(GgmlType t, std::int64_t cols);
+
+// x quantized per group of kQuantGroup columns: codes [n, cols] int8 (contiguous) and per group
+// (d, d * sum of its codes) as float2, [n, cols / kQuantGroup]. The rule, which the parity
+// tests replay on the host: amax = max |x| of the group, d = amax / 127 (f32),
+// q = amax == 0 ? 0 : round_half_even(x / d) (IEEE division).
+struct QuantActivations {
+  std::int8_t* codes = nullptr;
+  float* scales = nullptr;  // float2 pairs
+};
+// Device bytes a QuantActivations of [n, cols] needs (codes, then scales, 16-byte aligned).
+std::size_t quant_activation_bytes(std::int64_t n, std::int64_t cols);
+// Carves a QuantActivations of [n, cols] out of `scratch` (quant_activation_bytes of it).
+QuantActivations quant_activations_in(void* scratch, std::int64_t n, std::int64_t cols);
+
+// x [n, cols] f32 with row stride x_stride (elements) -> a; cols % kQuantGroup == 0.
+void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int64_t n, std::int64_t cols,
+                                 QuantActivations a, CUstream_st* s);
+
+// y[n, w.rows] (row stride y_stride elements, f32) = a . w^T where a holds n <= kQuantGemvMaxRows
+// quantized rows of width w.cols. f32 accumulation; the result equals the exact product of the
+// oracle-dequantized weights with the dequantized activations up to f32 rounding.
+void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
+                       CUstream_st* s);
+
+}  // namespace akv::cuda

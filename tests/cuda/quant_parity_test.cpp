@@ -1,0 +1,341 @@
+// The quantized weight kernels (backend/cuda/quant_*.h) against the scalar oracle
+// (tensor/dequantize.h) on random blocks of every type they take: the bf16 dequantizer bit for
+// bit, the activation quantizer code for code against its documented rule replayed here, and
+// the GEMV for 1 to 64 rows against f64 dot products over the oracle's weights.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/quant_dequant.h"
+#include "backend/cuda/quant_gemv.h"
+#include "parity_util.h"
+#include "tensor/dequantize.h"
+#include "tensor/dtype.h"
+
+namespace akv::test {
+namespace {
+
+constexpr GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4,
+                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// Device bytes, zeroed, freed at scope end; sized up to 16 bytes past `bytes` (the kernels'
+// alignment contract).
+struct DeviceBytes {
+  void* p = nullptr;
+  explicit DeviceBytes(std::size_t bytes) {
+    AKV_CUDA_CHECK(cudaMalloc(&p, bytes + 16));
+    AKV_CUDA_CHECK(cudaMemset(p, 0, bytes + 16));
+  }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+std::uint16_t random_f16(std::mt19937& g, float lo, float hi) {
+  const float v = std::uniform_real_distribution<float>(lo, hi)(g);
+  return f32_to_f16(g() % 2 == 0 ? v : -v);
+}
+
+void put_u16(std::uint8_t* p, std::uint16_t v) { std::memcpy(p, &v, 2); }
+
+// Random blocks of `type`: random codes and scales, the f16 scale fields set to moderate values
+// (random bits would give inf and NaN) and MXFP4 exponents near 1.
+std::vector<std::uint8_t> random_blocks(GgmlType type, std::int64_t n_blocks) {
+  const GgmlTypeTraits tr = ggml_type_traits(type);
+  std::mt19937& g = rng();
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n_blocks * tr.block_bytes));
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(g());
+  for (std::int64_t i = 0; i < n_blocks; ++i) {
+    std::uint8_t* b = bytes.data() + i * tr.block_bytes;
+    switch (type) {
+      case GgmlType::Q8_0:
+      case GgmlType::Q4_0: put_u16(b, random_f16(g, 1e-3f, 2e-2f)); break;
+      case GgmlType::MXFP4: b[0] = static_cast<std::uint8_t>(120 + g() % 8); break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+        put_u16(b, f32_to_f16(std::uniform_real_distribution<float>(1e-4f, 2e-3f)(g)));
+        put_u16(b + 2, f32_to_f16(std::uniform_real_distribution<float>(1e-4f, 2e-3f)(g)));
+        break;
+      case GgmlType::Q6_K: put_u16(b + 208, random_f16(g, 1e-4f, 2e-3f)); break;
+      default: AKV_CHECK(false, "no generator for this type");
+    }
+  }
+  return bytes;
+}
+
+struct QuantCase {
+  GgmlType type;
+  std::int64_t rows, cols;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> oracle;  // [rows, cols] by dequantize()
+
+  static QuantCase make(GgmlType type, std::int64_t rows, std::int64_t cols) {
+    const GgmlTypeTraits tr = ggml_type_traits(type);
+    QuantCase c{type, rows, cols, random_blocks(type, rows * cols / tr.block_elems), {}};
+    c.oracle.resize(static_cast<std::size_t>(rows * cols));
+    dequantize(type, c.bytes, c.oracle);
+    return c;
+  }
+};
+
+// Shapes: rows not a multiple of the kernel's 4 rows per block, rows whose byte length is not a
+// multiple of 16 (the 32-element types), a row ending in a partial 1,024-element stage, and a
+// Llama-width row.
+std::vector<std::pair<std::int64_t, std::int64_t>> shapes(GgmlType t) {
+  if (ggml_type_traits(t).block_elems == 256) return {{37, 1280}, {64, 4096}};
+  return {{37, 1184}, {64, 4096}};
+}
+
+TEST(CudaQuant, DequantizeBf16MatchesOracleBitForBit) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    for (auto [rows, cols] : shapes(t)) {
+      const QuantCase c = QuantCase::make(t, rows, cols);
+      DeviceBytes w(c.bytes.size()), out(static_cast<std::size_t>(rows * cols) * 2);
+      AKV_CUDA_CHECK(cudaMemcpy(w.p, c.bytes.data(), c.bytes.size(), cudaMemcpyHostToDevice));
+      AKV_CUDA_CHECK(cudaMemset(out.p, 0xff, static_cast<std::size_t>(rows * cols) * 2));  // NaN poison
+      cuda::launch_dequantize_bf16({w.p, t, rows, cols}, out.p, backends().gpu.stream());
+      backends().gpu.synchronize();
+      std::vector<std::uint16_t> got(static_cast<std::size_t>(rows * cols));
+      AKV_CUDA_CHECK(cudaMemcpy(got.data(), out.p, got.size() * 2, cudaMemcpyDeviceToHost));
+      std::int64_t mismatches = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) mismatches += got[i] != f32_to_bf16(c.oracle[i]);
+      EXPECT_EQ(mismatches, 0) << ggml_type_name(t) << " " << rows << "x" << cols;
+    }
+  }
+}
+
+// The activation quantizer's documented rule, on the host.
+void quantize_host(const std::vector<float>& x, std::int64_t n, std::int64_t cols, std::vector<std::int8_t>& codes,
+                   std::vector<float>& scales, std::vector<double>& dequantized) {
+  codes.assign(static_cast<std::size_t>(n * cols), 0);
+  scales.assign(static_cast<std::size_t>(n * cols / cuda::kQuantGroup * 2), 0.0f);
+  dequantized.assign(codes.size(), 0.0);
+  for (std::int64_t g = 0; g < n * cols / cuda::kQuantGroup; ++g) {
+    const float* v = x.data() + g * cuda::kQuantGroup;
+    float amax = 0.0f;
+    for (int i = 0; i < cuda::kQuantGroup; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f;
+    int sum = 0;
+    for (int i = 0; i < cuda::kQuantGroup; ++i) {
+      const int q = amax == 0.0f ? 0 : static_cast<int>(std::nearbyint(v[i] / d));
+      codes[static_cast<std::size_t>(g * cuda::kQuantGroup + i)] = static_cast<std::int8_t>(q);
+      dequantized[static_cast<std::size_t>(g * cuda::kQuantGroup + i)] = double(d) * q;
+      sum += q;
+    }
+    scales[2 * g] = d;
+    scales[2 * g + 1] = d * static_cast<float>(sum);
+  }
+}
+
+// [n, rows] f64 products of x [n, cols] with the oracle's weights.
+std::vector<double> reference_product(const QuantCase& c, const std::vector<double>& x, std::int64_t n) {
+  std::vector<double> y(static_cast<std::size_t>(n * c.rows));
+  for (std::int64_t m = 0; m < n; ++m)
+    for (std::int64_t r = 0; r < c.rows; ++r) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < c.cols; ++k) acc += double(c.oracle[r * c.cols + k]) * x[m * c.cols + k];
+      y[m * c.rows + r] = acc;
+    }
+  return y;
+}
+
+TEST(CudaQuant, GemvMatchesOracleProducts) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    for (auto [rows, cols] : shapes(t)) {
+      const QuantCase c = QuantCase::make(t, rows, cols);
+      DeviceBytes w(c.bytes.size());
+      AKV_CUDA_CHECK(cudaMemcpy(w.p, c.bytes.data(), c.bytes.size(), cudaMemcpyHostToDevice));
+      for (std::int64_t n : {1, 2, 7, 33, 64}) {
+        const std::string what = std::string(ggml_type_name(t)) + " " + std::to_string(rows) + "x" +
+                                 std::to_string(cols) + " n " + std::to_string(n);
+        // x, with a stride of cols + 32 on the device, and one all-zero group (scale 0).
+        std::vector<float> x(static_cast<std::size_t>(n * cols));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (float& v : x) v = normal(rng());
+        std::fill(x.begin() + cols / 2, x.begin() + cols / 2 + 32, 0.0f);
+        const std::int64_t xs = cols + 32;
+        DeviceBytes xd(static_cast<std::size_t>(n * xs) * 4), yd(static_cast<std::size_t>(n * (rows + 3)) * 4);
+        DeviceBytes qa(cuda::quant_activation_bytes(n, cols));
+        AKV_CUDA_CHECK(cudaMemcpy2D(xd.p, xs * 4, x.data(), cols * 4, cols * 4, n, cudaMemcpyHostToDevice));
+        AKV_CUDA_CHECK(cudaMemset(yd.p, 0xff, static_cast<std::size_t>(n * (rows + 3)) * 4));  // NaN poison
+        const cuda::QuantActivations a = cuda::quant_activations_in(qa.p, n, cols);
+        cuda::launch_quantize_activations(static_cast<const float*>(xd.p), xs, n, cols, a, backends().gpu.stream());
+        cuda::launch_quant_gemv({w.p, t, rows, cols}, a, n, static_cast<float*>(yd.p), rows + 3,
+                                backends().gpu.stream());
+        backends().gpu.synchronize();
+        std::vector<float> y(static_cast<std::size_t>(n * rows));
+        AKV_CUDA_CHECK(cudaMemcpy2D(y.data(), rows * 4, yd.p, (rows + 3) * 4, rows * 4, n, cudaMemcpyDeviceToHost));
+
+        std::vector<std::int8_t> codes, got_codes(static_cast<std::size_t>(n * cols));
+        std::vector<float> scales, got_scales(static_cast<std::size_t>(n * cols / cuda::kQuantGroup * 2));
+        std::vector<double> xq;
+        quantize_host(x, n, cols, codes, scales, xq);
+        AKV_CUDA_CHECK(cudaMemcpy(got_codes.data(), a.codes, got_codes.size(), cudaMemcpyDeviceToHost));
+        AKV_CUDA_CHECK(cudaMemcpy(got_scales.data(), a.scales, got_scales.size() * 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got_codes, codes) << what;
+        EXPECT_EQ(got_scales, scales) << what;
+
+        // Against the quantized activations: only f32 rounding (accumulation over <= 4096 terms).
+        const std::vector<double> exact = reference_product(c, xq, n);
+        EXPECT_LE(note_error(rel_error(y, exact)), 1e-5) << what << " vs int8 activations";
+        // Against the f32 activations: int8 codes per 32 columns round each x by up to amax/254,
+        // about 0.5% RMS for normal data, so the product's relative error is ~0.5% too.
+        const std::vector<double> full = reference_product(c, std::vector<double>(x.begin(), x.end()), n);
+        EXPECT_LE(rel_error(y, full), 2e-2) << what << " vs f32 activations";
+      }
+    }
+  }
+}
+
+// --- through the backend: upload_weight keeps the blocks; matmul, matmul_multi and embed -----
+
+struct UploadedQuant {
+  QuantCase c;
+  TensorInfo info;
+  WeightRef gpu;
+
+  static std::unique_ptr<UploadedQuant> make(GgmlType t, std::int64_t rows, std::int64_t cols) {
+    auto u = std::make_unique<UploadedQuant>(UploadedQuant{QuantCase::make(t, rows, cols), {}, {}});
+    EXPECT_TRUE(backends().gpu.takes_quantized_weight(*find_dtype_of(t))) << ggml_type_name(t);
+    u->info.name = "w";
+    u->info.dtype = *find_dtype_of(t);
+    u->info.shape = {rows, cols};
+    u->info.bytes = u->c.bytes;
+    u->gpu = backends().gpu.upload_weight(u->info);
+    return u;
+  }
+  // [n, rows] in f64: x [n, cols] times the oracle's weights.
+  std::vector<double> product(const std::vector<float>& x, std::int64_t n) const {
+    return reference_product(c, std::vector<double>(x.begin(), x.end()), n);
+  }
+};
+
+// Up to kQuantGemvMaxRows rows: the GEMV on int8 activations (~0.5% error, see above); more:
+// the oracle's weights rounded to bf16 and activations rounded to bf16 for cuBLAS (bf16 tolerance).
+double quant_matmul_tolerance(std::int64_t n) { return n <= cuda::kQuantGemvMaxRows ? 2e-2 : tolerance(DType::BF16); }
+
+TEST(CudaQuant, BackendMatmulMatchesOracle) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    const std::int64_t rows = 96, cols = 512;
+    const auto w = UploadedQuant::make(t, rows, cols);
+    for (std::int64_t n : {1, 5, 64, 65, 130}) {
+      Pair x = Pair::random(n, cols, 8), out = Pair::make(n, rows, 4);
+      out.poison_gpu();
+      backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+      const double err = note_error(rel_error(out.get_gpu(), w->product(x.get_cpu(), n)));
+      EXPECT_LE(err, quant_matmul_tolerance(n)) << ggml_type_name(t) << " n " << n;
+    }
+  }
+}
+
+// A weight larger than the dequantization chunk goes through the prefill path in row chunks
+// (40 + 40 + 16 rows here), each writing its own columns of the output.
+TEST(CudaQuant, BackendPrefillMatmulInRowChunks) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::int64_t rows = 96, cols = 512, n = 70;
+  CudaBackend gpu;
+  gpu.set_dequant_chunk_elems(40 * cols);
+  const QuantCase c = QuantCase::make(GgmlType::Q6_K, rows, cols);
+  TensorInfo info{.name = "w", .dtype = DType::Q6_K, .shape = {rows, cols}, .bytes = c.bytes, .file = "random"};
+  const WeightRef w = gpu.upload_weight(info);
+  const auto x_buf = gpu.alloc(DType::F32, n, cols), out_buf = gpu.alloc(DType::F32, n, rows);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(n * cols));
+  gpu.upload(x, x_buf->tensor());
+  gpu.upload(std::vector<float>(static_cast<std::size_t>(n * rows), std::numeric_limits<float>::quiet_NaN()),
+             out_buf->tensor());
+  gpu.matmul(x_buf->tensor(), w, nullptr, out_buf->tensor());
+  std::vector<float> got(static_cast<std::size_t>(n * rows));
+  gpu.download(out_buf->tensor(), got);
+  const double err = rel_error(got, reference_product(c, std::vector<double>(x.begin(), x.end()), n));
+  EXPECT_LE(note_error(err), tolerance(DType::BF16));
+}
+
+// q/k/v-style: two quantized weights of different types and a bf16 one in one matmul_multi, with
+// biases; x is quantized once for both quantized targets.
+TEST(CudaQuant, BackendMatmulMultiMixesQuantizedAndPlain) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::int64_t cols = 256;
+  const auto q = UploadedQuant::make(GgmlType::Q4_K, 64, cols);
+  const auto k = UploadedQuant::make(GgmlType::Q8_0, 32, cols);
+  auto v = WeightPair::random(DType::BF16, 32, cols, 0.05f);
+  auto bias = WeightPair::random(DType::F32, 1, 64, 0.1f, true);
+  for (std::int64_t n : {1, 3, 80}) {
+    Pair x = Pair::random(n, cols), oq = Pair::make(n, 64), ok = Pair::make(n, 32), ov = Pair::make(n, 32);
+    oq.poison_gpu();
+    ok.poison_gpu();
+    ov.poison_gpu();
+    const MatmulTarget gpu_targets[] = {{&q->gpu, &bias->gpu, oq.gpu}, {&k->gpu, nullptr, ok.gpu}, {&v->gpu, nullptr, ov.gpu}};
+    backends().gpu.matmul_multi(x.gpu, gpu_targets);
+    backends().ref.matmul(x.cpu, v->cpu, nullptr, ov.cpu);
+    const std::vector<float> xs = x.get_cpu();
+    std::vector<double> want_q = q->product(xs, n);
+    std::vector<float> b(64);
+    std::memcpy(b.data(), bias->bytes.data(), b.size() * sizeof(float));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < 64; ++c) want_q[r * 64 + c] += b[c];
+    EXPECT_LE(note_error(rel_error(oq.get_gpu(), want_q)), quant_matmul_tolerance(n)) << "Q4_K n " << n;
+    EXPECT_LE(note_error(rel_error(ok.get_gpu(), k->product(xs, n))), quant_matmul_tolerance(n)) << "Q8_0 n " << n;
+    EXPECT_LE(ov.error(), n <= 8 ? 1e-5 : tolerance(DType::BF16)) << "BF16 n " << n;
+  }
+}
+
+TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kTypes) {
+    const std::int64_t rows = 50, cols = 512;
+    const auto w = UploadedQuant::make(t, rows, cols);
+    std::vector<std::int32_t> ids(9);
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng()() % rows);
+    Pair out = Pair::make(9, cols, 8);
+    out.poison_gpu();
+    backends().gpu.embed(w->gpu, ids, 1.5f, out.gpu);
+    const std::vector<float> got = out.get_gpu();
+    std::int64_t mismatches = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (std::int64_t c = 0; c < cols; ++c)
+        mismatches += got[i * cols + c] != w->c.oracle[ids[i] * cols + c] * 1.5f;
+    EXPECT_EQ(mismatches, 0) << ggml_type_name(t);
+  }
+}
+
+// A quantized matmul inside recorded decode steps (CUDA graphs): captured once, then replayed
+// with new activations; each step's result must follow its own x.
+TEST(CudaQuant, MatmulInsideRecordedSteps) {
+  AKV_SKIP_WITHOUT_CUDA();
+  CudaBackend& gpu = backends().gpu;
+  const std::int64_t rows = 128, cols = 1024, n = 2;
+  const auto w = UploadedQuant::make(GgmlType::Q4_K, rows, cols);
+  KvStorage kv = gpu.alloc_kv(KvLayout{.n_layers = 1, .n_blocks = 4, .block_size = 16, .n_kv_heads = 1,
+                                       .head_dim = 64, .dtype = DType::F32});
+  Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
+  const std::vector<std::int32_t> tokens = {1, 2}, positions = {0, 0}, logit_rows = {0, 1};
+  const std::vector<std::int32_t> table0 = {0}, table1 = {1};
+  const std::vector<SequenceChunk> seqs = {{.first_row = 0, .n_tokens = 1, .start_pos = 0, .block_table = table0},
+                                           {.first_row = 1, .n_tokens = 1, .start_pos = 0, .block_table = table1}};
+  const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = logit_rows};
+  const CudaBackend::StepStats before = gpu.step_stats();
+  gpu.set_step_graphs(true);
+  for (int step = 0; step < 4; ++step) {
+    x.set(random_floats(static_cast<std::size_t>(n * cols)));
+    std::vector<float> got(static_cast<std::size_t>(n * rows));
+    gpu.begin_step(batch, kv, &kv);
+    gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+    gpu.download(out.gpu, got);
+    gpu.end_step();
+    EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))), 2e-2) << "step " << step;
+  }
+  const CudaBackend::StepStats after = gpu.step_stats();
+  EXPECT_EQ(after.captured - before.captured, 1);
+  EXPECT_EQ(after.replayed - before.replayed, 3);
+}
+
+}  // namespace
+}  // namespace akv::test
