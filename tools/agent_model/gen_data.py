@@ -127,7 +127,7 @@ def main():
         target_tokens += len(target_ids[i])
 
     # Full renders (the real system prompt and tools) give the same suffix ids.
-    checks = [i for i in range(0, len(turns), max(args.check_every, 1))]
+    checks = [] if args.short_prefix else list(range(0, len(turns), max(args.check_every, 1)))
     if not args.short_prefix:
         full = render.render(args.agentkv, args.model, [conv.body(turns[i]["messages"]) for i in checks])
         for i, ids in zip(checks, full):
