@@ -84,7 +84,7 @@ test('A3 Write: "create the file X with Y" writes Y to X through the Write tool'
 });
 
 test('A4 Bash: the command runs', async () => {
-  const file = join(work, 'made_by_bash.txt');
+  const file = join(work, 'tiger_notes.txt');
   const { reqs, context } = await runClaude([`Run the command touch ${file}`]);
   assert.ok(reqs.length >= 2, `expected a tool round trip; ${context}`);
   assert.ok(existsSync(file), context);

@@ -14,7 +14,7 @@ import sys
 
 
 def _write(path, typecode, values):
-    a = array.array(typecode, values)
+    a = values if isinstance(values, array.array) else array.array(typecode, values)
     if sys.byteorder != "little":
         a.byteswap()
     with open(path, "wb") as f:
@@ -33,7 +33,7 @@ def _read(path, typecode):
 def write(out_dir, meta, prefix, samples):
     """samples: [(ids, mask)] with len(ids) == len(mask)."""
     os.makedirs(out_dir, exist_ok=True)
-    offsets, ids, mask = [0], [], []
+    offsets, ids, mask = [0], array.array("i"), array.array("B")
     for s_ids, s_mask in samples:
         assert len(s_ids) == len(s_mask)
         ids.extend(s_ids)

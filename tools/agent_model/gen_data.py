@@ -18,6 +18,7 @@ Usage: gen_data.py --agentkv build/agentkv --model DIR --request SAMPLE.json --o
   --model: a directory with the Qwen3 tokenizer.json and tokenizer_config.json (no weights are read).
 """
 import argparse
+import array
 import json
 import random
 import sys
@@ -80,14 +81,6 @@ def main():
     small_system = [{"type": "text", "text": "You are an agent."}]
     small_tools = [t for t in sample["tools"] if t["name"] == "Bash"]
 
-    # Per turn: its prompt, and the prompt with the target as an assistant prefill (its ids).
-    bodies = []
-    for t in turns:
-        bodies.append(conv.body(t["messages"], small_system, small_tools))
-        bodies.append(conv.body(t["messages"] + [tasks.Conversation.assistant_text(t["target"])],
-                                small_system, small_tools))
-    print(f"rendering {len(bodies)} bodies", file=sys.stderr)
-    rendered = render.render(args.agentkv, args.model, bodies)
     full0, text0 = render.render(args.agentkv, args.model, [conv.body(turns[0]["messages"])], print_text=True)[0]
     assert text0.rstrip().endswith("</think>"), "expected the prompt to end in an empty think block"
     # <|im_start|> opens the prompt; <|im_end|> closes the system block just before the split.
@@ -96,18 +89,30 @@ def main():
     im_end = full0[split_full - 2]  # "...<|im_end|>\n<|im_start|>user"
     prefix = full0[:split_full] if not args.short_prefix else None
 
-    samples, kinds, target_tokens = [], {}, 0
+    # Per turn: its prompt, and the prompt with the target as an assistant prefill (its ids),
+    # rendered in chunks and kept as compact arrays (the prompts are thousands of ids each).
     prompt_suffix, target_ids = [], []
-    for i, t in enumerate(turns):
-        p_ids, f_ids = rendered[2 * i], rendered[2 * i + 1]
-        if f_ids[:len(p_ids)] != p_ids:
-            raise RuntimeError(f"turn {i}: the prefill render does not extend the prompt's ids")
-        split = split_at_user(p_ids, im_start)
-        if prefix is None:
-            prefix = p_ids[:split]
-        prompt_suffix.append(p_ids[split:])
-        target_ids.append(f_ids[len(p_ids):] + [im_end])
+    chunk = 1000
+    for c0 in range(0, len(turns), chunk):
+        part = turns[c0:c0 + chunk]
+        bodies = []
+        for t in part:
+            bodies.append(conv.body(t["messages"], small_system, small_tools))
+            bodies.append(conv.body(t["messages"] + [tasks.Conversation.assistant_text(t["target"])],
+                                    small_system, small_tools))
+        rendered = render.render(args.agentkv, args.model, bodies)
+        for i in range(len(part)):
+            p_ids, f_ids = rendered[2 * i], rendered[2 * i + 1]
+            if f_ids[:len(p_ids)] != p_ids:
+                raise RuntimeError(f"turn {c0 + i}: the prefill render does not extend the prompt's ids")
+            split = split_at_user(p_ids, im_start)
+            if prefix is None:
+                prefix = p_ids[:split]
+            prompt_suffix.append(array.array("i", p_ids[split:]))
+            target_ids.append(f_ids[len(p_ids):] + [im_end])
+        print(f"rendered {c0 + len(part)}/{len(turns)} turns", file=sys.stderr)
 
+    samples, kinds, target_tokens = [], {}, 0
     for i, t in enumerate(turns):
         p = prompt_suffix[i]
         if t["spliced_from"] is not None:
@@ -120,9 +125,9 @@ def main():
             while not (p[k] == im_start and p[k + 1] == assistant_id):
                 k += 1
             end = p.index(im_end, k)
-            p = prompt_suffix[j] + target_ids[j][:-1] + p[end:]
-        ids = p + target_ids[i]
-        samples.append((ids, [0] * len(p) + [1] * len(target_ids[i])))
+            p = prompt_suffix[j] + array.array("i", target_ids[j][:-1]) + p[end:]
+        ids = p + array.array("i", target_ids[i])
+        samples.append((ids, array.array("B", bytes(len(p)) + b"\x01" * len(target_ids[i]))))
         kinds[t["kind"]] = kinds.get(t["kind"], 0) + 1
         target_tokens += len(target_ids[i])
 
@@ -131,7 +136,7 @@ def main():
     if not args.short_prefix:
         full = render.render(args.agentkv, args.model, [conv.body(turns[i]["messages"]) for i in checks])
         for i, ids in zip(checks, full):
-            if ids[:len(prefix)] != prefix or ids[len(prefix):] != prompt_suffix[i]:
+            if ids[:len(prefix)] != prefix or ids[len(prefix):] != list(prompt_suffix[i]):
                 raise RuntimeError(f"turn {i}: the full render differs from prefix + suffix")
     meta = dict(vocab_size=args.vocab_size, im_end_id=im_end, im_start_id=im_start, seed=args.seed, kinds=kinds,
                 target_tokens=target_tokens, request=args.request.split("/")[-1], short_prefix=args.short_prefix)

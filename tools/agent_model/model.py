@@ -76,9 +76,12 @@ def rope(x, positions, theta):
 
 
 def attention(q, k, v, mask):
-    # q: [b, h, n, d]; k, v: [b, h, m, d]; mask: [n, m] bool (True: attend).
+    # q: [b, h, n, d]; k, v: [b, h, m, d]; mask: [n, m] bool (True: attend), None: causal (n == m).
+    q, k = q.to(v.dtype), k.to(v.dtype)
     if hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+    if mask is None:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
     s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     s = s.masked_fill(~mask, float("-inf"))
     return torch.softmax(s.float(), -1).to(q.dtype) @ v
@@ -165,10 +168,9 @@ class TinyQwen3(nn.Module):
         p = prefix_ids.shape[0]
         x = self.embed(prefix_ids)[None]
         pos = torch.arange(p, device=x.device)
-        mask = torch.ones(p, p, dtype=torch.bool, device=x.device).tril()
         kvs = []
         for layer in self.layers:
-            x, own = layer(x, pos, mask)
+            x, own = layer(x, pos, None)
             kvs.append(own)
         return kvs, rms_norm(x, self.norm, self.c.eps)[0]
 
@@ -185,8 +187,9 @@ class TinyQwen3(nn.Module):
         return rms_norm(x, self.norm, self.c.eps)
 
     def log_probs(self, h):
-        # h: [t, hidden] -> log-probabilities over used_ids [t, n_used] under the full-vocab softmax.
-        logits = (h @ self.embed_used.t()).float()
+        # h: [t, hidden] -> log-probabilities over used_ids [t, n_used] under the full-vocab softmax
+        # (float32: call outside autocast).
+        logits = h.float() @ self.embed_used.float().t()
         unused = torch.full((logits.shape[0], 1), self.log_n_unused, device=h.device)
         return logits - torch.logsumexp(torch.cat([logits, unused], 1), 1, keepdim=True)
 

@@ -27,9 +27,9 @@ from model import Config, TinyQwen3
 
 def load(data_dir, device):
     meta, prefix, suffix, mask, offsets = dataset.read(data_dir)
-    prefix = torch.tensor(prefix, dtype=torch.long, device=device)
-    suffix = torch.tensor(suffix, dtype=torch.long)
-    mask = torch.tensor(mask, dtype=torch.bool)
+    prefix = torch.frombuffer(prefix, dtype=torch.int32).long().to(device)
+    suffix = torch.frombuffer(suffix, dtype=torch.int32).long()
+    mask = torch.frombuffer(mask, dtype=torch.uint8).bool()
     offsets = list(offsets)
     samples = [(suffix[offsets[i]:offsets[i + 1]], mask[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1)]
     used = torch.unique(torch.cat([prefix.cpu(), suffix])).tolist()
@@ -93,11 +93,11 @@ def main():
     ap.add_argument("--tokenizer-dir", required=True, help="tokenizer.json + tokenizer_config.json to ship")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--minutes", type=float, default=7.0, help="training time budget (the schedule ends by then)")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
@@ -150,7 +150,7 @@ def main():
         ids, mask = batch(samples, idx, pad_id, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             hs, tgt, _ = step_outputs(model, prefix, ids, mask, args.no_grad_prefix)
-            lp = model.log_probs(hs)
+        lp = model.log_probs(hs)
         loss = -lp.float().gather(1, tgt[:, None]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
