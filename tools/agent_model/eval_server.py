@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=None, help="default: none sent (the CLI sends none: 1.0)")
     ap.add_argument("--min-tool-calls", type=float, default=0.95)
     ap.add_argument("--min-endings", type=float, default=0.98)
+    ap.add_argument("--max-seconds", type=float, default=0, help="stop early (reporting the tasks done); 0: no limit")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra agentkv serve argument (repeatable)")
     args = ap.parse_args()
 
@@ -79,7 +80,11 @@ def main():
         n = dict(tool_tasks=0, tool_ok=0, turns=0, endings_ok=0, text_turns=0, text_ok=0)
         failures = []
         t0 = time.time()
+        done = 0
         for i in range(args.tasks):
+            if args.max_seconds and time.time() - t0 > args.max_seconds:
+                break
+            done += 1
             task = tasks.new_task(rng)
             steps = tasks.episode_steps(conv, rng, task)
             agent = f"eval-{args.seed}-{i}"
@@ -113,7 +118,7 @@ def main():
             n["text_ok"] += text_ok
             if not text_ok:
                 failures.append(dict(prompt=task["prompt"], result=task["result"], got=reply2["content"]))
-        result = dict(tasks=args.tasks, seed=args.seed, temperature=args.temperature,
+        result = dict(tasks=done, seed=args.seed, temperature=args.temperature,
                       exact_tool_calls=n["tool_ok"] / max(n["tool_tasks"], 1),
                       clean_endings=n["endings_ok"] / max(n["turns"], 1),
                       exact_answers=n["text_ok"] / max(n["text_turns"], 1), counts=n,

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine after gpu_train.sh: the served held-out accuracy (eval_server.py) with the
-# packed CPU agentkv (pack_gpu.sh) on local/agent/agent-tiny; writes $OUT/eval.json and a torch
+# packed CPU agentkv (pack_gpu.sh) on local/agent-gpu/agent-tiny; writes $OUT/eval.json and a torch
 # parity check ($OUT/parity.json). Extra arguments go to eval_server.py (e.g. --tasks 200).
 # Usage: OUT=DIR tools/agent_model/gpu_eval.sh [--tasks 200]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-pkg="$root/local/agent"
+pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
 [[ -x "$pkg/agentkv-cpu/agentkv" ]] || tar -xJf "$pkg/agentkv-cpu.tar.xz" -C "$pkg"
 export LD_LIBRARY_PATH="$pkg/agentkv-cpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

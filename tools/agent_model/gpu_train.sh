@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the GPU machine (torch with CUDA): unpacks local/agent (pack_gpu.sh), trains and exports the
+# On the GPU machine (torch with CUDA): unpacks local/agent-gpu (pack_gpu.sh), trains and exports the
 # agent model, and writes to $OUT: agent-tiny/ (model.safetensors.xz, config.json,
 # generation_config.json, training.json) and train.log. The model also stays in
-# local/agent/agent-tiny for gpu_eval.sh. Extra arguments go to train.py.
+# local/agent-gpu/agent-tiny for gpu_eval.sh. Extra arguments go to train.py.
 # Usage: OUT=DIR tools/agent_model/gpu_train.sh [--minutes 7] [train.py flags...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-pkg="$root/local/agent"
+pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
 cd "$pkg"
 [[ -f data/meta.json ]] || tar -xJf data.tar.xz
