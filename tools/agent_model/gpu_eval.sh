@@ -7,7 +7,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
-[[ -x "$pkg/agentkv-cpu/agentkv" ]] || tar -xJf "$pkg/agentkv-cpu.tar.xz" -C "$pkg"
+if [[ ! -x "$pkg/agentkv-cpu/agentkv" || "$pkg/agentkv-cpu.tar.xz" -nt "$pkg/agentkv-cpu/agentkv" ]]; then
+  rm -rf "$pkg/agentkv-cpu" && tar -xJf "$pkg/agentkv-cpu.tar.xz" -C "$pkg"
+fi
 export LD_LIBRARY_PATH="$pkg/agentkv-cpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$pkg/agentkv-cpu/agentkv" --help >/dev/null
 cd "$root/tools/agent_model"

@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
 cd "$pkg"
-[[ -f data/meta.json ]] || tar -xJf data.tar.xz
+if [[ ! -f data/meta.json || data.tar.xz -nt data/meta.json ]]; then rm -rf data && tar -xJf data.tar.xz; fi
 [[ -f tok/tokenizer.json ]] || xz -dk tok/tokenizer.json.xz
 cd "$root"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
