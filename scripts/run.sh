@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# Sets up agentkv and generates text with a real model.
-# Usage: scripts/run.sh [MODEL_DIR] [extra agentkv generate flags...]
-# MODEL_DIR defaults to stories260K from ../shared/testdata; any Hugging Face model directory
-# (config.json + safetensors + tokenizer.json) works.
+# Sets up agentkv and runs it with a real model.
+# Usage: scripts/run.sh                      the tiny agent model from the repo (models/agent-tiny): serve it
+#                                            on port ${AGENTKV_PORT:-8080}, run a short agent session
+#                                            (tool call, result, answer; TTFT and cache hits), keep serving
+#        scripts/run.sh MODEL_DIR [flags...] generate text with MODEL_DIR (any Hugging Face model directory:
+#                                            config.json + safetensors + tokenizer.json)
+# Without the agent model's weights (not trained yet) the first form generates with stories260K
+# from ../shared/testdata.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
+if [[ $# -eq 0 && -f models/agent-tiny/model.safetensors.xz ]]; then
+  model="$(scripts/agent_model.sh build)"
+  port="${AGENTKV_PORT:-8080}"
+  ./build/agentkv serve --model "$model" --port "$port" --served-model-name agent-tiny &
+  server=$!
+  trap 'kill "$server" 2>/dev/null' INT TERM
+  for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.5; done
+  python3 tools/agent_model/demo.py --url "http://127.0.0.1:$port" || echo "agent session did not finish cleanly" >&2
+  echo "agentkv serves agent-tiny on http://127.0.0.1:$port (Ctrl-C stops it). Claude Code against it:"
+  echo "  ANTHROPIC_BASE_URL=http://127.0.0.1:$port ANTHROPIC_API_KEY=local ANTHROPIC_MODEL=agent-tiny claude"
+  wait "$server"
+  exit
+fi
 model="${1:-../shared/testdata/models/stories260K/hf}"
 shift || true
 if [[ $# -eq 0 ]]; then

@@ -5,6 +5,7 @@
 
 #include "app/generate_command.h"
 #include "app/pull_command.h"
+#include "app/render_command.h"
 #include "app/serve_command.h"
 #include "base/error.h"
 #include "hub/pull.h"
@@ -92,6 +93,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--ping-interval-ms", srv.server.ping_interval_ms, "SSE keep-alive interval")->capture_default_str();
 
+  akv::RenderOptions render_opts;
+  CLI::App* render = app.add_subcommand(
+      "render", "Read Anthropic Messages bodies (JSON Lines on stdin) and print the prompt token ids serve would "
+                "build for each (JSON Lines on stdout)");
+  render->add_option("--model", render_opts.model_dir, "Model directory (tokenizer and chat template)")->required();
+  render->add_option("--chat-template", render_opts.chat_template_file, "Jinja chat template file (overrides the model's)");
+  render->add_flag("--print-text", render_opts.print_text, "Also print the rendered prompt text");
+
   std::string pull_model;
   CLI::App* pull = app.add_subcommand(
       "pull", "Download a model from the Hugging Face hub into its cache (HF_HOME, HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE) "
@@ -110,6 +119,7 @@ int main(int argc, char** argv) {
       }
       return akv::run_generate(gen);
     }
+    if (render->parsed()) return akv::run_render(render_opts, stdin, stdout);
     if (serve->parsed()) {
       srv.model_dir = akv::resolve_model_dir(srv.model_dir);
       return akv::run_serve(srv);
