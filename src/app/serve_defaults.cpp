@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "models/quantize_weights.h"
 
 namespace akv {
 
@@ -14,6 +15,12 @@ DType resolve_kv_dtype(const std::string& flag, const Backend& backend) {
   if (flag == "f16") return DType::F16;
   if (flag == "f32") return DType::F32;
   throw Error(ErrorKind::InvalidArgument, "--kv-dtype: expected auto, bf16, f16 or f32, not '" + flag + "'");
+}
+
+std::optional<DType> resolve_quantize(const std::string& flag) {
+  if (flag.empty()) return std::nullopt;
+  if (const auto t = find_quantize_type(flag)) return t;
+  throw Error(ErrorKind::InvalidArgument, "--quantize: expected q8_0, q6_k or q4_k, not '" + flag + "'");
 }
 
 StepSizes resolve_step_sizes(std::int32_t max_batch_tokens_flag, std::int32_t prefill_chunk_flag,

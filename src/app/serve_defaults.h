@@ -16,6 +16,10 @@ namespace akv {
 // --kv-dtype for anything else.
 DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 
+// --quantize: "" -> none; "q8_0" | "q6_k" | "q4_k" -> the block type. Throws Error naming
+// --quantize for anything else.
+std::optional<DType> resolve_quantize(const std::string& flag);
+
 struct StepSizes {
   std::int32_t max_batch_tokens = 0;  // tokens per engine step
   std::int32_t prefill_chunk = 0;     // prompt tokens per sequence per step

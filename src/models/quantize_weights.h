@@ -25,6 +25,7 @@ std::optional<DType> quantized_type_for(DType type, std::int64_t cols);
 // `weights` with the matrices above quantized to `type` (a find_quantize_type result).
 // Throws Error{Unsupported} for a family other than the dense ones (Llama, Qwen2, Qwen3,
 // Gemma3, Phi3). Expensive: reads and rewrites every matrix once.
-SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig& config, DType type);
+SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig& config,
+                                   DType type);
 
 }  // namespace akv

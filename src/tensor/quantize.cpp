@@ -47,7 +47,8 @@ void q5_0(const float* x, std::uint8_t* p) {
   const float d = f16_to_f32(b.d);
   std::uint32_t qh = 0;
   for (int i = 0; i < kQK; ++i) {
-    const int q = d != 0.0f ? std::clamp(static_cast<int>(std::lround(x[i] / d)), -16, 15) + 16 : 16;
+    const int q =
+        d != 0.0f ? std::clamp(static_cast<int>(std::lround(x[i] / d)), -16, 15) + 16 : 16;
     if (i < 16)
       b.qs[i] = static_cast<std::uint8_t>(q & 0xf);
     else
@@ -69,7 +70,8 @@ void q6_k(const float* x, std::uint8_t* p) {
     b.scales[j] = static_cast<std::int8_t>(sc);
     const float dl = d * static_cast<float>(sc);
     for (int i = 16 * j; i < 16 * j + 16; ++i) {
-      const int q = dl != 0.0f ? std::clamp(static_cast<int>(std::lround(x[i] / dl)), -32, 31) + 32 : 32;
+      const int q =
+          dl != 0.0f ? std::clamp(static_cast<int>(std::lround(x[i] / dl)), -32, 31) + 32 : 32;
       const int half = i / 128, r = i % 128;
       b.ql[half * 64 + r % 64] |= static_cast<std::uint8_t>((q & 0xf) << (4 * (r / 64)));
       b.qh[half * 32 + r % 32] |= static_cast<std::uint8_t>((q >> 4) << (2 * (r / 32)));
@@ -109,7 +111,8 @@ void q4_k(const float* x, std::uint8_t* p) {
     }
     const float dl = d * static_cast<float>(q_sc);
     for (int j = 32 * s; j < 32 * s + 32; ++j) {
-      const int q = dl != 0.0f ? std::clamp(static_cast<int>(std::lround((x[j] + m_eff[s]) / dl)), 0, 15) : 0;
+      const int q =
+          dl != 0.0f ? std::clamp(static_cast<int>(std::lround((x[j] + m_eff[s]) / dl)), 0, 15) : 0;
       b.qs[(j / 64) * 32 + j % 32] |= static_cast<std::uint8_t>(q << (4 * ((j % 64) / 32)));
     }
   }

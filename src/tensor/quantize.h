@@ -4,8 +4,8 @@
 // clipped and every element is within half a quantization step of its input:
 //   Q8_0: d = max|x| / 127, q = round(x / d)           (the format's reference rule, bit-exact)
 //   Q5_0: d = max|x| / 15 (f16, rounded up), q - 16 = round(x / d)
-//   Q6_K: per 16: s = max|x| / 31; d = max s / 127 (f16 up), sc = ceil(s / d), q - 32 = round(x / (d sc))
-//   Q4_K: per 32: m = max(0, -min x), s = (max x + m) / 15; 6-bit scales and mins under f16
+//   Q6_K: per 16: s = max|x| / 31; d = max s / 127 (f16 up), sc = ceil(s / d), q - 32 = round(x /
+//   (d sc)) Q4_K: per 32: m = max(0, -min x), s = (max x + m) / 15; 6-bit scales and mins under f16
 //         super-scales (rounded up), q = round((x + dmin m_q) / (d s_q))
 #pragma once
 

@@ -26,8 +26,8 @@ namespace {
 
 using namespace quant;
 
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q8_0,
-                            DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,   DType::Q6_K,
+constexpr DType kTypes[] = {DType::Q4_0,   DType::Q4_1,   DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                            DType::Q2_K,   DType::Q3_K,   DType::Q4_K, DType::Q5_K, DType::Q6_K,
                             DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 void put_f16(std::uint8_t* p, float v) {
@@ -55,20 +55,30 @@ OwnedWeight random_quant_weight(std::mt19937& rng, DType t, std::int64_t rows, s
       case DType::Q5_0:
       case DType::Q8_0:
       case DType::IQ4_NL:
-      case DType::IQ4_XS: put_f16(b, t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::IQ4_XS ? scale(rng) / 8 : scale(rng)); break;
-      case DType::MXFP4: b[0] = static_cast<std::uint8_t>(120 + rng() % 4); break;
+      case DType::IQ4_XS:
+        put_f16(b, t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::IQ4_XS ? scale(rng) / 8
+                                                                                : scale(rng));
+        break;
+      case DType::MXFP4:
+        b[0] = static_cast<std::uint8_t>(120 + rng() % 4);
+        break;
       case DType::Q2_K:
         put_f16(b + offsetof(BlockQ2_K, d), scale(rng));
         put_f16(b + offsetof(BlockQ2_K, dmin), scale(rng));
         break;
-      case DType::Q3_K: put_f16(b + offsetof(BlockQ3_K, d), scale(rng) / 4); break;
+      case DType::Q3_K:
+        put_f16(b + offsetof(BlockQ3_K, d), scale(rng) / 4);
+        break;
       case DType::Q4_K:
       case DType::Q5_K:
         put_f16(b, scale(rng) / 8);
         put_f16(b + 2, scale(rng) / 8);
         break;
-      case DType::Q6_K: put_f16(b + offsetof(BlockQ6_K, d), scale(rng) / 64); break;
-      default: ADD_FAILURE() << "not a quantized type";
+      case DType::Q6_K:
+        put_f16(b + offsetof(BlockQ6_K, d), scale(rng) / 64);
+        break;
+      default:
+        ADD_FAILURE() << "not a quantized type";
     }
   }
   w.ref = {w.bytes.data(), t, rows, cols};
@@ -78,7 +88,9 @@ OwnedWeight random_quant_weight(std::mt19937& rng, DType t, std::int64_t rows, s
 std::vector<float> dequantized(const WeightRef& w) {
   std::vector<float> v(static_cast<std::size_t>(w.rows * w.cols));
   for (std::int64_t r = 0; r < w.rows; ++r)
-    dequantize_weight_row(w, r, std::span<float>(v).subspan(static_cast<std::size_t>(r * w.cols), static_cast<std::size_t>(w.cols)));
+    dequantize_weight_row(w, r,
+                          std::span<float>(v).subspan(static_cast<std::size_t>(r * w.cols),
+                                                      static_cast<std::size_t>(w.cols)));
   return v;
 }
 
@@ -88,14 +100,15 @@ OwnedTensor grid_input(std::mt19937& rng, std::int64_t n, std::int64_t k) {
   std::uniform_int_distribution<int> q(-127, 127);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t c = 0; c < k; ++c)
-      x.ref.row<float>(r)[c] = static_cast<float>(c % 32 == 5 ? (r % 2 ? -127 : 127) : q(rng)) / 64.0f;
+      x.ref.row<float>(r)[c] =
+          static_cast<float>(c % 32 == 5 ? (r % 2 ? -127 : 127) : q(rng)) / 64.0f;
   return x;
 }
 
 enum class Input { Grid, Arbitrary };
 
-void check(Backend& backend, bool quantizes_inputs, DType t, std::int64_t n, std::int64_t m, std::int64_t k,
-           Input input, std::uint32_t seed) {
+void check(Backend& backend, bool quantizes_inputs, DType t, std::int64_t n, std::int64_t m,
+           std::int64_t k, Input input, std::uint32_t seed) {
   std::mt19937 rng(seed);
   const OwnedWeight w = random_quant_weight(rng, t, m, k);
   const OwnedWeight bias = random_weight(rng, DType::F32, 1, m);
@@ -111,7 +124,8 @@ void check(Backend& backend, bool quantizes_inputs, DType t, std::int64_t n, std
       double want = load_f32(bias.ref.data, DType::F32, j), mag = 0, q_err = 0;
       for (std::int64_t b0 = 0; b0 < k; b0 += act_block) {
         double amax = 0;
-        for (std::int64_t c = b0; c < b0 + act_block; ++c) amax = std::max(amax, std::fabs(double(xs[r * k + c])));
+        for (std::int64_t c = b0; c < b0 + act_block; ++c)
+          amax = std::max(amax, std::fabs(double(xs[r * k + c])));
         for (std::int64_t c = b0; c < b0 + act_block; ++c) {
           const double p = double(xs[r * k + c]) * wf[j * k + c];
           want += p;
@@ -119,11 +133,12 @@ void check(Backend& backend, bool quantizes_inputs, DType t, std::int64_t n, std
           q_err += std::fabs(double(wf[j * k + c])) * amax / 127 / 2;
         }
       }
-      const double tol = 1e-5 * mag + 1e-6 + (quantizes_inputs && input == Input::Arbitrary ? q_err : 0.0);
+      const double tol =
+          1e-5 * mag + 1e-6 + (quantizes_inputs && input == Input::Arbitrary ? q_err : 0.0);
       const double err = std::fabs(got[r * m + j] - want);
       if (err > tol && bad++ < 5)
-        ADD_FAILURE() << dtype_name(t) << " n=" << n << " m=" << m << " k=" << k << " [" << r << "," << j
-                      << "] got " << got[r * m + j] << " want " << want << " tol " << tol;
+        ADD_FAILURE() << dtype_name(t) << " n=" << n << " m=" << m << " k=" << k << " [" << r << ","
+                      << j << "] got " << got[r * m + j] << " want " << want << " tol " << tol;
     }
   }
   EXPECT_EQ(bad, 0);
@@ -138,8 +153,8 @@ TEST_P(QuantMatmul, FastMatchesOracle) {
   FastBackend fast(2, isa);
   const bool integer = find_quant_dot(isa, t) != nullptr;
   // The integer kernels exist for these types on AVX2 and AVX-512, none on Scalar.
-  const bool listed = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q4_K ||
-                      t == DType::Q5_K || t == DType::Q6_K;
+  const bool listed = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q5_0 ||
+                      t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   EXPECT_EQ(integer, listed && isa != Isa::Scalar);
   std::uint32_t seed = 1;
   for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536}}) {
@@ -155,7 +170,8 @@ TEST_P(QuantMatmul, ReferenceMatchesOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(IsaDtype, QuantMatmul,
-                         ::testing::Combine(::testing::ValuesIn(all_isas()), ::testing::ValuesIn(kTypes)),
+                         ::testing::Combine(::testing::ValuesIn(all_isas()),
+                                            ::testing::ValuesIn(kTypes)),
                          [](const auto& info) {
                            return std::string(isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(dtype_name(std::get<1>(info.param)));

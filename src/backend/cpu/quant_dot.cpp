@@ -12,11 +12,14 @@ ActFormat act_format(DType w) {
   switch (w) {
     case DType::Q8_0:
     case DType::Q4_0:
-    case DType::Q5_0: return ActFormat::Block32;
+    case DType::Q5_0:
+      return ActFormat::Block32;
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return ActFormat::Block256;
-    default: return ActFormat::None;
+    case DType::Q6_K:
+      return ActFormat::Block256;
+    default:
+      return ActFormat::None;
   }
 }
 
@@ -28,7 +31,8 @@ std::size_t act_row_bytes(ActFormat format, std::int64_t k) {
     case ActFormat::Block256:
       AKV_CHECK(k % 256 == 0, "act_row_bytes: k");
       return static_cast<std::size_t>(k / 256) * sizeof(ActBlock256);
-    case ActFormat::None: break;
+    case ActFormat::None:
+      break;
   }
   AKV_CHECK(false, "act_row_bytes: no format");
   return 0;
@@ -42,7 +46,8 @@ float quantize_block(const float* x, int n, std::int8_t* qs) {
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (int i = 0; i < n; ++i) qs[i] = static_cast<std::int8_t>(std::lrint(std::clamp(x[i] * id, -127.0f, 127.0f)));
+  for (int i = 0; i < n; ++i)
+    qs[i] = static_cast<std::int8_t>(std::lrint(std::clamp(x[i] * id, -127.0f, 127.0f)));
   return d;
 }
 
@@ -73,9 +78,12 @@ void quantize_act_row(ActFormat format, const float* x, std::int64_t k, void* ou
 
 QuantDotFn find_quant_dot(Isa isa, DType w) {
   switch (isa) {
-    case Isa::Scalar: return nullptr;
-    case Isa::Avx2: return find_quant_dot_avx2(w);
-    case Isa::Avx512: return cpu_has_vnni() ? find_quant_dot_vnni(w) : find_quant_dot_avx2(w);
+    case Isa::Scalar:
+      return nullptr;
+    case Isa::Avx2:
+      return find_quant_dot_avx2(w);
+    case Isa::Avx512:
+      return cpu_has_vnni() ? find_quant_dot_vnni(w) : find_quant_dot_avx2(w);
   }
   return nullptr;
 }

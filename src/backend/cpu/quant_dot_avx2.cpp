@@ -15,6 +15,8 @@ namespace qdot_avx2 {
 #include "backend/cpu/quant_dot_simd.h"
 }  // namespace qdot_avx2
 
-QuantDotFn find_quant_dot_avx2(DType w) { return qdot_avx2::find_kernel(w); }
+QuantDotFn find_quant_dot_avx2(DType w) {
+  return qdot_avx2::find_kernel(w);
+}
 
 }  // namespace akv

@@ -28,7 +28,9 @@ AKV_QDOT_TARGET inline __m256i dot_us8_scaled(__m256i acc, __m256i u, __m256i s,
 #endif
 }
 
-AKV_QDOT_TARGET inline float h2f(std::uint16_t h) { return _cvtsh_ss(h); }
+AKV_QDOT_TARGET inline float h2f(std::uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 AKV_QDOT_TARGET inline float hsum_ps(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -56,56 +58,63 @@ AKV_QDOT_TARGET inline __m256i nibbles32(const std::uint8_t* qs) {
 
 // Byte j = 16 where bit j of the 32-bit qh is set, else 0.
 AKV_QDOT_TARGET inline __m256i high_bits32(std::uint32_t qh) {
-  const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i shuf =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(16));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit),
+                          _mm256_set1_epi8(16));
 }
 
-AKV_QDOT_TARGET float dot_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
-  const auto* w = static_cast<const quant::BlockQ8_0*>(w_row);
-  const auto* a = static_cast<const ActBlock32*>(act_row);
-  __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t i = 0; i < nb; ++i) {
-    const __m256i wq = load256(w[i].qs), aq = load256(a[i].qs);
-    // |w| as u8 (128 for -128) times x with w's sign: the same products, maddubs-ready.
-    const __m256i p = dot_us8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(aq, wq));
-    const float d = h2f(w[i].d) * a[i].d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-  }
-  return hsum_ps(acc);
+// acc + the dot of one Q8_0 block with its input block, as 8 f32 partial sums.
+AKV_QDOT_TARGET inline __m256 block_q8_0(const quant::BlockQ8_0& w, const ActBlock32& a,
+                                         __m256 acc) {
+  const __m256i wq = load256(w.qs), aq = load256(a.qs);
+  // |w| as u8 (128 for -128) times x with w's sign: the same products, maddubs-ready.
+  const __m256i p = dot_us8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(aq, wq));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w.d) * a.d), acc);
 }
 
 // Q4_0 and Q5_0: d * (q - offset) with q unsigned: sum q x - offset * sum x.
-AKV_QDOT_TARGET float dot_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
-  const auto* w = static_cast<const quant::BlockQ4_0*>(w_row);
-  const auto* a = static_cast<const ActBlock32*>(act_row);
-  __m256 acc = _mm256_setzero_ps();
-  float offset_sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i) {
-    const __m256i p = dot_us8(nibbles32(w[i].qs), load256(a[i].qs));
-    const float d = h2f(w[i].d) * a[i].d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-    offset_sum += d * static_cast<float>(8 * a[i].sum);
+template <int kOffset, typename Block>
+AKV_QDOT_TARGET inline __m256 block_q4_5(const Block& w, const ActBlock32& a, __m256 acc) {
+  __m256i q = nibbles32(w.qs);
+  if constexpr (kOffset == 16) {
+    std::uint32_t qh;
+    std::memcpy(&qh, w.qh, 4);
+    q = _mm256_or_si256(q, high_bits32(qh));
   }
-  return hsum_ps(acc) - offset_sum;
+  // sum (q - offset) x = sum q x - offset * sum x, the second term (exact) taken from lane 0.
+  const __m256i p = _mm256_sub_epi32(dot_us8(q, load256(a.qs)),
+                                     _mm256_setr_epi32(kOffset * a.sum, 0, 0, 0, 0, 0, 0, 0));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w.d) * a.d), acc);
+}
+
+// Two accumulators: consecutive blocks do not wait on each other's FMA.
+template <typename Block, __m256 (*kBlock)(const Block&, const ActBlock32&, __m256)>
+AKV_QDOT_TARGET inline float dot_blocks32(const void* w_row, const void* act_row, std::int64_t nb) {
+  const auto* w = static_cast<const Block*>(w_row);
+  const auto* a = static_cast<const ActBlock32*>(act_row);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    acc0 = kBlock(w[i], a[i], acc0);
+    acc1 = kBlock(w[i + 1], a[i + 1], acc1);
+  }
+  if (i < nb) acc0 = kBlock(w[i], a[i], acc0);
+  return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+AKV_QDOT_TARGET float dot_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
+  return dot_blocks32<quant::BlockQ8_0, block_q8_0>(w_row, act_row, nb);
+}
+
+AKV_QDOT_TARGET float dot_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
+  return dot_blocks32<quant::BlockQ4_0, block_q4_5<8, quant::BlockQ4_0>>(w_row, act_row, nb);
 }
 
 AKV_QDOT_TARGET float dot_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
-  const auto* w = static_cast<const quant::BlockQ5_0*>(w_row);
-  const auto* a = static_cast<const ActBlock32*>(act_row);
-  __m256 acc = _mm256_setzero_ps();
-  float offset_sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i) {
-    std::uint32_t qh;
-    std::memcpy(&qh, w[i].qh, 4);
-    const __m256i q = _mm256_or_si256(nibbles32(w[i].qs), high_bits32(qh));
-    const __m256i p = dot_us8(q, load256(a[i].qs));
-    const float d = h2f(w[i].d) * a[i].d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-    offset_sum += d * static_cast<float>(16 * a[i].sum);
-  }
-  return hsum_ps(acc) - offset_sum;
+  return dot_blocks32<quant::BlockQ5_0, block_q4_5<16, quant::BlockQ5_0>>(w_row, act_row, nb);
 }
 
 // The 8 six-bit scales and mins of a Q4_K/Q5_K block (quant_blocks.h's packing).
@@ -123,8 +132,8 @@ inline void k_scales_mins(const std::uint8_t* sc, std::int16_t* scale, std::int1
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
 // 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones.
 template <bool kHighBit>
-AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales, const std::uint8_t* qh,
-                             const std::uint8_t* qs, const ActBlock256& a) {
+AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales,
+                             const std::uint8_t* qh, const std::uint8_t* qs, const ActBlock256& a) {
   std::int16_t sc[8], mn[8];
   k_scales_mins(scales, sc, mn);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -136,8 +145,10 @@ AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales
     __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
     if constexpr (kHighBit) {
       const __m256i one = _mm256_set1_epi8(1);
-      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c), one), 4));
-      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
+      lo = _mm256_or_si256(
+          lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c), one), 4));
+      hi = _mm256_or_si256(
+          hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
     acc = dot_us8_scaled(acc, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
     acc = dot_us8_scaled(acc, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
@@ -152,7 +163,8 @@ AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int6
   const auto* w = static_cast<const quant::BlockQ4_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i) sum += dot_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i]);
+  for (std::int64_t i = 0; i < nb; ++i)
+    sum += dot_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i]);
   return sum;
 }
 
@@ -160,7 +172,8 @@ AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int6
   const auto* w = static_cast<const quant::BlockQ5_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i) sum += dot_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i]);
+  for (std::int64_t i = 0; i < nb; ++i)
+    sum += dot_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i]);
   return sum;
 }
 
@@ -177,7 +190,8 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
       const __m256i ql0 = load256(b.ql + 64 * half), ql1 = load256(b.ql + 64 * half + 32);
       const __m256i qh = load256(b.qh + 32 * half);
       const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
           _mm256_or_si256(_mm256_and_si256(ql1, low4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
@@ -187,7 +201,8 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
       };
       for (int j = 0; j < 4; ++j) {
         const int s = 8 * half + 2 * j;  // sub-blocks s (low 16 bytes) and s + 1 (high 16)
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+        const __m256i scale =
+            _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
         acc = dot_us8_scaled(acc, q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
       }
     }
@@ -200,12 +215,19 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
 
 QuantDotFn find_kernel(DType w) {
   switch (w) {
-    case DType::Q8_0: return dot_q8_0;
-    case DType::Q4_0: return dot_q4_0;
-    case DType::Q5_0: return dot_q5_0;
-    case DType::Q4_K: return dot_q4_k;
-    case DType::Q5_K: return dot_q5_k;
-    case DType::Q6_K: return dot_q6_k;
-    default: return nullptr;
+    case DType::Q8_0:
+      return dot_q8_0;
+    case DType::Q4_0:
+      return dot_q4_0;
+    case DType::Q5_0:
+      return dot_q5_0;
+    case DType::Q4_K:
+      return dot_q4_k;
+    case DType::Q5_K:
+      return dot_q5_k;
+    case DType::Q6_K:
+      return dot_q6_k;
+    default:
+      return nullptr;
   }
 }

@@ -8,7 +8,8 @@
 #include "backend/cpu/quant_dot.h"
 #include "tensor/quant_blocks.h"
 
-#define AKV_QDOT_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define AKV_QDOT_TARGET \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define AKV_QDOT_VNNI 1
 
 namespace akv {
@@ -16,6 +17,8 @@ namespace qdot_vnni {
 #include "backend/cpu/quant_dot_simd.h"
 }  // namespace qdot_vnni
 
-QuantDotFn find_quant_dot_vnni(DType w) { return qdot_vnni::find_kernel(w); }
+QuantDotFn find_quant_dot_vnni(DType w) {
+  return qdot_vnni::find_kernel(w);
+}
 
 }  // namespace akv
