@@ -65,7 +65,7 @@ int run_generate(const GenerateOptions& o) {
 
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.threads);
   const auto t_load = Clock::now();
-  std::unique_ptr<Model> model = load_model(o.model_dir, *backend);
+  std::unique_ptr<Model> model = load_model(o.model_dir, *backend, resolve_quantize(o.quantize));
   const ModelConfig& config = model->config();
 
   std::optional<Tokenizer> tokenizer;

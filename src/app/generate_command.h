@@ -20,6 +20,7 @@ struct GenerateOptions {
   std::string kv_dtype = "auto";         // auto: the backend's preferred KV dtype
   int threads = 0;
   bool print_ids = false;                // stream token ids instead of text
+  std::string quantize;                  // "" | q8_0 | q6_k | q4_k: quantize the weights at load
 };
 
 // Returns the process exit code. Throws Error for bad input (caught by main).

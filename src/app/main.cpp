@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "Sampling seed")->capture_default_str();
   generate->add_option("--backend", gen.backend, "auto | reference | cpu | cuda")->capture_default_str();
   generate->add_option("--kv-dtype", gen.kv_dtype, "KV cache dtype: auto | bf16 | f16 | f32")->capture_default_str();
+  generate->add_option("--quantize", gen.quantize, "quantize a safetensors checkpoint's matrices at load: q8_0 | q6_k | q4_k");
   generate->add_option("--threads", gen.threads, "CPU threads (0: all cores)")->capture_default_str();
   generate->add_flag("--print-ids", gen.print_ids, "Stream token ids instead of text");
 
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   serve->add_option("--threads", srv.threads, "CPU threads (0: all cores)")->capture_default_str();
   serve->add_option("--kv-dtype", srv.kv_dtype, "KV cache dtype: auto (bf16 on CUDA, f32 on CPU) | bf16 | f16 | f32")
       ->capture_default_str();
+  serve->add_option("--quantize", srv.quantize, "quantize a safetensors checkpoint's matrices at load: q8_0 | q6_k | q4_k");
   serve->add_option("--kv-cache-mb", srv.kv_cache_mb,
                     "KV cache memory on the compute device in MiB; 0: what --gpu-memory-fraction leaves (GPU) or 1024 (CPU)")
       ->capture_default_str();

@@ -137,7 +137,9 @@ KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const 
   d.dir = o.kv_dir;
   WeightDigestStats w;
   d.fingerprint = model_fingerprint(
-      {.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = codec, .cache_dir = o.kv_dir}, &w);
+      {.model_dir = o.model_dir, .chat_template = chat_template, .kv = layout, .codec = codec, .cache_dir = o.kv_dir,
+       .quantize = o.quantize},
+      &w);
   log_info("model fingerprint: {} weight files, {} read ({} MiB in {:.1f} s), {} known from {}/{}", w.n_files, w.n_hashed,
            w.bytes_hashed >> 20, w.hash_seconds, w.n_cached, o.kv_dir, kWeightDigestCacheName);
   d.codec = codec;
@@ -214,7 +216,7 @@ int run_serve(const ServeOptions& o) {
     log_warn("serving on {} without --api-key: anyone who can reach it can use it", server_options.host);
 
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.threads);
-  std::unique_ptr<Model> model = load_model(o.model_dir, *backend);
+  std::unique_ptr<Model> model = load_model(o.model_dir, *backend, resolve_quantize(o.quantize));
   const ModelConfig config = model->config();
   const Tokenizer tokenizer = Tokenizer::load_or_throw(o.model_dir);
   PromptBuilderOptions prompt_options;

@@ -16,6 +16,7 @@ struct ServeOptions {
   std::string backend = "auto";    // auto: cuda when built with it and a GPU is present, else cpu
   int threads = 0;
   std::string kv_dtype = "auto";   // auto: the backend's preferred KV dtype (bf16 on CUDA, f32 on CPU)
+  std::string quantize;            // "" | q8_0 | q6_k | q4_k: quantize the weights at load
   std::int64_t kv_cache_mb = 0;    // KV memory on the compute device; 0: sized from free device memory
   double gpu_memory_fraction = 0.9;  // share of the GPU's memory weights + KV + activations may take
   std::int32_t block_size = 16;

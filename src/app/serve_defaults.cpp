@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "models/quantize_weights.h"
 
 namespace akv {
 
@@ -21,6 +22,12 @@ SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& fla
   if (const std::optional<SpillCodec> codec = find_spill_codec(flag)) return *codec;
   throw Error(ErrorKind::InvalidArgument,
               fmt::format("{}: expected auto, native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
+}
+
+std::optional<DType> resolve_quantize(const std::string& flag) {
+  if (flag.empty()) return std::nullopt;
+  if (const auto t = find_quantize_type(flag)) return t;
+  throw Error(ErrorKind::InvalidArgument, "--quantize: expected q8_0, q6_k or q4_k, not '" + flag + "'");
 }
 
 StepSizes resolve_step_sizes(std::int32_t max_batch_tokens_flag, std::int32_t prefill_chunk_flag,

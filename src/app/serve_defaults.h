@@ -24,6 +24,10 @@ DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 // CPU (exact, and its memory is the host's anyway); otherwise the named codec.
 SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend);
 
+// --quantize: "" -> none; "q8_0" | "q6_k" | "q4_k" -> the block type. Throws Error naming
+// --quantize for anything else.
+std::optional<DType> resolve_quantize(const std::string& flag);
+
 struct StepSizes {
   std::int32_t max_batch_tokens = 0;  // tokens per engine step
   std::int32_t prefill_chunk = 0;     // prompt tokens per sequence per step

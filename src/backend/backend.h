@@ -110,6 +110,13 @@ class Backend {
   // The device's memory now (after the weights and buffers allocated so far); nullopt when the
   // backend computes in host memory.
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // Whether weights of quantized dtype `t` (GGUF blocks, a WeightRef of whole-block rows) may
+  // be handed to matmul (and matmul_multi, gated_mlp) and embed as they are; the loader
+  // dequantizes the others at load. Default: none.
+  virtual bool takes_quantized_weight(DType t) const {
+    (void)t;
+    return false;
+  }
 
   // --- memory -------------------------------------------------------------------------------
   // A weight usable by matmul/embed/rms_norm. The backend may keep the host bytes as they are

@@ -99,6 +99,8 @@ Hash128 model_fingerprint(const FingerprintInputs& in, WeightDigestStats* stats)
     h.add_value(v);
   h.add_value(static_cast<std::uint8_t>(in.kv.dtype));
   h.add_value(static_cast<std::uint8_t>(in.codec));
+  // Only when set, so fingerprints of unquantized models are what they were.
+  if (!in.quantize.empty()) h.add_string("quantize:" + in.quantize);
   return h.digest();
 }
 

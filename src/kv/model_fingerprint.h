@@ -22,6 +22,7 @@ struct FingerprintInputs {
   KvLayout kv;  // n_blocks is ignored; block_size, heads, head_dim, layers, dtype count
   SpillCodec codec = SpillCodec::Native;
   std::string cache_dir{};  // where the weight digests are cached (the KV directory); "": none
+  std::string quantize{};   // the --quantize type the weights were quantized to at load; "": none
 };
 
 // The checkpoint's weight files in `model_dir`, sorted: every *.safetensors file; for a .gguf
@@ -33,7 +34,7 @@ std::vector<std::string> list_weight_files(const std::string& model_dir);
 // weight file's digest), each weight file's name and the
 // digest of all its bytes (weight_digests()), model.safetensors.index.json, tokenizer.json,
 // tokenizer_config.json and chat_template.jinja when present, the chat template override, the
-// KV layout and the codec id (a changed codec layout takes a new id). `stats` (optional) says
+// KV layout, the load-time quantization (when any) and the codec id (a changed codec layout takes a new id). `stats` (optional) says
 // how many weight files were hashed or found in the cache. Throws Error{NotFound or Io} when
 // config.json or a weight file cannot be read.
 Hash128 model_fingerprint(const FingerprintInputs& in, WeightDigestStats* stats = nullptr);

@@ -2,6 +2,7 @@
 #include "models/gguf_weights.h"
 
 #include <cstring>
+#include <functional>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -123,7 +124,7 @@ DType gguf_weight_dtype(const GgufReader& g, DType quantized_dtype) {
 }
 
 SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, const ModelConfig& c,
-                                    DType dtype) {
+                                    DType dtype, const std::function<bool(DType)>& keep_quantized) {
   const GgufReader& g = *gguf;
   const bool llama_permuted = g.metadata().get_string("general.architecture") == "llama";
   std::vector<TensorInfo> tensors;
@@ -149,7 +150,11 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
     }
     const bool gemma_norm = c.family == Family::Gemma3 && name.ends_with("norm.weight");
     const auto stored = plain_dtype(t.type);
-    if (stored == dtype && !gemma_norm) {
+    const auto quantized = find_dtype_of(t.type);
+    const bool keep_blocks = t.dims.size() == 2 && quantized && dtype_is_quantized(*quantized) &&
+                             keep_quantized(*quantized);
+    if (keep_blocks) info.dtype = *quantized;
+    if ((stored == dtype || keep_blocks) && !gemma_norm) {
       if (unpermuted.empty()) {
         info.bytes = bytes;  // zero copy from the mapping
       } else {

@@ -2,10 +2,12 @@
 // a second weight source beside safetensors with no family code of its own. Undoes what
 // llama.cpp's converter did: the Q/K row permutation of llama-arch files and Gemma's +1 on
 // norm weights; rows stay in the checkpoint orientation ([out, in]).
-// Quantized tensors are dequantized here, at load, into one dtype for the whole model (native
-// quantized kernels are later work): memory and bandwidth are those of that dtype.
+// Quantized matrices of a type the backend's matmul takes stay in their blocks (the Q/K row
+// permutation moves whole block rows); every other quantized tensor is dequantized here, at
+// load, into one float dtype for the whole model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,9 +29,13 @@ std::optional<std::string> hf_tensor_name(std::string_view gguf_name, Family fam
 DType gguf_weight_dtype(const GgufReader& gguf, DType quantized_dtype);
 
 // Every tensor the families load, converted to `dtype` (zero copy when the stored type already
-// is `dtype` and nothing needs undoing). The result keeps `gguf`'s mappings alive.
+// is `dtype` and nothing needs undoing), except 2-D tensors of a quantized type t with
+// keep_quantized(t), which keep their blocks as TensorInfo of dtype t, shape [rows, cols].
+// The result keeps `gguf`'s mappings alive.
 // Throws Error naming the file and tensor for a tensor whose shape cannot be mapped.
 SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf,
-                                    const ModelConfig& config, DType dtype);
+                                    const ModelConfig& config, DType dtype,
+                                    const std::function<bool(DType)>& keep_quantized =
+                                        [](DType) { return false; });
 
 }  // namespace akv

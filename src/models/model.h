@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -42,10 +43,13 @@ KvStorage alloc_model_kv(Backend& backend, const ModelConfig& config, std::int64
 
 // Loads config.json and the safetensors weights of `model_dir` onto `backend`, or a .gguf file
 // (the first of a split set): its metadata as the config, its tensors as the weights, quantized
-// ones dequantized at load into the backend's preferred_kv_dtype() (models/gguf_weights.h).
-// Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, ...).
-// The backend must outlive the model.
-std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend);
+// matrices kept in their blocks where the backend takes them, others dequantized at load into
+// the backend's preferred_kv_dtype() (models/gguf_weights.h). `quantize` (safetensors only):
+// the matrices quantized at load into that block type (models/quantize_weights.h).
+// Throws Error naming the file and the problem (missing tensor, wrong shape or dtype, a
+// `quantize` type the backend does not take, ...). The backend must outlive the model.
+std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend,
+                                  std::optional<DType> quantize = std::nullopt);
 
 // Where the files beside the weights live (tokenizer.json, tokenizer_config.json, ...): the
 // model directory itself, or the directory holding a .gguf file.

@@ -1,9 +1,11 @@
 // load_model: config.json (or GGUF metadata) -> family constructor.
 #include <filesystem>
 
+#include "base/error.h"
 #include "models/families.h"
 #include "models/gguf_config.h"
 #include "models/gguf_weights.h"
+#include "models/quantize_weights.h"
 
 namespace akv {
 
@@ -25,22 +27,31 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, SafetensorsReader r
   return nullptr;
 }
 
-// A .gguf file: the same ModelConfig and checkpoint-named weights, quantized tensors
-// dequantized into the backend's compute dtype.
+// A .gguf file: the same ModelConfig and checkpoint-named weights; quantized matrices the
+// backend takes stay in their blocks, other quantized tensors dequantized into its compute dtype.
 std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend) {
   auto gguf = std::make_shared<const GgufReader>(GgufReader::open_or_throw(path));
   ModelConfig config = model_config_from_gguf(*gguf);
   config.dtype = gguf_weight_dtype(*gguf, backend.preferred_kv_dtype());
-  SafetensorsReader weights = weights_from_gguf(gguf, config, config.dtype);
+  SafetensorsReader weights = weights_from_gguf(
+      gguf, config, config.dtype, [&backend](DType t) { return backend.takes_quantized_weight(t); });
   return make_model(config, std::move(weights), backend);
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend) {
+std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend, std::optional<DType> quantize) {
+  if (quantize && is_gguf_path(model_dir))
+    throw Error(ErrorKind::InvalidArgument, model_dir + ": --quantize applies to safetensors checkpoints");
   if (is_gguf_path(model_dir)) return load_gguf_model(model_dir, backend);
   ModelConfig config = load_model_config(model_dir);
-  return make_model(config, SafetensorsReader::open_or_throw(model_dir), backend);
+  SafetensorsReader weights = SafetensorsReader::open_or_throw(model_dir);
+  if (!quantize) return make_model(config, std::move(weights), backend);
+  for (const DType t : {*quantize, *quantized_type_for(*quantize, 32)})
+    if (!backend.takes_quantized_weight(t))
+      throw Error(ErrorKind::Unsupported, "--quantize: the " + std::string(backend.name()) + " backend does not take " +
+                                              std::string(dtype_name(t)) + " weights");
+  return make_model(config, quantize_weights(std::move(weights), config, *quantize), backend);
 }
 
 std::string model_sidecar_dir(const std::string& model) {

@@ -15,12 +15,21 @@ void check_float_weight(const TensorInfo& t, const std::string& name) {
                                             " is not supported for weights (F32, BF16, F16)");
 }
 
+// get()'s check: a float type, or a quantized matrix of a type the backend's matmul takes.
+void check_weight(const TensorInfo& t, const std::string& name, const Backend& backend) {
+  if (t.shape.size() == 2 && dtype_is_quantized(t.dtype) && backend.takes_quantized_weight(t.dtype)) return;
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+    throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " +
+                                            std::string(dtype_name(t.dtype)) +
+                                            " is not supported for weights (F32, BF16, F16)");
+}
+
 }  // namespace
 
 WeightRef WeightLoader::get(const std::string& name, std::initializer_list<std::int64_t> shape) {
   const std::vector<std::int64_t> want(shape);
   const TensorInfo& t = reader_.get_or_throw(name, want);
-  check_float_weight(t, name);
+  check_weight(t, name, backend_);
   return backend_.upload_weight(t);
 }
 

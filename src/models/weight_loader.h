@@ -19,7 +19,8 @@ class WeightLoader {
       : reader_(reader), backend_(backend), label_(std::move(label)) {}
 
   // Throws Error{NotFound} when absent, Error{BadFormat} on a shape mismatch,
-  // Error{Unsupported} for a non-float dtype.
+  // Error{Unsupported} for a dtype other than F32/BF16/F16 or, for a matrix, a quantized dtype
+  // the backend takes (Backend::takes_quantized_weight).
   WeightRef get(const std::string& name, std::initializer_list<std::int64_t> shape);
   // An empty WeightRef when absent; checked like get() when present.
   WeightRef get_optional(const std::string& name, std::initializer_list<std::int64_t> shape);

@@ -55,6 +55,7 @@ class SafetensorsReader {
   const TensorInfo& get_or_throw(std::string_view name, std::span<const std::int64_t> shape) const;
   std::vector<std::string> names() const;
   std::size_t size() const { return tensors_.size(); }
+  const std::string& path() const { return path_; }  // the path or label it was opened with
 
  private:
   std::vector<MappedFile> files_;

@@ -99,6 +99,22 @@ TEST(ModelFingerprint, SameShapeWithMostWeightsChangedDiffers) {
   EXPECT_NE(fingerprint(a), fingerprint(b));
 }
 
+// A checkpoint quantized at load (--quantize) computes with other weights than its bf16
+// self: its KV must not be restored into the bf16 model, nor one quantization's into another's.
+TEST(ModelFingerprint, LoadTimeQuantizationCounts) {
+  ScratchDir dir;
+  TinyModelSpec s = spec(1);
+  s.dtype = DType::BF16;
+  write_tiny_model(s, dir.path);
+  const auto with = [&](const std::string& quantize) {
+    return model_fingerprint({.model_dir = dir.path, .chat_template = "", .kv = kLayout, .quantize = quantize});
+  };
+  EXPECT_EQ(with(""), fingerprint(dir.path));
+  EXPECT_NE(with("q8_0"), fingerprint(dir.path));
+  EXPECT_NE(with("q4_k"), with("q8_0"));
+  EXPECT_NE(with("q6_k"), with("q4_k"));
+}
+
 TEST(ModelFingerprint, OneLayerChangedInTheMiddleDiffers) {
   ScratchDir dir;
   const std::string a = dir.path + "/a", other = dir.path + "/other", b = dir.path + "/b";

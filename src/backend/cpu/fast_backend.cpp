@@ -7,6 +7,7 @@
 
 #include "backend/cpu/gemm_blas.h"
 #include "backend/cpu/host_buffer.h"
+#include "backend/cpu/quant_dot.h"
 
 namespace akv {
 namespace {
@@ -34,6 +35,7 @@ void FastBackend::for_rows(std::int64_t n_rows, std::int64_t cols, const Fn& fn)
 
 void FastBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
                         TensorRef out) {
+  // Quantized tables: the reference dequantizes the looked-up rows (one row per token).
   if (!fast_weight_dtype(table.dtype) || out.dtype != DType::F32)
     return ReferenceBackend::embed(table, ids, scale, out);
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
@@ -72,6 +74,9 @@ void FastBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float wei
 
 void FastBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
   const bool has_bias = bias != nullptr && !bias->empty();
+  if (dtype_is_quantized(w.dtype) && x.dtype == DType::F32 && out.dtype == DType::F32 &&
+      (!has_bias || fast_weight_dtype(bias->dtype)))
+    return matmul_quantized(x, w, bias, out);
   if (x.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(w.dtype) ||
       (has_bias && !fast_weight_dtype(bias->dtype)))
     return ReferenceBackend::matmul(x, w, bias, out);
@@ -85,6 +90,51 @@ void FastBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias,
   if (x.rows >= kGemmMinRows) return matmul_blas(pool_, kernels_, scratch_, a, w.rows);
   const Kernels& k = kernels_;
   pool_.parallel_for(w.rows, 16, [&a, &k](std::int64_t b, std::int64_t e) { k.gemv(a, b, e); });
+}
+
+void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
+  if (x.rows == 0 || w.rows == 0) return;
+  const std::size_t w_row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  const auto* w_data = static_cast<const std::uint8_t*>(w.data);
+  const bool has_bias = bias != nullptr && !bias->empty();
+  const auto add_bias = [&](std::int64_t m, float v) {
+    return has_bias ? v + load_f32(bias->data, bias->dtype, m) : v;
+  };
+  const QuantDotFn dot = find_quant_dot(isa_, w.dtype);
+  if (dot == nullptr) {
+    // No integer kernel: each weight row dequantized (the oracle) once, f32 dots with every input.
+    pool_.parallel_for(w.rows, 16, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> row;
+      row.resize(static_cast<std::size_t>(w.cols));
+      for (std::int64_t m = b; m < e; ++m) {
+        dequantize_weight_row(w, m, row);
+        for (std::int64_t r = 0; r < x.rows; ++r) {
+          const float* xr = x.row<float>(r);
+          float acc = 0.0f;
+          for (std::int64_t k = 0; k < w.cols; ++k) acc += xr[k] * row[static_cast<std::size_t>(k)];
+          out.row<float>(r)[m] = add_bias(m, acc);
+        }
+      }
+    });
+    return;
+  }
+  const ActFormat format = act_format(w.dtype);
+  const std::size_t act_bytes = act_row_bytes(format, w.cols);
+  act_q8_.resize(act_bytes * static_cast<std::size_t>(x.rows));
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    quantize_act_row(format, x.row<float>(r), x.cols, act_q8_.data() + static_cast<std::size_t>(r) * act_bytes);
+  const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
+  const std::uint8_t* act = act_q8_.data();
+  // Each weight row is read once for all inputs (decode: one input; prefill: the inputs'
+  // quantized rows stay in cache while the weight rows stream).
+  pool_.parallel_for(w.rows, 16, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t m = b; m < e; ++m) {
+      const std::uint8_t* wr = w_data + static_cast<std::size_t>(m) * w_row_bytes;
+      for (std::int64_t r = 0; r < x.rows; ++r)
+        out.row<float>(r)[m] = add_bias(m, dot(wr, act + static_cast<std::size_t>(r) * act_bytes, n_blocks));
+    }
+  });
 }
 
 void FastBackend::add(TensorRef acc, TensorRef x) {

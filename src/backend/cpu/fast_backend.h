@@ -1,8 +1,11 @@
 // The fast CPU backend: the reference backend's memory model (host memory, zero-copy weights)
 // with the hot ops replaced by threaded SIMD kernels (decode matmul, element-wise ops) and
 // OpenBLAS sgemm (prefill matmul, attention tiles). Activations are f32; weights F32, BF16 or
-// F16. Anything else (other dtypes, rare ops) falls back to the reference implementation.
-// Results differ from the reference only by f32 rounding (see tests/backend for the bounds).
+// F16, or quantized (GGUF blocks: input rows quantized to int8 blocks, integer dot products,
+// quant_dot.h; types without an integer kernel dequantized one weight row at a time).
+// Anything else (other dtypes, rare ops) falls back to the reference implementation.
+// Results differ from the reference by f32 rounding, and for quantized weights by the int8
+// rounding of the inputs (see tests/backend for the bounds).
 #pragma once
 
 #include <vector>
@@ -62,6 +65,9 @@ class FastBackend : public ReferenceBackend {
   // f32 into `decoded` (which it then points into).
   // out[n, rows] = x @ (expert e's rows of the MXFP4 matrix w)^T + bias, one weight row decoded
   // at a time (no f32 copy of the matrix).
+  // matmul with a quantized weight: integer kernel or dequantized-row fallback, rows of w on
+  // the pool.
+  void matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out);
   void mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e, std::int64_t rows,
                   const WeightRef& bias, TensorRef out);
   WeightRef expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t e,
@@ -81,6 +87,7 @@ class FastBackend : public ReferenceBackend {
   ThreadScratch scratch_;
   std::vector<AttentionTask> attention_tasks_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
+  std::vector<std::uint8_t> act_q8_;  // [n, act_row_bytes] the quantized inputs of a matmul
   PreparedDeltaRule delta_rule_;
 
   // The moe op's routing of one call, kept to reuse the memory. a = token * top_k + choice.

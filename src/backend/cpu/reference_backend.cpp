@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/host_buffer.h"
+#include "tensor/dequantize.h"
 #include "tensor/safetensors.h"
 
 namespace akv {
@@ -14,6 +15,13 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+// Row r of a quantized weight as f32 through the oracle; `row` has w.cols elements.
+void dequantize_weight_row(const WeightRef& w, std::int64_t r, std::span<float> row) {
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  const auto* base = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r) * row_bytes;
+  dequantize(*find_ggml_type_of(w.dtype), {base, row_bytes}, row);
 }
 
 WeightRef ReferenceBackend::upload_weight(const TensorInfo& t) {
@@ -86,6 +94,15 @@ void ReferenceBackend::write_kv_block(KvStorage& kv, std::int32_t block, std::sp
 void ReferenceBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
                              TensorRef out) {
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
+  if (dtype_is_quantized(table.dtype)) {
+    for (std::int64_t i = 0; i < out.rows; ++i) {
+      AKV_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id out of vocabulary (validated upstream)");
+      const std::span<float> y(out.row<float>(i), static_cast<std::size_t>(out.cols));
+      dequantize_weight_row(table, ids[i], y);
+      for (float& v : y) v *= scale;
+    }
+    return;
+  }
   const std::size_t row_bytes = static_cast<std::size_t>(table.cols) * dtype_size(table.dtype);
   for (std::int64_t i = 0; i < out.rows; ++i) {
     AKV_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id out of vocabulary (validated upstream)");
@@ -114,6 +131,7 @@ void ReferenceBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, floa
 
 void ReferenceBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
   AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
+  if (dtype_is_quantized(w.dtype)) return matmul_quantized(x, w, bias, out);
   const std::size_t row_bytes = static_cast<std::size_t>(w.cols) * dtype_size(w.dtype);
   for (std::int64_t r = 0; r < x.rows; ++r) {
     const float* xr = x.row<float>(r);
@@ -124,6 +142,21 @@ void ReferenceBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* 
       for (std::int64_t k = 0; k < w.cols; ++k) acc += double(xr[k]) * load_f32(wr, w.dtype, k);
       if (bias != nullptr && !bias->empty()) acc += load_f32(bias->data, bias->dtype, m);
       yr[m] = static_cast<float>(acc);
+    }
+  }
+}
+
+// out = x @ dequantize(w)^T (+ bias), each weight row dequantized once, sums in double.
+void ReferenceBackend::matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  std::vector<float> wr(static_cast<std::size_t>(w.cols));
+  for (std::int64_t m = 0; m < w.rows; ++m) {
+    dequantize_weight_row(w, m, wr);
+    for (std::int64_t r = 0; r < x.rows; ++r) {
+      const float* xr = x.row<float>(r);
+      double acc = 0.0;
+      for (std::int64_t k = 0; k < w.cols; ++k) acc += double(xr[k]) * wr[static_cast<std::size_t>(k)];
+      if (bias != nullptr && !bias->empty()) acc += load_f32(bias->data, bias->dtype, m);
+      out.row<float>(r)[m] = static_cast<float>(acc);
     }
   }
 }

@@ -10,6 +10,9 @@ namespace akv {
 class ReferenceBackend : public Backend {
  public:
   std::string_view name() const override { return "cpu-reference"; }
+  // Every quantized dtype: matmul and embed dequantize one weight row at a time with the
+  // scalar oracle (tensor/dequantize.h).
+  bool takes_quantized_weight(DType t) const override { return dtype_is_quantized(t); }
 
   WeightRef upload_weight(const TensorInfo& t) override;
   std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
@@ -44,10 +47,15 @@ class ReferenceBackend : public Backend {
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                    std::span<std::int32_t> out) override;
+
+ private:
+  void matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out);
 };
 
 // Scalar helpers shared by the CPU backends (the fast path uses them for its tails).
 float silu(float x);
 float gelu_tanh(float x);
+// Row r of a quantized weight [rows, cols] as f32 (row.size() == w.cols) through the oracle.
+void dequantize_weight_row(const WeightRef& w, std::int64_t r, std::span<float> row);
 
 }  // namespace akv

@@ -56,7 +56,7 @@ class CudaBackend final : public Backend {
   DType preferred_kv_dtype() const override { return DType::BF16; }
   std::optional<DeviceMemory> device_memory() const override;
   // The block types the quantized kernels read (quant_gemv.h), for matmul and embed.
-  bool takes_quantized_weight(DType t) const;
+  bool takes_quantized_weight(DType t) const override;
 
   WeightRef upload_weight(const TensorInfo& t) override;
   std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;

@@ -1,0 +1,52 @@
+// Integer dot products of quantized weight rows (GGUF blocks, tensor/quant_blocks.h) with
+// activations quantized to int8 per row, ggml's scheme: blocks of 32 for the 32-element
+// types, blocks of 256 with per-16 sums for the k-quants. Internal to backend/cpu: the
+// FastBackend quantizes each input row once per matmul and streams weight rows through these.
+// A type without an integer kernel here is dequantized row by row instead (fast_backend.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+#include "tensor/dtype.h"
+
+namespace akv {
+
+// 32 activations as d * qs[i]; sum = sum of qs (for the weight types with an offset).
+struct ActBlock32 {
+  float d;
+  std::int32_t sum;
+  std::int8_t qs[32];
+};
+// 256 activations as d * qs[i]; bsums[j] = sum of qs[16 j .. 16 j + 16).
+struct ActBlock256 {
+  float d;
+  std::int16_t bsums[16];
+  std::int8_t qs[256];
+};
+
+enum class ActFormat { None, Block32, Block256 };
+
+// The activation blocks w's integer kernel takes; None: no integer kernel for w.
+ActFormat act_format(DType w);
+// Bytes of one input row of `k` elements in `format` (k a whole number of blocks).
+std::size_t act_row_bytes(ActFormat format, std::int64_t k);
+// Quantizes x[0, k) into `out` (act_row_bytes bytes): per block d = max|x| / 127,
+// qs = round(x / d) (0 for an all-zero block). Scalar; a row is small next to the weights.
+void quantize_act_row(ActFormat format, const float* x, std::int64_t k, void* out);
+
+// sum_i w[i] * x[i] over one weight row of `n_blocks` blocks against its quantized input row:
+// the weight block's scale(s) times the activation scale times an exact integer dot product.
+using QuantDotFn = float (*)(const void* w_row, const void* act_row, std::int64_t n_blocks);
+
+// The integer kernel of weight type w on `isa` (AVX-512 uses VNNI instructions where the CPU
+// has them), or null: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K on AVX2 and AVX-512; none on Scalar.
+QuantDotFn find_quant_dot(Isa isa, DType w);
+
+// Per-ISA tables (quant_dot_avx2.cpp): the AVX2 kernels, and the same kernels built with
+// AVX-512 VNNI dot-product instructions (256-bit, needs avx512vl + avx512vnni).
+QuantDotFn find_quant_dot_avx2(DType w);
+QuantDotFn find_quant_dot_vnni(DType w);
+bool cpu_has_vnni();
+
+}  // namespace akv

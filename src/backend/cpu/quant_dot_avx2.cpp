@@ -1,0 +1,22 @@
+// The integer dot kernels of quant_dot.h for AVX2 (+ FMA, F16C): maddubs + madd. Built with
+// the default flags; find_quant_dot only hands them out when the CPU has the instructions.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/cpu/quant_dot.h"
+#include "tensor/quant_blocks.h"
+
+#define AKV_QDOT_TARGET __attribute__((target("avx2,fma,f16c")))
+#define AKV_QDOT_VNNI 0
+
+namespace akv {
+namespace qdot_avx2 {
+#include "backend/cpu/quant_dot_simd.h"
+}  // namespace qdot_avx2
+
+QuantDotFn find_quant_dot_avx2(DType w) {
+  return qdot_avx2::find_kernel(w);
+}
+
+}  // namespace akv
