@@ -83,9 +83,26 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
+// A local "$ref" (#/$defs/N, #/definitions/N) of `root`; nullptr otherwise.
+const ojson* resolve_ref(const ojson& schema, const ojson* root) {
+  const auto ref = schema.find("$ref");
+  if (root == nullptr || ref == schema.end() || !ref->is_string()) return nullptr;
+  const std::string r = ref->get<std::string>();
+  for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+    const std::string_view p = prefix;
+    if (!r.starts_with(p)) continue;
+    const auto defs = root->find(std::string(p.substr(2, p.size() - 3)));
+    if (defs == root->end() || !defs->is_object()) return nullptr;
+    const auto def = defs->find(r.substr(p.size()));
+    return def == defs->end() ? nullptr : &*def;
+  }
+  return nullptr;
+}
+
 // The JSON types a schema allows ("string" when it says nothing usable).
-void schema_types(const ojson& schema, std::set<std::string>& types, int depth) {
+void schema_types(const ojson& schema, const ojson* root, std::set<std::string>& types, int depth) {
   if (!schema.is_object() || depth > 8) return;
+  if (const ojson* target = resolve_ref(schema, root)) return schema_types(*target, root, types, depth + 1);
   if (const auto t = schema.find("type"); t != schema.end()) {
     if (t->is_string()) types.insert(t->get<std::string>());
     if (t->is_array())
@@ -94,7 +111,7 @@ void schema_types(const ojson& schema, std::set<std::string>& types, int depth) 
   }
   for (const char* key : {"anyOf", "oneOf"})
     if (const auto alts = schema.find(key); alts != schema.end() && alts->is_array())
-      for (const auto& alt : *alts) schema_types(alt, types, depth + 1);
+      for (const auto& alt : *alts) schema_types(alt, root, types, depth + 1);
   if (const auto e = schema.find("enum"); types.empty() && e != schema.end() && e->is_array())
     for (const auto& v : *e) types.insert(v.is_string() ? "string" : "any");
 }
@@ -112,17 +129,17 @@ bool fits(const ojson& v, const std::set<std::string>& types) {
 
 }  // namespace
 
-bool qwen_xml_value_is_string(const ojson* schema) {
+bool qwen_xml_value_is_string(const ojson* schema, const ojson* root) {
   if (schema == nullptr) return true;
   std::set<std::string> types;
-  schema_types(*schema, types, 0);
+  schema_types(*schema, root, types, 0);
   return types.empty() || types.count("string") > 0;
 }
 
-ojson qwen_xml_value(std::string_view raw, const ojson* schema) {
-  if (qwen_xml_value_is_string(schema)) return ojson(std::string(raw));
+ojson qwen_xml_value(std::string_view raw, const ojson* schema, const ojson* root) {
+  if (qwen_xml_value_is_string(schema, root)) return ojson(std::string(raw));
   std::set<std::string> types;
-  schema_types(*schema, types, 0);
+  schema_types(*schema, root, types, 0);
   std::string_view t = raw;
   t.remove_prefix(skip_ws(t));
   while (!t.empty() && is_ws(t.back())) t.remove_suffix(1);
@@ -312,7 +329,10 @@ bool QwenXmlCallParser::step_params(std::vector<OutputEvent>& out, bool final) {
       args(out, std::string(n_params_ > 0 ? ", " : "") + ojson(k).dump() + ": ");
       ++n_params_;
       value_schema_ = parameter_schema(k);
-      value_is_string_ = qwen_xml_value_is_string(value_schema_);
+      value_root_ = nullptr;
+      for (const ToolSpec& t : options_.tools)
+        if (t.name == call_name_) value_root_ = &t.input_schema;
+      value_is_string_ = qwen_xml_value_is_string(value_schema_, value_root_);
       if (value_is_string_) args(out, "\"");
       value_started_ = false;
       value_.clear();
@@ -367,7 +387,7 @@ void QwenXmlCallParser::end_value(std::vector<OutputEvent>& out, std::string_vie
     return;
   }
   value_ += raw;
-  args(out, qwen_xml_value(value_, value_schema_).dump());
+  args(out, qwen_xml_value(value_, value_schema_, value_root_).dump());
   value_.clear();
 }
 

@@ -30,9 +30,11 @@ inline constexpr int kMaxQwenXmlCalls = 128;                    // later calls c
 //     JSON (booleans also as Python's True/False, null as None, as the template writes them
 //     with `| string`) when it parses to one of those types; otherwise it stays a string.
 // `raw` is the value between "<parameter=P>" and "</parameter>" with one leading and one
-// trailing newline removed.
-bool qwen_xml_value_is_string(const nlohmann::ordered_json* schema);
-nlohmann::ordered_json qwen_xml_value(std::string_view raw, const nlohmann::ordered_json* schema);
+// trailing newline removed. `root` (the tool's input_schema) resolves local $refs.
+bool qwen_xml_value_is_string(const nlohmann::ordered_json* schema,
+                              const nlohmann::ordered_json* root = nullptr);
+nlohmann::ordered_json qwen_xml_value(std::string_view raw, const nlohmann::ordered_json* schema,
+                                      const nlohmann::ordered_json* root = nullptr);
 
 struct QwenXmlCallParserOptions {
   std::vector<ToolSpec> tools{};  // for the parameter schemas
@@ -89,6 +91,7 @@ class QwenXmlCallParser {
   std::string call_name_;
   int n_params_ = 0;
   const nlohmann::ordered_json* value_schema_ = nullptr;
+  const nlohmann::ordered_json* value_root_ = nullptr;  // its tool's input_schema ($refs)
   bool value_is_string_ = true;
   bool value_started_ = false;   // the leading newline question is settled
   std::string value_;            // a typed value buffered until </parameter>
