@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_request.h"
+#include "chat/reply_stream.h"
 #include "chat/tool_call_parser.h"
 
 namespace akv {
@@ -57,7 +58,7 @@ struct QwenXmlCallParserOptions {
 //    dropped, as is trailing whitespace at the end;
 //  - feeding the same output split at any byte boundaries gives the same events once adjacent
 //    deltas of one kind are joined.
-class QwenXmlCallParser {
+class QwenXmlCallParser : private ReplyTextStream {
  public:
   explicit QwenXmlCallParser(QwenXmlCallParserOptions options);
 
@@ -76,7 +77,6 @@ class QwenXmlCallParser {
   bool step_params(std::vector<OutputEvent>& out, bool final);
   bool step_value(std::vector<OutputEvent>& out, bool final);
   bool step_after_function(std::vector<OutputEvent>& out, bool final);
-  void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text, bool final);
   void args(std::vector<OutputEvent>& out, std::string_view fragment);
   void end_value(std::vector<OutputEvent>& out, std::string_view raw);
   // Closes the current call as cut; `rest` (the input from the cut point) becomes text.
@@ -85,9 +85,6 @@ class QwenXmlCallParser {
 
   QwenXmlCallParserOptions options_;
   Mode mode_ = Mode::Text;
-  std::string buf_;
-  std::string pending_ws_;
-  bool skip_ws_ = true;
   std::string call_name_;
   int n_params_ = 0;
   const nlohmann::ordered_json* value_schema_ = nullptr;
