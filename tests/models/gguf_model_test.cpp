@@ -52,38 +52,7 @@ TEST_P(GgufFamily, ConfigMatchesConfigJson) {
       model_config_from_gguf(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
   EXPECT_EQ(got.architecture,
             want.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : want.architecture);
-  EXPECT_EQ(got.family, want.family);
-  EXPECT_EQ(got.vocab_size, want.vocab_size);
-  EXPECT_EQ(got.hidden_size, want.hidden_size);
-  EXPECT_EQ(got.intermediate_size, want.intermediate_size);
-  EXPECT_EQ(got.n_layers, want.n_layers);
-  EXPECT_EQ(got.n_heads, want.n_heads);
-  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
-  EXPECT_EQ(got.head_dim, want.head_dim);
-  EXPECT_EQ(got.max_position_embeddings, want.max_position_embeddings);
-  EXPECT_NEAR(got.rms_norm_eps, want.rms_norm_eps, 1e-12);
-  EXPECT_EQ(got.activation, want.activation);
-  EXPECT_EQ(got.tie_word_embeddings, want.tie_word_embeddings);
-  EXPECT_EQ(got.attention_bias, want.attention_bias);
-  EXPECT_EQ(got.mlp_bias, want.mlp_bias);
-  EXPECT_EQ(got.sliding_window, want.sliding_window);
-  EXPECT_EQ(got.layer_is_sliding, want.layer_is_sliding);
-  EXPECT_DOUBLE_EQ(got.attention_scale, want.attention_scale);
-  EXPECT_DOUBLE_EQ(got.embedding_multiplier, want.embedding_multiplier);
-  EXPECT_EQ(got.attn_logit_softcap, want.attn_logit_softcap);
-  EXPECT_EQ(got.final_logit_softcap, want.final_logit_softcap);
-  for (const bool sliding : {false, true}) {
-    const RopeFrequencies g = rope_frequencies(sliding ? got.rope_sliding : got.rope, got.head_dim,
-                                               got.max_position_embeddings, 1);
-    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope,
-                                               want.head_dim, want.max_position_embeddings, 1);
-    EXPECT_EQ(g.rotary_dim, w.rotary_dim);
-    EXPECT_DOUBLE_EQ(g.attention_scaling, w.attention_scaling);
-    ASSERT_EQ(g.inv_freq.size(), w.inv_freq.size());
-    for (std::size_t i = 0; i < g.inv_freq.size(); ++i)
-      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i])
-          << (sliding ? "sliding " : "") << i;
-  }
+  expect_same_config(got, want);
 }
 
 // Every weight of the q8_0 file, dequantized and mapped back, is the checkpoint's tensor within

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/rope.h"
 #include "tensor/dtype.h"
 #include "tensor/safetensors.h"
 
@@ -98,6 +100,63 @@ inline std::pair<double, double> max_error(std::span<const float> got,
     ref = std::max(ref, std::fabs(want[i]));
   }
   return {err, ref};
+}
+
+// Every field a GGUF file sets agrees (RoPE compared by the frequency tables it produces: GGUF
+// carries Llama 3 scaling as per-frequency factors, and YaRN's truncate changes them).
+inline void expect_same_config(const ModelConfig& got, const ModelConfig& want) {
+  EXPECT_EQ(got.family, want.family);
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.hidden_size, want.hidden_size);
+  EXPECT_EQ(got.intermediate_size, want.intermediate_size);
+  EXPECT_EQ(got.n_layers, want.n_layers);
+  EXPECT_EQ(got.n_heads, want.n_heads);
+  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
+  EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.max_position_embeddings, want.max_position_embeddings);
+  EXPECT_NEAR(got.rms_norm_eps, want.rms_norm_eps, 1e-12);
+  EXPECT_EQ(got.activation, want.activation);
+  EXPECT_EQ(got.tie_word_embeddings, want.tie_word_embeddings);
+  EXPECT_EQ(got.attention_bias, want.attention_bias);
+  EXPECT_EQ(got.mlp_bias, want.mlp_bias);
+  EXPECT_EQ(got.sliding_window, want.sliding_window);
+  EXPECT_EQ(got.layer_is_sliding, want.layer_is_sliding);
+  EXPECT_DOUBLE_EQ(got.attention_scale, want.attention_scale);
+  EXPECT_DOUBLE_EQ(got.embedding_multiplier, want.embedding_multiplier);
+  EXPECT_EQ(got.attn_logit_softcap, want.attn_logit_softcap);
+  EXPECT_EQ(got.final_logit_softcap, want.final_logit_softcap);
+  for (const bool sliding : {false, true}) {
+    const RopeFrequencies g = rope_frequencies(sliding ? got.rope_sliding : got.rope, got.head_dim,
+                                               got.max_position_embeddings, 1);
+    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope,
+                                               want.head_dim, want.max_position_embeddings, 1);
+    EXPECT_EQ(g.rotary_dim, w.rotary_dim);
+    EXPECT_DOUBLE_EQ(g.attention_scaling, w.attention_scaling);
+    ASSERT_EQ(g.inv_freq.size(), w.inv_freq.size());
+    for (std::size_t i = 0; i < g.inv_freq.size(); ++i)
+      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i])
+          << (sliding ? "sliding " : "") << i;
+  }
+  EXPECT_EQ(got.moe.n_experts, want.moe.n_experts);
+  EXPECT_EQ(got.moe.top_k, want.moe.top_k);
+  EXPECT_EQ(got.moe.inter, want.moe.inter);
+  EXPECT_EQ(got.moe.norm_topk_prob, want.moe.norm_topk_prob);
+  EXPECT_EQ(got.moe.swiglu_limit, want.moe.swiglu_limit);
+  EXPECT_EQ(got.moe.layer_is_moe, want.moe.layer_is_moe);
+}
+
+// `got` holds every tensor of `want` with the same shape and bytes.
+inline void expect_same_tensors(const SafetensorsReader& got, const SafetensorsReader& want) {
+  for (const std::string& tensor : want.names()) {
+    SCOPED_TRACE(tensor);
+    const TensorInfo* g = got.find(tensor);
+    ASSERT_NE(g, nullptr);
+    const TensorInfo& w = want.get_or_throw(tensor);
+    EXPECT_EQ(g->dtype, w.dtype);
+    EXPECT_EQ(g->shape, w.shape);
+    ASSERT_EQ(g->bytes.size(), w.bytes.size());
+    EXPECT_EQ(0, std::memcmp(g->bytes.data(), w.bytes.data(), w.bytes.size()));
+  }
 }
 
 }  // namespace akv::test
