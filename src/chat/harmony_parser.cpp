@@ -1,9 +1,9 @@
 #include "chat/harmony_parser.h"
 
 #include <array>
-#include <random>
 
 #include "chat/json_depth.h"
+#include "chat/reply_stream.h"
 
 namespace akv {
 
@@ -26,17 +26,9 @@ constexpr std::array<std::string_view, 4> kHeaderBreaks = {kEnd, kCall, kReturn,
 // How a header may begin.
 constexpr std::array<std::string_view, 4> kHeaderStarts = {kStart, kChannel, " to=", "to="};
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_ws(char c) { return is_reply_ws(c); }
 
 bool is_terminator(std::string_view m) { return m == kEnd || m == kCall || m == kReturn; }
-
-std::string random_call_id() {
-  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return id;
-}
 
 // The earliest of `markers` in s at or after `from`: {position, marker}; npos when none.
 template <std::size_t N>
@@ -47,19 +39,6 @@ std::pair<std::size_t, std::string_view> find_first(std::string_view s, const st
     const std::size_t pos = s.find(m, from);
     if (pos < best.first) best = {pos, m};
   }
-  return best;
-}
-
-// Length of the longest suffix of s that is a proper prefix of one of `markers`.
-template <std::size_t N>
-std::size_t held_prefix_length(std::string_view s, const std::array<std::string_view, N>& markers) {
-  std::size_t best = 0;
-  for (auto m : markers)
-    for (std::size_t k = std::min(s.size(), m.size() - 1); k > best; --k)
-      if (m.starts_with(s.substr(s.size() - k))) {
-        best = k;
-        break;
-      }
   return best;
 }
 

@@ -146,8 +146,14 @@ void ToolCallGrammar::compute_min_bytes() {
   std::uint64_t best = kGrammarUnreachable;
   for (std::size_t i = 0; i < tool_roots_.size(); ++i)
     best = std::min<std::uint64_t>(
-        best, name_literals_[i].size() + syntax_.middle.size() + value_min_bytes(tool_roots_[i]));
+        best, name_literals_[i].size() + syntax_.middle.size() + std::uint64_t{args_min_bytes(i)});
   tools_min_bytes_ = saturate(best);
+}
+
+std::uint32_t ToolCallGrammar::args_min_bytes(std::size_t i) const {
+  if (!xml_) return value_min_bytes(tool_roots_[i]);
+  if (i >= xml_tools_.size()) return kGrammarUnreachable;  // before compile_xml_tools
+  return saturate(std::uint64_t{xml_tools_[i].required_rest[0]} + kXmlFunctionEnd.size());
 }
 
 std::uint32_t ToolCallGrammar::object_rest_bytes(const GrammarFrame& f) const {
@@ -194,9 +200,9 @@ std::uint32_t ToolCallGrammar::frame_rest_bytes(const GrammarFrame& f) const {
         case 1:
           return saturate(tools_min_bytes_ + suffix);
         case 2:
-          return saturate(syntax_.middle.size() + value_min_bytes(tool_roots_[f.aux]) + suffix);
+          return saturate(syntax_.middle.size() + args_min_bytes(f.aux) + suffix);
         case 3:
-          return saturate(value_min_bytes(tool_roots_[f.aux]) + suffix);
+          return saturate(args_min_bytes(f.aux) + suffix);
         case 4:
           return saturate(suffix);
         default:
@@ -240,6 +246,9 @@ std::uint32_t ToolCallGrammar::frame_rest_bytes(const GrammarFrame& f) const {
         best = std::min(best, saturate((*f.literals)[std::countr_zero(m)].size() - f.pos));
       return best;
     }
+    case kXmlParams:
+    case kXmlText:
+      return xml_frame_rest_bytes(f);
   }
   return kGrammarUnreachable;
 }
@@ -253,7 +262,9 @@ std::uint32_t ToolCallGrammar::choice_rest_bytes(const GrammarFrame& lit,
     const int i = std::countr_zero(m);
     std::uint64_t tail = 0;
     if (parent.kind == kRoot) {
-      tail = syntax_.middle.size() + value_min_bytes(tool_roots_[i]) + syntax_.suffix.size();
+      tail = syntax_.middle.size() + args_min_bytes(i) + syntax_.suffix.size();
+    } else if (parent.kind == kXmlParams) {
+      tail = xml_choice_rest_bytes(parent, static_cast<std::size_t>(i));
     } else {
       const GrammarNode& n = nodes_[parent.node];
       tail = 2 + std::uint64_t{value_min_bytes(n.property_nodes[i])} + n.required_rest_bytes[i + 1];

@@ -31,8 +31,9 @@ ToolCallSyntax tool_call_syntax(ToolCallFormat format) {
       return {"[TOOL_CALLS][{\"name\": ", ", \"arguments\": ", "}]"};
     case ToolCallFormat::Harmony:
       return {"<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "<|call|>", false};
-    case ToolCallFormat::Hermes:
     case ToolCallFormat::QwenXml:
+      return {"<tool_call>\n<function=", ">\n", "\n</tool_call>", false};
+    case ToolCallFormat::Hermes:
     case ToolCallFormat::None:
       break;
   }
@@ -40,7 +41,7 @@ ToolCallSyntax tool_call_syntax(ToolCallFormat format) {
 }
 
 ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFormat format)
-    : syntax_(tool_call_syntax(format)) {
+    : syntax_(tool_call_syntax(format)), xml_(format == ToolCallFormat::QwenXml) {
   if (tools.empty())
     throw Error(ErrorKind::InvalidArgument, "a forced tool call needs at least one tool");
   for (const auto& tool : tools) {
@@ -58,6 +59,10 @@ ToolCallGrammar::ToolCallGrammar(const std::vector<ToolSpec>& tools, ToolCallFor
                       std::vector<std::string>{syntax_.suffix}};
   any_literals_ = {"true", "false", "null"};
   compute_min_bytes();
+  if (xml_) {  // the parameters' costs need the nodes' min_bytes; then the tools' again
+    compile_xml_tools(tools);
+    compute_min_bytes();
+  }
 }
 
 GrammarState ToolCallGrammar::initial_state() const {
@@ -74,6 +79,7 @@ bool ToolCallGrammar::complete(const GrammarState& s) const {
 ToolCallGrammar::StringRoom ToolCallGrammar::free_string_room(const GrammarState& s) const {
   if (s.dead || s.depth == 0) return {};
   const GrammarFrame& top = s.frames[s.depth - 1];
+  if (top.kind == kXmlText) return xml_text_room(top);
   if (top.kind != kStr || top.phase != 0 || top.aux != 0) return {};
   if (top.node < 0) return {.inside = true, .chars_left = kGrammarUnbounded};
   const GrammarNode& n = nodes_[top.node];
@@ -145,6 +151,10 @@ ToolCallGrammar::Step ToolCallGrammar::step_frame(GrammarState& s, std::uint8_t 
       return step_string(s, f, c);
     case kNum:
       return step_number(s, f, c);
+    case kXmlParams:
+      return step_xml_params(s, f, c);
+    case kXmlText:
+      return step_xml_text(s, f, c);
   }
   return Step::Reject;
 }
@@ -270,9 +280,9 @@ ToolCallGrammar::Step ToolCallGrammar::step_root(GrammarState& s, GrammarFrame& 
       break;
     case 3: {
       f.phase = 4;
-      return push(s, GrammarFrame{.node = tool_roots_[f.aux], .kind = kValue, .n_ws = 1})
-                 ? Step::Reprocess
-                 : Step::Reject;
+      const GrammarFrame args = xml_ ? GrammarFrame{.node = f.aux, .kind = kXmlParams}
+                                     : GrammarFrame{.node = tool_roots_[f.aux], .kind = kValue, .n_ws = 1};
+      return push(s, args) ? Step::Reprocess : Step::Reject;
     }
     case 4:
       lit.literals = &syntax_literals_[2];

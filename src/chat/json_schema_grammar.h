@@ -73,8 +73,8 @@ struct ToolCallSyntax {
 // Hermes (and None): <tool_call>\n{"name": N, "arguments": A}\n</tool_call>; Llama 3:
 // {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}]; Harmony
 // (after the prompt's "<|start|>assistant"): <|channel|>commentary to=functions.N
-// <|constrain|>json<|message|>A<|call|>. QwenXml has no JSON form (make_forced_call_constraint
-// forces nothing for it).
+// <|constrain|>json<|message|>A<|call|>; QwenXml: <tool_call>\n<function=N>\n then the
+// parameters as XML (qwen_xml_grammar.cpp), then \n</tool_call>.
 ToolCallSyntax tool_call_syntax(ToolCallFormat format);
 
 // One frame of the recognizer's stack (plain data: states are copied while walking the vocab).
@@ -119,10 +119,13 @@ class ToolCallGrammar {
   // continuation): any complete UTF-8 text without '"', '\\' or control bytes of at most
   // `chars_left` characters keeps it there (the vocab walk's fast path); the first
   // `chars_needed` of them shorten the shortest completion by one byte each.
+  // Likewise inside a Qwen XML string parameter's text (`xml`), for text without '<' or control
+  // bytes (ConstraintVocab::xml_text_chars).
   struct StringRoom {
     bool inside = false;
     std::uint32_t chars_left = 0;
     std::uint32_t chars_needed = 0;
+    bool xml = false;
   };
   StringRoom free_string_room(const GrammarState& state) const;
 
@@ -145,6 +148,30 @@ class ToolCallGrammar {
   Step step_string(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
   Step step_root(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
   Step step_number(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  // Qwen3-Coder XML calls (qwen_xml_grammar.cpp): per tool, its parameters in schema order, each
+  // `<parameter=K>\n` + value + closing text; string parameters (as qwen_xml_value types them)
+  // are the text itself (or one of a string enum's values), others a JSON value of their schema.
+  struct XmlParam {
+    std::int32_t node = -1;                 // JSON value node; raw text: its String node or -1
+    bool raw = true;                        // the text itself
+    std::vector<std::string> raw_literals;  // a string enum's values (raw; empty: free text)
+    bool required = false;
+    std::uint32_t value_min = 0;  // bytes of its shortest value (raw text: with </parameter>)
+    const std::vector<std::string>* close = nullptr;  // the text after the value
+  };
+  struct XmlTool {
+    std::vector<std::string> openers;           // "<parameter=K>\n" each, then "</function>"
+    std::vector<XmlParam> params;               // [n], n < 64 (the opener mask)
+    std::vector<std::uint32_t> required_rest;   // [n + 1]: bytes of the required params >= i
+  };
+  void compile_xml_tools(const std::vector<ToolSpec>& tools);
+  Step step_xml_params(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  Step step_xml_text(GrammarState& s, GrammarFrame& f, std::uint8_t c) const;
+  std::uint32_t xml_frame_rest_bytes(const GrammarFrame& f) const;
+  StringRoom xml_text_room(const GrammarFrame& f) const;
+  std::uint32_t xml_choice_rest_bytes(const GrammarFrame& params, std::size_t i) const;
+  // The shortest arguments of tool `i` (XML: its required parameters and </function>).
+  std::uint32_t args_min_bytes(std::size_t i) const;
   bool can_start(std::int32_t node, std::uint8_t c, int budget) const;
   // json_schema_completion.cpp: the shortest texts of values, computed once after compiling.
   void compute_min_bytes();
@@ -163,6 +190,10 @@ class ToolCallGrammar {
   std::vector<std::string> any_literals_;                    // true, false, null
   std::uint32_t tools_min_bytes_ = kGrammarUnreachable;      // min over tools: name+middle+args
   ToolCallSyntax syntax_;
+  bool xml_ = false;
+  std::vector<XmlTool> xml_tools_;  // [tools] when xml_
+  std::vector<std::string> xml_raw_close_{"\n"};
+  std::vector<std::string> xml_value_close_{"\n</parameter>\n"};
 };
 
 }  // namespace akv

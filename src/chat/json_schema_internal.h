@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,12 @@ inline constexpr std::uint32_t kMaxIntDigits = 16;  // exact in a double (and in
 inline constexpr std::uint32_t kMaxFracDigits = 16;
 inline constexpr std::uint32_t kMaxExpDigits = 2;  // 1e99 at most: no overflow to infinity
 
-enum FrameKind : std::uint8_t { kRoot, kValue, kObject, kArray, kStr, kNum, kLit };
+enum FrameKind : std::uint8_t { kRoot, kValue, kObject, kArray, kStr, kNum, kLit, kXmlParams, kXmlText };
+// kXmlParams (Qwen3-Coder XML calls): 0: next <parameter=...> or </function>; 1: its value; 2:
+// the value's closing text. kXmlText: a string parameter's text up to its </parameter>.
+enum XmlParamsPhase : std::uint8_t { kXmlNext, kXmlValue, kXmlClose };
+inline constexpr std::string_view kXmlParamEnd = "</parameter>";
+inline constexpr std::string_view kXmlFunctionEnd = "</function>";
 // kRoot's phase counts the parts begun: prefix, name, middle, arguments, suffix; 5: complete.
 inline constexpr std::uint8_t kRootComplete = 5;
 enum ObjectPhase : std::uint8_t {

@@ -1,6 +1,5 @@
 #include "chat/qwen_xml_call_parser.h"
 
-#include <random>
 #include <set>
 
 #include "chat/json_depth.h"
@@ -21,26 +20,7 @@ constexpr std::string_view kParamCloseNl = "\n</parameter>";
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-std::string random_call_id() {
-  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return id;
-}
-
-std::size_t held_prefix_length(std::string_view s, std::initializer_list<std::string_view> markers) {
-  std::size_t best = 0;
-  for (auto m : markers)
-    for (std::size_t k = std::min(s.size(), m.size() - 1); k > best; --k)
-      if (m.starts_with(s.substr(s.size() - k))) {
-        best = k;
-        break;
-      }
-  return best;
-}
+bool is_ws(char c) { return is_reply_ws(c); }
 
 std::size_t skip_ws(std::string_view s) {
   std::size_t i = 0;
@@ -83,9 +63,26 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
+// A local "$ref" (#/$defs/N, #/definitions/N) of `root`; nullptr otherwise.
+const ojson* resolve_ref(const ojson& schema, const ojson* root) {
+  const auto ref = schema.find("$ref");
+  if (root == nullptr || ref == schema.end() || !ref->is_string()) return nullptr;
+  const std::string r = ref->get<std::string>();
+  for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+    const std::string_view p = prefix;
+    if (!r.starts_with(p)) continue;
+    const auto defs = root->find(std::string(p.substr(2, p.size() - 3)));
+    if (defs == root->end() || !defs->is_object()) return nullptr;
+    const auto def = defs->find(r.substr(p.size()));
+    return def == defs->end() ? nullptr : &*def;
+  }
+  return nullptr;
+}
+
 // The JSON types a schema allows ("string" when it says nothing usable).
-void schema_types(const ojson& schema, std::set<std::string>& types, int depth) {
+void schema_types(const ojson& schema, const ojson* root, std::set<std::string>& types, int depth) {
   if (!schema.is_object() || depth > 8) return;
+  if (const ojson* target = resolve_ref(schema, root)) return schema_types(*target, root, types, depth + 1);
   if (const auto t = schema.find("type"); t != schema.end()) {
     if (t->is_string()) types.insert(t->get<std::string>());
     if (t->is_array())
@@ -94,7 +91,7 @@ void schema_types(const ojson& schema, std::set<std::string>& types, int depth) 
   }
   for (const char* key : {"anyOf", "oneOf"})
     if (const auto alts = schema.find(key); alts != schema.end() && alts->is_array())
-      for (const auto& alt : *alts) schema_types(alt, types, depth + 1);
+      for (const auto& alt : *alts) schema_types(alt, root, types, depth + 1);
   if (const auto e = schema.find("enum"); types.empty() && e != schema.end() && e->is_array())
     for (const auto& v : *e) types.insert(v.is_string() ? "string" : "any");
 }
@@ -112,17 +109,17 @@ bool fits(const ojson& v, const std::set<std::string>& types) {
 
 }  // namespace
 
-bool qwen_xml_value_is_string(const ojson* schema) {
+bool qwen_xml_value_is_string(const ojson* schema, const ojson* root) {
   if (schema == nullptr) return true;
   std::set<std::string> types;
-  schema_types(*schema, types, 0);
+  schema_types(*schema, root, types, 0);
   return types.empty() || types.count("string") > 0;
 }
 
-ojson qwen_xml_value(std::string_view raw, const ojson* schema) {
-  if (qwen_xml_value_is_string(schema)) return ojson(std::string(raw));
+ojson qwen_xml_value(std::string_view raw, const ojson* schema, const ojson* root) {
+  if (qwen_xml_value_is_string(schema, root)) return ojson(std::string(raw));
   std::set<std::string> types;
-  schema_types(*schema, types, 0);
+  schema_types(*schema, root, types, 0);
   std::string_view t = raw;
   t.remove_prefix(skip_ws(t));
   while (!t.empty() && is_ws(t.back())) t.remove_suffix(1);
@@ -171,28 +168,6 @@ bool QwenXmlCallParser::step(std::vector<OutputEvent>& out, bool final) {
   return false;
 }
 
-void QwenXmlCallParser::emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text,
-                                  bool final) {
-  if (skip_ws_) {
-    text.remove_prefix(skip_ws(text));
-    if (text.empty()) return;
-    skip_ws_ = false;
-  }
-  std::size_t end = text.size();
-  while (end > 0 && is_ws(text[end - 1])) --end;
-  if (end == 0) {
-    if (!final) pending_ws_ += text;
-    return;
-  }
-  std::string piece = std::move(pending_ws_);
-  piece += text.substr(0, end);
-  pending_ws_ = final ? std::string() : std::string(text.substr(end));
-  if (!out.empty() && out.back().kind == kind)
-    out.back().text += piece;
-  else
-    out.push_back({.kind = kind, .text = std::move(piece)});
-}
-
 void QwenXmlCallParser::args(std::vector<OutputEvent>& out, std::string_view fragment) {
   if (fragment.empty()) return;
   if (!out.empty() && out.back().kind == OutputEvent::Kind::ToolCallArgsDelta)
@@ -229,19 +204,9 @@ bool QwenXmlCallParser::step_text(std::vector<OutputEvent>& out, bool final) {
 }
 
 bool QwenXmlCallParser::step_thinking(std::vector<OutputEvent>& out, bool final) {
-  const std::size_t pos = buf_.find(kThinkClose);
-  if (pos != std::string::npos) {
-    emit_text(out, OutputEvent::Kind::ThinkingDelta, std::string_view(buf_).substr(0, pos), false);
-    pending_ws_.clear();
-    buf_.erase(0, pos + kThinkClose.size());
-    mode_ = Mode::Text;
-    skip_ws_ = true;
-    return true;
-  }
-  const std::size_t hold = final ? 0 : held_prefix_length(buf_, {kThinkClose});
-  emit_text(out, OutputEvent::Kind::ThinkingDelta, std::string_view(buf_).substr(0, buf_.size() - hold), final);
-  buf_.erase(0, buf_.size() - hold);
-  return false;
+  if (!step_think_body(out, final)) return false;
+  mode_ = Mode::Text;
+  return true;
 }
 
 bool QwenXmlCallParser::step_call_open(std::vector<OutputEvent>& out, bool final) {
@@ -312,7 +277,10 @@ bool QwenXmlCallParser::step_params(std::vector<OutputEvent>& out, bool final) {
       args(out, std::string(n_params_ > 0 ? ", " : "") + ojson(k).dump() + ": ");
       ++n_params_;
       value_schema_ = parameter_schema(k);
-      value_is_string_ = qwen_xml_value_is_string(value_schema_);
+      value_root_ = nullptr;
+      for (const ToolSpec& t : options_.tools)
+        if (t.name == call_name_) value_root_ = &t.input_schema;
+      value_is_string_ = qwen_xml_value_is_string(value_schema_, value_root_);
       if (value_is_string_) args(out, "\"");
       value_started_ = false;
       value_.clear();
@@ -367,7 +335,7 @@ void QwenXmlCallParser::end_value(std::vector<OutputEvent>& out, std::string_vie
     return;
   }
   value_ += raw;
-  args(out, qwen_xml_value(value_, value_schema_).dump());
+  args(out, qwen_xml_value(value_, value_schema_, value_root_).dump());
   value_.clear();
 }
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_request.h"
+#include "chat/reply_stream.h"
 #include "chat/tool_call_parser.h"
 
 namespace akv {
@@ -30,9 +31,11 @@ inline constexpr int kMaxQwenXmlCalls = 128;                    // later calls c
 //     JSON (booleans also as Python's True/False, null as None, as the template writes them
 //     with `| string`) when it parses to one of those types; otherwise it stays a string.
 // `raw` is the value between "<parameter=P>" and "</parameter>" with one leading and one
-// trailing newline removed.
-bool qwen_xml_value_is_string(const nlohmann::ordered_json* schema);
-nlohmann::ordered_json qwen_xml_value(std::string_view raw, const nlohmann::ordered_json* schema);
+// trailing newline removed. `root` (the tool's input_schema) resolves local $refs.
+bool qwen_xml_value_is_string(const nlohmann::ordered_json* schema,
+                              const nlohmann::ordered_json* root = nullptr);
+nlohmann::ordered_json qwen_xml_value(std::string_view raw, const nlohmann::ordered_json* schema,
+                                      const nlohmann::ordered_json* root = nullptr);
 
 struct QwenXmlCallParserOptions {
   std::vector<ToolSpec> tools{};  // for the parameter schemas
@@ -55,7 +58,7 @@ struct QwenXmlCallParserOptions {
 //    dropped, as is trailing whitespace at the end;
 //  - feeding the same output split at any byte boundaries gives the same events once adjacent
 //    deltas of one kind are joined.
-class QwenXmlCallParser {
+class QwenXmlCallParser : private ReplyTextStream {
  public:
   explicit QwenXmlCallParser(QwenXmlCallParserOptions options);
 
@@ -74,7 +77,6 @@ class QwenXmlCallParser {
   bool step_params(std::vector<OutputEvent>& out, bool final);
   bool step_value(std::vector<OutputEvent>& out, bool final);
   bool step_after_function(std::vector<OutputEvent>& out, bool final);
-  void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text, bool final);
   void args(std::vector<OutputEvent>& out, std::string_view fragment);
   void end_value(std::vector<OutputEvent>& out, std::string_view raw);
   // Closes the current call as cut; `rest` (the input from the cut point) becomes text.
@@ -83,12 +85,10 @@ class QwenXmlCallParser {
 
   QwenXmlCallParserOptions options_;
   Mode mode_ = Mode::Text;
-  std::string buf_;
-  std::string pending_ws_;
-  bool skip_ws_ = true;
   std::string call_name_;
   int n_params_ = 0;
   const nlohmann::ordered_json* value_schema_ = nullptr;
+  const nlohmann::ordered_json* value_root_ = nullptr;  // its tool's input_schema ($refs)
   bool value_is_string_ = true;
   bool value_started_ = false;   // the leading newline question is settled
   std::string value_;            // a typed value buffered until </parameter>

@@ -128,7 +128,8 @@ ConstraintVocab::ConstraintVocab(const Tokenizer& tokenizer) {
   const bool sentencepiece = tokenizer.find_token("<0x0A>").has_value();
   bytes_.resize(n);
   string_chars_.assign(n, 0);
-  std::vector<std::int32_t> all, breaking;
+  std::vector<std::int32_t> all, breaking, xml_breaking;
+  xml_text_chars_.assign(n, 0);
   std::array<bool, 256> single_byte{};
   for (std::int32_t id = 0; id < n; ++id) {
     const std::string* text = tokenizer.token_text(id);
@@ -141,12 +142,17 @@ ConstraintVocab::ConstraintVocab(const Tokenizer& tokenizer) {
       string_chars_[id] = static_cast<std::uint16_t>(std::min<std::size_t>(chars, 0xFFFF));
     else
       breaking.push_back(id);
+    if (string_chars_[id] != 0 && bytes_[id].find('<') == std::string::npos)
+      xml_text_chars_[id] = string_chars_[id];
+    else
+      xml_breaking.push_back(id);
   }
   has_byte_tokens_ = single_byte['\n'];
   for (int c = 0x20; c < 0x7F; ++c) has_byte_tokens_ &= single_byte[c];
   if (tokenizer.eos_id() >= 0) eos_ids_.push_back(tokenizer.eos_id());
   all_ = VocabTrie(bytes_, std::move(all));
   string_breaking_ = VocabTrie(bytes_, std::move(breaking));
+  xml_text_breaking_ = VocabTrie(bytes_, std::move(xml_breaking));
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ConstraintVocab> vocab,
@@ -203,7 +209,7 @@ void ToolCallConstraint::walk_children(const VocabTrie& trie, std::uint32_t firs
 void ToolCallConstraint::scan(const GrammarState& state, Scan& scan) const {
   const ToolCallGrammar::StringRoom room = grammar_->free_string_room(state);
   if (!room.inside) return walk(vocab_->all(), state, scan);
-  const auto& chars = vocab_->string_chars();
+  const auto& chars = room.xml ? vocab_->xml_text_chars() : vocab_->string_chars();
   const auto n = static_cast<std::int32_t>(chars.size());
   if (!scan.check_budget) {
     std::vector<std::uint8_t>& allowed = *scan.allowed;
@@ -222,7 +228,7 @@ void ToolCallConstraint::scan(const GrammarState& state, Scan& scan) const {
       scan.consider(id, now - std::min(k, room.chars_needed));
     }
   }
-  walk(vocab_->string_breaking(), state, scan);
+  walk(room.xml ? vocab_->xml_text_breaking() : vocab_->string_breaking(), state, scan);
 }
 
 void ToolCallConstraint::allowed(std::vector<std::uint8_t>& allowed) const {
@@ -282,7 +288,7 @@ std::unique_ptr<ToolCallConstraint> make_forced_call_constraint(
     std::int32_t max_tokens) {
   const ToolChoice& choice = request.tool_choice;
   if (request.tools.empty() || choice.type == ToolChoiceType::Auto ||
-      choice.type == ToolChoiceType::None || format == ToolCallFormat::QwenXml)
+      choice.type == ToolChoiceType::None)
     return nullptr;
   std::vector<ToolSpec> tools;
   if (choice.type == ToolChoiceType::Tool) {

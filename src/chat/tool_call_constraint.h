@@ -61,6 +61,10 @@ class ConstraintVocab {
   // [vocab_size] the number of characters of a token made of whole UTF-8 characters that may
   // stand in a JSON string (capped at 65535); 0 for every other token.
   const std::vector<std::uint16_t>& string_chars() const { return string_chars_; }
+  // The same for the raw text of a Qwen XML string parameter: string_chars() without the
+  // tokens holding '<' (which may begin </parameter>); xml_text_breaking() holds the rest.
+  const std::vector<std::uint16_t>& xml_text_chars() const { return xml_text_chars_; }
+  const VocabTrie& xml_text_breaking() const { return xml_text_breaking_; }
   // Every printable ASCII byte and '\n' is a token of its own (byte-level BPE, SentencePiece
   // byte fallback): then any shortest completion of B bytes fits in B tokens.
   bool has_byte_tokens() const { return has_byte_tokens_; }
@@ -71,6 +75,8 @@ class ConstraintVocab {
   VocabTrie all_;
   VocabTrie string_breaking_;
   std::vector<std::uint16_t> string_chars_;
+  VocabTrie xml_text_breaking_;
+  std::vector<std::uint16_t> xml_text_chars_;
   bool has_byte_tokens_ = false;
 };
 
@@ -139,7 +145,7 @@ class ToolCallConstraint final : public TokenConstraint {
 };
 
 // The constraint a request needs, or nullptr when it forces no call (tool_choice auto or none,
-// or no tools) or the format has no JSON call form (QwenXml: such a request is not constrained). tool_choice any: one call of any tool; tool: that one. `max_tokens`: the
+// or no tools). tool_choice any: one call of any tool; tool: that one. `max_tokens`: the
 // request's generation budget after clamping (0: none). Throws Error(InvalidArgument) naming the
 // tool when tool_choice names a tool not in request.tools. The caller should reject a budget
 // below shortest_completion_tokens().

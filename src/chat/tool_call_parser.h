@@ -10,17 +10,11 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/output_event.h"
+#include "chat/reply_stream.h"
 #include "chat/tool_call_format.h"
 
 namespace akv {
-
-struct OutputEvent {
-  enum class Kind { TextDelta, ThinkingDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd };
-  Kind kind = Kind::TextDelta;
-  std::string text{};  // TextDelta, ThinkingDelta; ToolCallArgsDelta: a fragment of the input JSON
-  std::string name{};  // ToolCallStart
-  std::string id{};    // ToolCallStart
-};
 
 struct ToolCallParserOptions {
   ToolCallFormat format = ToolCallFormat::None;
@@ -52,7 +46,7 @@ struct ToolCallParserOptions {
 //    unchanged; once a body has yielded a call, what of it is not a call is dropped.
 // Splitting the same output at different byte boundaries gives the same events once adjacent
 // deltas of one kind are joined.
-class ToolCallParser {
+class ToolCallParser : private ReplyTextStream {
  public:
   explicit ToolCallParser(ToolCallParserOptions options);
   ~ToolCallParser();
@@ -75,17 +69,12 @@ class ToolCallParser {
   bool step_text(std::vector<OutputEvent>& out, bool final);
   bool step_thinking(std::vector<OutputEvent>& out, bool final);
   bool step_call(std::vector<OutputEvent>& out, bool final);
-  void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text,
-                 bool final);
   void end_call(std::vector<OutputEvent>& out, std::string_view body, std::string_view raw);
   bool emit_calls(std::vector<OutputEvent>& out, std::string_view body);
 
   ToolCallParserOptions options_;
   std::vector<std::string> openers_;  // text-mode markers that start a call
   Mode mode_ = Mode::Text;
-  std::string buf_;         // input not yet decided
-  std::string pending_ws_;  // whitespace held until non-whitespace follows
-  bool skip_ws_ = true;     // drop leading whitespace (reply start, after </think>, after a call)
   std::string ws_before_call_;  // pending_ws_ when the call opened (restored if it is no call)
   std::string call_opener_;     // the marker that opened the current call ("" for bare JSON)
   std::unique_ptr<CallStream> stream_;  // null outside a call body

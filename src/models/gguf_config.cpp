@@ -1,5 +1,7 @@
 // GGUF keys -> ModelConfig. Defaults follow what llama.cpp assumes when a key is absent, and
-// what it hard-codes per architecture (Gemma 3's sliding-window pattern and local RoPE base).
+// what it hard-codes per architecture (Gemma 3's sliding-window pattern and local RoPE base;
+// GPT-OSS's alternating window, SwiGLU clamp and untruncated YaRN; Qwen3-MoE's renormalised
+// top-k).
 #include "models/gguf_config.h"
 
 #include <algorithm>
@@ -20,7 +22,10 @@ constexpr ArchInfo kArchs[] = {
     {"llama", "LlamaForCausalLM", Family::Llama}, {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
     {"qwen3", "Qwen3ForCausalLM", Family::Qwen3}, {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
     {"phi3", "Phi3ForCausalLM", Family::Phi3},
+    {"qwen3moe", "Qwen3MoeForCausalLM", Family::Qwen3Moe},
+    {"gpt-oss", "GptOssForCausalLM", Family::GptOss},
 };
+constexpr std::string_view kArchNames = "llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss";
 
 [[noreturn]] void fail_key(const GgufReader& g, const std::string& key,
                            const std::string& problem) {
@@ -77,6 +82,8 @@ void read_rope(const GgufReader& g, const std::string& a, ModelConfig& c) {
                                             "' is not supported (none, linear, yarn, longrope)");
   }
   if (r.factor <= 0) fail_key(g, a + ".rope.scaling.factor", "must be positive");
+  // The released GPT-OSS configs say truncate: false; llama.cpp hard-codes the same.
+  if (c.family == Family::GptOss) r.truncate = false;
   // Llama 3 scaling arrives as per-frequency divisors.
   if (const GgufTensor* f = g.find("rope_freqs.weight")) r.freq_factors = f32_tensor_values(*f);
 
@@ -112,18 +119,47 @@ void read_sliding(const GgufReader& g, const std::string& a, ModelConfig& c) {
       fail_key(g, pattern_key, "expected an array of block_count booleans");
     for (std::int64_t i = 0; i < c.n_layers; ++i) c.layer_is_sliding[i] = pattern->raw[i] != 0;
   } else {
-    // A period n: every n-th layer is global. Gemma 3 uses 6 when the key is absent.
+    // A period n: every n-th layer is global. Gemma 3 uses 6 and GPT-OSS 2 when the key is
+    // absent.
     std::int64_t n = 0;
     if (pattern != nullptr)
       n = md.get_u32(pattern_key);
     else if (c.family == Family::Gemma3)
       n = 6;
+    else if (c.family == Family::GptOss)
+      n = 2;
     for (std::int64_t i = 0; i < c.n_layers; ++i)
       c.layer_is_sliding[i] = n <= 0 || (i + 1) % n != 0;
   }
   bool any = false;
   for (bool s : c.layer_is_sliding) any |= s;
   if (!any) c.sliding_window = 0;
+}
+
+// Experts on the layers that have stacked expert tensors (Qwen3-MoE's mlp_only layers keep a
+// dense ffn_gate/up/down); the expert width from expert_feed_forward_length.
+void read_moe(const GgufReader& g, const std::string& a, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  m.n_experts = positive(g, a + ".expert_count");
+  m.top_k = positive(g, a + ".expert_used_count");
+  if (m.top_k > m.n_experts) fail_key(g, a + ".expert_used_count", "exceeds the expert count");
+  m.inter = positive(g, a + ".expert_feed_forward_length");
+  m.layer_is_moe.assign(static_cast<std::size_t>(c.n_layers), false);
+  for (std::int64_t l = 0; l < c.n_layers; ++l)
+    m.layer_is_moe[l] = g.find("blk." + std::to_string(l) + ".ffn_gate_exps.weight") != nullptr;
+  if (c.family == Family::Qwen3Moe) {
+    // Not stored: llama.cpp always renormalises Qwen3-MoE's top-k weights, as every released
+    // Qwen3-MoE config does.
+    m.norm_topk_prob = g.metadata().find_bool(a + ".expert_weights_norm").value_or(true);
+  } else {
+    for (std::int64_t l = 0; l < c.n_layers; ++l)
+      if (!m.layer_is_moe[l])
+        throw Error(ErrorKind::BadFormat, g.path() + ": tensor 'blk." + std::to_string(l) +
+                                              ".ffn_gate_exps.weight' is missing (every GPT-OSS "
+                                              "layer is a mixture of experts)");
+    m.swiglu_limit = 7.0;  // not stored; llama.cpp hard-codes it too
+    c.intermediate_size = m.inter;
+  }
 }
 
 }  // namespace
@@ -141,12 +177,13 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
   for (const ArchInfo& x : kArchs)
     if (x.gguf == a) arch = &x;
   if (arch == nullptr)
-    throw Error(ErrorKind::Unsupported,
-                g.path() + ": GGUF architecture '" + a +
-                    "' is not supported (llama, qwen2, qwen3, gemma3, phi3)");
-  if (md.find_u32(a + ".expert_count").value_or(0) > 0)
-    throw Error(ErrorKind::Unsupported,
-                g.path() + ": mixture-of-experts models are not supported yet");
+    throw Error(ErrorKind::Unsupported, g.path() + ": GGUF architecture '" + a +
+                                            "' is not supported (" + std::string(kArchNames) +
+                                            ")");
+  const bool moe = arch->family == Family::Qwen3Moe || arch->family == Family::GptOss;
+  if (!moe && md.find_u32(a + ".expert_count").value_or(0) > 0)
+    throw Error(ErrorKind::Unsupported, g.path() + ": mixture-of-experts '" + a +
+                                            "' models are not supported (qwen3moe, gpt-oss)");
 
   ModelConfig c;
   c.architecture = std::string(arch->hf);
@@ -188,6 +225,7 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
 
   read_sliding(g, a, c);
   read_rope(g, a, c);
+  if (moe) read_moe(g, a, c);
 
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   if (c.family == Family::Gemma3) {

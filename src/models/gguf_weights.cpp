@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "models/gguf_expert_weights.h"
 #include "tensor/dequantize.h"
 
 namespace akv {
@@ -30,11 +31,20 @@ constexpr LayerName kGemma3Names[] = {
     {"ffn_norm", "pre_feedforward_layernorm"},
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };
+// GPT-OSS's MLP norm is post_attention_norm; its router has a bias. (Sinks: hf_tensor_name.)
+constexpr LayerName kGptOssNames[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_gate_inp", "mlp.router"},
+};
 
 std::optional<std::string_view> layer_stem(std::string_view stem, Family family) {
   if (family == Family::Gemma3)
     for (const LayerName& n : kGemma3Names)
       if (n.gguf == stem) return n.hf;
+  if (family == Family::GptOss)
+    for (const LayerName& n : kGptOssNames)
+      if (n.gguf == stem) return n.hf;
+  if (family == Family::Qwen3Moe && stem == "ffn_gate_inp") return "mlp.gate";
   if (family == Family::Phi3 && stem == "ffn_up") return "mlp.gate_up_proj";
   for (const LayerName& n : kLayerNames)
     if (n.gguf == stem) return n.hf;
@@ -61,34 +71,6 @@ std::vector<std::uint8_t> unpermute_rows(std::span<const std::uint8_t> bytes, st
   return out;
 }
 
-std::optional<DType> plain_dtype(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return DType::F32;
-    case GgmlType::F16:
-      return DType::F16;
-    case GgmlType::BF16:
-      return DType::BF16;
-    default:
-      return std::nullopt;
-  }
-}
-
-// f32 values -> `dtype` bytes.
-std::vector<std::uint8_t> encode(std::span<const float> v, DType dtype) {
-  std::vector<std::uint8_t> out(v.size() * dtype_size(dtype));
-  if (dtype == DType::F32) {
-    std::memcpy(out.data(), v.data(), out.size());
-  } else {
-    AKV_CHECK(dtype == DType::BF16 || dtype == DType::F16, "weights load as F32, BF16 or F16");
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::optional<std::string> hf_tensor_name(std::string_view name, Family family) {
@@ -106,6 +88,9 @@ std::optional<std::string> hf_tensor_name(std::string_view name, Family family) 
   if (last == std::string_view::npos) return std::nullopt;
   const std::string_view suffix = rest.substr(last + 1);
   if (suffix != "weight" && suffix != "bias") return std::nullopt;
+  // The converter added ".weight" to GPT-OSS's sinks (a bare parameter in the checkpoint).
+  if (family == Family::GptOss && rest == "attn_sinks.weight")
+    return "model.layers." + std::string(layer) + ".self_attn.sinks";
   const auto stem = layer_stem(rest.substr(0, last), family);
   if (!stem) return std::nullopt;
   return "model.layers." + std::string(layer) + "." + std::string(*stem) + "." +
@@ -117,6 +102,7 @@ DType gguf_weight_dtype(const GgufReader& g, DType quantized_dtype) {
   for (const std::string& name : g.names()) {
     const GgufTensor& t = *g.find(name);
     if (t.dims.size() < 2) continue;  // norms and biases stay f32 in every GGUF file
+    if (t.type == GgmlType::MXFP4) continue;  // GPT-OSS experts, loaded as they are
     if (ggml_type_traits(t.type).quantized) return quantized_dtype;
     if (const auto d = plain_dtype(t.type); d && *d != DType::F32) out = *d;
   }
@@ -127,8 +113,9 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
                                     DType dtype, const std::function<bool(DType)>& keep_quantized) {
   const GgufReader& g = *gguf;
   const bool llama_permuted = g.metadata().get_string("general.architecture") == "llama";
-  std::vector<TensorInfo> tensors;
-  std::vector<std::vector<std::uint8_t>> storage;
+  MappedTensors out;
+  std::vector<TensorInfo>& tensors = out.tensors;
+  std::vector<std::vector<std::uint8_t>>& storage = out.storage;
   for (const std::string& name : g.names()) {
     const auto hf = hf_tensor_name(name, c.family);
     if (!hf) continue;
@@ -167,11 +154,13 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
       // The converter stored Gemma's norm weights as 1 + w; the model adds the 1 itself.
       if (gemma_norm)
         for (float& x : v) x -= 1.0f;
-      storage.push_back(encode(v, dtype));
+      storage.push_back(encode_f32(v, dtype));
       info.bytes = storage.back();
     }
     tensors.push_back(std::move(info));
   }
+  for (std::int64_t l = 0; l < static_cast<std::int64_t>(c.moe.layer_is_moe.size()); ++l)
+    if (c.moe.layer_is_moe[l]) append_gguf_experts(g, c, l, dtype, out);
   return SafetensorsReader::from_memory(g.path(), std::move(tensors), std::move(storage),
                                         std::move(gguf));
 }

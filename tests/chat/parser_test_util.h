@@ -11,9 +11,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/qwen_xml_call_parser.h"
 #include "chat/tool_call_parser.h"
 
 namespace akv::test {
+
+// The whole of `text` through the output parser of `format` (QwenXml's needs the tools, for the
+// parameter types).
+inline std::vector<OutputEvent> parse_all(std::string_view text, ToolCallFormat format,
+                                          const std::vector<ToolSpec>& tools) {
+  std::vector<OutputEvent> events, tail;
+  if (format == ToolCallFormat::QwenXml) {
+    QwenXmlCallParser parser({.tools = tools});
+    events = parser.feed(text);
+    tail = parser.finish();
+  } else {
+    ToolCallParser parser({.format = format});
+    events = parser.feed(text);
+    tail = parser.finish();
+  }
+  events.insert(events.end(), tail.begin(), tail.end());
+  return events;
+}
 
 struct ParsedOutput {
   std::vector<std::string> summary;

@@ -40,6 +40,11 @@ TEST(QwenXmlValue, TypedBySchema) {
   EXPECT_EQ(qwen_xml_value("[\"x\"]", &schema["tags"]), ojson::parse("[\"x\"]"));
   EXPECT_EQ(qwen_xml_value("c", &schema["unit"]), "c");
   EXPECT_EQ(qwen_xml_value("12", &schema["code"]), "12");  // string among the alternatives
+  // A local $ref is resolved against the tool's schema (without it: a string).
+  const ojson root = ojson::parse(R"({"properties": {"p": {"$ref": "#/$defs/point"}},
+      "$defs": {"point": {"type": "object"}}})");
+  EXPECT_EQ(qwen_xml_value("{\"x\": 1}", &root["properties"]["p"], &root), ojson::parse("{\"x\": 1}"));
+  EXPECT_EQ(qwen_xml_value("{\"x\": 1}", &root["properties"]["p"]), "{\"x\": 1}");
   // Fallbacks: text that is not JSON of the schema's type stays a string.
   EXPECT_EQ(qwen_xml_value("three", &schema["days"]), "three");
   EXPECT_EQ(qwen_xml_value("[1]", &schema["days"]), "[1]");

@@ -13,6 +13,7 @@
 #include "chat/tool_call_constraint.h"
 #include "chat/tool_call_parser.h"
 #include "chat_testdata.h"
+#include "parser_test_util.h"
 #include "schema_check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -155,15 +156,16 @@ void check_shortest_completions(const ToolCallGrammar& g, std::mt19937& rng) {
 
 TEST(ToolCallGrammar, ShortestCompletionIsExact) {
   std::mt19937 rng(7);
-  for (ToolCallFormat format :
-       {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral}) {
+  for (ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json,
+                                 ToolCallFormat::Mistral, ToolCallFormat::QwenXml}) {
     const ToolCallGrammar all(budget_tools(), format);
     for (int walk = 0; walk < 12; ++walk) check_shortest_completions(all, rng);
   }
-  for (const auto& tool : budget_tools()) {
-    const ToolCallGrammar one({tool}, ToolCallFormat::Hermes);
-    for (int walk = 0; walk < 8; ++walk) check_shortest_completions(one, rng);
-  }
+  for (const auto& tool : budget_tools())
+    for (ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::QwenXml}) {
+      const ToolCallGrammar one({tool}, format);
+      for (int walk = 0; walk < 8; ++walk) check_shortest_completions(one, rng);
+    }
   const ToolCallGrammar empty({{.name = "x", .description = "", .input_schema = ojson::object()}},
                               ToolCallFormat::Hermes);
   const GrammarState s = empty.initial_state();
@@ -179,10 +181,7 @@ struct BudgetStats {
 // The call text parses back as one call of an allowed tool whose input validates.
 void expect_valid_call(const std::string& text, ToolCallFormat format,
                        const std::vector<ToolSpec>& tools) {
-  ToolCallParser parser({.format = format});
-  auto events = parser.feed(text);
-  auto tail = parser.finish();
-  events.insert(events.end(), tail.begin(), tail.end());
+  const auto events = test::parse_all(text, format, tools);
   ASSERT_FALSE(events.empty()) << text;
   ASSERT_EQ(events.front().kind, OutputEvent::Kind::ToolCallStart) << text;
   ASSERT_EQ(events.back().kind, OutputEvent::Kind::ToolCallEnd) << text;
@@ -270,12 +269,12 @@ TEST(ToolCallConstraint, BudgetedRandomWalksStories260K) {
       test::testdata_file("models/stories260K/hf/tokenizer.json"),
       test::testdata_file("models/stories260K/hf/tokenizer_config.json"));
   BudgetStats stats;
-  for (ToolCallFormat format :
-       {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral}) {
+  for (ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json,
+                                 ToolCallFormat::Mistral, ToolCallFormat::QwenXml}) {
     budgeted_walks(tok, format, 4, stats);
     if (HasFatalFailure()) return;
   }
-  EXPECT_EQ(stats.n_calls, 3 * 3 * 4 * 4);
+  EXPECT_EQ(stats.n_calls, 4 * 3 * 4 * 4);
   EXPECT_GT(stats.n_rejected, 0);  // byte-sized tokens: some calls do not fit 30 tokens
   std::printf("stories260K: %d calls (%d over budget), mask median %.3f ms, max %.3f ms\n",
               stats.n_calls, stats.n_rejected, percentile(stats.mask_ms, 0.5),
@@ -289,7 +288,9 @@ TEST(ToolCallConstraint, BudgetedRandomWalksQwen3WithMaskTiming) {
   BudgetStats stats;
   budgeted_walks(tok, ToolCallFormat::Hermes, 3, stats);
   if (HasFatalFailure()) return;
-  EXPECT_EQ(stats.n_calls, 3 * 4 * 3);
+  budgeted_walks(tok, ToolCallFormat::QwenXml, 3, stats);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(stats.n_calls, 2 * 3 * 4 * 3);
   const double median = percentile(stats.mask_ms, 0.5);
   std::printf(
       "qwen3: %d calls (%d over budget), %zu steps, mask median %.3f ms, p99 %.3f ms, max %.3f "

@@ -11,6 +11,7 @@
 #include "chat/tool_call_constraint.h"
 #include "chat/tool_call_parser.h"
 #include "chat_testdata.h"
+#include "parser_test_util.h"
 #include "schema_check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -114,6 +115,46 @@ TEST(ToolCallGrammar, AcceptsValidCallsRejectsInvalidOnes) {
       mistral, "[TOOL_CALLS][{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}]"));
 }
 
+// Qwen3-Coder's XML calls: parameters in schema order as the template writes them; string
+// parameters are raw text (anything but </parameter>, maxLength held), enums their raw values,
+// typed ones JSON of their schema.
+TEST(ToolCallGrammar, QwenXmlCalls) {
+  const ToolCallGrammar g(tools(), ToolCallFormat::QwenXml);
+  auto xml = [](const std::string& name, const std::string& params) {
+    return "<tool_call>\n<function=" + name + ">\n" + params + "</function>\n</tool_call>";
+  };
+  auto param = [](const std::string& key, const std::string& value) {
+    return "<parameter=" + key + ">\n" + value + "\n</parameter>\n";
+  };
+  EXPECT_TRUE(accepts_all(g, xml("Bash", param("command", "ls -la \"x\" <in >out\n\tend"))));
+  EXPECT_TRUE(accepts_all(g, xml("Bash", param("command", "ls") + param("timeout", "1.5e3") +
+                                             param("description", "list") +
+                                             param("run_in_background", "true"))));
+  EXPECT_TRUE(accepts_all(g, xml("Bash", "<parameter=command>\nls</parameter>\n")));
+  EXPECT_TRUE(accepts_all(g, xml("Edit", param("file_path", "/x") + param("old_string", "") +
+                                             param("mode", "ab"))));
+  EXPECT_TRUE(accepts_all(g, xml("EditNested", param("items", "[{\"id\": 1}]") +
+                                                   param("kind", "x") +
+                                                   param("point", "{\"x\": 1, \"y\": 2}"))));
+  // Missing required, wrong order, typed value not of its type, unknown parameter, a value
+  // holding </parameter>, past maxLength (100), not finished.
+  EXPECT_FALSE(accepts_all(g, xml("Bash", param("timeout", "1"))));
+  EXPECT_FALSE(accepts_all(g, xml("Bash", param("timeout", "1") + param("command", "ls"))));
+  EXPECT_FALSE(accepts_all(g, xml("Bash", param("command", "ls") + param("timeout", "soon"))));
+  EXPECT_FALSE(accepts_all(g, xml("Bash", param("command", "ls") + param("other", "1"))));
+  EXPECT_FALSE(accepts_all(g, xml("Bash", param("command", "a</parameter>b"))));
+  EXPECT_FALSE(accepts_all(
+      g, xml("Bash", param("command", "ls") + param("description", std::string(101, 'd')))));
+  EXPECT_TRUE(accepts_all(
+      g, xml("Bash", param("command", "ls") + param("description", std::string(100, 'd')))));
+  // The enum's non-string members would come back as strings: only "a" and "ab" can be written.
+  EXPECT_FALSE(accepts_all(g, xml("Edit", param("file_path", "/x") + param("old_string", "") +
+                                              param("mode", "3"))));
+  EXPECT_FALSE(accepts_all(g, xml("Edit", param("file_path", "/x") + param("old_string", "") +
+                                              param("mode", "\"a\""))));
+  EXPECT_FALSE(accepts_all(g, "<tool_call>\n<function=Bash>\n" + param("command", "ls")));
+}
+
 struct WalkStats {
   int n_calls = 0;
   double total_ms = 0, max_ms = 0;
@@ -132,7 +173,10 @@ void random_walks(const Tokenizer& tok, ToolCallFormat format, int n_walks, Walk
     request.tools = all_tools;
     request.tool_choice.type = walk % 2 ? ToolChoiceType::Any : ToolChoiceType::Tool;
     request.tool_choice.name = all_tools[walk % all_tools.size()].name;
-    auto constraint = make_forced_call_constraint(request, format, vocab, 0);
+    // XML string parameters end only at "</parameter>", which random tokens do not spell:
+    // a budget makes those walks finish.
+    auto constraint =
+        make_forced_call_constraint(request, format, vocab, format == ToolCallFormat::QwenXml ? 300 : 0);
     ASSERT_TRUE(constraint);
     int step = 0;
     for (; step < 2000 && !constraint->done(); ++step) {
@@ -174,10 +218,13 @@ void random_walks(const Tokenizer& tok, ToolCallFormat format, int n_walks, Walk
     }
 
     // The family's parser reads the text back as one call whose input validates.
-    ToolCallParser parser({.format = format});
-    auto events = parser.feed(constraint->text());
-    auto tail = parser.finish();
-    events.insert(events.end(), tail.begin(), tail.end());
+    std::vector<OutputEvent> events;
+    for (OutputEvent& e : test::parse_all(constraint->text(), format, all_tools)) {
+      if (e.kind == OutputEvent::Kind::ToolCallArgsDelta && events.back().kind == e.kind)
+        events.back().text += e.text;  // the XML parser streams a call's arguments in pieces
+      else
+        events.push_back(std::move(e));
+    }
     ASSERT_EQ(events.size(), 3u) << constraint->text();
     ASSERT_EQ(events[0].kind, OutputEvent::Kind::ToolCallStart);
     const auto it = std::find_if(all_tools.begin(), all_tools.end(),
@@ -203,7 +250,8 @@ TEST(ToolCallConstraint, RandomWalksStories260K) {
   random_walks(tok, ToolCallFormat::Hermes, 60, stats);
   random_walks(tok, ToolCallFormat::Llama3Json, 20, stats);
   random_walks(tok, ToolCallFormat::Mistral, 20, stats);
-  EXPECT_EQ(stats.n_calls, 100);
+  random_walks(tok, ToolCallFormat::QwenXml, 40, stats);
+  EXPECT_EQ(stats.n_calls, 140);
   std::printf("stories260K: %d steps, mask %.3f ms/step mean, %.3f ms max\n", stats.n_steps,
               stats.total_ms / stats.n_steps, stats.max_ms);
 }
@@ -220,7 +268,8 @@ TEST(ToolCallConstraint, RandomWalksQwen3WithMaskTiming) {
   EXPECT_EQ(vocab.bytes(*tok.find_token("<tool_call>")), "<tool_call>");
   WalkStats stats;
   random_walks(tok, ToolCallFormat::Hermes, 24, stats);
-  EXPECT_EQ(stats.n_calls, 24);
+  random_walks(tok, ToolCallFormat::QwenXml, 12, stats);
+  EXPECT_EQ(stats.n_calls, 36);
   const double mean = stats.total_ms / stats.n_steps;
   std::printf(
       "qwen3 (%d tokens): vocab build %.0f ms; %d steps, mask %.3f ms/step mean, %.3f ms max\n",

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../tensor/gguf_test_writer.h"
+#include "gguf_test_util.h"
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
@@ -28,79 +29,11 @@
 namespace akv {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace test;  // NOLINT: the helpers of gguf_test_util.h
 const std::string kTinyRandom = std::string(AGENTKV_TESTDATA) + "/models/tiny-random/";
 
-// The decompressed copy of testdata/gguf/<name>.gguf.xz in the build tree.
-std::string gguf_fixture(const std::string& name) {
-  const fs::path xz = fs::path(AGENTKV_MODELS_TESTDATA) / "gguf" / (name + ".gguf.xz");
-  const fs::path out = fs::path(AGENTKV_TESTDATA_UNPACKED) / "models-gguf" / (name + ".gguf");
-  if (!fs::exists(out)) {
-    fs::create_directories(out.parent_path());
-    const std::string tmp = out.string() + ".tmp" + std::to_string(::getpid());
-    EXPECT_EQ(std::system(("xz -dkc '" + xz.string() + "' > '" + tmp + "'").c_str()), 0) << xz;
-    fs::rename(tmp, out);
-  }
-  return out.string();
-}
-
-std::vector<float> to_f32(const TensorInfo& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  convert_to_f32(t.dtype, t.bytes.data(), v.data(), v.size());
-  return v;
-}
-
-std::vector<float> prefill_logits(Model& model, Backend& backend,
-                                  const std::vector<std::int32_t>& ids) {
-  const ModelConfig& c = model.config();
-  const std::int64_t block = 16;
-  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
-  std::vector<std::int32_t> table(n_blocks);
-  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
-  SequenceChunk chunk{.first_row = 0,
-                      .n_tokens = static_cast<std::int32_t>(ids.size()),
-                      .start_pos = 0,
-                      .block_table = table};
-  std::vector<std::int32_t> rows(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
-  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
-  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
-  std::vector<float> logits(ids.size() * c.vocab_size);
-  model.forward(batch, kv, logits);
-  return logits;
-}
-
-struct Reference {
-  std::vector<std::int32_t> ids;
-  std::vector<double> logits;
-};
-
 Reference read_reference(const std::string& model) {
-  const SafetensorsReader r =
-      SafetensorsReader::open_or_throw(kTinyRandom + model + "/reference.safetensors");
-  Reference out;
-  const TensorInfo& ids = r.get_or_throw("full_ids");
-  for (std::int64_t i = 0; i < ids.numel(); ++i)
-    out.ids.push_back(
-        ids.dtype == DType::I64
-            ? static_cast<std::int32_t>(reinterpret_cast<const std::int64_t*>(ids.bytes.data())[i])
-            : reinterpret_cast<const std::int32_t*>(ids.bytes.data())[i]);
-  const TensorInfo& l = r.get_or_throw("full_logits_f64");
-  const auto* p = reinterpret_cast<const double*>(l.bytes.data());
-  out.logits.assign(p, p + l.numel());
-  return out;
-}
-
-// max |got - want| and max |want|.
-std::pair<double, double> max_error(std::span<const float> got, std::span<const double> want) {
-  EXPECT_EQ(got.size(), want.size());
-  double err = 0, ref = 0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    ref = std::max(ref, std::fabs(want[i]));
-  }
-  return {err, ref};
+  return read_reference_at(kTinyRandom + model);
 }
 
 const std::vector<std::string> kFamilies = {"llama3-rope-scaled", "smollm2-like-llama-tied",
@@ -119,38 +52,7 @@ TEST_P(GgufFamily, ConfigMatchesConfigJson) {
       model_config_from_gguf(GgufReader::open_or_throw(gguf_fixture(name + "-q8_0")));
   EXPECT_EQ(got.architecture,
             want.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : want.architecture);
-  EXPECT_EQ(got.family, want.family);
-  EXPECT_EQ(got.vocab_size, want.vocab_size);
-  EXPECT_EQ(got.hidden_size, want.hidden_size);
-  EXPECT_EQ(got.intermediate_size, want.intermediate_size);
-  EXPECT_EQ(got.n_layers, want.n_layers);
-  EXPECT_EQ(got.n_heads, want.n_heads);
-  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
-  EXPECT_EQ(got.head_dim, want.head_dim);
-  EXPECT_EQ(got.max_position_embeddings, want.max_position_embeddings);
-  EXPECT_NEAR(got.rms_norm_eps, want.rms_norm_eps, 1e-12);
-  EXPECT_EQ(got.activation, want.activation);
-  EXPECT_EQ(got.tie_word_embeddings, want.tie_word_embeddings);
-  EXPECT_EQ(got.attention_bias, want.attention_bias);
-  EXPECT_EQ(got.mlp_bias, want.mlp_bias);
-  EXPECT_EQ(got.sliding_window, want.sliding_window);
-  EXPECT_EQ(got.layer_is_sliding, want.layer_is_sliding);
-  EXPECT_DOUBLE_EQ(got.attention_scale, want.attention_scale);
-  EXPECT_DOUBLE_EQ(got.embedding_multiplier, want.embedding_multiplier);
-  EXPECT_EQ(got.attn_logit_softcap, want.attn_logit_softcap);
-  EXPECT_EQ(got.final_logit_softcap, want.final_logit_softcap);
-  for (const bool sliding : {false, true}) {
-    const RopeFrequencies g = rope_frequencies(sliding ? got.rope_sliding : got.rope, got.head_dim,
-                                               got.max_position_embeddings, 1);
-    const RopeFrequencies w = rope_frequencies(sliding ? want.rope_sliding : want.rope,
-                                               want.head_dim, want.max_position_embeddings, 1);
-    EXPECT_EQ(g.rotary_dim, w.rotary_dim);
-    EXPECT_DOUBLE_EQ(g.attention_scaling, w.attention_scaling);
-    ASSERT_EQ(g.inv_freq.size(), w.inv_freq.size());
-    for (std::size_t i = 0; i < g.inv_freq.size(); ++i)
-      EXPECT_NEAR(g.inv_freq[i], w.inv_freq[i], 1e-6 * w.inv_freq[i])
-          << (sliding ? "sliding " : "") << i;
-  }
+  expect_same_config(got, want);
 }
 
 // Every weight of the q8_0 file, dequantized and mapped back, is the checkpoint's tensor within
@@ -494,6 +396,16 @@ TEST(GgufModel, NameMapping) {
   EXPECT_EQ(hf_tensor_name("rope_freqs.weight", Family::Llama), std::nullopt);
   EXPECT_EQ(hf_tensor_name("blk.x.attn_q.weight", Family::Llama), std::nullopt);
   EXPECT_EQ(hf_tensor_name("blk.0.attn_q.scale", Family::Llama), std::nullopt);
+  EXPECT_EQ(hf_tensor_name("blk.1.ffn_gate_inp.weight", Family::Qwen3Moe),
+            "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(hf_tensor_name("blk.1.ffn_gate_inp.bias", Family::GptOss),
+            "model.layers.1.mlp.router.bias");
+  EXPECT_EQ(hf_tensor_name("blk.2.attn_sinks.weight", Family::GptOss),
+            "model.layers.2.self_attn.sinks");
+  EXPECT_EQ(hf_tensor_name("blk.0.post_attention_norm.weight", Family::GptOss),
+            "model.layers.0.post_attention_layernorm.weight");
+  // Stacked experts are unstacked by weights_from_gguf, not renamed one to one.
+  EXPECT_EQ(hf_tensor_name("blk.0.ffn_gate_exps.weight", Family::Qwen3Moe), std::nullopt);
 }
 
 TEST(GgufModel, SidecarDirOfAGgufFile) {

@@ -1,0 +1,39 @@
+// GGUF's stacked expert tensors (llama.cpp's blk.N.ffn_{gate,up,down}_exps.{weight,bias}) ->
+// the checkpoint tensors the MoE families load, so qwen3_moe and gpt_oss have no GGUF code:
+// Qwen3-MoE's per-expert mlp.experts.E.{gate,up,down}_proj.weight (slices of the stack);
+// GPT-OSS's experts.gate_up_proj ([E, hidden, 2 * inter], gate and up interleaved, as
+// released) and experts.down_proj ([E, inter, hidden]) with their biases, or for MXFP4 files
+// the released experts.*_{blocks,scales} (ggml's block layout undone). Internal to
+// gguf_weights.cpp; not a public entry point.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "models/config.h"
+#include "tensor/gguf.h"
+#include "tensor/safetensors.h"
+
+namespace akv {
+
+// The tensors of one weights_from_gguf result and the buffers those not in the mapping use.
+struct MappedTensors {
+  std::vector<TensorInfo> tensors;
+  std::vector<std::vector<std::uint8_t>> storage;  // moving it keeps each buffer's address
+};
+
+// F32/F16/BF16 as a DType; nullopt for quantized types.
+std::optional<DType> plain_dtype(GgmlType t);
+
+// f32 values -> `dtype` (F32, BF16 or F16) bytes.
+std::vector<std::uint8_t> encode_f32(std::span<const float> v, DType dtype);
+
+// Appends layer `layer`'s expert tensors under checkpoint names, float ones in `dtype`.
+// Throws Error{BadFormat} naming the file and tensor for a missing tensor or a shape other than
+// the config's, Error{Unsupported} for MXFP4 experts mixed with other types.
+void append_gguf_experts(const GgufReader& gguf, const ModelConfig& config, std::int64_t layer,
+                         DType dtype, MappedTensors& out);
+
+}  // namespace akv
