@@ -17,11 +17,10 @@ DType resolve_kv_dtype(const std::string& flag, const Backend& backend) {
   throw Error(ErrorKind::InvalidArgument, "--kv-dtype: expected auto, bf16, f16 or f32, not '" + flag + "'");
 }
 
-SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend) {
-  if (flag == "auto") return backend.device_memory().has_value() ? SpillCodec::Int8 : SpillCodec::Native;
+SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag) {
   if (const std::optional<SpillCodec> codec = find_spill_codec(flag)) return *codec;
   throw Error(ErrorKind::InvalidArgument,
-              fmt::format("{}: expected auto, native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
+              fmt::format("{}: expected native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
 }
 
 std::optional<DType> resolve_quantize(const std::string& flag) {

@@ -18,11 +18,12 @@ namespace akv {
 // --kv-dtype for anything else.
 DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 
-// A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors):
-// "auto" -> int8 when the KV lives in device memory (the tiers keep and move about half of
-// bf16's bytes, at bf16's error: docs/perf/kv_quality.md; the device decodes it), native on the
-// CPU (exact, and its memory is the host's anyway); otherwise the named codec.
-SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend);
+// A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors).
+// Both default to native: on the H100/H200 an int8 host tier made returns from it and another
+// agent's cold prompt slower (device-side encode and decode cost more than the PCIe bytes they
+// save), and an int8 disk tier fed from a native host tier encodes on the IO thread too slowly
+// to keep up (docs/perf/serving.md, "Tier codecs").
+SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag);
 
 // --quantize: "" -> none; "q8_0" | "q6_k" | "q4_k" -> the block type. Throws Error naming
 // --quantize for anything else.

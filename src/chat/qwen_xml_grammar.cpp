@@ -54,7 +54,8 @@ void ToolCallGrammar::compile_xml_tools(const std::vector<ToolSpec>& tools) {
     for (std::size_t i = 0; i < n; ++i) {
       const std::string key = ojson::parse(root.key_literals[i]).get<std::string>();
       const ojson* ps = props && props->contains(key) ? &(*props)[key] : nullptr;
-      XmlParam p{.required = root.required[i]};
+      XmlParam p;
+      p.required = root.required[i];
       p.raw = qwen_xml_value_is_string(ps, &schema);
       const std::int32_t node = root.property_nodes[i];
       if (!p.raw) {
