@@ -87,6 +87,13 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-restore-bytes", srv.kv_restore_bytes,
                     "Disk blocks held by background restores at most, across requests: bytes or K/M/G/T")
       ->capture_default_str();
+  serve->add_option("--state-snapshot-bytes", srv.state_snapshot_bytes,
+                    "Hybrid models: host memory for recurrent-state snapshots (0: no prefix reuse)")
+      ->capture_default_str();
+  serve->add_option("--state-snapshot-interval", srv.state_snapshot_interval,
+                    "Hybrid models: a state snapshot every this many prompt tokens (and at each request's end)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
   serve->add_option("--kv-remote", srv.kv_remote,
                     "Remote KV tier under the disk tier, shared by a fleet: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] "
                     "(password also from REDISCLI_AUTH); needs --kv-dir");

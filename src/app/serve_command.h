@@ -29,6 +29,10 @@ struct ServeOptions {
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   double kv_flush_timeout_s = 30;         // at a graceful stop, most seconds spent writing to disk
   std::string kv_restore_bytes = "4G";    // disk blocks background restores hold at most
+  // Hybrid models: host memory for recurrent-state snapshots and their interval in tokens
+  // (EngineConfig::state_snapshot_bytes, state_snapshot_interval).
+  std::string state_snapshot_bytes = "1G";
+  std::int32_t state_snapshot_interval = 1024;
   std::string kv_remote;                  // remote tier: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] ("" : none)
   std::string kv_remote_bytes = "0";      // remote tier budget for this model: bytes or K/M/G/T; 0: unlimited
   ServerOptions server;

@@ -53,7 +53,13 @@ const std::vector<float>* StateSnapshots::find(std::string_view ns,
 }
 
 std::int32_t SnapshotResume::resume_point(const Sequence& seq, std::int32_t matched) {
-  return snapshots_.deepest(seq.ns, seq.tokens, matched);
+  const std::int32_t in_memory = snapshots_.deepest(seq.ns, seq.tokens, matched);
+  if (tiers_ == nullptr || in_memory >= matched) return in_memory;
+  loaded_.resize(static_cast<std::size_t>(kv_.state.slot_floats()));
+  const std::int32_t on_disk = tiers_->load_state(seq.kv, seq.tokens, in_memory, matched, loaded_);
+  if (on_disk <= in_memory) return in_memory;
+  snapshots_.put(seq.ns, seq.tokens, on_disk, loaded_);  // restore() reads it from there
+  return snapshots_.find(seq.ns, seq.tokens, on_disk) != nullptr ? on_disk : in_memory;
 }
 
 void SnapshotResume::restore(const Sequence& seq, std::int32_t pos) {
@@ -69,7 +75,8 @@ void SnapshotResume::read(const Sequence& seq, std::vector<float>& state) {
   read_state_slot(backend_, kv_, seq.state_slot, state);
 }
 
-void SnapshotResume::keep(const Sequence& seq, std::int32_t pos, std::vector<float> state) {
+void SnapshotResume::keep(Sequence& seq, std::int32_t pos, std::vector<float> state) {
+  if (tiers_ != nullptr) tiers_->put_state(seq.kv, seq.tokens, pos, state);
   snapshots_.put(seq.ns, seq.tokens, pos, std::move(state));
 }
 

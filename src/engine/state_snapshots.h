@@ -58,22 +58,28 @@ class StateSnapshots {
 
 // The scheduler's StateResume over a snapshot store: resume points are the snapshots' positions,
 // restoring writes the snapshot into the sequence's state slot. read() copies a running
-// sequence's slot (its state at n_computed) to the host; keep() stores such a copy.
+// sequence's slot (its state at n_computed) to the host; keep() stores such a copy. With a KV
+// manager whose tiers include a disk, keep() also writes the snapshot there as a state block
+// (KvManager::put_state), and a resume point deeper than any snapshot in memory is looked for
+// there (loaded, verified, then kept in memory too): after a restart, or once this store let it go.
 class SnapshotResume final : public StateResume {
  public:
-  SnapshotResume(StateSnapshots& snapshots, Backend& backend, KvStorage& kv)
-      : snapshots_(snapshots), backend_(backend), kv_(kv) {}
+  SnapshotResume(StateSnapshots& snapshots, Backend& backend, KvStorage& kv,
+                 KvManager* tiers = nullptr)
+      : snapshots_(snapshots), backend_(backend), kv_(kv), tiers_(tiers) {}
   std::int32_t resume_point(const Sequence& seq, std::int32_t matched) override;
   void restore(const Sequence& seq, std::int32_t pos) override;
   // state = seq's slot (resized to StateLayout::slot_floats).
   void read(const Sequence& seq, std::vector<float>& state);
   // Stores `state`, the state of seq after tokens[0, pos).
-  void keep(const Sequence& seq, std::int32_t pos, std::vector<float> state);
+  void keep(Sequence& seq, std::int32_t pos, std::vector<float> state);
 
  private:
   StateSnapshots& snapshots_;
   Backend& backend_;
   KvStorage& kv_;
+  KvManager* tiers_;
+  std::vector<float> loaded_;  // a state block read from disk
 };
 
 }  // namespace akv

@@ -20,6 +20,7 @@ AgentRecord AgentIndex::record_turn(std::string_view tenant, std::string_view ag
     r.agent = std::string(agent);
   }
   r.chain = std::move(turn.chain);
+  r.states = std::move(turn.states);
   r.n_tokens = turn.n_tokens;
   ++r.n_requests;
   if (turn.hit) ++r.hits;
@@ -85,9 +86,14 @@ std::optional<std::vector<Hash128>> AgentIndex::erase(std::string_view tenant,
   if (it == records_.end()) return std::nullopt;
   std::unordered_set<Hash128, Hash128Hasher> others;
   for (const auto& [id, r] : records_)
-    if (&r != &it->second) others.insert(r.chain.begin(), r.chain.end());
+    if (&r != &it->second) {
+      others.insert(r.chain.begin(), r.chain.end());
+      others.insert(r.states.begin(), r.states.end());
+    }
   std::vector<Hash128> mine;
   for (const Hash128& k : it->second.chain)
+    if (!others.contains(k)) mine.push_back(k);
+  for (const Hash128& k : it->second.states)
     if (!others.contains(k)) mine.push_back(k);
   records_.erase(it);
   return mine;
@@ -110,7 +116,10 @@ std::unordered_set<Hash128, Hash128Hasher> AgentIndex::pinned_keys() const {
   std::lock_guard lock(mu_);
   std::unordered_set<Hash128, Hash128Hasher> keys;
   for (const auto& [id, r] : records_)
-    if (r.pinned) keys.insert(r.chain.begin(), r.chain.end());
+    if (r.pinned) {
+      keys.insert(r.chain.begin(), r.chain.end());
+      keys.insert(r.states.begin(), r.states.end());
+    }
   return keys;
 }
 

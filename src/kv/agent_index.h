@@ -25,6 +25,9 @@ struct AgentRecord {
   std::string tenant;  // namespace (hash of the API key); "" without auth
   std::string agent;
   std::vector<Hash128> chain;  // keys of its last state's full blocks, first block first
+  // Hybrid models: keys of the state blocks (recurrent-state snapshots, block_key.h state_key)
+  // of that chain, deepest last; retention treats them like the chain's blocks.
+  std::vector<Hash128> states;
   std::int64_t n_tokens = 0;   // tokens of its last state with KV (chain covers the full blocks)
   std::uint64_t n_requests = 0;
   std::uint64_t hits = 0;        // requests that found a cached prefix (any tier)
@@ -36,6 +39,7 @@ struct AgentRecord {
 // One finished request of an agent, as the KV side saw it.
 struct AgentTurn {
   std::vector<Hash128> chain;
+  std::vector<Hash128> states;
   std::int64_t n_tokens = 0;
   bool hit = false;
   bool restored = false;
@@ -58,8 +62,8 @@ class AgentIndex {
   // Returns the updated record; nullopt for an unknown agent.
   std::optional<AgentRecord> set_pinned(std::string_view tenant, std::string_view agent,
                                         bool pinned);
-  // Removes the record and returns the keys of its chain that no other agent's chain holds
-  // (those blocks may go); nullopt for an unknown agent.
+  // Removes the record and returns the keys of its chain and states that no other agent's
+  // record holds (those blocks may go); nullopt for an unknown agent.
   std::optional<std::vector<Hash128>> erase(std::string_view tenant, std::string_view agent);
   // True when the agent is known and pinned.
   bool is_pinned(std::string_view tenant, std::string_view agent) const;

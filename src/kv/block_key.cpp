@@ -108,6 +108,12 @@ Hash128 BlockKeyer::tokens_hash(std::span<const std::int32_t> tokens) const {
   return h.digest();
 }
 
+Hash128 BlockKeyer::state_key(const Hash128& block_key) const {
+  KeyedHash h(secret_, 5);
+  h.add(block_key);
+  return h.digest();
+}
+
 Hash128 BlockKeyer::agent_hash(std::string_view tenant, std::string_view agent) const {
   KeyedHash h(secret_, 4);
   h.add(fingerprint_);

@@ -52,6 +52,9 @@ class BlockKeyer {
   Hash128 next(const Hash128& parent, std::span<const std::int32_t> tokens) const;
   // A keyed hash of the tokens alone, stored beside the key as a second check.
   Hash128 tokens_hash(std::span<const std::int32_t> tokens) const;
+  // The key of the recurrent-state snapshot (hybrid models) taken at the end of the block with
+  // `block_key`: its own hash domain, so a state block never shares a key with a KV block.
+  Hash128 state_key(const Hash128& block_key) const;
   // A keyed hash of (tenant, agent): a file name that does not show the agent id.
   Hash128 agent_hash(std::string_view tenant, std::string_view agent) const;
 

@@ -91,14 +91,15 @@ std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& 
   std::vector<std::byte> v;
   v.reserve(kBlockHeaderBytes);
   Writer w(v);
+  const bool state = h.kind == BlockKind::State;
   w.raw(kBlockMagic, sizeof kBlockMagic);
-  w.put(kDiskFormatVersion);
+  w.put(state ? kStateFormatVersion : kDiskFormatVersion);
   w.put(static_cast<std::uint32_t>(kBlockHeaderBytes));
   w.put(h.fingerprint);
   w.put(h.key);
   w.put(h.parent);
   w.put(h.tokens_hash);
-  w.put(static_cast<std::uint32_t>(h.codec));
+  w.put(state ? kStateBlockTag : static_cast<std::uint32_t>(h.codec));
   w.put(h.n_tokens);
   w.put(h.payload_bytes);
   w.put(h.payload_checksum);
@@ -115,8 +116,10 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   char magic[8];
   r.raw(magic, sizeof magic);
   if (std::memcmp(magic, kBlockMagic, sizeof magic) != 0) return FileCheck::Corrupt;
-  if (r.get<std::uint32_t>() != kDiskFormatVersion) return FileCheck::BadVersion;
+  const auto version = r.get<std::uint32_t>();
+  if (version != kDiskFormatVersion && version != kStateFormatVersion) return FileCheck::BadVersion;
   if (r.get<std::uint32_t>() != kBlockHeaderBytes) return FileCheck::Corrupt;
+  out.kind = version == kStateFormatVersion ? BlockKind::State : BlockKind::Kv;
   out.fingerprint = r.hash();
   out.key = r.hash();
   out.parent = r.hash();
@@ -131,6 +134,10 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   // The fingerprint covers the codec: a codec id this build no longer knows (a retired layout)
   // is another model's file, kept; an unknown id under our fingerprint is damage.
   if (out.fingerprint != fingerprint) return FileCheck::ForeignModel;
+  if (out.kind == BlockKind::State) {
+    out.codec = SpillCodec::Native;
+    return codec == kStateBlockTag ? FileCheck::Ok : FileCheck::Corrupt;
+  }
   const std::optional<SpillCodec> known = spill_codec_from_id(codec);
   if (!known) return FileCheck::Corrupt;
   out.codec = *known;
@@ -140,7 +147,8 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
 std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want) {
   BlockHeader h;
   if (parse_block_header(file, want.fingerprint, h) != FileCheck::Ok) return {};
-  if (h.key != want.key || h.parent != want.parent || h.tokens_hash != want.tokens_hash ||
+  if (h.kind != want.kind || h.key != want.key || h.parent != want.parent ||
+      h.tokens_hash != want.tokens_hash ||
       h.codec != want.codec || h.payload_bytes != want.payload_bytes ||
       file.size() != kBlockHeaderBytes + want.payload_bytes)
     return {};
@@ -162,12 +170,17 @@ std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRe
   b.put(rec.last_use_ms);
   b.put(static_cast<std::uint32_t>(rec.chain.size()));
   for (const Hash128& k : rec.chain) b.put(k);
+  const bool with_states = !rec.states.empty();
+  if (with_states) {
+    b.put(static_cast<std::uint32_t>(rec.states.size()));
+    for (const Hash128& k : rec.states) b.put(k);
+  }
 
   std::vector<std::byte> out;
   out.reserve(kManifestHeaderBytes + body.size());
   Writer w(out);
   w.raw(kManifestMagic, sizeof kManifestMagic);
-  w.put(kDiskFormatVersion);
+  w.put(with_states ? kStateFormatVersion : kDiskFormatVersion);
   w.put(std::uint32_t{0});
   w.put(fingerprint);
   w.put(static_cast<std::uint64_t>(body.size()));
@@ -182,7 +195,8 @@ FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& finger
   char magic[8];
   h.raw(magic, sizeof magic);
   if (!h.ok() || std::memcmp(magic, kManifestMagic, sizeof magic) != 0) return FileCheck::Corrupt;
-  if (h.get<std::uint32_t>() != kDiskFormatVersion) return FileCheck::BadVersion;
+  const auto version = h.get<std::uint32_t>();
+  if (version != kDiskFormatVersion && version != kStateFormatVersion) return FileCheck::BadVersion;
   h.get<std::uint32_t>();
   const Hash128 fp = h.hash();
   const auto body_bytes = h.get<std::uint64_t>();
@@ -202,10 +216,18 @@ FileCheck parse_manifest(std::span<const std::byte> bytes, const Hash128& finger
   out.restores = b.get<std::uint64_t>();
   out.last_use_ms = b.get<std::int64_t>();
   const auto n = b.get<std::uint32_t>();
-  if (!b.ok() || static_cast<std::size_t>(n) * 16 != body.size() - b.at())
+  const std::size_t chain_bytes = static_cast<std::size_t>(n) * 16;
+  if (!b.ok() || chain_bytes > body.size() - b.at() ||
+      (version == kDiskFormatVersion && chain_bytes != body.size() - b.at()))
     return FileCheck::Corrupt;
   out.chain.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) out.chain.push_back(b.hash());
+  if (version == kStateFormatVersion) {
+    const auto n_states = b.get<std::uint32_t>();
+    if (!b.ok() || static_cast<std::size_t>(n_states) * 16 != body.size() - b.at())
+      return FileCheck::Corrupt;
+    for (std::uint32_t i = 0; i < n_states; ++i) out.states.push_back(b.hash());
+  }
   return b.ok() ? FileCheck::Ok : FileCheck::Corrupt;
 }
 

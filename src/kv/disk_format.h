@@ -5,10 +5,15 @@
 //   magic "AKVBLOCK" | u32 version | u32 header bytes (128) | fingerprint | key | parent key |
 //   keyed tokens hash (four Hash128) | u32 codec | u32 tokens per block | u64 payload bytes |
 //   u64 XXH3-64 of the payload | u64 XXH3-64 of the header bytes before it | zero padding.
+// State block (hybrid models' recurrent-state snapshot at the end of a KV block), the same file
+//   and header with version 2 and the codec field holding kStateBlockTag: key = the keyer's
+//   state_key, parent = the key of the KV block it ends on, tokens hash = the keyed hash of the
+//   whole prefix; the payload is the exact f32 state. Version 1 readers leave such files alone.
 // Manifest    agents/<keyed hash of tenant and agent>.agent: a 48-byte header, then a body.
 //   magic "AKVAGENT" | u32 version | u32 0 | fingerprint | u64 body bytes | u64 XXH3-64 of body;
 //   body: tenant, agent (u32 length + bytes each), u8 pinned, i64 tokens, u64 requests, hits,
-//   restores, i64 last use (unix ms), u32 blocks, then the chain's keys.
+//   restores, i64 last use (unix ms), u32 blocks, then the chain's keys; version 2 (written when
+//   the agent has state blocks) adds u32 states, then their keys.
 // No token ids or text are stored: blocks are named by keyed hashes (block_key.h).
 #pragma once
 
@@ -25,10 +30,15 @@
 namespace akv {
 
 inline constexpr std::uint32_t kDiskFormatVersion = 1;
+inline constexpr std::uint32_t kStateFormatVersion = 2;  // state blocks; manifests naming them
+inline constexpr std::uint32_t kStateBlockTag = 0x54415453;  // "STAT" in a state block's codec field
 inline constexpr std::size_t kBlockHeaderBytes = 128;
 inline constexpr std::size_t kManifestHeaderBytes = 48;
 
+enum class BlockKind { Kv, State };
+
 struct BlockHeader {
+  BlockKind kind = BlockKind::Kv;
   Hash128 fingerprint;
   Hash128 key;
   Hash128 parent;
@@ -44,18 +54,20 @@ enum class FileCheck { Ok, Corrupt, BadVersion, ForeignModel };
 std::uint64_t payload_checksum(std::span<const std::byte> payload);
 
 std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& h);
-// Checks magic, version and the header checksum; ForeignModel when the fingerprint differs.
+// Checks magic, version and the header checksum; ForeignModel when the fingerprint differs. A
+// state block comes back with kind State and codec Native.
 FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint,
                              BlockHeader& out);
 
 // What a block file (or the remote tier's value, the same bytes) must be to be loaded.
 struct BlockExpect {
   Hash128 fingerprint, key, parent, tokens_hash;
-  SpillCodec codec = SpillCodec::Native;
+  SpillCodec codec = SpillCodec::Native;  // Native for state blocks
   std::uint64_t payload_bytes = 0;
+  BlockKind kind = BlockKind::Kv;
 };
 // The payload of a whole block file when its header, size, key, parent, tokens hash, codec and
-// payload checksum all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
+// payload checksum (and the kind) all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
 // told apart here: the caller only loads.
 std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want);
 

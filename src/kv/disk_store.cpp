@@ -103,6 +103,13 @@ int open_dir_fd(const std::string& path) {
   return fd;
 }
 
+// What a manifest names for retention: its chain's blocks and its state blocks.
+std::vector<Hash128> named_keys(const AgentRecord& r) {
+  std::vector<Hash128> keys = r.chain;
+  keys.insert(keys.end(), r.states.begin(), r.states.end());
+  return keys;
+}
+
 }  // namespace
 
 std::unique_ptr<DiskStore> DiskStore::open_or_throw(DiskStoreOptions options) {
@@ -200,19 +207,25 @@ void DiskStore::scan_blocks() {
     BlockHeader h;
     FileCheck check =
         readable ? parse_block_header(head, options_.fingerprint, h) : FileCheck::Corrupt;
+    // A state block's size is the model's state (the fingerprint covers its config); a load
+    // checks it against the size wanted.
+    const bool state = h.kind == BlockKind::State;
+    const std::uint64_t want_payload = state ? h.payload_bytes : payload;
     if (check == FileCheck::Ok &&
-        (h.key != *key || h.codec != options_.codec ||
+        (h.key != *key || (!state && h.codec != options_.codec) ||
          h.n_tokens != static_cast<std::uint32_t>(options_.block_size) ||
-         h.payload_bytes != payload ||
-         static_cast<std::uint64_t>(st.st_size) != kBlockHeaderBytes + payload))
+         h.payload_bytes != want_payload ||
+         static_cast<std::uint64_t>(st.st_size) != kBlockHeaderBytes + want_payload))
       check = FileCheck::Corrupt;
     switch (check) {
       case FileCheck::Ok:
         files_[*key] = {
             .bytes = st.st_size,
             .last_use_ms = std::int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000,
-            .parent = h.parent};
+            .parent = h.parent,
+            .state = state};
         ++stats_.n_blocks;
+        if (state) ++stats_.n_states;
         stats_.bytes += st.st_size;
         break;
       default:
@@ -261,7 +274,7 @@ void DiskStore::scan_manifests() {
       check = FileCheck::ForeignModel;
     switch (check) {
       case FileCheck::Ok:
-        manifests_[name] = {.chain = r.chain, .pinned = r.pinned};
+        manifests_[name] = {.chain = named_keys(r), .pinned = r.pinned};
         loaded_.push_back(std::move(r));
         ++stats_.n_manifests;
         break;
@@ -467,7 +480,7 @@ void DiskStore::put_manifest(const AgentRecord& record) {
   {
     std::lock_guard lock(mu_);
     const std::string name = manifest_name(record.tenant, record.agent);
-    manifests_[name] = {.chain = record.chain, .pinned = record.pinned};
+    manifests_[name] = {.chain = named_keys(record), .pinned = record.pinned};
     retries_.erase(name);  // this one supersedes a failed older one
     queue_.push_back(std::move(job));
   }
@@ -501,6 +514,53 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
   for (const Hash128& k : chain)
     if (auto it = files_.find(k); it != files_.end()) n += it->second.bytes;
   return n;
+}
+
+bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
+                          std::vector<std::byte> bytes) {
+  bool queued = false;
+  {
+    std::lock_guard lock(mu_);
+    if (files_.contains(key) || pending_.contains(key)) return false;
+    const bool paused = now_ms() < paused_until_ms_;
+    if (paused || queued_bytes_ + bytes.size() > options_.max_queue_bytes) {
+      if (!count_drop_locked(paused)) return false;
+    } else {
+      enqueue_block_locked(key, parent, prefix_hash, bytes);
+      queue_.back()->state = true;
+      queued = true;
+    }
+  }
+  wake_.notify_one();
+  return queued;
+}
+
+bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
+                           std::span<std::byte> out) {
+  if (!on_disk(key)) return false;
+  const BlockExpect want{.fingerprint = options_.fingerprint,
+                         .key = key,
+                         .parent = parent,
+                         .tokens_hash = prefix_hash,
+                         .codec = SpillCodec::Native,
+                         .payload_bytes = out.size(),
+                         .kind = BlockKind::State};
+  std::vector<std::byte> bytes;
+  const bool ok = read_file_into(block_path(key), bytes);
+  const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want) : std::span<const std::byte>{};
+  if (body.empty()) {
+    if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
+    return false;
+  }
+  std::memcpy(out.data(), body.data(), out.size());
+  const std::int64_t now = now_unix_ms();
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.n_loaded;
+    if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
+  }
+  set_mtime(blocks_fd_, key.hex() + ".kvb", now);
+  return true;
 }
 
 bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -751,6 +811,7 @@ void DiskStore::forget_files(const std::vector<Hash128>& keys) {
   for (const Hash128& k : keys) {
     if (auto it = files_.find(k); it != files_.end()) {
       --stats_.n_blocks;
+      if (it->second.state) --stats_.n_states;
       stats_.bytes -= it->second.bytes;
       files_.erase(it);
     }

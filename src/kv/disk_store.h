@@ -91,7 +91,8 @@ struct DiskStoreOptions {
 };
 
 struct DiskStoreStats {
-  std::int64_t n_blocks = 0;   // usable block files
+  std::int64_t n_blocks = 0;   // usable block files (state blocks included)
+  std::int64_t n_states = 0;   // of n_blocks: state blocks
   std::int64_t bytes = 0;      // their total size
   std::int64_t max_bytes = 0;  // DiskStoreOptions::max_bytes (0: unlimited)
   std::int64_t n_manifests = 0;
@@ -183,6 +184,19 @@ class DiskStore {
   // rejected_corrupt and left there; Redis unavailable is a miss).
   bool load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
             std::span<std::byte> raw);
+  // State blocks (hybrid models' recurrent-state snapshots, disk_format.h): `key` is the keyer's
+  // state_key of the KV block `parent` they end on, `prefix_hash` the keyed tokens hash of the
+  // whole prefix. Stored exactly; queued and written like blocks (same batches, budget and
+  // leaf-first retention: a state file names its KV block as parent, so it goes before that
+  // block and never outlives it). Not sent to the remote tier. put_state: false when dropped
+  // (paused, queue full) or already stored/queued; never waits for IO.
+  bool put_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
+                 std::vector<std::byte> bytes);
+  // Reads and verifies (header, kind, key, parent, prefix hash, size, checksum) a state block of
+  // exactly out.size() bytes into `out`. False when missing or bad; a bad file is counted in
+  // rejected_corrupt and removed (its tokens are recomputed).
+  bool load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
+                  std::span<std::byte> out);
   // load() into `out` encoded with `codec` (encoded_bytes of it): the file's payload as it is
   // when that is the store's codec, decoded when `codec` keeps the raw form, else re-encoded.
   bool load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -216,9 +230,10 @@ class DiskStore {
     std::int64_t bytes = 0;
     std::int64_t last_use_ms = 0;  // unix ms: written, loaded, or the mtime found at start-up
     Hash128 parent;
+    bool state = false;  // a state block
   };
   struct Manifest {
-    std::vector<Hash128> chain;
+    std::vector<Hash128> chain;  // and its state blocks: retention names them alike
     bool pinned = false;
   };
   enum class Sweep { Budget, Orphans };

@@ -144,7 +144,12 @@ void DiskStore::run(Job& job) {
 void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
   if (options_.before_write) options_.before_write();
   const std::size_t payload_bytes = encoded_bytes(options_.codec, options_.shape);
-  const std::size_t file_bytes = kBlockHeaderBytes + payload_bytes;
+  // A state block's file holds its bytes as they are.
+  const auto file_bytes_of = [&](const Job& job) {
+    return kBlockHeaderBytes + (job.state ? job.raw.size() : payload_bytes);
+  };
+  std::size_t batch_bytes = 0;
+  for (const auto& job : batch) batch_bytes += file_bytes_of(*job);
   bool paused = false;
   {
     std::lock_guard lock(mu_);
@@ -153,15 +158,16 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
   // Room for the whole batch at once; when the blocks that must stay leave too little, block
   // by block until one does not fit (it pauses spilling like a write error).
   const bool batch_fits =
-      !paused && make_room(static_cast<std::int64_t>(file_bytes * batch.size()));
+      !paused && make_room(static_cast<std::int64_t>(batch_bytes));
   DurableBatch files(blocks_fd_, tmp_serial_);
   std::vector<std::size_t> added;  // batch index of each file in `files`
   int error = 0;
   std::size_t n_tried = 0;
   bool over_budget = false;
+  std::size_t added_bytes = 0;  // of the files in `files`
   for (; n_tried < batch.size() && !paused; ++n_tried) {
     const Job& job = *batch[n_tried];
-    if (!batch_fits && !make_room(static_cast<std::int64_t>(file_bytes * (added.size() + 1)))) {
+    if (!batch_fits && !make_room(static_cast<std::int64_t>(added_bytes + file_bytes_of(job)))) {
       on_over_budget();  // counts this block; the rest of the batch finds spilling paused
       over_budget = true;
       break;
@@ -169,12 +175,13 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
     // Native: the raw bytes as they are; a lent block in the store's codec: its bytes as they are.
     const bool lent = !job.lent.bytes.empty();
     std::span<const std::byte> payload = lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
-    if (lent ? job.lent.codec != options_.codec : options_.codec != SpillCodec::Native) {
+    if (!job.state && (lent ? job.lent.codec != options_.codec : options_.codec != SpillCodec::Native)) {
       payload_.resize(payload_bytes);
       encode_block(options_.codec, options_.shape, payload, payload_);  // from the raw form
       payload = payload_;
     }
-    const BlockHeader h{.fingerprint = options_.fingerprint,
+    const BlockHeader h{.kind = job.state ? BlockKind::State : BlockKind::Kv,
+                        .fingerprint = options_.fingerprint,
                         .key = job.key,
                         .parent = job.parent,
                         .tokens_hash = job.tokens_hash,
@@ -183,11 +190,15 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
                         .payload_bytes = payload.size(),
                         .payload_checksum = payload_checksum(payload)};
     const auto header = encode_block_header(h);
-    if (options_.remote != nullptr && !came_from_remote(job.key)) options_.remote->put_block(job.key, header, payload);
-    if (files.add(job.key.hex() + ".kvb", header, payload))
+    // The remote tier reads at most a KV block's file: state blocks stay local.
+    if (options_.remote != nullptr && !job.state && !came_from_remote(job.key))
+      options_.remote->put_block(job.key, header, payload);
+    if (files.add(job.key.hex() + ".kvb", header, payload)) {
       added.push_back(n_tried);
-    else if (error == 0)
+      added_bytes += file_bytes_of(job);
+    } else if (error == 0) {
       error = errno;
+    }
   }
   int commit_error = 0;
   const std::vector<bool> ok = files.commit(commit_error);
@@ -214,12 +225,14 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       if (!job.lent.bytes.empty()) --queued_lent_;
       keep_buffer_locked(job.raw);
       if (written[i]) {
-        const BlockFile f{.bytes = static_cast<std::int64_t>(file_bytes),
+        const BlockFile f{.bytes = static_cast<std::int64_t>(file_bytes_of(job)),
                           .last_use_ms = now,
-                          .parent = job.parent};
+                          .parent = job.parent,
+                          .state = job.state};
         if (files_.emplace(job.key, f).second) {
           ++stats_.n_blocks;
-          stats_.bytes += static_cast<std::int64_t>(file_bytes);
+          if (job.state) ++stats_.n_states;
+          stats_.bytes += f.bytes;
         }
         ++stats_.n_written;
       } else {

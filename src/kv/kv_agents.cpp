@@ -20,6 +20,7 @@ void KvManager::remember_agent(const KvSequence& seq, std::string_view ns, std::
   const AgentRecord r =
       agents_->record_turn(ns, agent,
                            {.chain = seq.keys_,
+                            .states = state_keys_of(seq),
                             .n_tokens = n_tokens,
                             .hit = hit,
                             .restored = seq.n_restored_ + seq.n_host_restored_ > 0,

@@ -56,6 +56,10 @@ class KvSequence {
   // A background disk load for this sequence's prefix (restore_pending), until match uses it.
   std::shared_ptr<RestoreJob> restore_;
   bool restore_planned_ = false;
+  // Hybrid models: the state block put_state wrote last for this sequence (its agent's record
+  // names it) and its position; zero/0: none.
+  Hash128 state_key_;
+  std::int32_t state_pos_ = 0;
 };
 
 // Moves one block's KV between device memory and host bytes in Backend::read_kv_block's layout.
@@ -171,6 +175,20 @@ class KvManager {
   // has room: while it has none, the engine waits for it rather than copying blocks to drop).
   std::size_t n_spills_queued() const { return spill_queue_.size(); }
   bool spills_ready() const { return !spill_queue_.empty() && spill_room() > 0; }
+  // --- state blocks of hybrid models (kv_states.cpp) -------------------------------------------
+  // A recurrent-state snapshot at the end of seq's block pos / block_size - 1 is a state block
+  // keyed like that KV block (BlockKeyer::state_key of its tier key: tenant, model and prefix
+  // included), stored exactly. Its host copy is the engine's snapshot store; the disk tier
+  // gets it here, written behind. Both do nothing without a disk tier.
+  // Queues the state after tokens[0, pos) of seq (pos a multiple of the block size, its blocks
+  // indexed) for the disk; an agent recorded from seq later names it.
+  void put_state(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t pos,
+                 std::span<const float> state);
+  // The deepest position p with floor < p <= limit, a multiple of the block size within seq's
+  // indexed blocks, whose state block the disk holds and that loads and verifies; `state` (its
+  // size is the state's) then holds it. 0 when none. Reads the disk on the caller's thread.
+  std::int32_t load_state(const KvSequence& seq, std::span<const std::int32_t> tokens,
+                          std::int32_t floor, std::int32_t limit, std::span<float> state);
   // --- agents (kv_agents.cpp): the one writer of the agent index and the manifests ----------
   // Records a finished request of `agent` in namespace `ns`: seq's indexed chain becomes the
   // agent's last state (n_tokens of it have KV); queues its manifest. A pinned agent's new
@@ -263,6 +281,8 @@ class KvManager {
   bool read_for_disk(const Hash128& key, std::span<std::byte> raw, TierMeta& meta);
   void finish_tier_reads();
   bool demoting(const Hash128& key) const;
+  // The state blocks an agent recorded from seq names (kv_states.cpp).
+  std::vector<Hash128> state_keys_of(const KvSequence& seq) const;
   // Agents (kv_agents.cpp): High where a pinned agent's chain holds the key, else Normal.
   void recompute_pinned_retention(std::span<const Hash128> keys);
 

@@ -1,0 +1,285 @@
+// Agent memory on hybrid models (Qwen3.5 text and MoE, Qwen3-Next; scalar reference backend): a
+// returning agent resumes at its last snapshot with the KV of the same prefix from the host tier
+// after a device eviction and from the disk tier after a restart (the snapshot written there
+// as a state block), a second agent resumes at the deepest snapshot of a shared prefix; each
+// gives the cold run's greedy tokens and top logprobs, and usage reports the snapshot's
+// position. A damaged state block is refused and recomputed; another tenant never resumes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "kv/agent_index.h"
+#include "kv/disk_format.h"
+#include "kv/disk_store.h"
+#include "kv/host_store.h"
+#include "kv/model_fingerprint.h"
+#include "engine_test_util.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Collector;
+using test::greedy_alone;
+using test::Ids;
+using Result = Collector::Result;
+
+constexpr std::int32_t kBlock = 8;
+// The fixtures' fp32 logits agree with their fp64 references to ~7e-5 relative over 300 tokens
+// (SOURCES.md); a resumed run and a cold one differ only in summation order within that.
+constexpr double kLogprobTolerance = 1e-4;
+
+std::string fixture(const std::string& name) {
+  return std::string(AGENTKV_TESTDATA) + "/models/tiny-random-w2/" + name;
+}
+
+Ids random_ids(std::uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  Ids ids(n);
+  for (auto& t : ids) t = std::uniform_int_distribution<int>(3, 511)(rng);
+  return ids;
+}
+
+struct ScratchDir {
+  ScratchDir()
+      : path((fs::temp_directory_path() /
+              ("akv_hybrid_" + std::to_string(::getpid()) + "_" + std::to_string(serial++)))
+                 .string()) {
+    fs::remove_all(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+  static inline int serial = 0;
+  std::string path;
+};
+
+struct Options {
+  std::int32_t n_blocks = 64;
+  std::size_t host_blocks = 0;
+  std::int32_t snapshot_interval = 1024;
+  std::int64_t snapshot_bytes = 1ll << 30;
+};
+
+// A hybrid model with an agent index, a disk tier on `kv_dir` (and a host tier) and an engine
+// with snapshots; destroyed engine first. snapshot_bytes 0: the cold reference (no reuse).
+struct Served {
+  Served(const std::string& model_dir, const std::string& kv_dir, Options opt = {}) {
+    auto model = load_model(model_dir, backend);
+    const KvLayout layout = kv_layout_for(model->config(), opt.n_blocks, kBlock, DType::F32);
+    DiskStoreOptions o;
+    o.dir = kv_dir;
+    o.fingerprint = model_fingerprint({.model_dir = model_dir, .chat_template = "", .kv = layout});
+    o.shape = block_shape_of(layout);
+    o.block_size = kBlock;
+    store = DiskStore::open_or_throw(o);
+    for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
+    EngineConfig cfg{.block_size = kBlock,
+                     .n_blocks = opt.n_blocks,
+                     .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 4},
+                     .state_snapshot_bytes = opt.snapshot_bytes,
+                     .state_snapshot_interval = opt.snapshot_interval};
+    if (opt.host_blocks > 0) {
+      HostStoreOptions h;
+      h.max_bytes = opt.host_blocks * o.shape.raw_bytes();
+      h.shape = o.shape;
+      h.block_size = kBlock;
+      h.on_disk = [this](const Hash128& key) { return store->has(key); };
+      host = std::make_unique<HostStore>(std::move(h));
+    }
+    cfg.agents = &agents;
+    cfg.host = host.get();
+    cfg.disk = store.get();
+    engine = std::make_unique<Engine>(std::move(model), backend, cfg);
+  }
+  Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "") {
+    GenerateRequest r;
+    r.n_logprobs = 5;
+    r.prompt = std::move(prompt);
+    r.max_tokens = n;
+    r.ns = ns;
+    r.agent = agent;
+    return out.wait(engine->submit(std::move(r), out.callback()));
+  }
+  // The engine counts a request's prefix blocks by tier just after its Finished event: waits
+  // until `n_requests` requests' counts are in (each adds (prompt - 1) / block blocks).
+  EngineTotals totals_after(std::uint64_t n_blocks) {
+    for (int i = 0; i < 2000; ++i) {
+      const EngineTotals t = engine->metrics().totals;
+      if (t.prefix_blocks_device + t.prefix_blocks_host + t.prefix_blocks_disk + t.prefix_blocks_missed >= n_blocks)
+        return t;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ADD_FAILURE() << "prefix block counts never arrived";
+    return engine->metrics().totals;
+  }
+  void stop_gracefully() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    engine->stop();
+    engine->spill_agents_to_disk(deadline);
+    EXPECT_TRUE(store->drain(deadline).in_time);
+  }
+
+  ReferenceBackend backend;
+  AgentIndex agents;
+  std::unique_ptr<DiskStore> store;
+  std::unique_ptr<HostStore> host;
+  std::unique_ptr<Engine> engine;
+  Collector out;
+};
+
+class HybridMemory : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string model() const { return fixture(GetParam()); }
+  // The same prompt on an engine that reuses nothing: tokens and top logprobs to compare with.
+  Result cold(const Ids& prompt, int n) {
+    ScratchDir dir;
+    Served s(model(), dir.path, {.snapshot_bytes = 0});
+    return s.run(prompt, n, "");
+  }
+  void expect_like_cold(const Result& r, const Ids& prompt, int n) {
+    EXPECT_EQ(r.tokens, greedy_alone(model(), prompt, n));
+    const Result c = cold(prompt, n);
+    ASSERT_EQ(r.top.size(), c.top.size());
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      ASSERT_EQ(r.top[i].size(), c.top[i].size());
+      for (std::size_t j = 0; j < r.top[i].size(); ++j) {
+        EXPECT_EQ(r.top[i][j].id, c.top[i][j].id);
+        EXPECT_NEAR(r.top[i][j].logprob, c.top[i][j].logprob, kLogprobTolerance);
+      }
+    }
+  }
+  // An agent's first turn: 45 prompt tokens and 12 generated leave 56 computed, its end
+  // snapshot at 56 (7 blocks); the second turn is the first plus its answer plus new tokens.
+  static constexpr std::int32_t kResumeAt = 56;
+  Ids first_turn() const { return random_ids(11, 45); }
+  Ids second_turn(const Result& r1) const {
+    Ids p = first_turn();
+    p.insert(p.end(), r1.tokens.begin(), r1.tokens.end());
+    for (std::int32_t t : random_ids(12, 9)) p.push_back(t);
+    return p;
+  }
+};
+
+TEST_P(HybridMemory, ReturningAgentAfterDeviceEvictionResumesFromTheHostTier) {
+  ScratchDir dir;
+  // 20 device blocks: another agent's 140-token prompt pushes the first agent's blocks out of
+  // device memory into the host tier.
+  Served s(model(), dir.path, {.n_blocks = 20, .host_blocks = 64});
+  const Result r1 = s.run(first_turn(), 12, "a");
+  s.run(random_ids(13, 140), 4, "b");
+  const Ids prompt = second_turn(r1);
+  const Result r2 = s.run(prompt, 6, "a");
+  EXPECT_EQ(r2.usage.cached_tokens, kResumeAt);
+  const std::uint64_t n_counted = (45 - 1) / kBlock + (140 - 1) / kBlock + (prompt.size() - 1) / kBlock;
+  EXPECT_GT(s.totals_after(n_counted).prefix_blocks_host, 0u) << "not from the host tier";
+  expect_like_cold(r2, prompt, 6);
+}
+
+TEST_P(HybridMemory, AgentAfterRestartResumesFromDisk) {
+  ScratchDir dir;
+  Result r1;
+  {
+    Served s(model(), dir.path);
+    r1 = s.run(first_turn(), 12, "a");
+    s.stop_gracefully();
+    EXPECT_GE(s.store->stats().n_states, 1);
+  }
+  Served s(model(), dir.path);
+  const std::optional<AgentRecord> rec = s.agents.find("", "a");
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->states.size(), 1u) << "the manifest names its snapshot";
+  const Ids prompt = second_turn(r1);
+  const Result r2 = s.run(prompt, 6, "a");
+  EXPECT_EQ(r2.usage.cached_tokens, kResumeAt);
+  EXPECT_EQ(s.totals_after((prompt.size() - 1) / kBlock).prefix_blocks_disk, kResumeAt / kBlock);
+  expect_like_cold(r2, prompt, 6);
+}
+
+// Snapshots every 16 tokens: after a restart, a second agent sharing the first 40 tokens of the
+// first agent's prompt resumes at 32, the deepest snapshot within them.
+TEST_P(HybridMemory, SecondAgentSharingAPrefixResumesAtItsDeepestSnapshot) {
+  ScratchDir dir;
+  {
+    Served s(model(), dir.path, {.snapshot_interval = 16});
+    s.run(first_turn(), 12, "a");
+    s.stop_gracefully();
+  }
+  Served s(model(), dir.path, {.snapshot_interval = 16});
+  Ids prompt = first_turn();
+  prompt.resize(40);
+  for (std::int32_t t : random_ids(14, 10)) prompt.push_back(t);
+  const Result r = s.run(prompt, 6, "b");
+  EXPECT_EQ(r.usage.cached_tokens, 32);
+  expect_like_cold(r, prompt, 6);
+}
+
+std::vector<fs::path> state_files(const std::string& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir + "/blocks")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    std::array<char, kBlockHeaderBytes> head{};
+    if (!in.read(head.data(), head.size())) continue;
+    std::uint32_t version = 0;
+    std::memcpy(&version, head.data() + 8, 4);
+    if (version == kStateFormatVersion) out.push_back(e.path());
+  }
+  return out;
+}
+
+TEST_P(HybridMemory, DamagedSnapshotIsRefusedAndRecomputed) {
+  ScratchDir dir;
+  Result r1;
+  {
+    Served s(model(), dir.path);
+    r1 = s.run(first_turn(), 12, "a");
+    s.stop_gracefully();
+  }
+  const std::vector<fs::path> files = state_files(dir.path);
+  ASSERT_EQ(files.size(), 1u);
+  {
+    std::fstream f(files[0], std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(kBlockHeaderBytes + 40);
+    const char c = static_cast<char>(f.get());
+    f.seekp(kBlockHeaderBytes + 40);
+    f.put(static_cast<char>(c ^ 0x10));  // one bit of one float
+  }
+  Served s(model(), dir.path);
+  const Ids prompt = second_turn(r1);
+  const Result r2 = s.run(prompt, 6, "a");
+  EXPECT_EQ(r2.usage.cached_tokens, 0) << "KV without its snapshot claims nothing";
+  EXPECT_EQ(s.store->stats().rejected_corrupt, 1);
+  expect_like_cold(r2, prompt, 6);
+}
+
+TEST_P(HybridMemory, TenantNeverGetsAnotherTenantsSnapshot) {
+  ScratchDir dir;
+  Result r1;
+  {
+    Served s(model(), dir.path);
+    r1 = s.run(first_turn(), 12, "a", "tenant-1");
+    s.stop_gracefully();
+  }
+  Served s(model(), dir.path);
+  const Ids prompt = second_turn(r1);
+  const Result other = s.run(prompt, 6, "a", "tenant-2");
+  EXPECT_EQ(other.usage.cached_tokens, 0);
+  expect_like_cold(other, prompt, 6);
+  const Result own = s.run(prompt, 6, "a", "tenant-1");
+  EXPECT_EQ(own.usage.cached_tokens, kResumeAt);
+  EXPECT_EQ(own.tokens, other.tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HybridMemory,
+                         ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace akv
