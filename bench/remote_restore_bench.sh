@@ -22,7 +22,9 @@ for round in $(seq "$rounds"); do
   rb="$(redis-benchmark -p "$port" -t set,get -d "$value_bytes" -n "$blocks" -c "$threads" --csv |
     awk -F'"' -v b="$value_bytes" '$2=="GET"{g=$4*b} $2=="SET"{s=$4*b} END{printf "%.0f %.0f", g/1e6, s/1e6}')"
   get_mb="${rb% *}"
-  ours="$("$bench" --redis "redis://127.0.0.1:$port" --value-bytes "$value_bytes" --blocks "$blocks" \
-    --threads "$threads" --rounds 3 | sed -n 's/^get_block MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
-  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best)"
+  out="$("$bench" --redis "redis://127.0.0.1:$port" --value-bytes "$value_bytes" --blocks "$blocks" \
+    --threads "$threads" --rounds 3 2>/dev/null)"
+  ours="$(echo "$out" | sed -n 's/^get_block MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
+  wrote="$(echo "$out" | sed -n 's/^wrote .*: \([0-9]*\) MB\/s/\1/p')"
+  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best); write-behind $wrote MB/s"
 done

@@ -53,7 +53,8 @@ class RedisConnection {
   RedisReply next();
   // Like next(), but a bulk string reply's bytes go straight into `into` (resized to them: one
   // copy out of the read buffer, no allocation once `into` has grown) and the reply's own string
-  // is empty. For block-sized values.
+  // is empty. Any other reply (array, integer, status, error, nil) leaves `into` as it was. For
+  // block-sized values.
   RedisReply next_into(std::vector<std::byte>& into);
   bool broken() const;
   std::string error() const;

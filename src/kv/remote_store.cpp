@@ -193,8 +193,9 @@ bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
   const std::string now = std::to_string(now_unix_ms());
   conn->append({"GETRANGE", name, "0", last});
   conn->append({"ZADD", prefix_ + "blocks", "XX", now, key.hex()});
-  out.clear();
-  const RedisReply got = conn->next_into(out);  // the value straight into `out`
+  // The value straight into `out` (a string reply always sets its size: 0 when missing); not
+  // cleared first, so the restorer's buffer of one block's size is neither zeroed nor regrown.
+  const RedisReply got = conn->next_into(out);
   const RedisReply touched = got != nullptr ? conn->next() : nullptr;
   if (got == nullptr || touched == nullptr || reply_is_error(got.get())) {
     on_failure(got == nullptr || touched == nullptr ? conn->error() : std::string(reply_string(got.get())));
