@@ -13,7 +13,7 @@ tmp="$(mktemp -d)"
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
   { echo "FAIL: needs redis-server and redis-cli (Debian package redis-server)"; exit 1; }
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
