@@ -4,6 +4,7 @@
 #include <sys/time.h>
 
 #include <charconv>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -18,6 +19,31 @@ bool parse_int(std::string_view s, int& out) {
 
 timeval to_timeval(int ms) {
   return {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+}
+
+// Where next_into() wants the bulk string it waits for (null: into the reply, as hiredis does).
+// A connection is used by one thread at a time, so the thread's pointer is that connection's.
+thread_local std::vector<std::byte>* t_sink = nullptr;
+const redisReplyObjectFunctions* g_hiredis_functions = nullptr;  // hiredis's own (set once)
+
+void* create_string(const redisReadTask* task, char* str, std::size_t len) {
+  if (t_sink != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING) {
+    t_sink->resize(len);
+    std::memcpy(t_sink->data(), str, len);
+    len = 0;
+  }
+  return g_hiredis_functions->createString(task, str, len);
+}
+
+// hiredis's reply functions with create_string in front of its createString.
+redisReplyObjectFunctions* sink_functions(const redisReplyObjectFunctions* hiredis_functions) {
+  static redisReplyObjectFunctions functions = [&] {
+    g_hiredis_functions = hiredis_functions;
+    redisReplyObjectFunctions f = *hiredis_functions;
+    f.createString = create_string;
+    return f;
+  }();
+  return &functions;
 }
 
 }  // namespace
@@ -82,6 +108,10 @@ std::unique_ptr<RedisConnection> RedisConnection::connect_or_null(const RedisUrl
   }
   redisSetTimeout(c, to_timeval(timeout_ms));
   redisEnableKeepAlive(c);
+  // Keep the reply buffer between replies: by default hiredis frees it once more than 16 KiB
+  // sit unused, so each block-sized reply regrew it from 16 KiB (copies and page faults).
+  c->reader->maxbuf = 0;
+  c->reader->fn = sink_functions(c->reader->fn);
   const std::string db = std::to_string(url.db);
   if (!url.password.empty()) {
     if (url.user.empty())
@@ -125,6 +155,13 @@ RedisReply RedisConnection::next() {
     return nullptr;
   }
   return RedisReply(static_cast<redisReply*>(reply));
+}
+
+RedisReply RedisConnection::next_into(std::vector<std::byte>& into) {
+  t_sink = &into;
+  RedisReply r = next();
+  t_sink = nullptr;
+  return r;
 }
 
 bool RedisConnection::broken() const {

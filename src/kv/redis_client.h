@@ -3,6 +3,7 @@
 // Not the remote tier's logic (remote_store.h). One connection per thread: not thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,6 +51,11 @@ class RedisConnection {
   // failed (timeout, reset, protocol error): it is broken() from then on, error() says why. A
   // Redis error reply is a reply (type REDIS_REPLY_ERROR), not a failure.
   RedisReply next();
+  // Like next(), but a bulk string reply's bytes go straight into `into` (resized to them: one
+  // copy out of the read buffer, no allocation once `into` has grown) and the reply's own string
+  // is empty. Any other reply (array, integer, status, error, nil) leaves `into` as it was. For
+  // block-sized values.
+  RedisReply next_into(std::vector<std::byte>& into);
   bool broken() const;
   std::string error() const;
 

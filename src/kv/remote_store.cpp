@@ -193,7 +193,9 @@ bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
   const std::string now = std::to_string(now_unix_ms());
   conn->append({"GETRANGE", name, "0", last});
   conn->append({"ZADD", prefix_ + "blocks", "XX", now, key.hex()});
-  const RedisReply got = conn->next();
+  // The value straight into `out` (a string reply always sets its size: 0 when missing); not
+  // cleared first, so the restorer's buffer of one block's size is neither zeroed nor regrown.
+  const RedisReply got = conn->next_into(out);
   const RedisReply touched = got != nullptr ? conn->next() : nullptr;
   if (got == nullptr || touched == nullptr || reply_is_error(got.get())) {
     on_failure(got == nullptr || touched == nullptr ? conn->error() : std::string(reply_string(got.get())));
@@ -201,18 +203,15 @@ bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
   }
   give_back(std::move(conn));
   on_success();
-  const std::string_view bytes = reply_string(got.get());
   std::lock_guard lock(mu_);
-  if (bytes.empty()) {
+  if (out.empty()) {
     ++stats_.n_missing;
     return false;
   }
-  if (bytes.size() != options_.value_bytes) {
+  if (out.size() != options_.value_bytes) {
     ++stats_.n_bad;
     return false;
   }
-  out.resize(bytes.size());
-  std::memcpy(out.data(), bytes.data(), bytes.size());
   ++stats_.n_loaded;
   return true;
 }

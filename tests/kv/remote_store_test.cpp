@@ -4,6 +4,7 @@
 #include "kv/remote_store.h"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 
 #include <thread>
 
@@ -73,6 +74,57 @@ TEST(RedisUrl, Parses) {
   EXPECT_THROW(parse_redis_url("redis://x:99999", "f"), Error);
   EXPECT_THROW(parse_redis_url("redis://x:1/db", "f"), Error);
   EXPECT_THROW(parse_redis_url("rediss://x:1", "f"), Error);
+}
+
+// rediss:// is refused with a message that says why and what to do (this hiredis has no TLS).
+TEST(RedisUrl, TlsIsRefusedWithTheReason) {
+  try {
+    parse_redis_url("rediss://cache:6380", "--kv-remote");
+    FAIL() << "rediss:// accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("--kv-remote: TLS (rediss://) is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tunnel"), std::string::npos) << e.what();
+  }
+}
+
+// A bulk reply read with next_into lands in the caller's buffer, which is reused without
+// reallocating; other replies (arrays, integers, errors, a missing key) are untouched.
+TEST(RedisConnection, NextIntoFillsTheCallersBuffer) {
+  RedisTestServer redis;
+  std::string error;
+  auto conn = RedisConnection::connect_or_null(redis.url(), 1000, error);
+  ASSERT_NE(conn, nullptr) << error;
+  std::string big(300000, 'x');
+  big[12345] = 'y';
+  conn->append({"SET", "big", big});
+  conn->append({"GET", "big"});
+  conn->append({"GET", "big"});
+  conn->append({"MGET", "big", "nothing"});
+  conn->append({"GETRANGE", "nothing", "0", "10"});
+  conn->append({"INCR", "big"});
+  ASSERT_TRUE(reply_is_ok(conn->next().get()));
+  std::vector<std::byte> into;
+  RedisReply r = conn->next_into(into);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(reply_string(r.get()).empty()) << "the bytes are in `into`, not the reply";
+  ASSERT_EQ(into.size(), big.size());
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(into.data()), into.size()), big);
+  const std::byte* data = into.data();
+  r = conn->next_into(into);
+  EXPECT_EQ(into.data(), data) << "the buffer is reused";
+  EXPECT_EQ(into.size(), big.size());
+  r = conn->next_into(into);  // an array: its strings stay in the reply
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, 2u);
+  EXPECT_EQ(reply_string(r->element[0]), big);
+  r = conn->next_into(into);
+  EXPECT_TRUE(into.empty()) << "an empty value";
+  r = conn->next_into(into);
+  EXPECT_TRUE(reply_is_error(r.get()));
+  EXPECT_FALSE(reply_string(r.get()).empty()) << "an error keeps its message";
+  conn->append({"GET", "big"});
+  EXPECT_EQ(reply_string(conn->next().get()), big) << "next() still returns the string";
 }
 
 TEST(RemoteStore, PasswordAndDatabaseAreUsed) {
