@@ -23,6 +23,11 @@ namespace {
 constexpr GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4,
                                GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
+// The set-up copies and memsets run on the legacy default stream, which the backend's
+// non-blocking stream does not wait for (a host-to-device copy from pageable memory may even
+// return before its DMA lands): kernels launched on the backend's stream after them must wait.
+void settle_setup() { AKV_CUDA_CHECK(cudaDeviceSynchronize()); }
+
 // Device bytes, zeroed, freed at scope end; sized up to 16 bytes past `bytes` (the kernels'
 // alignment contract).
 struct DeviceBytes {
@@ -99,6 +104,7 @@ TEST(CudaQuant, DequantizeBf16MatchesOracleBitForBit) {
       DeviceBytes w(c.bytes.size()), out(static_cast<std::size_t>(rows * cols) * 2);
       AKV_CUDA_CHECK(cudaMemcpy(w.p, c.bytes.data(), c.bytes.size(), cudaMemcpyHostToDevice));
       AKV_CUDA_CHECK(cudaMemset(out.p, 0xff, static_cast<std::size_t>(rows * cols) * 2));  // NaN poison
+      settle_setup();
       cuda::launch_dequantize_bf16({w.p, t, rows, cols}, out.p, backends().gpu.stream());
       backends().gpu.synchronize();
       std::vector<std::uint16_t> got(static_cast<std::size_t>(rows * cols));
@@ -165,6 +171,7 @@ TEST(CudaQuant, GemvMatchesOracleProducts) {
         DeviceBytes qa(cuda::quant_activation_bytes(n, cols));
         AKV_CUDA_CHECK(cudaMemcpy2D(xd.p, xs * 4, x.data(), cols * 4, cols * 4, n, cudaMemcpyHostToDevice));
         AKV_CUDA_CHECK(cudaMemset(yd.p, 0xff, static_cast<std::size_t>(n * (rows + 3)) * 4));  // NaN poison
+        settle_setup();
         const cuda::QuantActivations a = cuda::quant_activations_in(qa.p, n, cols);
         cuda::launch_quantize_activations(static_cast<const float*>(xd.p), xs, n, cols, a, backends().gpu.stream());
         cuda::launch_quant_gemv({w.p, t, rows, cols}, a, n, static_cast<float*>(yd.p), rows + 3,
