@@ -173,8 +173,9 @@ TEST_P(GgufFamily, QuantizedBlocksOnEveryCpuBackend) {
     const TensorInfo& w = kept.get_or_throw(*hf);
     EXPECT_EQ(w.dtype, DType::Q8_0) << g;
     ++n_kept;
-    if (!g.ends_with("attn_q.weight") && !g.ends_with("attn_k.weight"))
+    if (!g.ends_with("attn_q.weight") && !g.ends_with("attn_k.weight")) {
       EXPECT_EQ(w.bytes.data(), t.bytes.data()) << g << ": not zero copy";
+    }
   }
   EXPECT_GT(n_kept, 0);
   EXPECT_EQ(kept.get_or_throw("model.norm.weight").dtype, DType::F32);
