@@ -27,7 +27,7 @@ struct AgentRecord {
   std::vector<Hash128> chain;  // keys of its last state's full blocks, first block first
   // Hybrid models: keys of the state blocks (recurrent-state snapshots, block_key.h state_key)
   // of that chain, deepest last; retention treats them like the chain's blocks.
-  std::vector<Hash128> states;
+  std::vector<Hash128> states{};
   std::int64_t n_tokens = 0;   // tokens of its last state with KV (chain covers the full blocks)
   std::uint64_t n_requests = 0;
   std::uint64_t hits = 0;        // requests that found a cached prefix (any tier)
@@ -39,7 +39,7 @@ struct AgentRecord {
 // One finished request of an agent, as the KV side saw it.
 struct AgentTurn {
   std::vector<Hash128> chain;
-  std::vector<Hash128> states;
+  std::vector<Hash128> states{};
   std::int64_t n_tokens = 0;
   bool hit = false;
   bool restored = false;
