@@ -4,6 +4,8 @@
 // files and other tenants are never used.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -547,13 +550,25 @@ TEST(AgentMemory, APinWhileTheAgentsRequestRunsIsKeptOnDiskAfterItsEnd) {
 namespace akv {
 namespace {
 
-// A disk that falls behind: its queue holds one block and every batch takes 5 ms, so most of
-// the agent's blocks are still waiting for the disk (or, with a host tier, lent from it) when
-// the server stops.
-void slow_small_queue(DiskStoreOptions& o) {
-  o.max_queue_bytes = o.shape.raw_bytes();
-  o.before_write = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
-}
+// A disk that falls behind: its queue holds one block and it writes nothing until the test
+// opens it, so most of the agent's blocks are still waiting for the disk (or, with a host tier,
+// lent from it) when the server stops, however slow the build (a disk that was merely slow kept
+// up under TSan).
+class GatedDisk {
+ public:
+  std::function<void(DiskStoreOptions&)> tune() const {
+    return [open = open_](DiskStoreOptions& o) {
+      o.max_queue_bytes = o.shape.raw_bytes();
+      o.before_write = [open] {
+        while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      };
+    };
+  }
+  void open() const { open_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> open_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 // Runs an agent's turn on a slow disk, stops gracefully, restarts and runs its next turn:
 // every full block of the prompt and the reply must come back from disk.
@@ -564,7 +579,8 @@ void expect_whole_agent_after_restart(std::int32_t n_blocks, std::size_t host_bl
   Ids turn2;
   std::size_t n_chain = 0;
   {
-    Served a(kStories, dir.path, SpillCodec::Native, n_blocks, host_blocks, slow_small_queue);
+    const GatedDisk disk;
+    Served a(kStories, dir.path, SpillCodec::Native, n_blocks, host_blocks, disk.tune());
     const Result r = a.run(prompt, n_new, "agent-1");
     if (host_blocks > 0) a.run(random_ids(12, 90), n_new, "agent-2");  // pushes agent-1 to host
     const std::vector<Hash128> chain = a.agents.find("", "agent-1")->chain;
@@ -576,6 +592,7 @@ void expect_whole_agent_after_restart(std::int32_t n_blocks, std::size_t host_bl
     if (host_blocks == 0) {
       EXPECT_LT(a.store->stats().n_written, static_cast<std::int64_t>(n_chain)) << "the disk fell behind";
     }
+    disk.open();
     const AgentSpill spill = a.stop_gracefully();
     EXPECT_EQ(spill.n_missing, 0);
     EXPECT_EQ(spill.n_late, 0);
@@ -600,13 +617,15 @@ TEST(AgentMemory, AGracefulStopWritesAnAgentDemotedToTheHostTier) {
 
 TEST(AgentMemory, AStopPastItsDeadlineCountsWhatItCouldNotWrite) {
   ScratchDir dir;
-  Served a(kStories, dir.path, SpillCodec::Native, 64, 0, slow_small_queue);
+  const GatedDisk disk;
+  Served a(kStories, dir.path, SpillCodec::Native, 64, 0, disk.tune());
   a.run(random_ids(14, 90), 12, "agent-1");
   const std::size_t n_chain = a.agents.find("", "agent-1")->chain.size();
   a.engine->stop();
   const AgentSpill spill = a.engine->spill_agents_to_disk(std::chrono::steady_clock::now());
   EXPECT_GT(spill.n_late, 0) << "a queue of one block cannot take the missing blocks at once";
-  EXPECT_LT(spill.n_late, static_cast<std::int64_t>(n_chain)) << "the first blocks were written";
+  EXPECT_LT(spill.n_late, static_cast<std::int64_t>(n_chain)) << "the first blocks were queued or written";
+  disk.open();
   a.store->drain(std::chrono::steady_clock::now());
   EXPECT_EQ(a.store->stats().queued_blocks, 0);
 }
