@@ -18,7 +18,6 @@ constexpr std::string_view kParamOpen = "<parameter=";
 constexpr std::string_view kParamClose = "</parameter>";
 constexpr std::string_view kParamCloseNl = "\n</parameter>";
 constexpr std::string_view kThinkOpen = "<think>";
-constexpr std::string_view kThinkClose = "</think>";
 
 bool is_ws(char c) { return is_reply_ws(c); }
 
