@@ -172,25 +172,27 @@ std::uint16_t f32_to_f16(float f) {
 }
 
 void convert_to_f32(DType t, const void* src, float* dst, std::size_t n) {
+  // Elements are read with memcpy: a tensor in a file (a GGUF with a small general.alignment)
+  // need not be aligned to its element size.
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  const auto element = [bytes]<typename T>(std::size_t i, T) {
+    T v;
+    std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+    return v;
+  };
   switch (t) {
     case DType::F32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
-    case DType::BF16: {
-      const auto* s = static_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(element(i, std::uint16_t{}));
       return;
-    }
-    case DType::F16: {
-      const auto* s = static_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(element(i, std::uint16_t{}));
       return;
-    }
-    case DType::F64: {
-      const auto* s = static_cast<const double*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+    case DType::F64:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(element(i, double{}));
       return;
-    }
     default:
       AKV_CHECK(false, "convert_to_f32: not a floating-point dtype");
   }
