@@ -35,6 +35,7 @@ namespace fs = std::filesystem;
 using test::Collector;
 using test::greedy_alone;
 using test::Ids;
+using test::ScratchDir;
 using Result = test::Collector::Result;
 
 const std::string kTestdata = AGENTKV_TESTDATA;
@@ -44,18 +45,6 @@ std::string tiny(const std::string& name) {
 }
 
 constexpr std::int32_t kBlock = 8;
-
-struct ScratchDir {
-  ScratchDir()
-      : path((fs::temp_directory_path() /
-              ("akv_agents_" + std::to_string(::getpid()) + "_" + std::to_string(serial++)))
-                 .string()) {
-    fs::remove_all(path);
-  }
-  ~ScratchDir() { fs::remove_all(path); }
-  static inline int serial = 0;
-  std::string path;
-};
 
 Ids random_ids(std::uint32_t seed, int n) {
   std::mt19937 rng(seed);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -81,6 +83,21 @@ class Collector {
 };
 
 // Greedy tokens of `prompt` run alone, the plain way.
+// A directory under the system temp dir, unique per process and instance, removed at both ends.
+struct ScratchDir {
+  ScratchDir()
+      : path((std::filesystem::temp_directory_path() /
+              ("akv_engine_" + std::to_string(::getpid()) + "_" + std::to_string(serial++)))
+                 .string()) {
+    std::filesystem::remove_all(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  static inline int serial = 0;
+  std::string path;
+};
+
 inline Ids greedy_alone(const std::string& dir, const Ids& prompt, int n, DType kv_dtype = DType::F32) {
   ReferenceBackend backend;
   auto model = load_model(dir, backend);

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using test::Collector;
 using test::greedy_alone;
 using test::Ids;
+using test::ScratchDir;
 using Result = Collector::Result;
 
 constexpr std::int32_t kBlock = 8;
@@ -43,18 +44,6 @@ Ids random_ids(std::uint32_t seed, int n) {
   for (auto& t : ids) t = std::uniform_int_distribution<int>(3, 511)(rng);
   return ids;
 }
-
-struct ScratchDir {
-  ScratchDir()
-      : path((fs::temp_directory_path() /
-              ("akv_hybrid_" + std::to_string(::getpid()) + "_" + std::to_string(serial++)))
-                 .string()) {
-    fs::remove_all(path);
-  }
-  ~ScratchDir() { fs::remove_all(path); }
-  static inline int serial = 0;
-  std::string path;
-};
 
 struct Options {
   std::int32_t n_blocks = 64;
