@@ -1,7 +1,8 @@
 // cuda_bench --quant-gemv 1: the quantized GEMV (backend/cuda/quant_gemv.h) per GGUF type on the
 // matrices of an 8B Llama-3.1-shaped layer, for 1 to 64 activation rows: weight bytes read per
 // second and that rate as a fraction of the device copy bandwidth measured in the same run (the
-// decode bound), then the bf16 dequantizer of the prefill path. Each matrix is timed over enough
+// decode bound; per matrix for one row, per layer for each row count), then the bf16 dequantizer
+// of the path for more rows (dequantize, then a cuBLAS GEMM) over the whole layer. Each matrix is timed over enough
 // copies to exceed the L2 cache, so the weights come from device memory as in a forward.
 #include <cuda_runtime.h>
 
@@ -30,7 +31,7 @@ constexpr Matrix kLayer[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate", 14
                              {"up", 14336, 4096}, {"down", 4096, 14336}};
 constexpr GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
                                GgmlType::Q4_K, GgmlType::Q4_0, GgmlType::MXFP4};
-constexpr std::int64_t kRows[] = {1, 2, 8, 32, 64};
+constexpr std::int64_t kRows[] = {1, 2, 4, 8, 16, 32, 64};
 
 // Seconds per call of f (median of 20 timed passes over `copies` calls each, after 3 warm-ups).
 template <typename F>
@@ -82,6 +83,7 @@ int run_quant_gemv_bench(double copy_bw) {
   for (GgmlType t : kTypes) {
     double layer_bytes = 0;
     std::vector<double> layer_s(std::size(kRows), 0.0);
+    double dequant_s = 0, dequant_moved = 0;
     for (const Matrix& m : kLayer) {
       const std::size_t bytes = static_cast<std::size_t>(m.rows * cuda::quant_row_bytes(t, m.cols));
       const int copies = static_cast<int>(std::max<std::size_t>(2, kRotateBytes / bytes + 1));
@@ -99,25 +101,28 @@ int run_quant_gemv_bench(double copy_bw) {
         });
         layer_s[ri] += sec;
         const double rate = static_cast<double>(bytes) / sec;
-        std::printf("| %s | %s %lldx%lld | %lld | %.1f | %.0f | %.1f%% |\n", ggml_type_name(t).data(), m.name,
+        if (n == 1)
+          std::printf("| %s | %s %lldx%lld | %lld | %.1f | %.0f | %.1f%% |\n", ggml_type_name(t).data(), m.name,
                     static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n),
                     sec * 1e6, rate * 1e-9, 100.0 * rate / copy_bw);
       }
-      if (&m == &kLayer[2]) {  // the dequantizer of the prefill path on gate: reads blocks, writes bf16
+      {  // the dequantizer of the path for more rows: reads blocks, writes bf16
         const double sec = seconds_per_call(s, copies, [&](int i) {
           cuda::launch_dequantize_bf16({static_cast<const char*>(w.get()) + static_cast<std::size_t>(i) * bytes, t,
                                         m.rows, m.cols},
                                        bf16.get(), s);
         });
-        const double moved = static_cast<double>(bytes) + static_cast<double>(m.rows * m.cols) * 2;
-        std::printf("| %s | dequantize gate to bf16 | - | %.1f | %.0f (read + write) | %.1f%% |\n",
-                    ggml_type_name(t).data(), sec * 1e6, moved / sec * 1e-9, 100.0 * moved / sec / copy_bw);
+        dequant_s += sec;
+        dequant_moved += static_cast<double>(bytes) + static_cast<double>(m.rows * m.cols) * 2;
       }
     }
     for (std::size_t ri = 0; ri < std::size(kRows); ++ri)
       std::printf("| %s | whole layer (%.1f MB) | %lld | %.1f | %.0f | %.1f%% |\n", ggml_type_name(t).data(),
                   layer_bytes * 1e-6, static_cast<long long>(kRows[ri]), layer_s[ri] * 1e6,
                   layer_bytes / layer_s[ri] * 1e-9, 100.0 * layer_bytes / layer_s[ri] / copy_bw);
+    std::printf("| %s | dequantize whole layer to bf16 | - | %.1f | %.0f (read + write) | %.1f%% |\n",
+                ggml_type_name(t).data(), dequant_s * 1e6, dequant_moved / dequant_s * 1e-9,
+                100.0 * dequant_moved / dequant_s / copy_bw);
   }
   cudaStreamDestroy(s);
   return 0;

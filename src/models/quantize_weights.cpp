@@ -38,7 +38,8 @@ std::optional<DType> quantized_type_for(DType type, std::int64_t cols) {
   return std::nullopt;
 }
 
-SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig& c, DType type) {
+SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig& c, DType type,
+                                   const TakesQuantized& takes) {
   if (c.family != Family::Llama && c.family != Family::Qwen2 && c.family != Family::Qwen3 &&
       c.family != Family::Gemma3 && c.family != Family::Phi3)
     throw Error(ErrorKind::Unsupported, weights.path() +
@@ -54,6 +55,11 @@ SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig&
     const bool is_float = t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16;
     const auto q =
         is_quantized_matrix(t) && is_float ? quantized_type_for(type, t.shape[1]) : std::nullopt;
+    if (q && !takes(*q))
+      throw Error(ErrorKind::Unsupported,
+                  source->path() + ": " + name + ": --quantize " + std::string(dtype_name(type)) + " stores it as " +
+                      std::string(dtype_name(*q)) + " (" + std::to_string(t.shape[1]) +
+                      " columns), which this backend's matmul does not take");
     if (q) {
       const std::int64_t rows = t.shape[0], cols = t.shape[1];
       const std::size_t in_row = static_cast<std::size_t>(cols) * dtype_size(t.dtype);

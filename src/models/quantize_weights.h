@@ -6,6 +6,7 @@
 // k-quants (Q6_K -> Q8_0, Q4_K -> Q5_0); one not of whole 32-element blocks stays unquantized.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -22,10 +23,14 @@ std::optional<DType> find_quantize_type(std::string_view name);
 // (the fallbacks above); nullopt: stays unquantized.
 std::optional<DType> quantized_type_for(DType type, std::int64_t cols);
 
+// Whether the backend's matmul takes a weight of this quantized type.
+using TakesQuantized = std::function<bool(DType)>;
+
 // `weights` with the matrices above quantized to `type` (a find_quantize_type result).
 // Throws Error{Unsupported} for a family other than the dense ones (Llama, Qwen2, Qwen3,
-// Gemma3, Phi3). Expensive: reads and rewrites every matrix once.
+// Gemma3, Phi3), and naming the matrix when its type (a fallback included) is one `takes`
+// refuses. Expensive: reads and rewrites every matrix once.
 SafetensorsReader quantize_weights(SafetensorsReader weights, const ModelConfig& config,
-                                   DType type);
+                                   DType type, const TakesQuantized& takes);
 
 }  // namespace akv

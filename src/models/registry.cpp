@@ -47,11 +47,11 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend
   ModelConfig config = load_model_config(model_dir);
   SafetensorsReader weights = SafetensorsReader::open_or_throw(model_dir);
   if (!quantize) return make_model(config, std::move(weights), backend);
-  for (const DType t : {*quantize, *quantized_type_for(*quantize, 32)})
-    if (!backend.takes_quantized_weight(t))
-      throw Error(ErrorKind::Unsupported, "--quantize: the " + std::string(backend.name()) + " backend does not take " +
-                                              std::string(dtype_name(t)) + " weights");
-  return make_model(config, quantize_weights(std::move(weights), config, *quantize), backend);
+  if (!backend.takes_quantized_weight(*quantize))
+    throw Error(ErrorKind::Unsupported, "--quantize: the " + std::string(backend.name()) + " backend does not take " +
+                                            std::string(dtype_name(*quantize)) + " weights");
+  const TakesQuantized takes = [&backend](DType t) { return backend.takes_quantized_weight(t); };
+  return make_model(config, quantize_weights(std::move(weights), config, *quantize, takes), backend);
 }
 
 std::string model_sidecar_dir(const std::string& model) {

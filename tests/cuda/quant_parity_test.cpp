@@ -224,16 +224,18 @@ struct UploadedQuant {
   }
 };
 
-// Up to kQuantGemvMaxRows rows: the GEMV on int8 activations (~0.5% error, see above); more:
+// Up to kQuantGemvRows rows: the GEMV on int8 activations (~0.5% error, see above); more:
 // the oracle's weights rounded to bf16 and activations rounded to bf16 for cuBLAS (bf16 tolerance).
-double quant_matmul_tolerance(std::int64_t n) { return n <= cuda::kQuantGemvMaxRows ? 2e-2 : tolerance(DType::BF16); }
+double quant_matmul_tolerance(std::int64_t n) {
+  return n <= CudaBackend::kQuantGemvRows ? 2e-2 : tolerance(DType::BF16);
+}
 
 TEST(CudaQuant, BackendMatmulMatchesOracle) {
   AKV_SKIP_WITHOUT_CUDA();
   for (GgmlType t : kTypes) {
     const std::int64_t rows = 96, cols = 512;
     const auto w = UploadedQuant::make(t, rows, cols);
-    for (std::int64_t n : {1, 5, 64, 65, 130}) {
+    for (std::int64_t n : {1, 5, 16, 17, 64, 65, 130}) {
       Pair x = Pair::random(n, cols, 8), out = Pair::make(n, rows, 4);
       out.poison_gpu();
       backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
@@ -313,35 +315,44 @@ TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
   }
 }
 
-// A quantized matmul inside recorded decode steps (CUDA graphs): captured once, then replayed
-// with new activations; each step's result must follow its own x.
+// A quantized matmul inside recorded decode steps (CUDA graphs): captured once per batch size,
+// then replayed with new activations; each step's result must follow its own x. Two sequences
+// take the GEMV, 24 the dequantize + cuBLAS path (both recordable).
 TEST(CudaQuant, MatmulInsideRecordedSteps) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
-  const std::int64_t rows = 128, cols = 1024, n = 2;
+  const std::int64_t rows = 128, cols = 1024;
   const auto w = UploadedQuant::make(GgmlType::Q4_K, rows, cols);
-  KvStorage kv = gpu.alloc_kv(KvLayout{.n_layers = 1, .n_blocks = 4, .block_size = 16, .n_kv_heads = 1,
-                                       .head_dim = 64, .dtype = DType::F32});
-  Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
-  const std::vector<std::int32_t> tokens = {1, 2}, positions = {0, 0}, logit_rows = {0, 1};
-  const std::vector<std::int32_t> table0 = {0}, table1 = {1};
-  const std::vector<SequenceChunk> seqs = {{.first_row = 0, .n_tokens = 1, .start_pos = 0, .block_table = table0},
-                                           {.first_row = 1, .n_tokens = 1, .start_pos = 0, .block_table = table1}};
-  const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = logit_rows};
-  const CudaBackend::StepStats before = gpu.step_stats();
-  gpu.set_step_graphs(true);
-  for (int step = 0; step < 4; ++step) {
-    x.set(random_floats(static_cast<std::size_t>(n * cols)));
-    std::vector<float> got(static_cast<std::size_t>(n * rows));
-    gpu.begin_step(batch, kv, &kv);
-    gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
-    gpu.download(out.gpu, got);
-    gpu.end_step();
-    EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))), 2e-2) << "step " << step;
+  for (const std::int32_t n : {2, 24}) {
+    KvStorage kv = gpu.alloc_kv(KvLayout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1,
+                                         .head_dim = 64, .dtype = DType::F32});
+    Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
+    std::vector<std::int32_t> tokens(n), positions(n, 0), logit_rows(n), tables(n);
+    std::vector<SequenceChunk> seqs;
+    for (std::int32_t i = 0; i < n; ++i) {
+      tokens[i] = i + 1;
+      logit_rows[i] = i;
+      tables[i] = i;
+    }
+    for (std::int32_t i = 0; i < n; ++i)
+      seqs.push_back({.first_row = i, .n_tokens = 1, .start_pos = 0, .block_table = std::span(tables).subspan(i, 1)});
+    const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = logit_rows};
+    const CudaBackend::StepStats before = gpu.step_stats();
+    gpu.set_step_graphs(true);
+    for (int step = 0; step < 4; ++step) {
+      x.set(random_floats(static_cast<std::size_t>(n * cols)));
+      std::vector<float> got(static_cast<std::size_t>(n * rows));
+      gpu.begin_step(batch, kv, &kv);
+      gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+      gpu.download(out.gpu, got);
+      gpu.end_step();
+      EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))), quant_matmul_tolerance(n))
+          << "n " << n << " step " << step;
+    }
+    const CudaBackend::StepStats after = gpu.step_stats();
+    EXPECT_EQ(after.captured - before.captured, 1) << "n " << n;
+    EXPECT_EQ(after.replayed - before.replayed, 3) << "n " << n;
   }
-  const CudaBackend::StepStats after = gpu.step_stats();
-  EXPECT_EQ(after.captured - before.captured, 1);
-  EXPECT_EQ(after.replayed - before.replayed, 3);
 }
 
 }  // namespace

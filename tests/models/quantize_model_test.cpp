@@ -88,7 +88,7 @@ TEST(QuantizeWeights, TypesAndFallbacks) {
 
   ModelConfig c = load_model_config(tiny_dir());
   const SafetensorsReader q =
-      quantize_weights(SafetensorsReader::open_or_throw(tiny_dir()), c, DType::Q4_K);
+      quantize_weights(SafetensorsReader::open_or_throw(tiny_dir()), c, DType::Q4_K, [](DType) { return true; });
   EXPECT_EQ(q.get_or_throw("model.layers.0.self_attn.q_proj.weight").dtype, DType::Q4_K);
   EXPECT_EQ(q.get_or_throw("model.layers.1.mlp.down_proj.weight").dtype, DType::Q4_K);
   EXPECT_EQ(q.get_or_throw("model.embed_tokens.weight").dtype, DType::Q4_K);
@@ -132,6 +132,20 @@ TEST(QuantizeWeights, Refusals) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     EXPECT_NE(std::string(e.what()).find("Q8_0"), std::string::npos) << e.what();
   }
+  // quantize_weights names the first matrix stored in a type the backend refuses.
+  ModelConfig c = load_model_config(tiny_dir());
+  try {
+    quantize_weights(SafetensorsReader::open_or_throw(tiny_dir()), c, DType::Q4_K,
+                     [](DType t) { return t != DType::Q4_K; });
+    ADD_FAILURE() << "a refused type was produced";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find(".weight: --quantize Q4_K stores it as Q4_K"), std::string::npos) << e.what();
+  }
+  // The k-quants' fallback (Q5_0 for Q4_K) is needed only by a matrix that is not whole
+  // 256-element blocks: a backend without it still takes this checkpoint.
+  EXPECT_NO_THROW(quantize_weights(SafetensorsReader::open_or_throw(tiny_dir()), c, DType::Q4_K,
+                                   [](DType t) { return t != DType::Q5_0; }));
   ReferenceBackend ref;
   try {
     load_model("/nonexistent/model.gguf", ref, DType::Q8_0);

@@ -501,7 +501,7 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     matmul_plain(x, targets);
   } else {  // x quantized once for every quantized target; the plain ones one at a time
     cuda::QuantActivations a;
-    if (x.rows <= cuda::kQuantGemvMaxRows) {
+    if (x.rows <= kQuantGemvRows) {
       a = cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
       cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols, a, stream());
     }
@@ -516,12 +516,12 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
 
 void CudaBackend::matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out) {
   const cuda::QuantWeight qw = quant_weight(w);
-  if (x.rows <= cuda::kQuantGemvMaxRows) {
+  if (x.rows <= kQuantGemvRows) {
     cuda::launch_quant_gemv(qw, a, x.rows, static_cast<float*>(out.data), out.stride, stream());
     return;
   }
-  // Prefill: never inside a recorded step (those are decode-only, at most kMaxGraphTokens rows).
-  static_assert(kMaxGraphTokens <= cuda::kQuantGemvMaxRows, "recorded steps never dequantize");
+  // The bf16 rows go through the one dequant scratch matrix (sized at upload, never reallocated
+  // inside a step): recorded steps replay on the one stream, so their uses never overlap.
   const std::int64_t chunk_rows = std::min<std::int64_t>(
       w.rows, static_cast<std::int64_t>(dequant_scratch_bytes_ / (static_cast<std::size_t>(w.cols) * 2)));
   AKV_CHECK(chunk_rows >= 1, "dequant scratch smaller than a row (sized at upload)");

@@ -6,8 +6,8 @@
 // cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
 // dtype, f32 accumulate and output; the gated MLP keeps its gate/up and act intermediates in
 // the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
-// stay as raw blocks on the device: matmuls of at most cuda::kQuantGemvMaxRows rows run the
-// quantized GEMV (quant_gemv.h, int8 activations), larger ones dequantize the weight into a bf16
+// stay as raw blocks on the device: matmuls of at most 16 rows (kQuantGemvRows) run the
+// quantized GEMV (quant_gemv.h, int8 activations), larger ones, in recorded steps too, dequantize the weight into a bf16
 // scratch matrix (allocated at upload, sized by the largest quantized weight up to 128 MiB; larger
 // weights go in row chunks) for cuBLAS. Attention uses
 // tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
@@ -130,6 +130,11 @@ class CudaBackend final : public Backend {
   void begin_step(const ForwardBatch& batch, const KvStorage& kv, const void* caller) override;
   void end_step() override;
   static constexpr std::int32_t kMaxGraphTokens = 64;
+  // Activation rows up to which a quantized matmul runs the GEMV on the raw blocks; more rows
+  // dequantize to bf16 for a cuBLAS GEMM, in recorded steps too (docs/perf/cuda.md: the GEMV's
+  // time per layer grows with the rows, the dequantize + GEMM's hardly does).
+  static constexpr std::int64_t kQuantGemvRows = 16;
+  static_assert(kQuantGemvRows <= cuda::kQuantGemvMaxRows, "the GEMV takes that many rows");
   // Graphs on (the default; AGENTKV_CUDA_GRAPHS=0 in the environment turns them off) or off.
   // Recorded graphs stay while off (they go when a device buffer is allocated or freed).
   void set_step_graphs(bool on);
@@ -218,7 +223,7 @@ class CudaBackend final : public Backend {
   // out = x @ w^T for every target through the skinny GEMM (one launch).
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T for a quantized weight: the quantized GEMV on `a` (x quantized, for at most
-  // cuda::kQuantGemvMaxRows rows), or dequantize + cuBLAS for more rows.
+  // kQuantGemvRows rows), or dequantize + cuBLAS for more rows.
   void matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out);
   // The plain-dtype matmuls of matmul_multi (bias not added).
   void matmul_plain(TensorRef x, std::span<const MatmulTarget> targets);

@@ -1,11 +1,13 @@
 // The quantized GEMV (quant_gemv.h). A warp walks its weight rows (two for up to 8 activation
 // rows, else one) in stages of 1,024 elements: each row's stage bytes come in with 16-byte
-// streaming loads (the next stage's loads in flight while this one is used) into a
-// shared-memory slot, then each lane decodes the 32 weight codes of its element group into eight
-// packed int8 words once and multiplies them with the int8 activation codes of every activation
-// row (dp4a; one activation load for all the warp's rows), applying the block scales in f32.
-// Each weight byte is read from memory once per launch, whatever n.
+// asynchronous copies (cp.async) into a ring of kPipe shared-memory slots, kPipe - 1 stages in
+// flight while one is used (a 4096-column Q4_K row is four stages: all of it is requested at
+// once), then each lane decodes the 32 weight codes of its element group into eight packed int8
+// words once and multiplies them with the int8 activation codes of every activation row (dp4a;
+// one activation load for all the warp's rows), applying the block scales in f32. Each weight
+// byte is read from memory once per launch, whatever n.
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_gemv.h"
 
@@ -16,6 +18,7 @@ using namespace quant;
 
 constexpr int kWarps = 4;             // per block
 constexpr int kStageElems = 32 * 32;  // 32 lanes x 32 elements
+constexpr int kPipe = 3;              // shared-memory slots per row: stages in flight + the one in use
 static_assert(kQuantGroup == 32, "a lane's element group is one activation group");
 
 template <GgmlType T>
@@ -26,6 +29,7 @@ struct Stage {
   static constexpr int kWords = kBytes / 16 + 2;
   static constexpr int kWordsPerLane = (kWords + 31) / 32;
   static constexpr int kSlotBytes = kWords * 16 + 16;  // + slack for ld_u32 past the end
+  static_assert(kSlotBytes % 16 == 0, "slots stay 16-byte aligned");
 };
 
 // One lane's 32 weights: codes q (int8 x 4 per word, element order), and the dot of the group
@@ -154,36 +158,43 @@ __global__ void __launch_bounds__(kWarps * 32)
                       std::int32_t n, float* __restrict__ y, std::int64_t ys) {
   using S = Stage<T>;
   using G = Geometry<T>;
-  __shared__ __align__(16) std::uint8_t slots[kWarps][kR][S::kSlotBytes];
+  __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][S::kSlotBytes];
   pdl_trigger();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) * kWarps + warp) * kR;
-  if (row0 >= rows) return;
+  if (row0 >= rows) return;  // the whole warp: no barrier below waits for it
   const std::int32_t row_blocks = cols / G::kElems;
   const std::int32_t n_stages = (row_blocks + S::kBlocks - 1) / S::kBlocks;
   const std::uint8_t* row_ptr[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) row_ptr[r] = w + min(row0 + r, rows - 1) * row_bytes;  // past the end: a repeat
 
-  uint4 words[kR][S::kWordsPerLane];
-  int skew[kR];  // where each row's stage bytes begin in its slot
-  auto load = [&](std::int32_t st) {
-    const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
+  // Where row r's stage st begins in its slot: its bytes are copied from the 16-byte word
+  // holding their first byte.
+  auto skew = [&](int r, std::int32_t st) {
+    return static_cast<int>(reinterpret_cast<std::uintptr_t>(row_ptr[r] + std::int64_t{st} * S::kBytes) & 15);
+  };
+  // Requests stage st of every row into slot st % kPipe; one commit group per stage (empty past
+  // the last), so a wait for "all but the newest kPipe - 2 groups" means stage st has landed.
+  auto request = [&](std::int32_t st) {
+    if (st < n_stages) {
+      const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const std::uint8_t* begin = row_ptr[r] + std::int64_t{st} * S::kBytes;
-      const auto* base =
-          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(begin) & ~std::uintptr_t{15});
-      skew[r] = static_cast<int>(begin - base);
-      const int n_words = (skew[r] + bytes + 15) / 16;
+      for (int r = 0; r < kR; ++r) {
+        const std::uint8_t* base = row_ptr[r] + std::int64_t{st} * S::kBytes - skew(r, st);
+        const int n_words = (skew(r, st) + bytes + 15) / 16;
+        std::uint8_t* slot = slots[warp][st % kPipe][r];
 #pragma unroll
-      for (int u = 0; u < S::kWordsPerLane; ++u) {
-        const int i = lane + 32 * u;
-        if (i < n_words) words[r][u] = load_stream(base + 16 * i);
+        for (int u = 0; u < S::kWordsPerLane; ++u) {
+          const int i = lane + 32 * u;
+          if (i < n_words) cp_async16(slot + 16 * i, base + 16 * i);
+        }
       }
     }
+    cp_async_commit();
   };
-  load(0);
+#pragma unroll
+  for (int st = 0; st < kPipe - 1; ++st) request(st);
   pdl_wait();  // activations come from the kernel before
 
   float acc[kR][kM];
@@ -193,22 +204,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
   const std::int32_t groups = cols / kQuantGroup;
   for (std::int32_t st = 0; st < n_stages; ++st) {
-    __syncwarp();
-    int stage_skew[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-#pragma unroll
-      for (int u = 0; u < S::kWordsPerLane; ++u)
-        if (lane + 32 * u < S::kWords) reinterpret_cast<uint4*>(slots[warp][r])[lane + 32 * u] = words[r][u];
-      stage_skew[r] = skew[r];
-    }
-    __syncwarp();
-    if (st + 1 < n_stages) load(st + 1);
+    cp_async_wait<kPipe - 2>();  // this lane's copies of stage st are in
+    __syncwarp();                // and every lane's; the slot refilled next was last read before
+    request(st + kPipe - 1);
     const std::int32_t group = st * (kStageElems / kQuantGroup) + lane;
     if (group >= groups) continue;  // past the row's end in its last stage
     LaneWeights lw[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][r] + stage_skew[r], lane);
+    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][st % kPipe][r] + skew(r, st), lane);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= n) break;
@@ -230,6 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  cp_async_wait<0>();
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
 #pragma unroll
