@@ -16,7 +16,7 @@ struct Mxfp4 {};  // tag: rows of MXFP4 blocks with E8M0 scales
 constexpr int kWarps = 8;                          // per block, both launches
 constexpr int kOutputsPerWarp = 2;                 // gate/up launch: act outputs j per warp
 constexpr int kChunksInFlight = 4;                 // down launch: 16-byte loads in flight per lane
-constexpr std::size_t kMaxSmemBytes = 48u << 10;   // x of a token; one token's k activations
+constexpr std::size_t kMaxSmemBytes = 96u << 10;   // x of a token; one token's k activations
 
 // Values per 16-byte chunk of a row.
 template <typename T>
@@ -225,6 +225,14 @@ void launch_decode(TensorRef x, const MoeWeights& w, const DeviceMoe& m, const M
   const float* route = static_cast<const float*>(s.route.data);
   const std::size_t x_smem = static_cast<std::size_t>(m.hidden) * sizeof(float);
   const std::size_t act_smem = static_cast<std::size_t>(m.top_k) * m.inter * sizeof(float);
+  static bool attributes_set = false;  // the engine thread is the only caller
+  if (!attributes_set) {  // more than the default 48 KiB of dynamic shared memory
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_gate_up_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kMaxSmemBytes)));
+    AKV_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_down_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kMaxSmemBytes)));
+    attributes_set = true;
+  }
   launch(moe_decode_gate_up_kernel<T>, dim3(blocks_for(m.inter, kWarps * kOutputsPerWarp), n * m.top_k),
          kWarps * 32, x_smem, st, static_cast<const float*>(x.data), x.stride, w.gate_up.data,
          static_cast<const std::uint8_t*>(w.gate_up_scales.data), w.gate_up_bias.data, w.gate_up_bias.dtype, route,

@@ -32,7 +32,7 @@ void launch_moe_route(TensorRef logits, const MoeParams& p, TensorRef route, Str
 // choices of a token at once, weighted and summed with the down biases, straight into `out`.
 // scratch.gate_up and scratch.down are not used. No host round trip: recordable.
 // moe_decode_supported: the shapes these kernels take (rows whole 16-byte chunks, x and one
-// token's activations within 48 KiB of shared memory, 16-byte aligned weights).
+// token's activations within 96 KiB of shared memory, 16-byte aligned weights).
 bool moe_decode_supported(TensorRef x, const MoeWeights& w, const MoeParams& p);
 void launch_moe_decode(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                        TensorRef out, Stream s);
