@@ -251,6 +251,10 @@ class CudaBackend final : public Backend {
     void* dequant;              // MXFP4: bf16 [rows, weights.cols] scratch
   };
   void moe_expert_gemms(const MoeExpertGemms& a);
+  // The same as one cublasGemmGroupedBatchedEx launch (float experts); false (nothing queued)
+  // where an operand is not 16-byte aligned or cuBLAS lacks the kernel.
+  bool moe_grouped_gemm(const MoeExpertGemms& a);
+  const void* moe_expert_weights(const MoeExpertGemms& a, std::int64_t e) const;
   // The plain-dtype matmuls of matmul_multi (bias not added).
   void matmul_plain(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).

@@ -3,7 +3,6 @@
 // and every recorded step) routes and runs the experts without a host round trip; larger eager
 // batches sort the (token, choice) pairs by expert and multiply each expert's rows on the tensor
 // cores through cuBLAS, after one host wait for the experts' row counts.
-#include <array>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -100,63 +99,69 @@ void CudaBackend::moe_grouped(TensorRef x, const MoeWeights& w, const MoeParams&
   cuda::launch_moe_combine(down, down_stride, t, sc.route, g, w.down_bias, p, out, s);
 }
 
+// Expert e's rows [a.rows, a.weights.cols] of a float expert matrix.
+const void* CudaBackend::moe_expert_weights(const MoeExpertGemms& a, std::int64_t e) const {
+  return static_cast<const char*>(a.weights.data) +
+         e * a.rows * a.weights.cols * static_cast<std::int64_t>(dtype_size(a.dtype));
+}
+
 void CudaBackend::moe_expert_gemms(const MoeExpertGemms& a) {
-  const cudaStream_t s = stream();
+  const bool one_launch = moe_kernels_ == MoeKernels::Grouped && !moe_grouped_gemm_unsupported_ &&
+                          a.format == ExpertFormat::Float;
+  if (one_launch && moe_grouped_gemm(a)) return;
   const auto elem = static_cast<std::int64_t>(dtype_size(a.dtype));
-  const std::int64_t n_experts = static_cast<std::int64_t>(moe_offsets_.size()) - 1, cols = a.weights.cols;
-  auto weights_of = [&](std::int64_t e) {  // expert e's rows [rows, cols] of dtype a.dtype
-    return static_cast<const char*>(a.weights.data) + e * a.rows * cols * elem;
-  };
-  // One launch for every expert: float experts whose operands are all 16-byte aligned.
-  bool one_launch = moe_kernels_ == MoeKernels::Grouped && !moe_grouped_gemm_unsupported_ &&
-                    a.format == ExpertFormat::Float;
-  std::vector<const void*> ptrs[3];  // weights, in, out of each non-empty expert
-  std::vector<int> rows_of;
-  for (std::int64_t e = 0; e < n_experts && one_launch; ++e) {
+  for (std::size_t e = 0; e + 1 < moe_offsets_.size(); ++e) {
     const std::int64_t first = moe_offsets_[e], rows = moe_offsets_[e + 1] - first;
     if (rows == 0) continue;
-    ptrs[0].push_back(weights_of(e));
-    ptrs[1].push_back(a.in + first * a.in_stride * elem);
-    ptrs[2].push_back(a.out + first * a.out_stride * elem);
-    rows_of.push_back(static_cast<int>(rows));
-    one_launch = aligned16(ptrs[0].back()) && aligned16(ptrs[1].back()) && aligned16(ptrs[2].back());
-  }
-  if (one_launch && !rows_of.empty()) {
-    const auto count = rows_of.size();
-    // Aarray, Barray, Carray: device arrays of pointers, [count] each, back to back.
-    std::vector<const void*> arrays(ptrs[0]);
-    arrays.insert(arrays.end(), ptrs[1].begin(), ptrs[1].end());
-    arrays.insert(arrays.end(), ptrs[2].begin(), ptrs[2].end());
-    const auto* d = static_cast<const void* const*>(upload_small(arrays.data(), arrays.size() * sizeof(void*)));
-    static const auto kOpT = [] { std::array<cublasOperation_t, cuda::kMoeMaxExperts> v; v.fill(CUBLAS_OP_T); return v; }();
-    static const auto kOpN = [] { std::array<cublasOperation_t, cuda::kMoeMaxExperts> v; v.fill(CUBLAS_OP_N); return v; }();
-    static const auto kOne = [] { std::array<float, cuda::kMoeMaxExperts> v; v.fill(1.0f); return v; }();
-    static const auto kZero = [] { std::array<float, cuda::kMoeMaxExperts> v; v.fill(0.0f); return v; }();
-    static const auto kOnes = [] { std::array<int, cuda::kMoeMaxExperts> v; v.fill(1); return v; }();
-    const std::vector<int> m(count, static_cast<int>(a.rows)), k(count, static_cast<int>(cols)),
-        ldb(count, static_cast<int>(a.in_stride)), ldc(count, static_cast<int>(a.out_stride));
-    const cudaDataType_t type = blas_type(a.dtype);
-    const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-        blas_, kOpT.data(), kOpN.data(), m.data(), rows_of.data(), k.data(), kOne.data(), d, type, k.data(),
-        d + count, type, ldb.data(), kZero.data(), const_cast<void* const*>(d + 2 * count), type, ldc.data(),
-        static_cast<int>(count), kOnes.data(), CUBLAS_COMPUTE_32F);
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
-      AKV_CUBLAS_CHECK(st);
-      return;
-    }
-    moe_grouped_gemm_unsupported_ = true;  // this cuBLAS lacks the kernel: one GEMM per expert from now on
-  }
-  for (std::int64_t e = 0; e < n_experts; ++e) {
-    const std::int64_t first = moe_offsets_[e], rows = moe_offsets_[e + 1] - first;
-    if (rows == 0) continue;
-    WeightRef w{weights_of(e), a.dtype, a.rows, cols};
-    if (a.format == ExpertFormat::Mxfp4) {  // dequantized into scratch first (stream order keeps it safe to reuse)
-      cuda::launch_mxfp4_rows_to_bf16(a.weights, a.scales, e * a.rows, a.rows, a.dequant, s);
+    WeightRef w{nullptr, a.dtype, a.rows, a.weights.cols};
+    if (a.format == ExpertFormat::Mxfp4) {  // into scratch first (stream order keeps it safe to reuse)
+      cuda::launch_mxfp4_rows_to_bf16(a.weights, a.scales, static_cast<std::int64_t>(e) * a.rows, a.rows, a.dequant,
+                                      stream());
       w.data = a.dequant;
+    } else {
+      w.data = moe_expert_weights(a, static_cast<std::int64_t>(e));
     }
     gemm_half(a.in + first * a.in_stride * elem, a.in_stride, rows, w, a.out + first * a.out_stride * elem, a.dtype,
               a.out_stride);
   }
+}
+
+bool CudaBackend::moe_grouped_gemm(const MoeExpertGemms& a) {
+  const auto elem = static_cast<std::int64_t>(dtype_size(a.dtype));
+  std::vector<const void*> ptrs[3];  // weights, in, out of each non-empty expert
+  std::vector<int> rows_of;
+  for (std::size_t e = 0; e + 1 < moe_offsets_.size(); ++e) {
+    const std::int64_t first = moe_offsets_[e], rows = moe_offsets_[e + 1] - first;
+    if (rows == 0) continue;
+    ptrs[0].push_back(moe_expert_weights(a, static_cast<std::int64_t>(e)));
+    ptrs[1].push_back(a.in + first * a.in_stride * elem);
+    ptrs[2].push_back(a.out + first * a.out_stride * elem);
+    rows_of.push_back(static_cast<int>(rows));
+    if (!aligned16(ptrs[0].back()) || !aligned16(ptrs[1].back()) || !aligned16(ptrs[2].back())) return false;
+  }
+  if (rows_of.empty()) return true;
+  const auto count = rows_of.size();
+  // Aarray, Barray, Carray: device arrays of pointers, [count] each, back to back.
+  std::vector<const void*> arrays(ptrs[0]);
+  arrays.insert(arrays.end(), ptrs[1].begin(), ptrs[1].end());
+  arrays.insert(arrays.end(), ptrs[2].begin(), ptrs[2].end());
+  const auto* d = static_cast<const void* const*>(upload_small(arrays.data(), arrays.size() * sizeof(void*)));
+  const std::vector<cublasOperation_t> op_t(count, CUBLAS_OP_T), op_n(count, CUBLAS_OP_N);
+  const std::vector<float> one(count, 1.0f), zero(count, 0.0f);
+  const std::vector<int> m(count, static_cast<int>(a.rows)), k(count, static_cast<int>(a.weights.cols)),
+      ldb(count, static_cast<int>(a.in_stride)), ldc(count, static_cast<int>(a.out_stride)), group_size(count, 1);
+  const cudaDataType_t type = blas_type(a.dtype);
+  // C[e] [rows_e, m] (column-major m x rows_e) = W_e^T (W_e row-major [m, k]) x in_e; lda = k.
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      blas_, op_t.data(), op_n.data(), m.data(), rows_of.data(), k.data(), one.data(), d, type, k.data(), d + count,
+      type, ldb.data(), zero.data(), const_cast<void* const*>(d + 2 * count), type, ldc.data(),
+      static_cast<int>(count), group_size.data(), CUBLAS_COMPUTE_32F);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // this cuBLAS lacks the kernel: one GEMM per expert from now on
+    moe_grouped_gemm_unsupported_ = true;
+    return false;
+  }
+  AKV_CUBLAS_CHECK(st);
+  return true;
 }
 
 void CudaBackend::set_moe_kernels(MoeKernels k) { moe_kernels_ = k; }
