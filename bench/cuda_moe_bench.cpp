@@ -145,9 +145,12 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
       std::printf("| %s | 1 | %.1f us | %.0f | %.1f%% | - |\n", path, t1 * 1e6, decode_bytes / t1 * 1e-9,
                   100.0 * decode_bytes / t1 / copy_bw);
     }
+    const std::int64_t grouped_before = be.moe_grouped_gemm_launches();
     const double tp = seconds_per_call(be, k == Kernels::PerPair ? 1 : 4, [&](int i) { call(max_n, i); });
-    std::printf("| %s | %lld | %.2f ms | - | - | %.1f |\n", path, static_cast<long long>(max_n), tp * 1e3,
-                prefill_flops / tp * 1e-12);
+    const bool grouped_ran = be.moe_grouped_gemm_launches() > grouped_before;
+    std::printf("| %s%s | %lld | %.2f ms | - | - | %.1f |\n", path,
+                k == Kernels::Grouped && !grouped_ran ? " (fell back to a GEMM per expert)" : "",
+                static_cast<long long>(max_n), tp * 1e3, prefill_flops / tp * 1e-12);
   }
   // The new paths against the per-pair kernels on the same inputs (the parity tests hold the
   // oracle; this checks the benchmark measured working kernels on these shapes).

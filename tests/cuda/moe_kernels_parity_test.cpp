@@ -108,7 +108,7 @@ struct MoeIo {
       : x(Pair::make(n, l.shape.hidden, 6)),
         logits(Pair::make(n, l.p.n_experts, 2)),
         route(Pair::make(n, 2 * l.p.top_k)),
-        gate_up(Pair::make(n * l.p.top_k, 2 * l.p.inter, 4)),
+        gate_up(Pair::make(n * l.p.top_k, 2 * l.p.inter, 8)),  // strided, rows 16-byte aligned
         act(Pair::make(n * l.p.top_k, l.p.inter)),
         down(Pair::make(n * l.p.top_k, l.shape.hidden)),
         out(Pair::make(n, l.shape.hidden, 2)) {}
@@ -165,9 +165,16 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
   MoeIo io(l, c.n);
   io.randomize();
   backends().ref.moe(io.x.cpu, io.logits.cpu, l.weights(false), l.p, io.scratch(false), io.out.cpu);
+  const std::int64_t grouped_before = backends().gpu.moe_grouped_gemm_launches();
   backends().gpu.set_moe_kernels(c.kernels);
   backends().gpu.moe(io.x.gpu, io.logits.gpu, l.weights(true), l.p, io.scratch(true), io.out.gpu);
   backends().gpu.set_moe_kernels(Kernels::Grouped);
+  // Float experts with 16-byte aligned rows take the grouped GEMM (gate/up and down) in prefill.
+  const bool grouped_gemm = c.kernels == Kernels::Grouped && !c.mxfp4 && c.shape != &kOdd &&
+                            c.n > CudaBackend::kMoeDecodeMaxRows;
+  EXPECT_EQ(backends().gpu.moe_grouped_gemm_launches() - grouped_before, grouped_gemm ? 2 : 0)
+      << case_name(c) << ": cublasGemmGroupedBatchedEx launches (none: unaligned operands or cuBLAS answered "
+      << "NOT_SUPPORTED, so one GEMM per expert ran)";
   const std::vector<float> got = io.out.get_gpu(), want = io.out.get_cpu();
   const double err = note_error(rel_error(got, want));
   std::size_t worst = 0;

@@ -126,6 +126,8 @@ class CudaBackend final : public Backend {
   // operands are 16-byte aligned; MXFP4 experts and other shapes go one GEMM per expert).
   enum class MoeKernels { PerPair, ExpertLoop, Grouped };
   void set_moe_kernels(MoeKernels k);
+  // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
+  std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
   void sigmoid_mul(TensorRef x, TensorRef gate) override;
   void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
@@ -319,6 +321,7 @@ class CudaBackend final : public Backend {
   bool chunk_attention_ = true;
   MoeKernels moe_kernels_ = MoeKernels::Grouped;
   bool moe_grouped_gemm_unsupported_ = false;  // cuBLAS answered NOT_SUPPORTED once
+  std::int64_t moe_grouped_gemm_launches_ = 0;
   std::vector<std::int32_t> moe_offsets_;      // moe_grouped: the experts' first rows, read back
   StepMode step_mode_ = StepMode::Eager;
   bool in_step_ = false;

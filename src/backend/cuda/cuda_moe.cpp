@@ -161,6 +161,7 @@ bool CudaBackend::moe_grouped_gemm(const MoeExpertGemms& a) {
     return false;
   }
   AKV_CUBLAS_CHECK(st);
+  ++moe_grouped_gemm_launches_;
   return true;
 }
 
