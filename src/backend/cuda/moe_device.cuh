@@ -49,11 +49,13 @@ __device__ __forceinline__ float mxfp4_scale(std::uint8_t e) {
   return __int_as_float(static_cast<int>(e) << 23);
 }
 
-// The 16 E2M1 values (low nibble first in a byte), as mxfp4_e2m1_value (moe.h).
+// The value of an E2M1 nibble (s e e m: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), as
+// mxfp4_e2m1_value (moe.h), built as f32 bits (no table: a per-thread array would live in local
+// memory).
 __device__ __forceinline__ float mxfp4_e2m1(int nibble) {
-  constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-  return kE2m1[nibble & 0x0f];
+  const unsigned mag = static_cast<unsigned>(nibble) & 7u;
+  const unsigned bits = mag < 2 ? (mag == 1 ? 126u << 23 : 0u) : (((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22);
+  return __uint_as_float(bits | ((static_cast<unsigned>(nibble) & 8u) << 28));
 }
 
 }  // namespace akv::cuda

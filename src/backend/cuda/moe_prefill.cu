@@ -42,74 +42,73 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
+// One block per sorted row.
 template <typename T>
 __global__ void moe_gather_kernel(const float* x, std::int64_t x_stride, const std::int32_t* sorted, int top_k,
-                                  int cols, std::int64_t n, T* xg) {
+                                  int cols, T* xg) {
   pdl_trigger();
   pdl_wait();
-  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n * cols) return;
-  const std::int64_t row = i / cols;
-  const int c = static_cast<int>(i % cols);
-  xg[i] = from_f32<T>(x[std::int64_t{sorted[row] / top_k} * x_stride + c]);
+  const std::int64_t row = blockIdx.x;
+  const float* src = x + std::int64_t{sorted[row] / top_k} * x_stride;
+  T* dst = xg + row * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = from_f32<T>(src[c]);
 }
 
+// One block per sorted row.
 template <typename T>
 __global__ void moe_grouped_activation_kernel(const T* gate_up, std::int64_t gu_stride, T* act,
                                               std::int64_t act_stride, const float* route,
                                               std::int64_t route_stride, const std::int32_t* sorted,
-                                              std::int64_t n_pairs, const void* bias, DType bias_dtype,
-                                              DeviceMoe m) {
+                                              const void* bias, DType bias_dtype, DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
-  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n_pairs * m.inter) return;
-  const std::int64_t row = i / m.inter;
-  const int j = static_cast<int>(i % m.inter);
+  const std::int64_t row = blockIdx.x;
   const int a = sorted[row];
   const std::int64_t expert = static_cast<std::int64_t>(route[(a / m.top_k) * route_stride + a % m.top_k]);
-  const int gj = m.interleaved ? 2 * j : j, uj = m.interleaved ? 2 * j + 1 : m.inter + j;
-  const T* h = gate_up + row * gu_stride;
   const std::int64_t b = expert * 2 * m.inter;
-  const float g = to_f32(h[gj]) + moe_bias_at(bias, bias_dtype, b + gj);
-  const float u = to_f32(h[uj]) + moe_bias_at(bias, bias_dtype, b + uj);
-  act[row * act_stride + j] = from_f32<T>(moe_activation(g, u, m));
+  const T* h = gate_up + row * gu_stride;
+  for (int j = threadIdx.x; j < m.inter; j += blockDim.x) {
+    const int gj = m.interleaved ? 2 * j : j, uj = m.interleaved ? 2 * j + 1 : m.inter + j;
+    const float g = to_f32(h[gj]) + moe_bias_at(bias, bias_dtype, b + gj);
+    const float u = to_f32(h[uj]) + moe_bias_at(bias, bias_dtype, b + uj);
+    act[row * act_stride + j] = from_f32<T>(moe_activation(g, u, m));
+  }
 }
 
+// One block per token.
 template <typename T>
 __global__ void moe_combine_kernel(const T* down, std::int64_t down_stride, const float* route,
                                    std::int64_t route_stride, const std::int32_t* position, const void* bias,
-                                   DType bias_dtype, float* out, std::int64_t out_stride, std::int64_t n,
-                                   DeviceMoe m) {
+                                   DType bias_dtype, float* out, std::int64_t out_stride, DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
-  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n * m.hidden) return;
-  const std::int64_t t = i / m.hidden;
-  const int c = static_cast<int>(i % m.hidden);
+  const std::int64_t t = blockIdx.x;
   const float* r = route + t * route_stride;
-  float y = 0.0f;
-  for (int k = 0; k < m.top_k; ++k) {
-    const std::int64_t expert = static_cast<std::int64_t>(r[k]);
-    const float d = to_f32(down[std::int64_t{position[t * m.top_k + k]} * down_stride + c]) +
-                    moe_bias_at(bias, bias_dtype, expert * m.hidden + c);
-    y += r[m.top_k + k] * d;
+  for (int c = threadIdx.x; c < m.hidden; c += blockDim.x) {
+    float y = 0.0f;
+    for (int k = 0; k < m.top_k; ++k) {
+      const std::int64_t expert = static_cast<std::int64_t>(r[k]);
+      const float d = to_f32(down[std::int64_t{position[t * m.top_k + k]} * down_stride + c]) +
+                      moe_bias_at(bias, bias_dtype, expert * m.hidden + c);
+      y += r[m.top_k + k] * d;
+    }
+    out[t * out_stride + c] = y;
   }
-  out[t * out_stride + c] = y;
 }
 
-// One thread per byte: two bf16 values.
+// One block per row, one thread per byte: two bf16 values.
 __global__ void mxfp4_rows_to_bf16_kernel(const std::uint8_t* blocks, const std::uint8_t* scales, int cols,
-                                          std::int64_t n_bytes, __nv_bfloat162* dst) {
+                                          __nv_bfloat162* dst) {
   pdl_trigger();
   pdl_wait();
-  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n_bytes) return;
-  const std::int64_t row = i / (cols / 2);
-  const int c = static_cast<int>(i % (cols / 2)) * 2;
-  const float s = mxfp4_scale(scales[row * (cols / 32) + c / 32]);
-  const std::uint8_t byte = blocks[i];
-  dst[i] = __floats2bfloat162_rn(mxfp4_e2m1(byte & 0x0f) * s, mxfp4_e2m1(byte >> 4) * s);
+  const std::int64_t row = blockIdx.x;
+  const std::uint8_t* b = blocks + row * (cols / 2);
+  const std::uint8_t* sc = scales + row * (cols / 32);
+  __nv_bfloat162* d = dst + row * (cols / 2);
+  for (int i = threadIdx.x; i < cols / 2; i += blockDim.x) {
+    const float s = mxfp4_scale(sc[i / 16]);
+    d[i] = __floats2bfloat162_rn(mxfp4_e2m1(b[i] & 0x0f) * s, mxfp4_e2m1(b[i] >> 4) * s);
+  }
 }
 
 }  // namespace
@@ -135,9 +134,8 @@ void launch_moe_gather(TensorRef x, const MoeGroups& g, std::int64_t n_pairs, in
                        Stream s) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch(moe_gather_kernel<T>, dim3(blocks_for(n_pairs * x.cols, 256)), 256, 0, s,
-           static_cast<const float*>(x.data), x.stride, static_cast<const std::int32_t*>(g.sorted), top_k,
-           static_cast<int>(x.cols), n_pairs, static_cast<T*>(xg));
+    launch(moe_gather_kernel<T>, dim3(static_cast<unsigned>(n_pairs)), 256, 0, s, static_cast<const float*>(x.data),
+           x.stride, static_cast<const std::int32_t*>(g.sorted), top_k, static_cast<int>(x.cols), static_cast<T*>(xg));
   });
   AKV_CUDA_CHECK_LAUNCH();
 }
@@ -149,9 +147,9 @@ void launch_moe_grouped_activation(const void* gate_up, std::int64_t gate_up_str
   const DeviceMoe m = device_moe(p, 0);
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch(moe_grouped_activation_kernel<T>, dim3(blocks_for(n_pairs * p.inter, 256)), 256, 0, s,
+    launch(moe_grouped_activation_kernel<T>, dim3(static_cast<unsigned>(n_pairs)), 256, 0, s,
            static_cast<const T*>(gate_up), gate_up_stride, static_cast<T*>(act), act_stride,
-           static_cast<const float*>(route.data), route.stride, static_cast<const std::int32_t*>(g.sorted), n_pairs,
+           static_cast<const float*>(route.data), route.stride, static_cast<const std::int32_t*>(g.sorted),
            gate_up_bias.data, gate_up_bias.dtype, m);
   });
   AKV_CUDA_CHECK_LAUNCH();
@@ -162,21 +160,22 @@ void launch_moe_combine(const void* down, std::int64_t down_stride, DType dtype,
   const DeviceMoe m = device_moe(p, out.cols);
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch(moe_combine_kernel<T>, dim3(blocks_for(out.rows * out.cols, 256)), 256, 0, s, static_cast<const T*>(down),
+    launch(moe_combine_kernel<T>, dim3(static_cast<unsigned>(out.rows)), 256, 0, s, static_cast<const T*>(down),
            down_stride, static_cast<const float*>(route.data), route.stride,
            static_cast<const std::int32_t*>(g.position), down_bias.data, down_bias.dtype,
-           static_cast<float*>(out.data), out.stride, out.rows, m);
+           static_cast<float*>(out.data), out.stride, m);
   });
   AKV_CUDA_CHECK_LAUNCH();
 }
 
 void launch_mxfp4_rows_to_bf16(const WeightRef& blocks, const WeightRef& scales, std::int64_t row0,
                                std::int64_t rows, void* dst, Stream s) {
-  const std::int64_t cols = blocks.cols, n_bytes = rows * cols / 2;
+  const std::int64_t cols = blocks.cols;
   AKV_CHECK(cols % 32 == 0 && row0 >= 0 && row0 + rows <= blocks.rows, "mxfp4 rows: whole blocks in range");
-  launch(mxfp4_rows_to_bf16_kernel, dim3(blocks_for(n_bytes, 256)), 256, 0, s,
+  if (rows == 0) return;
+  launch(mxfp4_rows_to_bf16_kernel, dim3(static_cast<unsigned>(rows)), 256, 0, s,
          static_cast<const std::uint8_t*>(blocks.data) + row0 * (cols / 2),
-         static_cast<const std::uint8_t*>(scales.data) + row0 * (cols / 32), static_cast<int>(cols), n_bytes,
+         static_cast<const std::uint8_t*>(scales.data) + row0 * (cols / 32), static_cast<int>(cols),
          static_cast<__nv_bfloat162*>(dst));
   AKV_CUDA_CHECK_LAUNCH();
 }
