@@ -9,9 +9,11 @@
 // 351 and 512 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
 // whole forward (the time to the last token's logits), with the chunk attention paths off (one
 // token a split-K block, unsplit prefill tiles) and on, side by side. --quant-gemv 1 measures only
-// the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp).
+// the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp). --moe 1
+// measures only one MoE layer of the Qwen3-30B-A3B and GPT-OSS-20B shapes, decode and prefill,
+// old and new kernels (cuda_moe_bench.cpp).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
-//                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1]
+//                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -34,6 +36,7 @@
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
 int run_quant_gemv_bench(double copy_bw);
+int run_moe_bench(double copy_bw);
 }
 
 namespace akv {
@@ -467,7 +470,7 @@ struct DecodeTime {
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
-  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0;
+  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -480,6 +483,7 @@ int run(int argc, char** argv) {
     else if (a == "--chunk-attention") chunk_attention = v;
     else if (a == "--chunk-context") chunk_context = v;
     else if (a == "--quant-gemv") quant_gemv = v;
+    else if (a == "--moe") moe = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -493,6 +497,10 @@ int run(int argc, char** argv) {
   if (quant_gemv != 0) {
     std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);
     return bench::run_quant_gemv_bench(bw);
+  }
+  if (moe != 0) {
+    std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);
+    return bench::run_moe_bench(bw);
   }
   const double flops = gemm_rate();
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);

@@ -1,7 +1,7 @@
-// The mixture-of-experts pieces on the CUDA backend: the moe op against the scalar reference
-// (F32, BF16 and MXFP4 experts, both gatings, decode and prefill row counts), attention with
-// sinks (decode, prefill chunks that would otherwise take the tensor-core kernels, windows,
-// splits), and the tiny Qwen3-MoE and GPT-OSS models against their fp64 logits and greedy ids.
+// The mixture-of-experts models on the CUDA backend: attention with sinks (decode, prefill chunks
+// that would otherwise take the tensor-core kernels, windows, splits), and the tiny Qwen3-MoE and
+// GPT-OSS models against their fp64 logits and greedy ids. The moe op itself:
+// moe_kernels_parity_test.cpp.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -12,95 +12,6 @@
 
 namespace akv::test {
 namespace {
-
-// A U8 weight [rows, bytes_per_row] of random bytes in [lo, hi] on both backends, presented with
-// `cols` as its logical width (MoeWeights' MXFP4 convention).
-std::unique_ptr<WeightPair> random_bytes(std::int64_t rows, std::int64_t bytes_per_row,
-                                         std::int64_t cols, int lo, int hi) {
-  auto w = std::make_unique<WeightPair>();
-  std::uniform_int_distribution<int> d(lo, hi);
-  w->bytes.resize(static_cast<std::size_t>(rows * bytes_per_row));
-  for (auto& b : w->bytes) b = static_cast<std::uint8_t>(d(rng()));
-  w->info.name = "mxfp4";
-  w->info.dtype = DType::U8;
-  w->info.shape = {rows, bytes_per_row};
-  w->info.bytes = w->bytes;
-  w->cpu = backends().ref.upload_weight(w->info);
-  w->gpu = backends().gpu.upload_weight(w->info);
-  w->cpu.cols = w->gpu.cols = cols;
-  return w;
-}
-
-struct MoeCase {
-  DType dtype;
-  bool mxfp4;
-  bool gpt_oss;  // TopKSoftmax + clamped SwiGLU + interleaved gate/up, else Qwen3-MoE rules
-  std::int64_t n;
-};
-
-class MoeOpOnCuda : public ::testing::TestWithParam<MoeCase> {};
-
-TEST_P(MoeOpOnCuda, MatchesReference) {
-  AKV_SKIP_WITHOUT_CUDA();
-  const MoeCase c = GetParam();
-  const std::int64_t hidden = 128, inter = 64, n = c.n;
-  MoeParams p{.n_experts = 8,
-              .top_k = c.gpt_oss ? 2 : 3,
-              .inter = inter,
-              .gating = MoeGating::SoftmaxTopK,
-              .norm_topk_prob = true};
-  if (c.gpt_oss)
-    p = {.n_experts = 8,
-         .top_k = 2,
-         .inter = inter,
-         .gating = MoeGating::TopKSoftmax,
-         .act = ExpertActivation::ClampedSwiglu,
-         .swiglu_limit = 7.0f,
-         .swiglu_alpha = 1.702f,
-         .interleaved_gate_up = true};
-  std::unique_ptr<WeightPair> gu, dn, gu_scales, dn_scales;
-  if (c.mxfp4) {
-    gu = random_bytes(p.n_experts * 2 * inter, hidden / 2, hidden, 0, 255);
-    gu_scales = random_bytes(p.n_experts * 2 * inter, hidden / 32, hidden / 32, 120, 126);
-    dn = random_bytes(p.n_experts * hidden, inter / 2, inter, 0, 255);
-    dn_scales = random_bytes(p.n_experts * hidden, inter / 32, inter / 32, 120, 126);
-  } else {
-    gu = WeightPair::random(c.dtype, p.n_experts * 2 * inter, hidden, 0.2f);
-    dn = WeightPair::random(c.dtype, p.n_experts * hidden, inter, 0.2f);
-  }
-  const auto gu_bias = WeightPair::random(DType::F32, p.n_experts, 2 * inter, 0.5f);
-  const auto dn_bias = WeightPair::random(DType::F32, p.n_experts, hidden, 0.5f);
-  auto weights = [&](bool gpu) {
-    auto pick = [gpu](const std::unique_ptr<WeightPair>& w) {
-      return w ? (gpu ? w->gpu : w->cpu) : WeightRef{};
-    };
-    return MoeWeights{.format = c.mxfp4 ? ExpertFormat::Mxfp4 : ExpertFormat::Float,
-                      .gate_up = pick(gu),
-                      .down = pick(dn),
-                      .gate_up_scales = pick(gu_scales),
-                      .down_scales = pick(dn_scales),
-                      .gate_up_bias = pick(gu_bias),
-                      .down_bias = pick(dn_bias)};
-  };
-  Pair x = Pair::random(n, hidden, 6, 1.5f);
-  Pair logits = Pair::random(n, p.n_experts, 2, 2.0f);
-  Pair route = Pair::make(n, 2 * p.top_k), gate_up = Pair::make(n * p.top_k, 2 * inter);
-  Pair act = Pair::make(n * p.top_k, inter), down = Pair::make(n * p.top_k, hidden);
-  Pair out = Pair::make(n, hidden);
-  out.poison_gpu();
-  backends().ref.moe(x.cpu, logits.cpu, weights(false), p,
-                     {route.cpu, gate_up.cpu, act.cpu, down.cpu}, out.cpu);
-  backends().gpu.moe(x.gpu, logits.gpu, weights(true), p,
-                     {route.gpu, gate_up.gpu, act.gpu, down.gpu}, out.gpu);
-  EXPECT_LE(out.error(), 1e-5);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Cases, MoeOpOnCuda,
-    ::testing::Values(MoeCase{DType::F32, false, false, 1}, MoeCase{DType::BF16, false, false, 1},
-                      MoeCase{DType::BF16, false, false, 37}, MoeCase{DType::F32, false, true, 1},
-                      MoeCase{DType::F16, false, true, 9}, MoeCase{DType::F32, true, true, 1},
-                      MoeCase{DType::F32, true, true, 64}));
 
 TEST(AttentionSinksOnCuda, MatchReference) {
   AKV_SKIP_WITHOUT_CUDA();

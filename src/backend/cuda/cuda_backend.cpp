@@ -10,12 +10,16 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_attention.h"
+#include "backend/cuda/op_signature.h"
 #include "backend/cuda/quant_dequant.h"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/step_graph.h"
 #include "tensor/safetensors.h"
 
 namespace akv {
+
+using cuda::Sig;
+using enum cuda::OpKind;
 
 namespace {
 
@@ -66,25 +70,6 @@ int heads_per_block(std::int64_t group) {
   return group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
 }
 
-// An op's signature inside a recorded step: its kind and every argument the graph bakes in.
-struct Sig {
-  std::uint64_t h = 1469598103934665603ull;
-  Sig& u(std::uint64_t v) {
-    h = (h ^ v) * 1099511628211ull;
-    h ^= h >> 29;
-    return *this;
-  }
-  Sig& p(const void* x) { return u(reinterpret_cast<std::uintptr_t>(x)); }
-  Sig& f(double x) { return u(std::bit_cast<std::uint64_t>(x)); }
-  Sig& t(const TensorRef& x) {
-    return p(x.data).u(static_cast<std::uint64_t>(x.rows)).u(static_cast<std::uint64_t>(x.cols))
-        .u(static_cast<std::uint64_t>(x.stride)).u(static_cast<std::uint64_t>(x.dtype));
-  }
-  Sig& w(const WeightRef& x) {
-    return p(x.data).u(static_cast<std::uint64_t>(x.rows)).u(static_cast<std::uint64_t>(x.cols))
-        .u(static_cast<std::uint64_t>(x.dtype));
-  }
-};
 // Points b's arrays into the descriptor at `base` (the layout build_batch writes).
 void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
   if (base == nullptr) return;
@@ -93,10 +78,6 @@ void place_batch(cuda::DeviceBatch& b, const std::int32_t* base) {
   b.tiles = b.token_seq + b.n_tokens;
   b.tables = b.tiles + 2 * b.n_tiles;
 }
-
-enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kGatedMlp, kSample, kMoe, kSigmoidMul, kConv1d,
-                              kDeltaRule };
 
 // Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
 // GEMV takes) with gate/up and down all BF16 or all F16.
@@ -719,23 +700,6 @@ void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
   cuda::launch_glu_half(gu_h.cols_slice(0, inter), gu_h.cols_slice(inter, inter), act == GluActivation::GeluTanh,
                         act_h, stream());
   gemm_half(act_h.data, act_h.stride, n, w.down, out.data, DType::F32, out.stride);
-}
-
-void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
-                      const MoeScratch& scratch, TensorRef out) {
-  check_moe_shapes(x, router_logits, w, p, scratch, out);
-  AKV_CHECK(x.dtype == DType::F32 && router_logits.dtype == DType::F32 && out.dtype == DType::F32, "moe: f32");
-  if (x.rows == 0) return;
-  if (recording() &&
-      replaying(Sig().u(kMoe).t(x).t(router_logits).w(w.gate_up).w(w.down).w(w.gate_up_scales).w(w.down_scales)
-                    .w(w.gate_up_bias).w(w.down_bias).u(static_cast<std::uint64_t>(w.format))
-                    .u(static_cast<std::uint64_t>(p.n_experts)).u(static_cast<std::uint64_t>(p.top_k))
-                    .u(static_cast<std::uint64_t>(p.inter)).u(static_cast<std::uint64_t>(p.gating))
-                    .u(p.norm_topk_prob).u(static_cast<std::uint64_t>(p.act)).f(p.swiglu_limit).f(p.swiglu_alpha)
-                    .u(p.interleaved_gate_up).t(scratch.route).t(scratch.gate_up).t(scratch.act).t(scratch.down)
-                    .t(out).h))
-    return;
-  cuda::launch_moe(x, router_logits, w, p, scratch, out, stream());
 }
 
 void CudaBackend::softcap(TensorRef x, float cap) {

@@ -109,8 +109,25 @@ class CudaBackend final : public Backend {
   // contiguous, else in scratch. Otherwise the default composition.
   void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up, TensorRef act_out,
                  TensorRef out) override;
+  // cuda_moe.cpp. Routing always on the device. At most kMoeDecodeMaxRows rows, and inside a
+  // recorded step: the decode kernels (only the chosen experts' rows read; scratch.gate_up and
+  // scratch.down unused). More rows, eagerly: pairs grouped by expert, one host wait for the
+  // experts' row counts, then the tensor cores through cuBLAS for gate/up and for down (BF16/F16
+  // experts: activations rounded to their dtype, f32 accumulate; MXFP4: each expert dequantized
+  // to bf16 first; F32: f32 throughout), the intermediates in the GEMM dtype kept in
+  // scratch.gate_up, scratch.act and scratch.down's memory. Shapes neither path takes run the
+  // per-pair kernels (moe_kernels.h).
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;
+  static constexpr std::int64_t kMoeDecodeMaxRows = 8;
+  // Which MoE kernels run (before/after measurements and tests): the per-pair kernels only, or
+  // the decode kernels and the grouped prefill with one cublasGemmEx per non-empty expert, or
+  // (the default) with one cublasGemmGroupedBatchedEx for all of them (float experts whose
+  // operands are 16-byte aligned; MXFP4 experts and other shapes go one GEMM per expert).
+  enum class MoeKernels { PerPair, ExpertLoop, Grouped };
+  void set_moe_kernels(MoeKernels k);
+  // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
+  std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
   void sigmoid_mul(TensorRef x, TensorRef gate) override;
   void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
@@ -225,11 +242,31 @@ class CudaBackend final : public Backend {
   // out = x @ w^T for a quantized weight: the quantized GEMV on `a` (x quantized, for at most
   // kQuantGemvRows rows), or dequantize + cuBLAS for more rows.
   void matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out);
+  // moe's grouped path (after routing into scratch.route).
+  void moe_grouped(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch, TensorRef out);
+  // out rows of expert e = in rows of expert e @ (its `rows` rows of `weights`)^T for every
+  // non-empty expert e (rows placed by moe_offsets_); in and out of `dtype`, strides in elements.
+  struct MoeExpertGemms {
+    ExpertFormat format;
+    WeightRef weights, scales;  // stacked experts (MXFP4: blocks and scales)
+    std::int64_t rows;          // per expert
+    DType dtype;                // of in, out and the multiply (BF16 for MXFP4)
+    const char* in;
+    std::int64_t in_stride;
+    char* out;
+    std::int64_t out_stride;
+    void* dequant;              // MXFP4: bf16 [rows, weights.cols] scratch
+  };
+  void moe_expert_gemms(const MoeExpertGemms& a);
+  // The same as one cublasGemmGroupedBatchedEx launch (float experts); false (nothing queued)
+  // where an operand is not 16-byte aligned or cuBLAS lacks the kernel.
+  bool moe_grouped_gemm(const MoeExpertGemms& a);
+  const void* moe_expert_weights(const MoeExpertGemms& a, std::int64_t e) const;
   // The plain-dtype matmuls of matmul_multi (bias not added).
   void matmul_plain(TensorRef x, std::span<const MatmulTarget> targets);
   // out = x @ w^T through cuBLAS; xh is x already rounded to w's dtype (null for F32 weights).
   void gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out);
-  // out[n, w.rows] = a[n, w.cols] @ w^T through cublasGemmEx for half weights: a of w's dtype
+  // out[n, w.rows] = a[n, w.cols] @ w^T through cublasGemmEx for half (or F32) weights: a of w's dtype
   // (rows a_stride elements apart), out F32 or of w's dtype (rows out_stride apart); f32 accumulate.
   void gemm_half(const void* a, std::int64_t a_stride, std::int64_t n, const WeightRef& w, void* out,
                  DType out_dtype, std::int64_t out_stride);
@@ -272,8 +309,10 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[7];                      // 0: half-precision matmul input, 1: attention partials,
-                                            // 2: skinny GEMM partial sums, 3: sample_rows ids,
+  Scratch scratch_[7];                      // 0: half-precision matmul input (and moe's grouped
+                                            // rows), 1: attention partials (moe's expert groups),
+                                            // 2: skinny GEMM partial sums (moe's dequantized MXFP4
+                                            // expert), 3: sample_rows ids,
                                             // 4 and 5: gated_mlp's half gate/up and act when
                                             // the caller's buffers are strided, 6: int8
                                             // activations of the quantized GEMV
@@ -285,6 +324,10 @@ class CudaBackend final : public Backend {
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
   bool graphs_on_ = true;
   bool chunk_attention_ = true;
+  MoeKernels moe_kernels_ = MoeKernels::Grouped;
+  bool moe_grouped_gemm_unsupported_ = false;  // cuBLAS answered NOT_SUPPORTED once
+  std::int64_t moe_grouped_gemm_launches_ = 0;
+  std::vector<std::int32_t> moe_offsets_;      // moe_grouped: the experts' first rows, read back
   StepMode step_mode_ = StepMode::Eager;
   bool in_step_ = false;
   std::vector<std::unique_ptr<cuda::StepGraph>> graphs_;

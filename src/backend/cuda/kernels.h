@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <span>
 
-#include "backend/moe.h"
 #include "backend/tensor_ref.h"
 
 struct CUstream_st;
@@ -174,11 +173,5 @@ void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& 
 // keys a split; 1 when the tiles alone fill the GPU. Reads b.max_keys (set by the caller).
 inline constexpr int kMinPrefillSplitKeys = 512;
 int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count);
-
-// moe.cu: Backend::moe on the device. Routing (top-k and weights) runs on the device into
-// scratch.route, then one warp per output row of each (token, choice) reads only the chosen
-// expert's rows (float or MXFP4), then the weighted sum. No host round trip: recordable.
-void launch_moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
-                const MoeScratch& scratch, TensorRef out, Stream s);
 
 }  // namespace akv::cuda

@@ -1,26 +1,17 @@
-// Backend::moe on the device, written for correctness first: routing per token on the device
-// (so a recorded decode step needs no host round trip), then one warp per output row of each
-// (token, choice) pair, reading only the chosen expert's rows, then the weighted sum per token.
-// Expert weights F32, BF16, F16 or MXFP4. Not yet: tokens grouped by expert for a grouped GEMM
-// in prefill (each pair re-reads its expert's rows here; fine for decode, slow for prefill).
+// The first CUDA MoE, written for correctness first and kept as the on-device baseline and the
+// fallback for shapes the fast kernels do not take (moe_kernels.h): one thread routes a token,
+// then one warp per output row of each (token, choice) pair reads the chosen expert's rows (each
+// pair re-reads them), then the weighted sum per token. Expert weights F32, BF16, F16 or MXFP4.
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_device.cuh"
+#include "backend/cuda/moe_kernels.h"
 
 namespace akv::cuda {
 namespace {
 
 struct Mxfp4 {};  // tag: the rows are MXFP4 blocks + E8M0 scales
-
-struct DeviceMoe {
-  int n_experts, top_k, inter, hidden;
-  int gating;  // MoeGating
-  bool norm_topk_prob;
-  int act;  // ExpertActivation
-  float limit, alpha;
-  bool interleaved;
-};
 
 // Element c of row `row` of a stacked expert matrix of width `cols`.
 template <typename T>
@@ -37,13 +28,6 @@ __device__ __forceinline__ float weight_at<Mxfp4>(const void* w, const std::uint
   const std::uint8_t e = scales[row * (cols / 32) + c / 32];
   const float scale = e == 255 ? __int_as_float(0x7fc00000) : ldexpf(1.0f, int(e) - 127);
   return kE2m1[(c & 1) ? byte >> 4 : byte & 0x0f] * scale;
-}
-
-__device__ __forceinline__ float bias_at(const void* b, DType dtype, std::int64_t i) {
-  if (b == nullptr) return 0.0f;
-  if (dtype == DType::BF16) return to_f32(static_cast<const __nv_bfloat16*>(b)[i]);
-  if (dtype == DType::F16) return to_f32(static_cast<const __half*>(b)[i]);
-  return static_cast<const float*>(b)[i];
 }
 
 // route[t] = k expert ids (as floats), then k weights: route_experts (moe.h) per token.
@@ -101,7 +85,7 @@ __global__ void expert_rows_kernel(const float* in, std::int64_t in_stride, bool
   float dot = 0.0f;
   for (int c = lane; c < cols; c += 32) dot += x[c] * weight_at<T>(w, scales, row, cols, c);
   dot = warp_sum(dot);
-  if (lane == 0) out[a * out_stride + r] = dot + bias_at(bias, bias_dtype, row);
+  if (lane == 0) out[a * out_stride + r] = dot + moe_bias_at(bias, bias_dtype, row);
 }
 
 __global__ void activation_kernel(const float* gate_up, std::int64_t gu_stride, float* act,
@@ -114,14 +98,7 @@ __global__ void activation_kernel(const float* gate_up, std::int64_t gu_stride, 
   const float* h = gate_up + a * gu_stride;
   const float g = m.interleaved ? h[2 * j] : h[j];
   const float u = m.interleaved ? h[2 * j + 1] : h[m.inter + j];
-  float y;
-  if (m.act == static_cast<int>(ExpertActivation::Silu)) {
-    y = g / (1.0f + expf(-g)) * u;
-  } else {
-    const float gc = fminf(g, m.limit), uc = fminf(fmaxf(u, -m.limit), m.limit);
-    y = (uc + 1.0f) * (gc / (1.0f + expf(-m.alpha * gc)));
-  }
-  act[a * act_stride + j] = y;
+  act[a * act_stride + j] = moe_activation(g, u, m);
 }
 
 __global__ void combine_kernel(const float* down, std::int64_t down_stride, const float* route,
@@ -162,20 +139,11 @@ void launch_experts(TensorRef x, const MoeWeights& w, const DeviceMoe& m, const 
 
 }  // namespace
 
-void launch_moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
-                const MoeScratch& scratch, TensorRef out, Stream s) {
+void launch_moe_per_pair(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+                         const MoeScratch& scratch, TensorRef out, Stream s) {
   AKV_CHECK(p.top_k <= 32, "moe: at most 32 experts per token on the CUDA backend");
   const int n = static_cast<int>(x.rows);
-  const DeviceMoe m{static_cast<int>(p.n_experts),
-                    static_cast<int>(p.top_k),
-                    static_cast<int>(p.inter),
-                    static_cast<int>(x.cols),
-                    static_cast<int>(p.gating),
-                    p.norm_topk_prob,
-                    static_cast<int>(p.act),
-                    p.swiglu_limit,
-                    p.swiglu_alpha,
-                    p.interleaved_gate_up};
+  const DeviceMoe m = device_moe(p, x.cols);
   launch(route_kernel, dim3(blocks_for(n, 128)), 128, 0, s,
          static_cast<const float*>(router_logits.data), router_logits.stride,
          static_cast<float*>(scratch.route.data), scratch.route.stride, n, m);

@@ -1,0 +1,72 @@
+// Launchers of the MoE kernels behind CudaBackend::moe (cuda_moe.cpp): the device routing every
+// path starts from, the decode kernels (few tokens, recordable), the pieces of the grouped
+// prefill (tokens sorted by expert for one GEMM per expert), and the correctness-first per-pair
+// path kept as the on-device baseline. Every launcher only enqueues work on `s`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/moe.h"
+
+namespace akv::cuda {
+
+// moe.cu: the first CUDA MoE (one thread routes a token; one warp per output row of each
+// (token, choice) pair, re-reading the expert's rows per pair; then the weighted sum). Any shape
+// and format; no host round trip. The before/after baseline and the fallback for shapes the
+// fast kernels do not take.
+void launch_moe_per_pair(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
+                         const MoeScratch& scratch, TensorRef out, Stream s);
+
+// moe_route.cu: route[t] = top_k expert ids (as floats), then their weights, for each row of
+// `logits` (route_experts in moe.h: the same picks, ties to the lower id; weights in f32). One
+// warp per token. At most kMoeMaxExperts experts and 32 choices.
+inline constexpr int kMoeMaxExperts = 1024;
+void launch_moe_route(TensorRef logits, const MoeParams& p, TensorRef route, Stream s);
+
+// moe_decode.cu: the experts of a few tokens after launch_moe_route, reading only the chosen
+// experts' rows with 16-byte loads (F32, BF16, F16 or MXFP4): one launch computes every chosen
+// expert's gate and up rows together and applies the activation into scratch.act (x of the
+// token in shared memory); a second computes each output row of the down projection over all k
+// choices of a token at once, weighted and summed with the down biases, straight into `out`.
+// scratch.gate_up and scratch.down are not used. No host round trip: recordable.
+// moe_decode_supported: the shapes these kernels take (rows whole 16-byte chunks, x and one
+// token's activations within 96 KiB of shared memory, 16-byte aligned weights).
+bool moe_decode_supported(TensorRef x, const MoeWeights& w, const MoeParams& p);
+void launch_moe_decode(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
+                       TensorRef out, Stream s);
+
+// moe_prefill.cu: tokens grouped by expert. The (token, choice) pairs a = t * top_k + k of n
+// tokens, sorted by expert: pairs of expert e are sorted[offsets[e], offsets[e + 1]), and
+// position[a] is where pair a sits (order within an expert unspecified). Device int32 arrays in
+// one caller-owned allocation of moe_groups_bytes.
+struct MoeGroups {
+  std::int32_t* offsets = nullptr;   // [n_experts + 1]
+  std::int32_t* sorted = nullptr;    // [n_pairs]
+  std::int32_t* position = nullptr;  // [n_pairs]
+};
+std::size_t moe_groups_bytes(std::int64_t n_pairs, std::int64_t n_experts);
+MoeGroups moe_groups_in(void* memory, std::int64_t n_pairs, std::int64_t n_experts);
+// Histogram, prefix sum and scatter of the pairs of `route` (launch_moe_route's) in one block.
+void launch_moe_group(TensorRef route, const MoeParams& p, std::int64_t n_tokens, const MoeGroups& g, Stream s);
+// xg[i, :] = x[token of sorted[i], :] converted to `dtype` (F32, BF16, F16), rows x.cols apart.
+void launch_moe_gather(TensorRef x, const MoeGroups& g, std::int64_t n_pairs, int top_k, DType dtype, void* xg,
+                       Stream s);
+// act[i, j] = activation of gate_up[i] (+ the expert's gate_up bias) for each sorted row i < n_pairs;
+// gate_up and act of `dtype` (F32, BF16, F16) with their row strides in elements.
+void launch_moe_grouped_activation(const void* gate_up, std::int64_t gate_up_stride, void* act,
+                                   std::int64_t act_stride, DType dtype, TensorRef route, const MoeGroups& g,
+                                   std::int64_t n_pairs, const WeightRef& gate_up_bias, const MoeParams& p,
+                                   Stream s);
+// out[t, :] = sum over k of weight(t, k) * (down[position[t * top_k + k], :] + down bias of its
+// expert): the weighted scatter back per token, as a gather (no atomics, deterministic). down of
+// `dtype` (F32, BF16, F16), rows down_stride elements apart.
+void launch_moe_combine(const void* down, std::int64_t down_stride, DType dtype, TensorRef route, const MoeGroups& g,
+                        const WeightRef& down_bias, const MoeParams& p, TensorRef out, Stream s);
+// dst [rows, cols] bf16, contiguous = rows [row0, row0 + rows) of a stacked MXFP4 expert matrix
+// (MoeWeights' layout; every value exact in bf16).
+void launch_mxfp4_rows_to_bf16(const WeightRef& blocks, const WeightRef& scales, std::int64_t row0,
+                               std::int64_t rows, void* dst, Stream s);
+
+}  // namespace akv::cuda
