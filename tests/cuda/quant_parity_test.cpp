@@ -296,6 +296,32 @@ TEST(CudaQuant, BackendMatmulMultiMixesQuantizedAndPlain) {
   }
 }
 
+// Quantized targets of one type share a GEMV launch (at most three a launch): four Q4_K weights of
+// different row counts and a Q8_0 one between them, each output its own weight's product.
+TEST(CudaQuant, BackendMatmulMultiGroupsTargetsByType) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const std::int64_t cols = 512;
+  const std::int64_t rows[] = {64, 32, 40, 96, 16};
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q4_K};
+  std::vector<std::unique_ptr<UploadedQuant>> w;
+  for (int i = 0; i < 5; ++i) w.push_back(UploadedQuant::make(types[i], rows[i], cols));
+  for (std::int64_t n : {1, 3, 16, 17}) {
+    Pair x = Pair::random(n, cols);
+    std::vector<Pair> outs;
+    for (int i = 0; i < 5; ++i) {
+      outs.push_back(Pair::make(n, rows[i]));
+      outs.back().poison_gpu();
+    }
+    std::vector<MatmulTarget> targets;
+    for (int i = 0; i < 5; ++i) targets.push_back({&w[i]->gpu, nullptr, outs[i].gpu});
+    backends().gpu.matmul_multi(x.gpu, targets);
+    const std::vector<float> xs = x.get_cpu();
+    for (int i = 0; i < 5; ++i)
+      EXPECT_LE(note_error(rel_error(outs[i].get_gpu(), w[i]->product(xs, n))), quant_matmul_tolerance(n))
+          << "target " << i << " (" << ggml_type_name(types[i]) << ") n " << n;
+  }
+}
+
 TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
   AKV_SKIP_WITHOUT_CUDA();
   for (GgmlType t : kTypes) {

@@ -480,27 +480,43 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
   }
   if (!quantized) {
     matmul_plain(x, targets);
-  } else {  // x quantized once for every quantized target; the plain ones one at a time
-    cuda::QuantActivations a;
-    if (x.rows <= kQuantGemvRows) {
-      a = cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
-      cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols, a, stream());
-    }
+  } else if (x.rows > kQuantGemvRows) {  // dequantize + cuBLAS per quantized target
     for (const MatmulTarget& t : targets) {
-      if (dtype_is_quantized(t.w->dtype)) matmul_quantized(x, a, *t.w, t.out);
+      if (dtype_is_quantized(t.w->dtype)) matmul_dequantized(x, *t.w, t.out);
       else matmul_plain(x, {&t, 1});
+    }
+  } else {  // x quantized once; one GEMV launch per weight type (q/k/v, gate/up); plain ones apart
+    const cuda::QuantActivations a =
+        cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
+    cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols, a, stream());
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const DType type = targets[i].w->dtype;
+      if (!dtype_is_quantized(type)) {
+        matmul_plain(x, {&targets[i], 1});
+        continue;
+      }
+      bool seen = false;  // launched with an earlier target of its type
+      for (std::size_t j = 0; j < i; ++j) seen = seen || targets[j].w->dtype == type;
+      if (seen) continue;
+      cuda::QuantTarget group[cuda::kQuantGemvMaxTargets];
+      int k = 0;
+      for (std::size_t j = i; j < targets.size(); ++j) {
+        if (targets[j].w->dtype != type) continue;
+        if (k == cuda::kQuantGemvMaxTargets) {
+          cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+          k = 0;
+        }
+        group[k++] = {quant_weight(*targets[j].w), static_cast<float*>(targets[j].out.data), targets[j].out.stride};
+      }
+      cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
     }
   }
   for (const MatmulTarget& t : targets)
     if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
 }
 
-void CudaBackend::matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out) {
+void CudaBackend::matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out) {
   const cuda::QuantWeight qw = quant_weight(w);
-  if (x.rows <= kQuantGemvRows) {
-    cuda::launch_quant_gemv(qw, a, x.rows, static_cast<float*>(out.data), out.stride, stream());
-    return;
-  }
   // The bf16 rows go through the one dequant scratch matrix (sized at upload, never reallocated
   // inside a step): recorded steps replay on the one stream, so their uses never overlap.
   const std::int64_t chunk_rows = std::min<std::int64_t>(

@@ -239,9 +239,9 @@ class CudaBackend final : public Backend {
                 std::span<std::byte> host, std::uint64_t signature);
   // out = x @ w^T for every target through the skinny GEMM (one launch).
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
-  // out = x @ w^T for a quantized weight: the quantized GEMV on `a` (x quantized, for at most
-  // kQuantGemvRows rows), or dequantize + cuBLAS for more rows.
-  void matmul_quantized(TensorRef x, cuda::QuantActivations a, const WeightRef& w, TensorRef out);
+  // out = x @ w^T for a quantized weight and more than kQuantGemvRows rows: the weight
+  // dequantized to bf16 in row chunks, each through cuBLAS.
+  void matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out);
   // moe's grouped path (after routing into scratch.route).
   void moe_grouped(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch, TensorRef out);
   // out rows of expert e = in rows of expert e @ (its `rows` rows of `weights`)^T for every

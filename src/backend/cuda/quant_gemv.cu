@@ -149,19 +149,42 @@ __device__ LaneWeights decode<GgmlType::Q6_K>(const std::uint8_t* stage, int lan
   return w;
 }
 
-// Grid: each warp takes kR consecutive weight rows (kWarps * kR rows per block) and walks them
-// in step, so each activation load feeds kR rows. kM >= n activation rows per launch.
+// The weights of one launch: target t takes blocks [first_block[t], first_block[t + 1]).
+struct Targets {
+  const std::uint8_t* w[kQuantGemvMaxTargets];
+  float* y[kQuantGemvMaxTargets];
+  std::int64_t ys[kQuantGemvMaxTargets];
+  std::int32_t rows[kQuantGemvMaxTargets];
+  std::int32_t first_block[kQuantGemvMaxTargets + 1];
+  int count;
+};
+
+// Grid: each warp takes kR consecutive weight rows (kWarps * kR rows per block) of its block's
+// target and walks them in step, so each activation load feeds kR rows. kM >= n activation rows.
 template <GgmlType T, int kM, int kR>
 __global__ void __launch_bounds__(kWarps * 32)
-    quant_gemv_kernel(const std::uint8_t* __restrict__ w, std::int64_t row_bytes, std::int32_t rows,
-                      std::int32_t cols, const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
-                      std::int32_t n, float* __restrict__ y, std::int64_t ys) {
+    quant_gemv_kernel(Targets tg, std::int64_t row_bytes, std::int32_t cols, const std::int8_t* __restrict__ codes,
+                      const float2* __restrict__ scales, std::int32_t n) {
   using S = Stage<T>;
   using G = Geometry<T>;
   __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][S::kSlotBytes];
   pdl_trigger();
+  // This block's target (static indices: the parameters stay in the constant bank).
+  const std::uint8_t* __restrict__ w = tg.w[0];
+  float* __restrict__ y = tg.y[0];
+  std::int64_t ys = tg.ys[0];
+  std::int32_t rows = tg.rows[0], block = static_cast<std::int32_t>(blockIdx.x);
+#pragma unroll
+  for (int t = 1; t < kQuantGemvMaxTargets; ++t)
+    if (t < tg.count && static_cast<std::int32_t>(blockIdx.x) >= tg.first_block[t]) {
+      w = tg.w[t];
+      y = tg.y[t];
+      ys = tg.ys[t];
+      rows = tg.rows[t];
+      block = static_cast<std::int32_t>(blockIdx.x) - tg.first_block[t];
+    }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int32_t row0 = (static_cast<std::int32_t>(blockIdx.x) * kWarps + warp) * kR;
+  const std::int32_t row0 = (block * kWarps + warp) * kR;
   if (row0 >= rows) return;  // the whole warp: no barrier below waits for it
   const std::int32_t row_blocks = cols / G::kElems;
   const std::int32_t n_stages = (row_blocks + S::kBlocks - 1) / S::kBlocks;
@@ -271,23 +294,36 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, std::in
 constexpr int rows_per_warp(int m) { return m <= 8 ? 2 : 1; }
 
 template <GgmlType T, int kM>
-void launch_typed(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t ys, cudaStream_t s) {
+void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, cudaStream_t s) {
   constexpr int kR = rows_per_warp(kM);
-  launch(quant_gemv_kernel<T, kM, kR>, dim3(blocks_for(w.rows, kWarps * kR)), dim3(kWarps * 32), 0, s,
-         static_cast<const std::uint8_t*>(w.data), quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.rows),
-         static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
-         reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n), y, ys);
+  Targets tg{};
+  tg.count = n_targets;
+  std::int64_t blocks = 0;
+  for (int t = 0; t < n_targets; ++t) {
+    tg.w[t] = static_cast<const std::uint8_t*>(targets[t].w.data);
+    tg.y[t] = targets[t].y;
+    tg.ys[t] = targets[t].y_stride;
+    tg.rows[t] = static_cast<std::int32_t>(targets[t].w.rows);
+    tg.first_block[t] = static_cast<std::int32_t>(blocks);
+    blocks += blocks_for(targets[t].w.rows, kWarps * kR);
+  }
+  AKV_CHECK(blocks < (std::int64_t{1} << 31), "quantized GEMV: grid");
+  tg.first_block[n_targets] = static_cast<std::int32_t>(blocks);
+  const QuantWeight& w = targets[0].w;
+  launch(quant_gemv_kernel<T, kM, kR>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, tg,
+         quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
+         reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n));
 }
 
 template <GgmlType T>
-void launch_rows(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t ys, cudaStream_t s) {
-  if (n <= 1) return launch_typed<T, 1>(w, a, n, y, ys, s);
-  if (n <= 2) return launch_typed<T, 2>(w, a, n, y, ys, s);
-  if (n <= 4) return launch_typed<T, 4>(w, a, n, y, ys, s);
-  if (n <= 8) return launch_typed<T, 8>(w, a, n, y, ys, s);
-  if (n <= 16) return launch_typed<T, 16>(w, a, n, y, ys, s);
-  if (n <= 32) return launch_typed<T, 32>(w, a, n, y, ys, s);
-  return launch_typed<T, 64>(w, a, n, y, ys, s);
+void launch_rows(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, cudaStream_t s) {
+  if (n <= 1) return launch_typed<T, 1>(targets, n_targets, a, n, s);
+  if (n <= 2) return launch_typed<T, 2>(targets, n_targets, a, n, s);
+  if (n <= 4) return launch_typed<T, 4>(targets, n_targets, a, n, s);
+  if (n <= 8) return launch_typed<T, 8>(targets, n_targets, a, n, s);
+  if (n <= 16) return launch_typed<T, 16>(targets, n_targets, a, n, s);
+  if (n <= 32) return launch_typed<T, 32>(targets, n_targets, a, n, s);
+  return launch_typed<T, 64>(targets, n_targets, a, n, s);
 }
 
 constexpr std::size_t align16(std::size_t b) { return (b + 15) & ~std::size_t{15}; }
@@ -335,16 +371,28 @@ void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int
 
 void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
                        cudaStream_t s) {
+  const QuantTarget t{w, y, y_stride};
+  launch_quant_gemv_multi(&t, 1, a, n, s);
+}
+
+void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
+                             cudaStream_t s) {
   AKV_CHECK(n >= 1 && n <= kQuantGemvMaxRows, "quantized GEMV: 1 to 64 rows");
-  AKV_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0, "quantized GEMV: 16-byte aligned weight");
-  AKV_CHECK(w.rows < (std::int64_t{1} << 31) && w.cols < (std::int64_t{1} << 31), "quantized GEMV: shape");
-  switch (w.type) {
-    case GgmlType::Q8_0: return launch_rows<GgmlType::Q8_0>(w, a, n, y, y_stride, s);
-    case GgmlType::Q4_0: return launch_rows<GgmlType::Q4_0>(w, a, n, y, y_stride, s);
-    case GgmlType::MXFP4: return launch_rows<GgmlType::MXFP4>(w, a, n, y, y_stride, s);
-    case GgmlType::Q4_K: return launch_rows<GgmlType::Q4_K>(w, a, n, y, y_stride, s);
-    case GgmlType::Q5_K: return launch_rows<GgmlType::Q5_K>(w, a, n, y, y_stride, s);
-    case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(w, a, n, y, y_stride, s);
+  AKV_CHECK(n_targets >= 1 && n_targets <= kQuantGemvMaxTargets, "quantized GEMV: 1 to 3 targets");
+  const QuantWeight& w0 = targets[0].w;
+  for (int t = 0; t < n_targets; ++t) {
+    const QuantWeight& w = targets[t].w;
+    AKV_CHECK(w.type == w0.type && w.cols == w0.cols, "quantized GEMV: one type and width per launch");
+    AKV_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0, "quantized GEMV: 16-byte aligned weight");
+    AKV_CHECK(w.rows < (std::int64_t{1} << 31) && w.cols < (std::int64_t{1} << 31), "quantized GEMV: shape");
+  }
+  switch (w0.type) {
+    case GgmlType::Q8_0: return launch_rows<GgmlType::Q8_0>(targets, n_targets, a, n, s);
+    case GgmlType::Q4_0: return launch_rows<GgmlType::Q4_0>(targets, n_targets, a, n, s);
+    case GgmlType::MXFP4: return launch_rows<GgmlType::MXFP4>(targets, n_targets, a, n, s);
+    case GgmlType::Q4_K: return launch_rows<GgmlType::Q4_K>(targets, n_targets, a, n, s);
+    case GgmlType::Q5_K: return launch_rows<GgmlType::Q5_K>(targets, n_targets, a, n, s);
+    case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(targets, n_targets, a, n, s);
     default: AKV_CHECK(false, "quantized GEMV: unsupported type");
   }
 }

@@ -54,4 +54,17 @@ void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int
 void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
                        CUstream_st* s);
 
+// One weight of a multi-target launch and where its product goes.
+struct QuantTarget {
+  QuantWeight w;
+  float* y = nullptr;
+  std::int64_t y_stride = 0;
+};
+inline constexpr int kQuantGemvMaxTargets = 3;  // q/k/v: one launch
+// launch_quant_gemv for up to kQuantGemvMaxTargets weights of one type and width in one launch
+// (each target's rows a run of the grid's blocks): small matrices such as k and v no longer pay a
+// kernel each.
+void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
+                             CUstream_st* s);
+
 }  // namespace akv::cuda
