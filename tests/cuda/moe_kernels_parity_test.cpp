@@ -170,11 +170,17 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
   backends().gpu.moe(io.x.gpu, io.logits.gpu, l.weights(true), l.p, io.scratch(true), io.out.gpu);
   backends().gpu.set_moe_kernels(Kernels::Grouped);
   // Float experts with 16-byte aligned rows take the grouped GEMM (gate/up and down) in prefill.
-  const bool grouped_gemm = c.kernels == Kernels::Grouped && !c.mxfp4 && c.shape != &kOdd &&
-                            c.n > CudaBackend::kMoeDecodeMaxRows;
-  EXPECT_EQ(backends().gpu.moe_grouped_gemm_launches() - grouped_before, grouped_gemm ? 2 : 0)
-      << case_name(c) << ": cublasGemmGroupedBatchedEx launches (none: unaligned operands or cuBLAS answered "
-      << "NOT_SUPPORTED, so one GEMM per expert ran)";
+  // With odd widths each GEMM's operands are aligned or not by where its experts' rows start
+  // (the routing), so either path may run there: only the results are checked.
+  const std::int64_t launches = backends().gpu.moe_grouped_gemm_launches() - grouped_before;
+  const bool grouped_gemm =
+      c.kernels == Kernels::Grouped && !c.mxfp4 && c.n > CudaBackend::kMoeDecodeMaxRows;
+  if (c.shape == &kOdd)
+    EXPECT_LE(launches, grouped_gemm ? 2 : 0) << case_name(c);
+  else
+    EXPECT_EQ(launches, grouped_gemm ? 2 : 0)
+        << case_name(c) << ": cublasGemmGroupedBatchedEx launches (none: unaligned operands or cuBLAS answered "
+        << "NOT_SUPPORTED, so one GEMM per expert ran)";
   const std::vector<float> got = io.out.get_gpu(), want = io.out.get_cpu();
   const double err = note_error(rel_error(got, want));
   std::size_t worst = 0;
