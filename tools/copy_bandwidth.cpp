@@ -32,16 +32,16 @@ int main(int argc, char** argv) {
     for (int p = 0; p < passes; ++p) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) pool.emplace_back([&fn, t] { fn(static_cast<std::size_t>(t)); });
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&fn, t] { fn(static_cast<std::size_t>(t)); });
       for (std::thread& th : pool) th.join();
-      best_s = std::min(best_s,
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best_s = std::min(
+          best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return best_s;
   };
-  const double copy_s = best_seconds([&](std::size_t t) {
-    std::memcpy(dst.data() + t * slice, src.data() + t * slice, slice);
-  });
+  const double copy_s = best_seconds(
+      [&](std::size_t t) { std::memcpy(dst.data() + t * slice, src.data() + t * slice, slice); });
   std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads) * 8);  // a cache line each
   const double read_s = best_seconds([&](std::size_t t) {
     std::uint64_t acc[4] = {0, 0, 0, 0};

@@ -25,9 +25,15 @@ bool spin_until(int micros, const Pred& done) {
 std::uint64_t pack_claims(std::int64_t next, std::int64_t n_chunks) {
   return static_cast<std::uint64_t>(next) << 32 | static_cast<std::uint64_t>(n_chunks);
 }
-std::int64_t claims_next(std::uint64_t c) { return static_cast<std::int64_t>(c >> 32); }
-std::int64_t claims_count(std::uint64_t c) { return static_cast<std::int64_t>(c & 0xffffffffu); }
-bool claimable(std::uint64_t c) { return claims_next(c) < claims_count(c); }
+std::int64_t claims_next(std::uint64_t c) {
+  return static_cast<std::int64_t>(c >> 32);
+}
+std::int64_t claims_count(std::uint64_t c) {
+  return static_cast<std::int64_t>(c & 0xffffffffu);
+}
+bool claimable(std::uint64_t c) {
+  return claims_next(c) < claims_count(c);
+}
 
 }  // namespace
 
@@ -76,7 +82,9 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
   run_chunks();
   // Only chunks that some thread claimed are waited for; a worker that has not woken up yet
   // finds nothing left to claim.
-  const auto all_done = [this, n_chunks] { return chunks_done_.load(std::memory_order_acquire) == n_chunks; };
+  const auto all_done = [this, n_chunks] {
+    return chunks_done_.load(std::memory_order_acquire) == n_chunks;
+  };
   if (!spin_until(spin_micros_, all_done)) {
     std::unique_lock lock(mu_);
     caller_sleeping_ = true;
@@ -112,7 +120,8 @@ void ThreadPool::run_chunks() {
 
 void ThreadPool::worker_loop() {
   const auto has_work = [this] {
-    return claimable(claims_.load(std::memory_order_relaxed)) || stop_.load(std::memory_order_relaxed);
+    return claimable(claims_.load(std::memory_order_relaxed)) ||
+           stop_.load(std::memory_order_relaxed);
   };
   for (;;) {
     if (!spin_until(spin_micros_, has_work)) {

@@ -67,8 +67,8 @@ class ThreadPool {
   std::atomic<std::uint64_t> claims_{0};
   std::atomic<std::int64_t> chunks_done_{0};  // chunks of the current job that have returned
   std::atomic<bool> stop_{false};
-  int sleeping_workers_ = 0;                  // guarded by mu_
-  bool caller_sleeping_ = false;              // guarded by mu_
+  int sleeping_workers_ = 0;      // guarded by mu_
+  bool caller_sleeping_ = false;  // guarded by mu_
 };
 
 }  // namespace akv

@@ -30,7 +30,8 @@ std::vector<Call> run_and_check(ThreadPool& pool, std::int64_t n, std::int64_t g
     calls.push_back({b, e, std::this_thread::get_id()});
   });
   for (std::int64_t i = 0; i < n; ++i)
-    EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " grain=" << grain << " i=" << i;
+    EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), 1)
+        << "n=" << n << " grain=" << grain << " i=" << i;
   for (const Call& c : calls) {
     EXPECT_LT(c.begin, c.end);
     EXPECT_EQ(c.begin % grain, 0) << "n=" << n << " grain=" << grain;
@@ -51,7 +52,8 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnceInGrainAlignedChunks) {
           // No more calls than chunks of chunk_length (the last one may be short).
           const std::int64_t chunk = pool.chunk_length(n, grain);
           EXPECT_LE(static_cast<std::int64_t>(calls.size()), (n + chunk - 1) / chunk);
-          EXPECT_LE(static_cast<std::int64_t>(calls.size()), threads * ThreadPool::kChunksPerThread);
+          EXPECT_LE(static_cast<std::int64_t>(calls.size()),
+                    threads * ThreadPool::kChunksPerThread);
         }
     }
   }
@@ -94,7 +96,8 @@ TEST(ThreadPool, JobsOfUnevenChunksWithLateWorkersCoverEveryIndex) {
         if ((b + round) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
         for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)]++;
       });
-    for (std::size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i].load(), 300) << "spin=" << spin << " i=" << i;
+    for (std::size_t i = 0; i < hits.size(); ++i)
+      EXPECT_EQ(hits[i].load(), 300) << "spin=" << spin << " i=" << i;
   }
 }
 
