@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/check.h"
+
 namespace akv {
 namespace {
 
@@ -20,11 +22,25 @@ bool spin_until(int micros, const Pred& done) {
   }
 }
 
+std::uint64_t pack_claims(std::int64_t next, std::int64_t n_chunks) {
+  return static_cast<std::uint64_t>(next) << 32 | static_cast<std::uint64_t>(n_chunks);
+}
+std::int64_t claims_next(std::uint64_t c) {
+  return static_cast<std::int64_t>(c >> 32);
+}
+std::int64_t claims_count(std::uint64_t c) {
+  return static_cast<std::int64_t>(c & 0xffffffffu);
+}
+bool claimable(std::uint64_t c) {
+  return claims_next(c) < claims_count(c);
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads, int spin_micros) : spin_micros_(spin_micros) {
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  AKV_CHECK(n_threads <= (1 << 20), "thread pool: the chunk count must fit 32 bits");
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -36,30 +52,39 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+std::int64_t ThreadPool::chunk_length(std::int64_t n, std::int64_t grain) const {
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t target_chunks = n_threads() * kChunksPerThread;
+  std::int64_t chunk = std::max<std::int64_t>((n + target_chunks - 1) / target_chunks, 1);
+  return (chunk + grain - 1) / grain * grain;
+}
+
 void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
                               const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (n <= 0) return;
-  grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t n_chunks = std::min<std::int64_t>(n_threads(), (n + grain - 1) / grain);
+  const std::int64_t chunk = chunk_length(n, grain);
+  const std::int64_t n_chunks = (n + chunk - 1) / chunk;  // <= n_threads() * kChunksPerThread
   if (n_chunks <= 1 || workers_.empty()) {
     fn(0, n);
     return;
   }
-  std::int64_t chunk = (n + n_chunks - 1) / n_chunks;
-  chunk = (chunk + grain - 1) / grain * grain;
-  // No worker reads these until the generation bump below publishes them, and the previous
-  // job's readers are all done (pending_ reached 0 before the last call returned).
+  // No thread reads these until the store to claims_ below publishes them: the previous job's
+  // claims_ admits no claim, and all its claimed chunks are done (chunks_done_ was complete).
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = chunk;
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  claims_.store(pack_claims(0, n_chunks), std::memory_order_release);
   {
     std::lock_guard lock(mu_);  // pairs with a worker's check-then-sleep under mu_
     if (sleeping_workers_ > 0) work_cv_.notify_all();
   }
-  fn(0, std::min(chunk, n));
-  const auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  run_chunks();
+  // Only chunks that some thread claimed are waited for; a worker that has not woken up yet
+  // finds nothing left to claim.
+  const auto all_done = [this, n_chunks] {
+    return chunks_done_.load(std::memory_order_acquire) == n_chunks;
+  };
   if (!spin_until(spin_micros_, all_done)) {
     std::unique_lock lock(mu_);
     caller_sleeping_ = true;
@@ -69,12 +94,36 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
   job_ = nullptr;
 }
 
-void ThreadPool::worker_loop(int index) {
-  std::uint64_t seen = 0;
+void ThreadPool::run_chunks() {
+  std::uint64_t c = claims_.load(std::memory_order_acquire);
   for (;;) {
-    const auto has_work = [&] {
-      return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_relaxed);
-    };
+    if (!claimable(c)) return;
+    // acquire: the job fields written before the release store that started this job.
+    if (!claims_.compare_exchange_weak(c, c + (std::uint64_t{1} << 32), std::memory_order_acquire,
+                                       std::memory_order_acquire))
+      continue;
+    const std::int64_t n_chunks = claims_count(c);
+    const std::int64_t begin = claims_next(c) * job_chunk_;
+    const std::int64_t end = std::min(job_n_, begin + job_chunk_);
+    AKV_CHECK(begin < end, "thread pool: claimed an empty chunk");
+    (*job_)(begin, end);
+    // release: fn's writes, and this thread's reads of the job fields, before the caller
+    // returns or starts the next job.
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) {
+      std::lock_guard lock(mu_);  // the caller checks chunks_done_ under mu_ before sleeping
+      if (caller_sleeping_) done_cv_.notify_one();
+      return;
+    }
+    c = claims_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop() {
+  const auto has_work = [this] {
+    return claimable(claims_.load(std::memory_order_relaxed)) ||
+           stop_.load(std::memory_order_relaxed);
+  };
+  for (;;) {
     if (!spin_until(spin_micros_, has_work)) {
       std::unique_lock lock(mu_);
       ++sleeping_workers_;
@@ -82,14 +131,7 @@ void ThreadPool::worker_loop(int index) {
       --sleeping_workers_;
     }
     if (stop_.load()) return;
-    seen = generation_.load(std::memory_order_acquire);
-    const std::int64_t begin = std::min(job_n_, job_chunk_ * index);
-    const std::int64_t end = std::min(job_n_, begin + job_chunk_);
-    if (begin < end) (*job_)(begin, end);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mu_);  // the caller checks pending_ under mu_ before sleeping
-      if (caller_sleeping_) done_cv_.notify_one();
-    }
+    run_chunks();
   }
 }
 

@@ -68,6 +68,25 @@ TEST_P(FastMatmul, ManyWeightPanels) {
   check_matmul(isa, dtype, {20, 4000, 600}, true, 5, 99);  // ~3 MiB of f32 weights per thread
 }
 
+// The GEMV path (fewer than kGemmMinRows inputs) computes each output element on exactly one
+// pool thread, whichever chunk of rows it claims: the thread count must not change the result.
+TEST_P(FastMatmul, GemvResultDoesNotDependOnThreadCount) {
+  const auto [isa, dtype] = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+  FastBackend one(1, isa), three(3, isa);
+  std::mt19937 rng(5);
+  const OwnedWeight w = random_weight(rng, dtype, 301, 576);
+  for (const std::int64_t n : {1, 3}) {
+    const OwnedTensor x = random_tensor(rng, n, 576);
+    OwnedTensor out1 = random_tensor(rng, n, 301), out3 = copy_of(out1);
+    one.matmul(x.ref, w.ref, nullptr, out1.ref);
+    for (int round = 0; round < 3; ++round) {
+      three.matmul(x.ref, w.ref, nullptr, out3.ref);
+      EXPECT_EQ(out1.host(), out3.host()) << "n=" << n << " round " << round;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(IsaDtype, FastMatmul,
                          ::testing::Combine(::testing::ValuesIn(all_isas()),
                                             ::testing::Values(DType::F32, DType::BF16, DType::F16)),

@@ -13,6 +13,7 @@
 //   |got - want| <= sum_k |w_k| d_b(k) / 2 + the f32 term above. The fallback does not
 //   quantize inputs and is held to the f32 term alone.
 #include <cstddef>
+#include <cstring>
 #include <tuple>
 
 #include "backend/cpu/quant_dot.h"
@@ -160,6 +161,27 @@ TEST_P(QuantMatmul, FastMatchesOracle) {
   for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536}}) {
     check(fast, integer, t, n, m, k, Input::Grid, seed++);
     check(fast, integer, t, n, m, k, Input::Arbitrary, seed++);
+  }
+}
+
+// Each output element is computed by exactly one pool thread, whichever chunk of rows it
+// claims: the result must not depend on the thread count (nor on which thread ran a row).
+TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
+  const auto [isa, t] = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+  FastBackend one(1, isa), three(3, isa);
+  std::mt19937 rng(11);
+  const OwnedWeight w = random_quant_weight(rng, t, 301, 512);
+  for (const std::int64_t n : {1, 3}) {
+    const OwnedTensor x = random_tensor(rng, n, 512, 2);
+    OwnedTensor out1 = random_tensor(rng, n, 301), out3 = copy_of(out1);
+    one.matmul(x.ref, w.ref, nullptr, out1.ref);
+    for (int round = 0; round < 3; ++round) {
+      three.matmul(x.ref, w.ref, nullptr, out3.ref);
+      const std::vector<float> a = out1.host(), b = out3.host();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << dtype_name(t) << " n=" << n << " round " << round;
+    }
   }
 }
 

@@ -11,8 +11,10 @@
 
 namespace akv {
 
-// Calls fn(t) once for every thread slot t in [0, pool.n_threads()), concurrently; returns when
-// all are done. The capture is one reference, so std::function does not allocate.
+// Calls fn(t) once for every thread slot t in [0, pool.n_threads()); returns when all are done.
+// Slots run concurrently as the pool's threads claim them, but one thread may run several in turn
+// (a descheduled thread's slot is taken by another): fn must not wait for another slot. The
+// capture is one reference, so std::function does not allocate.
 template <typename Fn>
 void run_per_thread(ThreadPool& pool, const Fn& fn) {
   pool.parallel_for(pool.n_threads(), 1, [&fn](std::int64_t begin, std::int64_t end) {
