@@ -197,9 +197,9 @@ void flush_disk_tier(Engine& engine, DiskStore& disk, RemoteStore* remote, doubl
   const DiskDrain drained = disk.drain(deadline);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_info(
-      "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop; {} agents' chains first, most "
-      "recent first: {} queued blocks moved ahead, {} added), {} dropped{}, {} not in memory (recomputed on return), "
-      "{} manifests lost; {} of {} agents whole on disk",
+      "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop; {} agents' "
+      "chains first, most recent first: {} queued blocks moved ahead, {} added), {} dropped{}, {} "
+      "not in memory (recomputed on return), {} manifests lost; {} of {} agents whole on disk",
       seconds, drained.n_written, queued_at_stop, spill.n_agents, spill.n_moved, spill.n_queued,
       drained.n_dropped + spill.n_late,
       drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",

@@ -329,9 +329,11 @@ void DiskStore::keep_buffer_locked(std::vector<std::byte>& raw) {
     spare_raw_.push_back(std::move(raw));
 }
 
-std::unique_ptr<DiskStore::Job> DiskStore::block_job_locked(const Hash128& key, const Hash128& parent,
+std::unique_ptr<DiskStore::Job> DiskStore::block_job_locked(const Hash128& key,
+                                                            const Hash128& parent,
                                                             const Hash128& tokens_hash,
-                                                            std::vector<std::byte>& raw, LentBlock lent) {
+                                                            std::vector<std::byte>& raw,
+                                                            LentBlock lent) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Block;
   job->key = key;
@@ -410,6 +412,34 @@ std::size_t DiskStore::n_lent_room() const {
   std::lock_guard lock(mu_);
   if (now_ms() < paused_until_ms_) return 0;
   return options_.max_lent_blocks - std::min(options_.max_lent_blocks, queued_lent_);
+}
+
+bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                            std::vector<std::byte> raw,
+                            std::chrono::steady_clock::time_point deadline) {
+  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put_or_wait: raw block size");
+  {
+    std::unique_lock lock(mu_);
+    const auto settled = [&] {
+      return files_.contains(key) || pending_.contains(key) || now_ms() < paused_until_ms_ ||
+             queued_bytes_ + raw.size() <= options_.max_queue_bytes;
+    };
+    const bool room = room_.wait_until(lock, deadline, settled);
+    if (files_.contains(key) || pending_.contains(key)) {
+      keep_buffer_locked(raw);
+      return false;
+    }
+    const bool paused = now_ms() < paused_until_ms_;
+    if (!room || paused) {
+      ++stats_.n_dropped;
+      ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
+      keep_buffer_locked(raw);
+      return false;
+    }
+    queue_.push_back(block_job_locked(key, parent, tokens_hash, raw));
+  }
+  wake_.notify_one();
+  return true;
 }
 
 std::size_t DiskStore::n_queue_room() const {

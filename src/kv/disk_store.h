@@ -6,12 +6,12 @@
 // renames, one directory fsync per batch), so a crash leaves either the old state or the
 // new file whole. A manifest is written after the blocks queued before it (a graceful stop's
 // queue goes ahead of the backlog: there an agent's manifest follows its own chain's blocks,
-// disk_store_drain.cpp); a failed manifest write is retried (with a bound). Start-up scans both folders; a file
-// with another fingerprint or version is never used (and left alone), a damaged one is removed;
-// both are counted and logged. Payload checksums are verified on every load. A write error
-// (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk: a
-// block that finds the queue full is dropped, counted and logged (at most every 10 s, from the
-// IO thread).
+// disk_store_drain.cpp); a failed manifest write is retried (with a bound). Start-up scans
+// both folders; a file with another fingerprint or version is never used (and left alone), a
+// damaged one is removed; both are counted and logged. Payload checksums are verified on every
+// load. A write error (disk full, ...) pauses spilling for a while with a warning; serving never
+// waits for disk: a block that finds the queue full is dropped, counted and logged (at most
+// every 10 s, from the IO thread).
 // Retention: block files past `max_bytes` are evicted (disk_store_retention.cpp), blocks no
 // manifest names are collected once unused for `orphan_age_s`; blocks of pinned agents stay.
 // Thread-safe. put/put_manifest/erase never block on IO; load reads on the caller's thread.
@@ -178,6 +178,10 @@ class DiskStore {
   // released) and waits for a batch being written, so no lent bytes are read after it returns.
   void drop_lent();
   SpillCodec codec() const { return options_.codec; }
+  // put() that waits (until `deadline`) for room in the queue instead of dropping the block when
+  // it is full. Never on the engine's serving path (benchmarks; a stop uses put_first_or_wait).
+  bool put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                   std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline);
   // Blocks put() would accept now without dropping (queue room; 0 while paused).
   std::size_t n_queue_room() const;
   // Reads, verifies (header, key, parent, tokens hash, checksum) and decodes a block into `raw`.
@@ -233,7 +237,8 @@ class DiskStore {
   // are written, never behind the backlog. False when dropped (out of time, paused after an
   // error; counted like put's drops) or already stored/queued.
   bool put_first_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
-                         std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline);
+                         std::vector<std::byte> raw,
+                         std::chrono::steady_clock::time_point deadline);
   // put_manifest() onto the end of the stop's queue (behind the blocks queued there so far).
   void put_manifest_first(const AgentRecord& record);
   // Writes what is queued (the stop's queue first) until `deadline`; then drops the blocks
@@ -317,7 +322,7 @@ class DiskStore {
   std::vector<AgentRecord> loaded_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_, idle_, room_;  // room_: the queue shrank (put_first_or_wait)
+  std::condition_variable wake_, idle_, room_;  // room_: the queue shrank (put_..._or_wait)
   std::deque<std::unique_ptr<Job>> queue_;  // the backlog, in arrival order
   std::deque<std::unique_ptr<Job>> first_;  // a graceful stop's queue: taken before queue_
   std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;

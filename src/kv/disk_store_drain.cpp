@@ -36,8 +36,9 @@ std::int64_t DiskStore::write_first(std::span<const Hash128> keys) {
   return static_cast<std::int64_t>(moved.size());
 }
 
-bool DiskStore::put_first_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
-                                  std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline) {
+bool DiskStore::put_first_or_wait(const Hash128& key, const Hash128& parent,
+                                  const Hash128& tokens_hash, std::vector<std::byte> raw,
+                                  std::chrono::steady_clock::time_point deadline) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put_first_or_wait: raw block size");
   {
     std::unique_lock lock(mu_);

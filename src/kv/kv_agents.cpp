@@ -1,7 +1,8 @@
 // KvManager's agent hooks: a finished request's turn, the agents API's pin, unpin, evict and
 // delete, and a graceful stop's writing of the agents' chains (most recently used first). All run
-// on the engine thread (the stop once it has stopped), so the agent index, the manifests queued to
-// the disk tier and the blocks' retention change in one order (there is no other writer).
+// on the engine thread (the stop's after the engine has stopped), so the agent index, the
+// manifests queued to the disk tier and the blocks' retention change in one order (there is no
+// other writer).
 #include <chrono>
 #include <vector>
 

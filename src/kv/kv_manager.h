@@ -283,7 +283,8 @@ class KvManager {
   // false when neither holds it.
   bool read_for_disk(const Hash128& key, std::span<std::byte> raw, TierMeta& meta);
   // One agent of spill_agents_to_disk (kv_agents.cpp); n_agents is 1 when its manifest was queued.
-  AgentSpill spill_chain_first(const AgentRecord& agent, std::chrono::steady_clock::time_point deadline);
+  AgentSpill spill_chain_first(const AgentRecord& agent,
+                               std::chrono::steady_clock::time_point deadline);
   void finish_tier_reads();
   bool demoting(const Hash128& key) const;
   // The state blocks an agent recorded from seq names (kv_states.cpp).

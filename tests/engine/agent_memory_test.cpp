@@ -641,7 +641,8 @@ class BatchGate {
   // within a minute.
   bool wait_entered(int n) const {
     std::unique_lock lock(state_->mu);
-    return state_->cv.wait_for(lock, std::chrono::minutes(1), [&] { return state_->n_entered >= n; });
+    return state_->cv.wait_for(lock, std::chrono::minutes(1),
+                               [&] { return state_->n_entered >= n; });
   }
   // Batches 1..n may be written.
   void grant(int n) const { change([&] { state_->n_granted = n; }); }
@@ -697,7 +698,8 @@ StopBehindBacklog stop_behind_backlog(const std::string& kv_dir, std::size_t max
     const Ids user = random_ids(40 + static_cast<std::uint32_t>(i), 5);
     prompt.insert(prompt.end(), user.begin(), user.end());
     out.next_turns.push_back(std::move(prompt));
-    out.n_chain.push_back(static_cast<std::int64_t>(s.agents.find("", out.agents[i])->chain.size()));
+    const std::size_t n_chain = s.agents.find("", out.agents[i])->chain.size();
+    out.n_chain.push_back(static_cast<std::int64_t>(n_chain));
   }
   s.engine->stop();
   out.spill = s.engine->spill_agents_to_disk(std::chrono::steady_clock::now() + spill_time);
@@ -718,7 +720,8 @@ StopBehindBacklog stop_behind_backlog(const std::string& kv_dir, std::size_t max
 
 TEST(AgentMemory, AGracefulStopWritesTheMostRecentAgentBeforeTheBacklog) {
   ScratchDir dir;
-  const StopBehindBacklog st = stop_behind_backlog(dir.path, /*max_queue_blocks=*/1024, std::chrono::seconds(30));
+  const StopBehindBacklog st =
+      stop_behind_backlog(dir.path, /*max_queue_blocks=*/1024, std::chrono::seconds(30));
   const std::int64_t n = st.n_chain[0];
   ASSERT_EQ(st.n_chain, std::vector<std::int64_t>(3, n));
   EXPECT_EQ(st.spill.n_late, 0);
@@ -727,7 +730,8 @@ TEST(AgentMemory, AGracefulStopWritesTheMostRecentAgentBeforeTheBacklog) {
   EXPECT_EQ(st.spill.n_moved, 3 * n) << "each agent's chain, most recent first";
   EXPECT_EQ(st.spill.n_agents, 3);
   EXPECT_FALSE(st.drain.in_time);
-  EXPECT_EQ(st.stats.n_written, 1 + 2 * n) << "the held block, then the two most recent agents' chains";
+  EXPECT_EQ(st.stats.n_written, 1 + 2 * n)
+      << "the held block, then the two most recent agents' chains";
   EXPECT_EQ(st.drain.n_dropped, n) << "the oldest agent's blocks, behind them";
   EXPECT_EQ(st.stats.n_dropped_at_stop, n);
   EXPECT_EQ(st.drain.n_agents, 3);
@@ -735,7 +739,9 @@ TEST(AgentMemory, AGracefulStopWritesTheMostRecentAgentBeforeTheBacklog) {
   Served b(kStories, dir.path);
   for (std::size_t i = 0; i < 3; ++i) {
     const Result r = b.run(st.next_turns[i], 4, st.agents[i]);
-    EXPECT_EQ(r.usage.cached_tokens, i == 0 ? 0 : static_cast<std::int32_t>(n * kBlock)) << st.agents[i];
+    const std::int64_t n_restored = i == 0 ? 0 : n;
+    EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_restored * kBlock))
+        << st.agents[i];
     EXPECT_EQ(r.tokens, greedy_alone(kStories, st.next_turns[i], 4));
   }
 }
@@ -744,12 +750,15 @@ TEST(AgentMemory, AGracefulStopQueuesTheMostRecentAgentAheadOfAFullQueue) {
   ScratchDir dir;
   // The queue holds the held block and the oldest agent's chain; the others' blocks wait in
   // device memory.
-  const StopBehindBacklog st = stop_behind_backlog(dir.path, /*max_queue_blocks=*/13, std::chrono::seconds(1));
+  const StopBehindBacklog st =
+      stop_behind_backlog(dir.path, /*max_queue_blocks=*/13, std::chrono::seconds(1));
   const std::int64_t n = st.n_chain[0];
   ASSERT_EQ(n, 12);
   EXPECT_EQ(st.spill.n_missing, 0);
-  EXPECT_EQ(st.spill.n_queued, n + 1) << "the most recent agent's chain, the next one's first block";
-  EXPECT_EQ(st.spill.n_late, n - 1) << "then the queue holds twice its bound and the disk writes nothing";
+  EXPECT_EQ(st.spill.n_queued, n + 1)
+      << "the most recent agent's chain, the next one's first block";
+  EXPECT_EQ(st.spill.n_late, n - 1)
+      << "then the queue holds twice its bound and the disk writes nothing";
   EXPECT_EQ(st.spill.n_moved, n) << "the oldest agent's chain, from the backlog";
   EXPECT_EQ(st.spill.n_agents, 3);
   EXPECT_FALSE(st.drain.in_time);
@@ -761,7 +770,8 @@ TEST(AgentMemory, AGracefulStopQueuesTheMostRecentAgentAheadOfAFullQueue) {
   for (std::size_t i = 0; i < 3; ++i) {
     const Result r = b.run(st.next_turns[i], 4, st.agents[i]);
     const std::int64_t n_restored = i == 2 ? n : i == 1 ? 1 : 0;
-    EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_restored * kBlock)) << st.agents[i];
+    EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_restored * kBlock))
+        << st.agents[i];
     EXPECT_EQ(r.tokens, greedy_alone(kStories, st.next_turns[i], 4));
   }
 }

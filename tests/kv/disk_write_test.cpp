@@ -1,9 +1,10 @@
 // The disk tier's write-behind: blocks queued together are written as one durable batch; a full
-// queue drops (counted by reason, queue depth visible); a graceful stop's queue is written ahead
-// of the backlog (blocks moved there in the order given, its manifests right behind them, its
-// own blocks waiting only for room beside the backlog, until their deadline); a drain past its
-// deadline drops the blocks still queued but writes the manifests; a failed manifest write is
-// retried, and given up (counted) only after its bound.
+// queue drops (counted by reason, queue depth visible); put_or_wait waits for room until its
+// deadline; a graceful stop's queue is written ahead of the backlog (blocks moved there in the
+// order given, its manifests right behind them, its own blocks waiting only for room beside the
+// backlog, until their deadline); a drain past its deadline drops the blocks still queued but
+// writes the manifests; a failed manifest write is retried, and given up (counted) only after
+// its bound.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -158,6 +159,29 @@ TEST(DiskWrite, DropsAreReportedByTheIoThreadAtMostOncePerInterval) {
   EXPECT_EQ(count(err, "1 blocks not written"), 1) << err;
 }
 
+TEST(DiskWrite, PutOrWaitWaitsForRoomUntilItsDeadline) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.max_queue_bytes = kShape.raw_bytes();
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(store->put_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 50ms));
+  EXPECT_GE(Clock::now() - t0, 50ms);
+  EXPECT_EQ(store->stats().n_dropped_queue_full, 1);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.release();
+  });
+  EXPECT_TRUE(store->put_or_wait({3, 3}, {}, {}, block_content(kShape, 3), Clock::now() + 10s));
+  opener.join();
+  store->flush();
+  EXPECT_TRUE(store->on_disk({3, 3}));
+}
+
 // The IO thread's writes in order: block keys' `lo`, and kManifest for each manifest write.
 constexpr std::uint64_t kManifest = 1000;
 struct WriteLog {
@@ -230,23 +254,27 @@ TEST(DiskWrite, AStopsOwnBlocksGoAheadOfAFullBacklogAndWaitOnlyForTheirOwnRoom) 
   EXPECT_TRUE(store->put_first_or_wait({10, 10}, {}, {}, block_content(kShape, 10), t0 + 10s));
   EXPECT_TRUE(store->put_first_or_wait({11, 11}, {}, {}, block_content(kShape, 11), t0 + 10s));
   EXPECT_LT(Clock::now() - t0, 5s) << "no wait beside a full backlog";
-  EXPECT_FALSE(store->put_first_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 10s)) << "queued already";
+  EXPECT_FALSE(store->put_first_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 10s))
+      << "queued already";
   const auto t1 = Clock::now();
   EXPECT_FALSE(store->put_first_or_wait({12, 12}, {}, {}, block_content(kShape, 12), t1 + 50ms));
-  EXPECT_GE(Clock::now() - t1, 50ms) << "twice the backlog's bound is queued: it waited, then dropped";
+  EXPECT_GE(Clock::now() - t1, 50ms)
+      << "twice the backlog's bound is queued: it waited, then dropped";
   EXPECT_EQ(store->stats().n_dropped_queue_full, 2);
   EXPECT_EQ(store->stats().queued_blocks, 4);
   std::thread opener([&gate] {
     std::this_thread::sleep_for(30ms);
     gate.release();
   });
-  EXPECT_TRUE(store->put_first_or_wait({13, 13}, {}, {}, block_content(kShape, 13), Clock::now() + 10s))
+  EXPECT_TRUE(
+      store->put_first_or_wait({13, 13}, {}, {}, block_content(kShape, 13), Clock::now() + 10s))
       << "room once the stop's own blocks are written";
   opener.join();
   store->flush();
   const std::vector<std::uint64_t> order = log.take();
   ASSERT_EQ(order.size(), 5u);
-  EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.begin() + 3), (std::vector<std::uint64_t>{1, 10, 11}));
+  EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.begin() + 3),
+            (std::vector<std::uint64_t>{1, 10, 11}));
   EXPECT_TRUE(store->on_disk({13, 13}));
   EXPECT_TRUE(store->on_disk({2, 2}));
   std::vector<std::byte> raw(kShape.raw_bytes());
@@ -265,8 +293,8 @@ TEST(DiskWrite, DroppingLentBlocksReleasesThoseAStopMovedAhead) {
   const std::vector<std::byte> bytes = block_content(kShape, 2);
   std::atomic<int> n_released = 0;
   for (std::uint64_t i = 2; i <= 3; ++i)
-    ASSERT_TRUE(store->put_lent({i, i}, {}, {},
-                                LentBlock{.bytes = bytes, .release = [&n_released] { ++n_released; }}));
+    ASSERT_TRUE(store->put_lent(
+        {i, i}, {}, {}, LentBlock{.bytes = bytes, .release = [&n_released] { ++n_released; }}));
   const std::vector<Hash128> moved = {{3, 3}};
   ASSERT_EQ(store->write_first(moved), 1);
   std::thread opener([&gate] {
