@@ -192,15 +192,16 @@ void flush_disk_tier(Engine& engine, DiskStore& disk, RemoteStore* remote, doubl
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(timeout_s));
-  const std::int64_t queued_at_stop = disk.stats().queued_blocks;
-  const AgentSpill spill = engine.spill_agents_to_disk(deadline);
+  const DiskStoreStats at_stop = disk.stats();
+  const AgentSpill spill = engine.spill_agents_to_disk(deadline);  // the IO thread writes meanwhile
   const DiskDrain drained = disk.drain(deadline);
+  const std::int64_t n_written = disk.stats().n_written - at_stop.n_written;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_info(
       "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop; {} agents' "
       "chains first, most recent first: {} queued blocks moved ahead, {} added), {} dropped{}, {} "
       "not in memory (recomputed on return), {} manifests lost; {} of {} agents whole on disk",
-      seconds, drained.n_written, queued_at_stop, spill.n_agents, spill.n_moved, spill.n_queued,
+      seconds, n_written, at_stop.queued_blocks, spill.n_agents, spill.n_moved, spill.n_queued,
       drained.n_dropped + spill.n_late,
       drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",
       spill.n_missing, drained.n_manifests_lost, drained.n_agents_whole, drained.n_agents);
