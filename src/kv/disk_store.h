@@ -262,7 +262,7 @@ class DiskStore {
   struct Manifest {
     std::vector<Hash128> chain;  // and its state blocks: retention names them alike
     bool pinned = false;
-    bool written = false;  // a write of the agent's manifest succeeded since it was last queued
+    bool written = false;  // on disk as last queued (a write since then succeeded, none was lost)
   };
   enum class Sweep { Budget, Orphans };
   explicit DiskStore(DiskStoreOptions options);
