@@ -184,23 +184,27 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   return std::make_unique<HostStore>(std::move(h));
 }
 
-// Graceful stop with a disk tier, after the engine stopped (its last agents recorded): queues
-// the agents' blocks the disk lacks (dropped while writes were behind), then writes the queue;
-// both within `timeout_s`. Logs what reached the disk and what did not.
+// Graceful stop with a disk tier, after the engine stopped (its last agents recorded): puts the
+// agents' chain blocks not on disk yet ahead of the write-behind backlog, most recently used
+// agent first, then writes the queue; both within `timeout_s`. Logs what reached the disk, what
+// did not, and how many agents a restart restores whole.
 void flush_disk_tier(Engine& engine, DiskStore& disk, RemoteStore* remote, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(timeout_s));
-  const std::int64_t queued_at_stop = disk.stats().queued_blocks;
-  const AgentSpill spill = engine.spill_agents_to_disk(deadline);
+  const DiskStoreStats at_stop = disk.stats();
+  const AgentSpill spill = engine.spill_agents_to_disk(deadline);  // the IO thread writes meanwhile
   const DiskDrain drained = disk.drain(deadline);
+  const std::int64_t n_written = disk.stats().n_written - at_stop.n_written;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_info(
-      "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop, {} added from {} agents' chains), "
-      "{} dropped{}, {} not in memory (recomputed on return), {} manifests lost",
-      seconds, drained.n_written, queued_at_stop, spill.n_queued, spill.n_agents, drained.n_dropped + spill.n_late,
+      "KV disk tier: flushed in {:.1f} s: {} blocks written ({} were queued at stop; {} agents' "
+      "chains first, most recent first: {} queued blocks moved ahead, {} added), {} dropped{}, {} "
+      "not in memory (recomputed on return), {} manifests lost; {} of {} agents whole on disk",
+      seconds, n_written, at_stop.queued_blocks, spill.n_agents, spill.n_moved, spill.n_queued,
+      drained.n_dropped + spill.n_late,
       drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",
-      spill.n_missing, drained.n_manifests_lost);
+      spill.n_missing, drained.n_manifests_lost, drained.n_agents_whole, drained.n_agents);
   if (remote == nullptr) return;
   const bool written = remote->flush(deadline);
   log_info("KV remote tier: {} at stop ({} blocks written in all)",

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <queue>
 #include <utility>
 
 #include "base/check.h"
@@ -274,7 +273,7 @@ void DiskStore::scan_manifests() {
       check = FileCheck::ForeignModel;
     switch (check) {
       case FileCheck::Ok:
-        manifests_[name] = {.chain = named_keys(r), .pinned = r.pinned};
+        manifests_[name] = {.chain = named_keys(r), .pinned = r.pinned, .written = true};
         loaded_.push_back(std::move(r));
         ++stats_.n_manifests;
         break;
@@ -330,9 +329,11 @@ void DiskStore::keep_buffer_locked(std::vector<std::byte>& raw) {
     spare_raw_.push_back(std::move(raw));
 }
 
-void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
-                                     const Hash128& tokens_hash, std::vector<std::byte>& raw,
-                                     LentBlock lent) {
+std::unique_ptr<DiskStore::Job> DiskStore::block_job_locked(const Hash128& key,
+                                                            const Hash128& parent,
+                                                            const Hash128& tokens_hash,
+                                                            std::vector<std::byte>& raw,
+                                                            LentBlock lent) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Block;
   job->key = key;
@@ -344,7 +345,7 @@ void DiskStore::enqueue_block_locked(const Hash128& key, const Hash128& parent,
   job->raw = std::move(raw);
   job->lent = std::move(lent);
   pending_.insert(key);
-  queue_.push_back(std::move(job));
+  return job;
 }
 
 bool DiskStore::count_drop_locked(bool paused) {
@@ -369,7 +370,7 @@ bool DiskStore::put(const Hash128& key, const Hash128& parent, const Hash128& to
       keep_buffer_locked(raw);
       if (!count_drop_locked(paused)) return false;
     } else {
-      enqueue_block_locked(key, parent, tokens_hash, raw);
+      queue_.push_back(block_job_locked(key, parent, tokens_hash, raw));
       queued = true;
     }
   }
@@ -393,7 +394,7 @@ bool DiskStore::put_lent(const Hash128& key, const Hash128& parent, const Hash12
       wake = count_drop_locked(paused);
     } else {
       std::vector<std::byte> none;
-      enqueue_block_locked(key, parent, tokens_hash, none, std::move(block));
+      queue_.push_back(block_job_locked(key, parent, tokens_hash, none, std::move(block)));
       queued = true;
     }
   }
@@ -405,32 +406,6 @@ bool DiskStore::put_lent(const Hash128& key, const Hash128& parent, const Hash12
 void DiskStore::limit_lent_blocks(std::size_t n) {
   std::lock_guard lock(mu_);
   options_.max_lent_blocks = std::min(options_.max_lent_blocks, n);
-}
-
-void DiskStore::drop_lent() {
-  std::vector<std::unique_ptr<Job>> dropped;  // destroyed unlocked (their release)
-  {
-    std::unique_lock lock(mu_);
-    std::deque<std::unique_ptr<Job>> kept;
-    for (std::unique_ptr<Job>& job : queue_) {
-      if (job->kind != Job::Kind::Block || job->lent.bytes.empty()) {
-        kept.push_back(std::move(job));
-        continue;
-      }
-      pending_.erase(job->key);
-      --queued_blocks_;
-      --queued_lent_;
-      ++stats_.n_dropped;
-      ++stats_.n_dropped_at_stop;
-      dropped.push_back(std::move(job));
-    }
-    queue_.swap(kept);
-    if (busy_) {  // the batch in flight may read lent bytes: wait for it
-      const std::uint64_t n = n_work_done_;
-      idle_.wait(lock, [&] { return n_work_done_ != n; });
-    }
-  }
-  dropped.clear();
 }
 
 std::size_t DiskStore::n_lent_room() const {
@@ -461,7 +436,7 @@ bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Has
       keep_buffer_locked(raw);
       return false;
     }
-    enqueue_block_locked(key, parent, tokens_hash, raw);
+    queue_.push_back(block_job_locked(key, parent, tokens_hash, raw));
   }
   wake_.notify_one();
   return true;
@@ -473,16 +448,20 @@ std::size_t DiskStore::n_queue_room() const {
   return (options_.max_queue_bytes - queued_bytes_) / options_.shape.raw_bytes();
 }
 
-void DiskStore::put_manifest(const AgentRecord& record) {
+std::unique_ptr<DiskStore::Job> DiskStore::manifest_job_locked(const AgentRecord& record) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Manifest;
   job->record = record;
+  const std::string name = manifest_name(record.tenant, record.agent);
+  manifests_[name] = {.chain = named_keys(record), .pinned = record.pinned};
+  retries_.erase(name);  // this one supersedes a failed older one
+  return job;
+}
+
+void DiskStore::put_manifest(const AgentRecord& record) {
   {
     std::lock_guard lock(mu_);
-    const std::string name = manifest_name(record.tenant, record.agent);
-    manifests_[name] = {.chain = named_keys(record), .pinned = record.pinned};
-    retries_.erase(name);  // this one supersedes a failed older one
-    queue_.push_back(std::move(job));
+    queue_.push_back(manifest_job_locked(record));
   }
   wake_.notify_one();
 }
@@ -526,7 +505,7 @@ bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash1
     if (paused || queued_bytes_ + bytes.size() > options_.max_queue_bytes) {
       if (!count_drop_locked(paused)) return false;
     } else {
-      enqueue_block_locked(key, parent, prefix_hash, bytes);
+      queue_.push_back(block_job_locked(key, parent, prefix_hash, bytes));
       queue_.back()->state = true;
       queued = true;
     }
@@ -664,51 +643,6 @@ void DiskStore::collect_garbage() {
   wake_.notify_one();
 }
 
-void DiskStore::flush() {
-  std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return idle_locked(); });
-}
-
-DiskDrain DiskStore::drain(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mu_);
-  const DiskStoreStats before = stats_;
-  DiskDrain d;
-  d.in_time = idle_.wait_until(lock, deadline, [&] { return idle_locked(); });
-  if (!d.in_time) {
-    // Out of time: the blocks still queued are dropped; the batch being written finishes, and
-    // the (small) manifests and deletions left are written, failed manifests retried at once.
-    std::deque<std::unique_ptr<Job>> kept;
-    std::vector<std::unique_ptr<Job>> dropped;  // destroyed unlocked (a lent block's release)
-    for (std::unique_ptr<Job>& job : queue_) {
-      if (job->kind != Job::Kind::Block) {
-        kept.push_back(std::move(job));
-        continue;
-      }
-      pending_.erase(job->key);
-      queued_bytes_ -= job->raw.size();
-      --queued_blocks_;
-      if (!job->lent.bytes.empty()) --queued_lent_;
-      ++stats_.n_dropped;
-      ++stats_.n_dropped_at_stop;
-      keep_buffer_locked(job->raw);
-      dropped.push_back(std::move(job));
-    }
-    queue_.swap(kept);
-    lock.unlock();
-    dropped.clear();
-    lock.lock();
-    retry_now_ = true;
-    wake_.notify_all();
-    room_.notify_all();
-    idle_.wait(lock, [&] { return idle_locked(); });
-    retry_now_ = false;
-  }
-  d.n_written = stats_.n_written - before.n_written;
-  d.n_dropped = stats_.n_dropped - before.n_dropped;
-  d.n_manifests_lost = stats_.n_manifests_lost - before.n_manifests_lost;
-  return d;
-}
-
 DiskStoreStats DiskStore::stats() const {
   std::lock_guard lock(mu_);
   DiskStoreStats s = stats_;
@@ -719,124 +653,8 @@ DiskStoreStats DiskStore::stats() const {
   return s;
 }
 
-// --- Retention ----------------------------------------------------------------------------------
-// Deletion order is a leaf-first LRU over the chains the block headers' parent keys form (the
-// radix-tree order): a block is a candidate only once no stored block names it as parent, so a
-// chain loses its tail before its head and the longest restorable prefixes stay. Among the
-// candidates, blocks no manifest names go first, then the least recently used.
-
 std::int64_t DiskStore::now_unix_ms() const {
   return options_.now_unix_ms ? options_.now_unix_ms() : system_unix_ms();
-}
-
-std::vector<Hash128> DiskStore::pick_victims(Sweep sweep, std::int64_t target_bytes) const {
-  std::unordered_set<Hash128, Hash128Hasher> named, pinned;
-  for (const auto& [name, m] : manifests_)
-    for (const Hash128& k : m.chain) {
-      named.insert(k);
-      if (m.pinned) pinned.insert(k);
-    }
-  const std::int64_t cutoff_ms = now_unix_ms() - options_.orphan_age_s * 1000;
-  const auto may_go = [&](const Hash128& key, const BlockFile& f) {
-    return sweep == Sweep::Budget ? !pinned.contains(key)
-                                  : !named.contains(key) && f.last_use_ms < cutoff_ms;
-  };
-  std::unordered_map<Hash128, std::int32_t, Hash128Hasher> n_children;
-  for (const auto& [key, f] : files_)
-    if (files_.contains(f.parent)) ++n_children[f.parent];
-
-  struct Candidate {
-    bool named;
-    std::int64_t last_use_ms;
-    Hash128 key;
-    bool operator>(const Candidate& o) const {
-      if (named != o.named) return named;
-      if (last_use_ms != o.last_use_ms) return last_use_ms > o.last_use_ms;
-      return key.hi != o.key.hi ? key.hi > o.key.hi : key.lo > o.key.lo;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> leaves;
-  const auto offer = [&](const Hash128& key, const BlockFile& f) {
-    if (may_go(key, f)) leaves.push({named.contains(key), f.last_use_ms, key});
-  };
-  for (const auto& [key, f] : files_)
-    if (!n_children.contains(key)) offer(key, f);
-
-  std::vector<Hash128> victims;
-  std::int64_t bytes = stats_.bytes;
-  while (!leaves.empty() && (sweep == Sweep::Orphans || bytes > target_bytes)) {
-    const Hash128 key = leaves.top().key;
-    leaves.pop();
-    const BlockFile& f = files_.at(key);
-    victims.push_back(key);
-    bytes -= f.bytes;
-    if (auto it = n_children.find(f.parent); it != n_children.end() && --it->second == 0)
-      offer(f.parent, files_.at(f.parent));
-  }
-  return victims;
-}
-
-bool DiskStore::make_room(std::int64_t incoming) {
-  if (options_.max_bytes <= 0) return true;
-  std::vector<Hash128> victims;
-  {
-    std::lock_guard lock(mu_);
-    if (stats_.bytes + incoming <= options_.max_bytes) return true;
-    const auto low_bytes =
-        static_cast<std::int64_t>(options_.low_water * static_cast<double>(options_.max_bytes));
-    victims = pick_victims(Sweep::Budget, low_bytes - incoming);
-    std::int64_t freed = 0;
-    for (const Hash128& k : victims) freed += files_.at(k).bytes;
-    if (stats_.bytes - freed + incoming > options_.max_bytes) return false;  // keep them all
-    forget_files(victims);
-    stats_.n_evicted += static_cast<std::int64_t>(victims.size());
-  }
-  unlink_blocks(victims);
-  return true;
-}
-
-void DiskStore::collect_orphans() {
-  if (options_.orphan_age_s <= 0) return;
-  std::vector<Hash128> victims;
-  {
-    std::lock_guard lock(mu_);
-    victims = pick_victims(Sweep::Orphans, 0);
-    forget_files(victims);
-    stats_.n_gc += static_cast<std::int64_t>(victims.size());
-  }
-  unlink_blocks(victims);
-}
-
-void DiskStore::forget_files(const std::vector<Hash128>& keys) {
-  for (const Hash128& k : keys) {
-    if (auto it = files_.find(k); it != files_.end()) {
-      --stats_.n_blocks;
-      if (it->second.state) --stats_.n_states;
-      stats_.bytes -= it->second.bytes;
-      files_.erase(it);
-    }
-  }
-}
-
-// No directory fsync: a deletion lost in a crash is found by the next start-up's scan and
-// counted against the budget again.
-void DiskStore::unlink_blocks(const std::vector<Hash128>& keys) {
-  for (const Hash128& k : keys) ::unlinkat(blocks_fd_, (k.hex() + ".kvb").c_str(), 0);
-}
-
-void DiskStore::on_over_budget() {
-  bool first = false;
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.n_over_budget;
-    first = now_ms() >= paused_until_ms_;
-    paused_until_ms_ = now_ms() + options_.pause_after_error_ms;
-  }
-  if (first)
-    log_warn(
-        "KV disk tier {}: {} MiB budget full of pinned agents' blocks; spilling paused for {} ms, "
-        "serving continues",
-        options_.dir, options_.max_bytes >> 20, options_.pause_after_error_ms);
 }
 
 }  // namespace akv

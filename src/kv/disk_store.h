@@ -4,14 +4,15 @@
 //   <dir>/blocks/<key>.kvb                           <dir>/agents/<agent hash>.agent
 // Files are written by one IO thread in batches (durable_batch.h: temp files, one syncfs,
 // renames, one directory fsync per batch), so a crash leaves either the old state or the
-// new file whole. A manifest is written after the blocks queued before it; a failed manifest
-// write is retried (with a bound). Start-up scans both folders; a file
-// with another fingerprint or version is never used (and left alone), a damaged one is removed;
-// both are counted and logged. Payload checksums are verified on every load. A write error
-// (disk full, ...) pauses spilling for a while with a warning; serving never waits for disk: a
-// block that finds the queue full is dropped, counted and logged (at most every 10 s, from the
-// IO thread).
-// Retention: block files past `max_bytes` are evicted (disk_store.cpp, "Retention"), blocks no
+// new file whole. A manifest is written after the blocks queued before it (a graceful stop's
+// queue goes ahead of the backlog: there an agent's manifest follows its own chain's blocks,
+// disk_store_drain.cpp); a failed manifest write is retried (with a bound). Start-up scans
+// both folders; a file with another fingerprint or version is never used (and left alone), a
+// damaged one is removed; both are counted and logged. Payload checksums are verified on every
+// load. A write error (disk full, ...) pauses spilling for a while with a warning; serving never
+// waits for disk: a block that finds the queue full is dropped, counted and logged (at most
+// every 10 s, from the IO thread).
+// Retention: block files past `max_bytes` are evicted (disk_store_retention.cpp), blocks no
 // manifest names are collected once unused for `orphan_age_s`; blocks of pinned agents stay.
 // Thread-safe. put/put_manifest/erase never block on IO; load reads on the caller's thread.
 #pragma once
@@ -23,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -55,7 +57,8 @@ struct DiskStoreOptions {
   SpillCodec codec = SpillCodec::Native;
   BlockShape shape;                                      // of one block's raw bytes
   std::int32_t block_size = 0;                           // tokens per block
-  std::size_t max_queue_bytes = std::size_t{256} << 20;  // raw bytes waiting; more are dropped
+  // Raw bytes waiting; more are dropped (a graceful stop's own blocks may take as much again).
+  std::size_t max_queue_bytes = std::size_t{256} << 20;
   std::size_t max_lent_blocks = 8192;  // lent blocks waiting (they hold no memory of the store's)
   std::int32_t pause_after_error_ms = 30000;
   // Block file bytes kept (0: unlimited). Past it the IO thread deletes blocks down to
@@ -111,7 +114,7 @@ struct DiskStoreStats {
   std::int64_t n_manifests_lost = 0;      // manifests given up after max_manifest_attempts
   std::int64_t n_batches = 0;             // batches of block writes (one directory fsync each)
   std::int64_t queued_blocks = 0;         // blocks waiting to be written (now)
-  std::int64_t queued_bytes = 0;          // their raw bytes (bounded by max_queue_bytes)
+  std::int64_t queued_bytes = 0;  // their raw bytes (max_queue_bytes; twice that during a stop)
   std::int64_t n_over_budget = 0;  // of n_dropped: max_bytes full of blocks that must stay
   std::int64_t n_evicted = 0;      // block files deleted to keep max_bytes
   std::int64_t n_gc = 0;           // block files no manifest names, deleted for age
@@ -124,6 +127,10 @@ struct DiskDrain {
   std::int64_t n_dropped = 0;          // blocks dropped during it (at the deadline or otherwise)
   std::int64_t n_manifests_lost = 0;   // manifests given up during it
   bool in_time = false;                // everything was written before the deadline
+  // Afterwards: agents with a manifest, and of them those whose last manifest is written and
+  // every block it names (chain and state blocks) is on disk: restored whole after a restart.
+  std::int64_t n_agents = 0;
+  std::int64_t n_agents_whole = 0;
 };
 
 class DiskStore {
@@ -172,7 +179,7 @@ class DiskStore {
   void drop_lent();
   SpillCodec codec() const { return options_.codec; }
   // put() that waits (until `deadline`) for room in the queue instead of dropping the block when
-  // it is full. For shutdown, never on the engine's serving path.
+  // it is full. Never on the engine's serving path (benchmarks; a stop uses put_first_or_wait).
   bool put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                    std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline);
   // Blocks put() would accept now without dropping (queue room; 0 while paused).
@@ -214,9 +221,29 @@ class DiskStore {
   void collect_garbage();
   // Waits until the queue is empty and no manifest waits for a retry (tests).
   void flush();
-  // Shutdown: writes what is queued until `deadline`; then drops the blocks still queued
-  // (counted in n_dropped_at_stop) and writes the manifests and deletions left (small), trying
-  // failed manifests once more at once. Returns when the queue is empty.
+
+  // Graceful stop (disk_store_drain.cpp). For shutdown, never on the engine's serving path.
+  // The stop has a queue of its own, which the IO thread writes before the backlog (the queue
+  // above, oldest first), in the order these calls fill it: agent by agent, most recently used
+  // first, each agent's chain blocks (moved or put) and then its manifest, so a deadline drops
+  // the backlog's blocks before the agents most likely to return.
+  // Moves the block jobs with these keys from the backlog to the end of the stop's queue, in
+  // the order given. Keys not in the backlog (written, being written, never queued, or moved
+  // already) are skipped. Returns how many moved. Never waits for IO.
+  std::int64_t write_first(std::span<const Hash128> keys);
+  // put() onto the end of the stop's queue, waiting until `deadline` for room instead of
+  // dropping: the queue may hold twice max_queue_bytes during a stop (the backlog's bound, and
+  // as much again), and since the stop's queue is written first, room comes as its own blocks
+  // are written, never behind the backlog. False when dropped (out of time, paused after an
+  // error; counted like put's drops) or already stored/queued.
+  bool put_first_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                         std::vector<std::byte> raw,
+                         std::chrono::steady_clock::time_point deadline);
+  // put_manifest() onto the end of the stop's queue (behind the blocks queued there so far).
+  void put_manifest_first(const AgentRecord& record);
+  // Writes what is queued (the stop's queue first) until `deadline`; then drops the blocks
+  // still queued (counted in n_dropped_at_stop) and writes the manifests and deletions left
+  // (small), trying failed manifests once more at once. Returns when the queue is empty.
   DiskDrain drain(std::chrono::steady_clock::time_point deadline);
   DiskStoreStats stats() const;
   // How long background restores took, submit to done (the restorer observes; /metrics reads).
@@ -235,6 +262,7 @@ class DiskStore {
   struct Manifest {
     std::vector<Hash128> chain;  // and its state blocks: retention names them alike
     bool pinned = false;
+    bool written = false;  // on disk as last queued (a write since then succeeded, none was lost)
   };
   enum class Sweep { Budget, Orphans };
   explicit DiskStore(DiskStoreOptions options);
@@ -256,16 +284,23 @@ class DiskStore {
   void write_manifest(Job& job);
   void log_drops();
   void on_write_error(const std::string& what);
-  // Queues a block job (caller holds mu_ and checked room).
-  void enqueue_block_locked(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
-                            std::vector<std::byte>& raw, LentBlock lent = {});
+  // A block job, counted as queued (caller holds mu_, checked room and pushes it to a queue).
+  std::unique_ptr<Job> block_job_locked(const Hash128& key, const Hash128& parent,
+                                        const Hash128& tokens_hash, std::vector<std::byte>& raw,
+                                        LentBlock lent = {});
+  // A manifest job; the record becomes the agent's for retention (caller holds mu_ and pushes it).
+  std::unique_ptr<Job> manifest_job_locked(const AgentRecord& record);
+  // Takes the block jobs `which` selects out of both queues into `dropped`, counted as dropped
+  // at stop (caller holds mu_ and destroys them without it: a lent block's release).
+  void drop_blocks_locked(const std::function<bool(const Job&)>& which,
+                          std::vector<std::unique_ptr<Job>>& dropped);
   // Counts a block put/put_lent could not queue (paused or full); true when the IO thread
   // should be woken to report it.
   bool count_drop_locked(bool paused);
   void keep_buffer_locked(std::vector<std::byte>& raw);
   void drop_bad(const Hash128& key);
   std::int64_t now_unix_ms() const;
-  // Retention (IO thread, or the constructor before it starts).
+  // Retention (disk_store_retention.cpp; IO thread, or the constructor before it starts).
   // Makes room for a new file of `incoming` bytes under max_bytes; false (nothing deleted) when
   // the blocks that must stay leave no room.
   bool make_room(std::int64_t incoming);
@@ -287,8 +322,9 @@ class DiskStore {
   std::vector<AgentRecord> loaded_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_, idle_, room_;  // room_: the queue shrank (put_or_wait)
-  std::deque<std::unique_ptr<Job>> queue_;
+  std::condition_variable wake_, idle_, room_;  // room_: the queue shrank (put_..._or_wait)
+  std::deque<std::unique_ptr<Job>> queue_;  // the backlog, in arrival order
+  std::deque<std::unique_ptr<Job>> first_;  // a graceful stop's queue: taken before queue_
   std::unordered_map<Hash128, BlockFile, Hash128Hasher> files_;
   std::unordered_map<std::string, Manifest> manifests_;  // by manifest file name
   std::unordered_set<Hash128, Hash128Hasher> pending_;

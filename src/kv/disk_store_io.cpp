@@ -36,20 +36,21 @@ bool DiskStore::came_from_remote(const Hash128& key) {
 }
 
 bool DiskStore::idle_locked() const {
-  return queue_.empty() && !busy_ && retries_.empty();
+  return first_.empty() && queue_.empty() && !busy_ && retries_.empty();
 }
 
 bool DiskStore::take_work_locked(std::vector<std::unique_ptr<Job>>& batch) {
   batch.clear();
-  if (!queue_.empty()) {
+  std::deque<std::unique_ptr<Job>>& queue = first_.empty() ? queue_ : first_;  // a stop's first
+  if (!queue.empty()) {
     std::size_t bytes = 0;
     do {
-      bytes += queue_.front()->raw.size();
-      batch.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-    } while (batch.front()->kind == Job::Kind::Block && !queue_.empty() &&
-             queue_.front()->kind == Job::Kind::Block && batch.size() < kMaxBatchBlocks &&
-             bytes + queue_.front()->raw.size() <= kMaxBatchBytes);
+      bytes += queue.front()->raw.size();
+      batch.push_back(std::move(queue.front()));
+      queue.pop_front();
+    } while (batch.front()->kind == Job::Kind::Block && !queue.empty() &&
+             queue.front()->kind == Job::Kind::Block && batch.size() < kMaxBatchBlocks &&
+             bytes + queue.front()->raw.size() <= kMaxBatchBytes);
     return true;
   }
   const std::int64_t now = now_ms();
@@ -262,6 +263,7 @@ void DiskStore::write_manifest(Job& job) {
     std::lock_guard lock(mu_);
     if (ok) {
       retries_.erase(name);  // an older record's retry: this one is newer
+      if (auto it = manifests_.find(name); it != manifests_.end()) it->second.written = true;
     } else if (manifests_.contains(name)) {  // not erased meanwhile
       if (n_attempts < options_.max_manifest_attempts) {
         const std::int64_t delay_ms = std::int64_t{options_.manifest_retry_ms}
@@ -271,6 +273,7 @@ void DiskStore::write_manifest(Job& job) {
                           .due_ms = now_ms() + delay_ms};
       } else {
         ++stats_.n_manifests_lost;
+        manifests_[name].written = false;
         lost = true;
       }
     }

@@ -1,7 +1,10 @@
-// KvManager's agent hooks: a finished request's turn, and the agents API's pin, unpin, evict and
-// delete. All run on the engine thread, so the agent index, the manifests queued to the disk tier
-// and the blocks' retention change in one order (there is no other writer).
+// KvManager's agent hooks: a finished request's turn, the agents API's pin, unpin, evict and
+// delete, and a graceful stop's writing of the agents' chains (most recently used first). All run
+// on the engine thread (the stop's after the engine has stopped), so the agent index, the
+// manifests queued to the disk tier and the blocks' retention change in one order (there is no
+// other writer).
 #include <chrono>
+#include <vector>
 
 #include "base/check.h"
 #include "kv/agent_index.h"
@@ -64,6 +67,59 @@ std::optional<AgentRecord> KvManager::erase_agent(std::string_view ns, std::stri
   // The blocks it shares with others stay; the ones it alone pinned are pinned no more.
   if (r->pinned) recompute_pinned_retention(r->chain);
   return r;
+}
+
+AgentSpill KvManager::spill_agents_to_disk(std::chrono::steady_clock::time_point deadline) {
+  AgentSpill out;
+  if (disk_ == nullptr || agents_ == nullptr) return out;
+  finish_tier_reads();
+  for (const AgentRecord& agent : agents_->list_all()) {  // most recently used first
+    const AgentSpill one = spill_chain_first(agent, deadline);
+    out.n_moved += one.n_moved;
+    out.n_queued += one.n_queued;
+    out.n_missing += one.n_missing;
+    out.n_late += one.n_late;
+    out.n_agents += one.n_agents;
+  }
+  return out;
+}
+
+AgentSpill KvManager::spill_chain_first(const AgentRecord& agent,
+                                        std::chrono::steady_clock::time_point deadline) {
+  AgentSpill out;
+  bool all_on_disk = true;
+  std::vector<Hash128> run;  // queued blocks of the chain, moved ahead together (in chain order)
+  const auto n_chain = static_cast<std::int64_t>(agent.chain.size());
+  for (std::int64_t i = 0; i < n_chain; ++i) {
+    const Hash128& key = agent.chain[i];
+    if (disk_->on_disk(key)) continue;
+    all_on_disk = false;
+    if (disk_->has(key)) {
+      run.push_back(key);
+      continue;
+    }
+    out.n_moved += disk_->write_first(run);
+    run.clear();
+    std::vector<std::byte> raw = disk_->take_raw_buffer();
+    TierMeta meta;
+    if (!read_for_disk(key, raw, meta)) {
+      out.n_missing += n_chain - i;
+      break;
+    }
+    if (!disk_->put_first_or_wait(key, meta.parent, meta.tokens_hash, std::move(raw), deadline) &&
+        !disk_->has(key)) {
+      out.n_late += n_chain - i;
+      break;
+    }
+    ++out.n_queued;
+  }
+  out.n_moved += disk_->write_first(run);
+  out.n_moved += disk_->write_first(agent.states);  // a hybrid model's state blocks, if queued
+  if (!all_on_disk) {
+    disk_->put_manifest_first(agent);  // right behind its blocks
+    out.n_agents = 1;
+  }
+  return out;
 }
 
 void KvManager::recompute_pinned_retention(std::span<const Hash128> keys) {

@@ -84,8 +84,9 @@ struct KvBlockIo {
 
 // What KvManager::spill_agents_to_disk queued and what it could not.
 struct AgentSpill {
-  std::int64_t n_agents = 0;   // agents that had blocks missing on disk (manifest queued again)
-  std::int64_t n_queued = 0;   // blocks queued for the disk
+  std::int64_t n_agents = 0;   // agents with blocks not on disk yet (manifest queued again)
+  std::int64_t n_moved = 0;    // chain blocks already queued, moved ahead of the backlog
+  std::int64_t n_queued = 0;   // blocks queued for the disk (read from device or host memory)
   std::int64_t n_missing = 0;  // chain blocks from the first one no tier held (recomputed later)
   std::int64_t n_late = 0;     // chain blocks not queued: out of time or spilling paused
 };
@@ -218,10 +219,12 @@ class KvManager {
   // Sets the retention of the blocks with these keys in device memory and the host tier
   // (pinning or unpinning an agent's chain).
   void set_retention(std::span<const Hash128> keys, Retention retention);
-  // Graceful stop, once nothing else calls the manager: queues every agent's chain blocks the
-  // disk lacks, read from device memory or the host tier, most recently used agent first,
-  // waiting for disk queue room until `deadline`; queues again the manifest of each agent that
-  // got blocks, behind them. A chain stops at its first block no tier holds.
+  // Graceful stop, once nothing else calls the manager (kv_agents.cpp): agent by agent, most
+  // recently used first, puts the chain's blocks not on disk onto the disk tier's stop queue,
+  // ahead of its write-behind backlog (DiskStore::write_first for those queued already, in
+  // chain order; the others read from device memory or the host tier, put_first_or_wait,
+  // waiting for room until `deadline`), then the agent's manifest right behind them. A chain
+  // stops at its first block no tier holds.
   AgentSpill spill_agents_to_disk(std::chrono::steady_clock::time_point deadline);
 
   std::int32_t block_size() const { return pool_.block_size(); }
@@ -279,6 +282,9 @@ class KvManager {
   // Reads the block with `key` from device memory or the host tier into `raw` (shutdown);
   // false when neither holds it.
   bool read_for_disk(const Hash128& key, std::span<std::byte> raw, TierMeta& meta);
+  // One agent of spill_agents_to_disk (kv_agents.cpp); n_agents is 1 when its manifest was queued.
+  AgentSpill spill_chain_first(const AgentRecord& agent,
+                               std::chrono::steady_clock::time_point deadline);
   void finish_tier_reads();
   bool demoting(const Hash128& key) const;
   // The state blocks an agent recorded from seq names (kv_states.cpp).

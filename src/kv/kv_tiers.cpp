@@ -440,37 +440,6 @@ bool KvManager::read_for_disk(const Hash128& key, std::span<std::byte> raw, Tier
   return true;
 }
 
-AgentSpill KvManager::spill_agents_to_disk(std::chrono::steady_clock::time_point deadline) {
-  AgentSpill out;
-  if (disk_ == nullptr || agents_ == nullptr) return out;
-  finish_tier_reads();
-  for (const AgentRecord& agent : agents_->list_all()) {
-    std::int64_t n_queued = 0;
-    const auto n_chain = static_cast<std::int64_t>(agent.chain.size());
-    for (std::int64_t i = 0; i < n_chain; ++i) {
-      const Hash128& key = agent.chain[i];
-      if (disk_->has(key)) continue;
-      std::vector<std::byte> raw = disk_->take_raw_buffer();
-      TierMeta meta;
-      if (!read_for_disk(key, raw, meta)) {
-        out.n_missing += n_chain - i;
-        break;
-      }
-      if (!disk_->put_or_wait(key, meta.parent, meta.tokens_hash, std::move(raw), deadline) &&
-          !disk_->has(key)) {
-        out.n_late += n_chain - i;
-        break;
-      }
-      ++n_queued;
-    }
-    if (n_queued == 0) continue;
-    disk_->put_manifest(agent);  // behind its blocks
-    ++out.n_agents;
-    out.n_queued += n_queued;
-  }
-  return out;
-}
-
 std::int32_t KvManager::evict_keys(std::span<const Hash128> keys) {
   std::int32_t n = 0;
   demote_on_evict_ = false;

@@ -619,5 +619,162 @@ TEST(AgentMemory, AStopPastItsDeadlineCountsWhatItCouldNotWrite) {
   EXPECT_EQ(a.store->stats().queued_blocks, 0);
 }
 
+
+// A disk the test lets write batch by batch: the IO thread waits before each batch of block
+// writes until the test has granted it, so which blocks a stop's deadline finds still queued
+// follows from the queue's order alone (no timing: the same under TSan).
+class BatchGate {
+ public:
+  // At most `max_queue_blocks` raw blocks wait in the disk queue.
+  std::function<void(DiskStoreOptions&)> tune(std::size_t max_queue_blocks) const {
+    return [state = state_, max_queue_blocks](DiskStoreOptions& o) {
+      o.max_queue_bytes = max_queue_blocks * o.shape.raw_bytes();
+      o.before_write = [state] {
+        std::unique_lock lock(state->mu);
+        const int n = ++state->n_entered;
+        state->cv.notify_all();
+        state->cv.wait(lock, [&] { return state->open || n <= state->n_granted; });
+      };
+    };
+  }
+  // Waits until the IO thread is in its n-th batch (its first is number 1); false if it is not
+  // within a minute.
+  bool wait_entered(int n) const {
+    std::unique_lock lock(state_->mu);
+    return state_->cv.wait_for(lock, std::chrono::minutes(1),
+                               [&] { return state_->n_entered >= n; });
+  }
+  // Batches 1..n may be written.
+  void grant(int n) const { change([&] { state_->n_granted = n; }); }
+  void open() const { change([&] { state_->open = true; }); }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    int n_entered = 0, n_granted = 0;
+    bool open = false;
+  };
+  void change(const std::function<void()>& f) const {
+    {
+      std::lock_guard lock(state_->mu);
+      f();
+    }
+    state_->cv.notify_all();
+  }
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// What a stop behind a backlog left on disk, and the agents' next turns.
+struct StopBehindBacklog {
+  AgentSpill spill;
+  DiskDrain drain;
+  DiskStoreStats stats;
+  std::vector<std::string> agents;  // oldest first
+  std::vector<Ids> next_turns;
+  std::vector<std::int64_t> n_chain;
+};
+
+// Three agents' turns on a disk that writes nothing meanwhile (a block of no agent holds the IO
+// thread in its first batch, so their blocks queue behind it, the oldest agent's first, as many
+// as `max_queue_blocks` takes); then a graceful stop whose deadline passes while the IO thread
+// waits in its third batch: the held block and one more batch are written, the third batch
+// finishes, the blocks still queued are dropped.
+StopBehindBacklog stop_behind_backlog(const std::string& kv_dir, std::size_t max_queue_blocks,
+                                      std::chrono::milliseconds spill_time) {
+  StopBehindBacklog out;
+  // Run in this order, so the most recent agent also sorts first when two turns end in the
+  // same millisecond (AgentIndex: most recent first, then by name).
+  out.agents = {"agent-c", "agent-b", "agent-a"};
+  const BatchGate gate;
+  Served s(kStories, kv_dir, SpillCodec::Native, /*n_blocks=*/64, /*host_blocks=*/0,
+           gate.tune(max_queue_blocks));
+  EXPECT_TRUE(s.store->put({7, 7}, {}, {}, std::vector<std::byte>(s.store->shape().raw_bytes())));
+  EXPECT_TRUE(gate.wait_entered(1));
+  for (std::size_t i = 0; i < out.agents.size(); ++i) {
+    Ids prompt = random_ids(30 + static_cast<std::uint32_t>(i), 90);
+    const Result r = s.run(prompt, 12, out.agents[i]);
+    prompt.insert(prompt.end(), r.tokens.begin(), r.tokens.end());
+    const Ids user = random_ids(40 + static_cast<std::uint32_t>(i), 5);
+    prompt.insert(prompt.end(), user.begin(), user.end());
+    out.next_turns.push_back(std::move(prompt));
+    const std::size_t n_chain = s.agents.find("", out.agents[i])->chain.size();
+    out.n_chain.push_back(static_cast<std::int64_t>(n_chain));
+  }
+  s.engine->stop();
+  out.spill = s.engine->spill_agents_to_disk(std::chrono::steady_clock::now() + spill_time);
+  gate.grant(2);
+  EXPECT_TRUE(gate.wait_entered(3)) << "a third batch waits";
+  std::atomic<bool> drained = false;
+  std::thread opener([&] {  // once the drain has dropped what was still queued
+    while (s.store->stats().n_dropped_at_stop == 0 && !drained)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gate.open();
+  });
+  out.drain = s.store->drain(std::chrono::steady_clock::now());
+  drained = true;
+  opener.join();
+  out.stats = s.store->stats();
+  return out;
+}
+
+TEST(AgentMemory, AGracefulStopWritesTheMostRecentAgentBeforeTheBacklog) {
+  ScratchDir dir;
+  const StopBehindBacklog st =
+      stop_behind_backlog(dir.path, /*max_queue_blocks=*/1024, std::chrono::seconds(30));
+  const std::int64_t n = st.n_chain[0];
+  ASSERT_EQ(st.n_chain, std::vector<std::int64_t>(3, n));
+  EXPECT_EQ(st.spill.n_late, 0);
+  EXPECT_EQ(st.spill.n_missing, 0);
+  EXPECT_EQ(st.spill.n_queued, 0) << "every block was in the backlog already";
+  EXPECT_EQ(st.spill.n_moved, 3 * n) << "each agent's chain, most recent first";
+  EXPECT_EQ(st.spill.n_agents, 3);
+  EXPECT_FALSE(st.drain.in_time);
+  EXPECT_EQ(st.stats.n_written, 1 + 2 * n)
+      << "the held block, then the two most recent agents' chains";
+  EXPECT_EQ(st.drain.n_dropped, n) << "the oldest agent's blocks, behind them";
+  EXPECT_EQ(st.stats.n_dropped_at_stop, n);
+  EXPECT_EQ(st.drain.n_agents, 3);
+  EXPECT_EQ(st.drain.n_agents_whole, 2);
+  Served b(kStories, dir.path);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Result r = b.run(st.next_turns[i], 4, st.agents[i]);
+    const std::int64_t n_restored = i == 0 ? 0 : n;
+    EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_restored * kBlock))
+        << st.agents[i];
+    EXPECT_EQ(r.tokens, greedy_alone(kStories, st.next_turns[i], 4));
+  }
+}
+
+TEST(AgentMemory, AGracefulStopQueuesTheMostRecentAgentAheadOfAFullQueue) {
+  ScratchDir dir;
+  // The queue holds the held block and the oldest agent's chain; the others' blocks wait in
+  // device memory.
+  const StopBehindBacklog st =
+      stop_behind_backlog(dir.path, /*max_queue_blocks=*/13, std::chrono::seconds(1));
+  const std::int64_t n = st.n_chain[0];
+  ASSERT_EQ(n, 12);
+  EXPECT_EQ(st.spill.n_missing, 0);
+  EXPECT_EQ(st.spill.n_queued, n + 1)
+      << "the most recent agent's chain, the next one's first block";
+  EXPECT_EQ(st.spill.n_late, n - 1)
+      << "then the queue holds twice its bound and the disk writes nothing";
+  EXPECT_EQ(st.spill.n_moved, n) << "the oldest agent's chain, from the backlog";
+  EXPECT_EQ(st.spill.n_agents, 3);
+  EXPECT_FALSE(st.drain.in_time);
+  EXPECT_EQ(st.stats.n_written, 1 + n + 1);
+  EXPECT_EQ(st.drain.n_dropped, n) << "the oldest agent's blocks, behind the others";
+  EXPECT_EQ(st.drain.n_agents, 3);
+  EXPECT_EQ(st.drain.n_agents_whole, 1);
+  Served b(kStories, dir.path);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Result r = b.run(st.next_turns[i], 4, st.agents[i]);
+    const std::int64_t n_restored = i == 2 ? n : i == 1 ? 1 : 0;
+    EXPECT_EQ(r.usage.cached_tokens, static_cast<std::int32_t>(n_restored * kBlock))
+        << st.agents[i];
+    EXPECT_EQ(r.tokens, greedy_alone(kStories, st.next_turns[i], 4));
+  }
+}
+
 }  // namespace
 }  // namespace akv

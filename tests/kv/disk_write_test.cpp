@@ -1,7 +1,10 @@
 // The disk tier's write-behind: blocks queued together are written as one durable batch; a full
 // queue drops (counted by reason, queue depth visible); put_or_wait waits for room until its
-// deadline; a drain past its deadline drops the blocks still queued but writes the manifests;
-// a failed manifest write is retried, and given up (counted) only after its bound.
+// deadline; a graceful stop's queue is written ahead of the backlog (blocks moved there in the
+// order given, its manifests right behind them, its own blocks waiting only for room beside the
+// backlog, until their deadline); a drain past its deadline drops the blocks still queued but
+// writes the manifests; a failed manifest write is retried, and given up (counted) only after
+// its bound.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kv/disk_store.h"
 #include "tier_test_util.h"
@@ -176,6 +180,134 @@ TEST(DiskWrite, PutOrWaitWaitsForRoomUntilItsDeadline) {
   opener.join();
   store->flush();
   EXPECT_TRUE(store->on_disk({3, 3}));
+}
+
+// The IO thread's writes in order: block keys' `lo`, and kManifest for each manifest write.
+constexpr std::uint64_t kManifest = 1000;
+struct WriteLog {
+  void watch(DiskStoreOptions& o) {
+    o.on_block_written = [this](const Hash128& key) { add(key.lo); };
+    o.manifest_write_fault = [this] {
+      add(kManifest);
+      return 0;
+    };
+  }
+  void add(std::uint64_t what) {
+    std::lock_guard lock(mu);
+    order.push_back(what);
+  }
+  std::vector<std::uint64_t> take() {
+    std::lock_guard lock(mu);
+    return order;
+  }
+  std::mutex mu;
+  std::vector<std::uint64_t> order;
+};
+
+TEST(DiskWrite, AStopMovesAnAgentsQueuedBlocksAheadOfTheBacklogWithItsManifestBehindThem) {
+  ScratchDir dir;
+  Gate gate;
+  WriteLog log;
+  auto o = options(dir.path);
+  o.before_write = [&gate] { gate.wait(); };
+  log.watch(o);
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();  // block 1 is being written; the backlog waits behind it
+  ASSERT_TRUE(put_block(*store, 2));
+  ASSERT_TRUE(put_block(*store, 3));
+  AgentRecord older;
+  older.agent = "older";
+  older.chain = {{2, 2}, {3, 3}};
+  store->put_manifest(older);
+  for (std::uint64_t i = 4; i <= 6; ++i) ASSERT_TRUE(put_block(*store, i));
+  AgentRecord recent;
+  recent.agent = "recent";
+  recent.chain = {{5, 5}, {4, 4}};
+  const std::vector<Hash128> keys = {{5, 5}, {4, 4}, {9, 9}, {1, 1}};
+  EXPECT_EQ(store->write_first(keys), 2) << "9 was never queued, 1 is being written";
+  store->put_manifest_first(recent);
+  EXPECT_EQ(store->write_first(keys), 0) << "moved already";
+  EXPECT_EQ(store->stats().queued_blocks, 6);
+  gate.release();
+  store->flush();
+  EXPECT_EQ(log.take(), (std::vector<std::uint64_t>{1, 5, 4, kManifest, 2, 3, kManifest, 6}));
+  const DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.n_written, 6);
+  EXPECT_EQ(s.n_batches, 4) << "the moved blocks are one batch, the backlog's two runs two more";
+}
+
+TEST(DiskWrite, AStopsOwnBlocksGoAheadOfAFullBacklogAndWaitOnlyForTheirOwnRoom) {
+  ScratchDir dir;
+  Gate gate;
+  WriteLog log;
+  auto o = options(dir.path);
+  o.max_queue_bytes = 2 * kShape.raw_bytes();
+  o.before_write = [&gate] { gate.wait(); };
+  log.watch(o);
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  ASSERT_TRUE(put_block(*store, 2));
+  EXPECT_FALSE(put_block(*store, 3)) << "the backlog is full";
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(store->put_first_or_wait({10, 10}, {}, {}, block_content(kShape, 10), t0 + 10s));
+  EXPECT_TRUE(store->put_first_or_wait({11, 11}, {}, {}, block_content(kShape, 11), t0 + 10s));
+  EXPECT_LT(Clock::now() - t0, 5s) << "no wait beside a full backlog";
+  EXPECT_FALSE(store->put_first_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 10s))
+      << "queued already";
+  const auto t1 = Clock::now();
+  EXPECT_FALSE(store->put_first_or_wait({12, 12}, {}, {}, block_content(kShape, 12), t1 + 50ms));
+  EXPECT_GE(Clock::now() - t1, 50ms)
+      << "twice the backlog's bound is queued: it waited, then dropped";
+  EXPECT_EQ(store->stats().n_dropped_queue_full, 2);
+  EXPECT_EQ(store->stats().queued_blocks, 4);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.release();
+  });
+  EXPECT_TRUE(
+      store->put_first_or_wait({13, 13}, {}, {}, block_content(kShape, 13), Clock::now() + 10s))
+      << "room once the stop's own blocks are written";
+  opener.join();
+  store->flush();
+  const std::vector<std::uint64_t> order = log.take();
+  ASSERT_EQ(order.size(), 5u);
+  EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.begin() + 3),
+            (std::vector<std::uint64_t>{1, 10, 11}));
+  EXPECT_TRUE(store->on_disk({13, 13}));
+  EXPECT_TRUE(store->on_disk({2, 2}));
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  ASSERT_TRUE(store->load({10, 10}, {}, {}, raw));
+  EXPECT_EQ(raw, block_content(kShape, 10));
+}
+
+TEST(DiskWrite, DroppingLentBlocksReleasesThoseAStopMovedAhead) {
+  ScratchDir dir;
+  Gate gate;
+  auto o = options(dir.path);
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  ASSERT_TRUE(put_block(*store, 1));
+  gate.wait_entered();
+  const std::vector<std::byte> bytes = block_content(kShape, 2);
+  std::atomic<int> n_released = 0;
+  for (std::uint64_t i = 2; i <= 3; ++i)
+    ASSERT_TRUE(store->put_lent(
+        {i, i}, {}, {}, LentBlock{.bytes = bytes, .release = [&n_released] { ++n_released; }}));
+  const std::vector<Hash128> moved = {{3, 3}};
+  ASSERT_EQ(store->write_first(moved), 1);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.release();
+  });
+  store->drop_lent();  // waits for the batch in flight
+  opener.join();
+  EXPECT_EQ(n_released.load(), 2);
+  EXPECT_EQ(store->stats().n_dropped_at_stop, 2);
+  EXPECT_EQ(store->stats().queued_blocks, 0);
+  store->flush();
+  EXPECT_FALSE(store->on_disk({3, 3}));
 }
 
 TEST(DiskWrite, ADrainPastItsDeadlineDropsQueuedBlocksButWritesTheManifests) {
