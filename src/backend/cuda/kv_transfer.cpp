@@ -2,11 +2,10 @@
 // copies between a device block and host bytes (read_kv_block and its deferred form,
 // write_kv_block, write_kv_blocks). Host memory from alloc_host is page-locked and mapped, so the
 // device reads and writes it in place: a started read gathers the block straight into it, and
-// write_kv_blocks decodes every encoded block of a call in one kernel that reads the bytes over
-// PCIe, except native blocks, which the copy engines move segment by segment straight into the
-// pool (one cudaMemcpyBatchAsync a call). Other host memory goes through a ring of pinned staging
-// slots and a copy stream of their own: one DMA of the whole block plus one gather/scatter (or
-// decode) kernel over the block's 2 * n_layers segments (read_kv_block's layout).
+// write_kv_blocks decodes every block of a call in one kernel that reads the encoded bytes over
+// PCIe. Other host memory goes through a ring of pinned staging slots and a copy stream of their
+// own: one DMA of the whole block plus one gather/scatter (or decode) kernel over the block's
+// 2 * n_layers segments (read_kv_block's layout).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -379,39 +378,6 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
     if (std::find(codecs.begin(), codecs.end(), b.codec) == codecs.end()) codecs.push_back(b.codec);
   std::vector<const void*> src;
   std::vector<std::int32_t> ids;
-  // Native blocks in mapped memory are the pool's segments byte for byte: the copy engines move
-  // them (one batch of 2 * n_layers copies a block, ~2x the bandwidth of a kernel reading over
-  // PCIe), after the queued compute work and before every later one.
-  std::vector<void*> dma_dst;
-  std::vector<const void*> dma_src;
-  for (const EncodedKvBlock& b : blocks) {
-    if (b.codec != SpillCodec::Native) continue;
-    const void* direct = mapped_device_pointer(b.bytes.data());
-    if (direct == nullptr) continue;
-    AKV_CHECK(b.block >= 0 && b.block < L.n_blocks, "block id out of range");
-    AKV_CHECK(b.bytes.size() == seg.n * seg.bytes, "write_kv_blocks: encoded size");
-    for (std::size_t i = 0; i < seg.n; ++i) {
-      dma_dst.push_back(segment(kv, b.block, i));
-      dma_src.push_back(static_cast<const char*>(direct) + i * seg.bytes);
-    }
-  }
-  if (!dma_dst.empty()) {
-    AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, compute));
-    AKV_CUDA_CHECK(cudaStreamWaitEvent(kv_stream_, kv_handoff_, 0));
-    std::vector<std::size_t> sizes(dma_dst.size(), seg.bytes);
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    constexpr std::size_t kMaxPerBatch = 8192;  // copies a call
-    for (std::size_t first = 0; first < dma_dst.size(); first += kMaxPerBatch) {
-      std::size_t attr_at = 0;
-      AKV_CUDA_CHECK(cudaMemcpyBatchAsync(dma_dst.data() + first, dma_src.data() + first, sizes.data() + first,
-                                          std::min(kMaxPerBatch, dma_dst.size() - first), &attr, &attr_at, 1,
-                                          kv_stream_));
-    }
-    AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, kv_stream_));
-    AKV_CUDA_CHECK(cudaStreamWaitEvent(compute, kv_handoff_, 0));
-  }
   for (SpillCodec codec : codecs) {
     const cuda::KvCodecArgs args = codec_args(codec, shape);
     const std::size_t encoded = encoded_bytes(codec, shape);
@@ -422,7 +388,6 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
       AKV_CHECK(b.block >= 0 && b.block < L.n_blocks, "block id out of range");
       AKV_CHECK(b.bytes.size() == encoded, "write_kv_blocks: encoded size");
       if (const void* direct = mapped_device_pointer(b.bytes.data())) {
-        if (codec == SpillCodec::Native) continue;  // copied above
         src.push_back(direct);
         ids.push_back(b.block);
         continue;
