@@ -2,19 +2,25 @@
 # On the GPU machine (torch with CUDA): unpacks local/agent-gpu (pack_gpu.sh), trains and exports the
 # agent model, and writes to $OUT: agent-tiny/ (model.safetensors.xz, config.json,
 # generation_config.json, training.json) and train.log. The model also stays in
-# local/agent-gpu/agent-tiny for gpu_eval.sh. Extra arguments go to train.py.
+# local/agent-gpu/agent-tiny for gpu_eval.sh. With short.tar.xz packed, training runs the
+# curriculum (train.py --short-data). Extra arguments go to train.py.
 # Usage: OUT=DIR tools/agent_model/gpu_train.sh [--minutes 7] [train.py flags...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
 cd "$pkg"
-if [[ ! -f data/meta.json || data.tar.xz -nt data/meta.json ]]; then rm -rf data && tar -xJf data.tar.xz; fi
+unpack() {  # NAME: NAME.tar.xz -> NAME/
+  if [[ ! -f "$1/meta.json" || "$1.tar.xz" -nt "$1/meta.json" ]]; then rm -rf "$1" && tar -xJf "$1.tar.xz"; fi
+}
+unpack data
+short=()
+if [[ -f short.tar.xz ]]; then unpack short && short=(--short-data "$pkg/short"); fi
 [[ -f tok/tokenizer.json ]] || xz -dk tok/tokenizer.json.xz
 cd "$root"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-python3 tools/agent_model/train.py --data "$pkg/data" --tokenizer-dir "$pkg/tok" --out "$pkg/agent-tiny" "$@" 2>&1 |
-  tee "$out/train.log"
+python3 tools/agent_model/train.py --data "$pkg/data" "${short[@]}" --tokenizer-dir "$pkg/tok" --out "$pkg/agent-tiny" \
+  "$@" 2>&1 | tee "$out/train.log"
 mkdir -p "$out/agent-tiny"
 cp "$pkg"/agent-tiny/{config.json,generation_config.json,training.json} "$out/agent-tiny/"
 xz -T0 -9 -c "$pkg/agent-tiny/model.safetensors" > "$out/agent-tiny/model.safetensors.xz"
