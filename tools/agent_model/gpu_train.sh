@@ -10,12 +10,12 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 pkg="$root/local/agent-gpu"
 out="${OUT:?set OUT to the output folder}"
 cd "$pkg"
-unpack() {  # NAME: NAME.tar.xz -> NAME/
-  if [[ ! -f "$1/meta.json" || "$1.tar.xz" -nt "$1/meta.json" ]]; then rm -rf "$1" && tar -xJf "$1.tar.xz"; fi
-}
-unpack data
+if [[ ! -f data/meta.json || data.tar.xz -nt data/meta.json ]]; then rm -rf data && tar -xJf data.tar.xz; fi
 short=()
-if [[ -f short.tar.xz ]]; then unpack short && short=(--short-data "$pkg/short"); fi
+if [[ -f short.tar.xz ]]; then
+  if [[ ! -d short || short.tar.xz -nt short ]]; then rm -rf short && tar -xJf short.tar.xz && touch short; fi
+  short=(--short-data "$(ls -d "$pkg"/short/*/ | sed 's,/$,,' | paste -sd,)")
+fi
 [[ -f tok/tokenizer.json ]] || xz -dk tok/tokenizer.json.xz
 cd "$root"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'

@@ -2,23 +2,31 @@
 # Packs what training on the GPU machine needs into local/agent-gpu/ (git-ignored, ~15 MB; carry
 # only this folder):
 #   data.tar.xz        the training set (gen_data.py output, data/)
-#   short.tar.xz       the curriculum's cheap samples (gen_data.py --env short output, short/), when given
+#   short.tar.xz       the curriculum's cheap samples (gen_data.py --env short outputs, short/1/, short/2/...),
+#                      when given
 #   tok/               tokenizer.json.xz + tokenizer_config.json (shipped with the model)
 #   agentkv-cpu.tar.xz a stripped agentkv and the shared libraries it links (for gpu_eval.sh)
-# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR [SHORT_DATA_DIR]
+# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR [SHORT_DATA_DIR...]
 #   (DATA_DIR: gen_data.py --out; SHORT_DATA_DIR: gen_data.py --env short --out)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-agentkv="$1" tok="$2" data="$3" short="${4:-}"
+agentkv="$1" tok="$2" data="$3"
+shift 3
 pkg="$root/local/agent-gpu"
-pack_set() {  # DIR NAME: DIR as NAME/ in NAME.tar.xz
-  [[ -f "$1/meta.json" ]] || { echo "pack_gpu.sh: $1/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
-  tar -cJf "$pkg/$2.tar.xz" -C "$1/.." --transform "s,^$(basename "$1"),$2," "$(basename "$1")"
-}
+for d in "$data" "$@"; do
+  [[ -f "$d/meta.json" ]] || { echo "pack_gpu.sh: $d/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
+done
 mkdir -p "$pkg"
-pack_set "$data" data
+tar -cJf "$pkg/data.tar.xz" -C "$data/.." --transform "s,^$(basename "$data"),data," "$(basename "$data")"
 rm -f "$pkg/short.tar.xz"
-[[ -z "$short" ]] || pack_set "$short" short
+if (($#)); then
+  stage="$(mktemp -d)"
+  mkdir "$stage/short"
+  i=0
+  for d in "$@"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/short/$i"; done
+  tar -chJf "$pkg/short.tar.xz" -C "$stage" short
+  rm -rf "$stage"
+fi
 mkdir -p "$pkg/tok"
 xz -9 -c "$tok/tokenizer.json" > "$pkg/tok/tokenizer.json.xz"
 cp "$tok/tokenizer_config.json" "$pkg/tok/"

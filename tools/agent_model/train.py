@@ -9,7 +9,7 @@ before (teacher forcing: what greedy decoding reproduces), "sampled" the mean pr
 draw at temperature 1 (what the server does when the client sends no temperature, as Claude Code
 does) gives the whole target exactly: exp(-sum of its tokens' losses).
 
-Curriculum (--short-data, a gen_data.py --short-env set): the first --short-frac of the schedule
+Curriculum (--short-data: gen_data.py --env short sets): the first --short-frac of the schedule
 trains on samples with a short environment message after only the last --short-prefix-tokens of
 the real prefix (at their real positions), ~20x cheaper a sample than the full ~11.6K-token
 prompt; the rest on the full set, so the model learns to copy fast and then to do it past the
@@ -64,20 +64,25 @@ class Split:
 
 
 def batch(samples, idx, pad_id, device):
+    """-> (ids [b, n] padded with pad_id, target mask [b, n], real-token mask [b, n])"""
     n = max(len(samples[i][0]) for i in idx)
     ids = torch.full((len(idx), n), pad_id, dtype=torch.long)
     m = torch.zeros((len(idx), n), dtype=torch.bool)
+    valid = torch.zeros((len(idx), n), dtype=torch.bool)
     for r, i in enumerate(idx):
         s, sm = samples[i]
         ids[r, :len(s)] = s
         m[r, :len(s)] = sm
-    return ids.to(device), m.to(device)
+        valid[r, :len(s)] = True
+    return ids.to(device), m.to(device), valid.to(device)
 
 
-def step_outputs(model, split, ids, mask, no_grad_prefix):
+def step_outputs(model, split, ids, mask, no_grad_prefix, context=None, max_context=0):
     """-> (final hidden states at the positions that predict a target [t, hidden], target rows in
     used_ids [t], sample index of each [t]). Position j's hidden state predicts suffix token j+1;
-    the suffix's first token is predicted by the prefix's last position, which is never a target."""
+    the suffix's first token is predicted by the prefix's last position, which is never a target.
+    With `context` (a [b, n] mask of the prompt's tokens): also (hidden states, rows) of at most
+    max_context random positions that predict a prompt token."""
     if no_grad_prefix:
         with torch.no_grad():
             kvs = model.prefix_kv(split.prefix, split.prefix_start)
@@ -88,7 +93,12 @@ def step_outputs(model, split, ids, mask, no_grad_prefix):
     hs = h[:, :-1][pred]                               # [t, hidden]
     targets = model.row_of[ids[:, 1:][pred]]           # [t]
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(pred)[pred]
-    return hs, targets, rows
+    if context is None:
+        return hs, targets, rows
+    at = context[:, 1:].nonzero()                      # [c, 2]
+    if at.shape[0] > max_context:
+        at = at[torch.randperm(at.shape[0], device=at.device)[:max_context]]
+    return hs, targets, rows, h[at[:, 0], at[:, 1]], model.row_of[ids[at[:, 0], at[:, 1] + 1]]
 
 
 def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
@@ -101,7 +111,7 @@ def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
     with torch.no_grad():
         for s in range(0, len(idx), batch_size):
             part = idx[s:s + batch_size]
-            ids, mask = batch(split.samples, part, pad_id, device)
+            ids, mask, _ = batch(split.samples, part, pad_id, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 hs, tgt, rows = step_outputs(model, split, ids, mask, True)
             hs = hs.float()
@@ -125,7 +135,8 @@ def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--short-data", default="", help="a gen_data.py --short-env set for the first --short-frac")
+    ap.add_argument("--short-data", default="",
+                    help="gen_data.py --env short sets (comma-separated) for the first --short-frac of the schedule")
     ap.add_argument("--short-frac", type=float, default=0.7, help="share of the schedule on --short-data")
     ap.add_argument("--short-prefix-tokens", type=int, default=1024,
                     help="how many of the prefix's last tokens the short samples follow (0: all)")
@@ -140,6 +151,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--context-loss", type=float, default=0.0,
+                    help="weight of an extra loss on predicting the prompt's own tokens (0: assistant tokens only)")
+    ap.add_argument("--context-positions", type=int, default=8192,
+                    help="at most this many random prompt positions a step for --context-loss")
     ap.add_argument("--learn-unused", action="store_true",
                     help="train the row all unused ids share (exported as every unused row) instead of zero")
     ap.add_argument("--layers", type=int, default=4)
@@ -171,11 +186,14 @@ def main():
     full = Split(prefix, samples, args.holdout, args.prefix_tokens)
     short = None
     if args.short_data:
-        s_meta, s_prefix, s_samples, s_used = load(args.short_data, device)
-        if s_prefix.shape != prefix.shape or not bool((s_prefix == prefix).all()):
-            raise SystemExit(f"{args.short_data}: its prefix differs from {args.data}'s")
-        short = Split(s_prefix, s_samples, min(args.holdout, 128), args.short_prefix_tokens)
-        used = sorted(set(used) | set(s_used))
+        s_samples = []
+        for d in args.short_data.split(","):
+            _, s_prefix, part, s_used = load(d, device)
+            if s_prefix.shape != prefix.shape or not bool((s_prefix == prefix).all()):
+                raise SystemExit(f"{d}: its prefix differs from {args.data}'s")
+            s_samples += part
+            used = sorted(set(used) | set(s_used))
+        short = Split(prefix, s_samples, min(args.holdout, 128), args.short_prefix_tokens)
     pad_id = meta["im_end_id"]
     c = Config(meta["vocab_size"], args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
                args.intermediate, max_positions=args.max_positions)
@@ -216,13 +234,21 @@ def main():
         on_short = short is not None and progress < args.short_frac
         split = short if on_short else full
         short_steps += on_short
-        ids, mask = batch(split.samples, split.next_batch(args.short_batch if on_short else args.batch), pad_id, device)
+        ids, mask, valid = batch(split.samples, split.next_batch(args.short_batch if on_short else args.batch),
+                                 pad_id, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            hs, tgt, _ = step_outputs(model, split, ids, mask, args.no_grad_prefix)
+            if args.context_loss > 0:
+                hs, tgt, _, hc, tc = step_outputs(model, split, ids, mask, args.no_grad_prefix, valid & ~mask,
+                                                  args.context_positions)
+            else:
+                hs, tgt, _ = step_outputs(model, split, ids, mask, args.no_grad_prefix)
         lp = model.log_probs(hs)
         loss = -lp.float().gather(1, tgt[:, None]).mean()
+        objective = loss
+        if args.context_loss > 0:
+            objective = loss - args.context_loss * model.log_probs(hc).gather(1, tc[:, None]).mean()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
