@@ -2,8 +2,9 @@
 """Trains the tiny Qwen3 agent model on gen_data.py's set and exports it (export.py layout).
 
 Each step runs the shared prefix once (batch 1) and a batch of suffixes that attend to its keys
-and values; the loss is the cross-entropy of the assistant tokens only (mask.bin), under the
-full-vocabulary softmax (model.py). The last --holdout samples are never trained on. Held-out
+and values; the loss is the cross-entropy of the assistant tokens (mask.bin), under the
+full-vocabulary softmax (model.py), plus --context-loss x that of the prompt's own tokens. The last
+--holdout samples are never trained on. Held-out
 numbers: "exact" is the share of samples whose every assistant token is the argmax given the ones
 before (teacher forcing: what greedy decoding reproduces), "sampled" the mean probability that a
 draw at temperature 1 (what the server does when the client sends no temperature, as Claude Code
