@@ -71,11 +71,13 @@ def main():
     ap.add_argument("--check-every", type=int, default=500, help="verify every Nth sample against a full render")
     ap.add_argument("--short-prefix", action="store_true",
                     help="use the cheap system/tools as the prefix too (miniature tests on a CPU)")
+    ap.add_argument("--env", default="full", choices=["full", "short", "tiny"],
+                    help="the environment message (tasks.Conversation): short for the cheap samples of the curriculum")
     args = ap.parse_args()
 
     with open(args.request) as f:
         sample = json.load(f)
-    conv = tasks.Conversation(sample)
+    conv = tasks.Conversation(sample, env=args.env)
     rng = random.Random(args.seed)
     turns = plan(conv, rng, args.samples)
     small_system = [{"type": "text", "text": "You are an agent."}]
@@ -139,7 +141,8 @@ def main():
             if ids[:len(prefix)] != prefix or ids[len(prefix):] != list(prompt_suffix[i]):
                 raise RuntimeError(f"turn {i}: the full render differs from prefix + suffix")
     meta = dict(vocab_size=args.vocab_size, im_end_id=im_end, im_start_id=im_start, seed=args.seed, kinds=kinds,
-                target_tokens=target_tokens, request=args.request.split("/")[-1], short_prefix=args.short_prefix)
+                target_tokens=target_tokens, request=args.request.split("/")[-1], short_prefix=args.short_prefix,
+                env=args.env)
     dataset.write(args.out, meta, prefix, samples)
     lens = [len(s[0]) for s in samples]
     print(f"{len(samples)} samples, prefix {len(prefix)} ids, suffix {min(lens)}-{max(lens)} ids, "

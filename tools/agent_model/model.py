@@ -136,7 +136,7 @@ class Layer(nn.Module):
 
 
 class TinyQwen3(nn.Module):
-    def __init__(self, c, used_ids):
+    def __init__(self, c, used_ids, learn_unused=False):
         super().__init__()
         self.c = c
         self.register_buffer("used_ids", torch.as_tensor(used_ids, dtype=torch.long), persistent=False)
@@ -153,33 +153,40 @@ class TinyQwen3(nn.Module):
             for lin in (layer.o_proj, layer.down_proj):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * c.layers))
         self.log_n_unused = math.log(max(c.vocab_size - len(used_ids), 1))
+        # The one row every unused id shares (zero unless learn_unused: then training can push all
+        # their logits down at once instead of raising every used logit past log(n_unused)).
+        self.unused_row = nn.Parameter(torch.zeros(c.hidden), requires_grad=learn_unused)
 
     def embed(self, ids):
+        # An unused id (never in training data; parity.py's greedy may pick one) gets unused_row,
+        # as in the exported embedding.
         rows = self.row_of[ids]
-        assert bool((rows >= 0).all()), "an id outside used_ids"
-        return self.embed_used[rows]
+        x = self.embed_used[rows.clamp(min=0)]
+        return torch.where((rows < 0)[..., None], self.unused_row.to(x.dtype), x)
 
-    def prefix_kv(self, prefix_ids):
-        # prefix_ids: [p] -> per layer (k, v) [1, kv_heads, p, d]
-        return self.run_prefix(prefix_ids)[0]
+    def prefix_kv(self, prefix_ids, start=0):
+        # prefix_ids: [p] at positions start.. -> per layer (k, v) [1, kv_heads, p, d]
+        return self.run_prefix(prefix_ids, start)[0]
 
-    def run_prefix(self, prefix_ids):
-        # prefix_ids: [p] -> (per layer (k, v) [1, kv_heads, p, d], final hidden [p, hidden])
+    def run_prefix(self, prefix_ids, start=0):
+        # prefix_ids: [p] at positions start.. -> (per layer (k, v) [1, kv_heads, p, d], final hidden [p, hidden])
         p = prefix_ids.shape[0]
         x = self.embed(prefix_ids)[None]
-        pos = torch.arange(p, device=x.device)
+        pos = torch.arange(start, start + p, device=x.device)
         kvs = []
         for layer in self.layers:
             x, own = layer(x, pos, None)
             kvs.append(own)
         return kvs, rms_norm(x, self.norm, self.c.eps)[0]
 
-    def suffix_hidden(self, kvs, ids):
-        # ids: [b, n] suffixes that all follow the prefix; -> final hidden [b, n, hidden]
+    def suffix_hidden(self, kvs, ids, start=None):
+        # ids: [b, n] suffixes that all follow the prefix, at positions start.. (default: right
+        # after the prefix); -> final hidden [b, n, hidden]
         b, n = ids.shape
         p = kvs[0][0].shape[2] if kvs else 0
         x = self.embed(ids)
-        pos = torch.arange(p, p + n, device=x.device)
+        s = p if start is None else start
+        pos = torch.arange(s, s + n, device=x.device)
         mask = torch.cat([torch.ones(n, p, dtype=torch.bool, device=x.device),
                           torch.ones(n, n, dtype=torch.bool, device=x.device).tril()], 1)
         for layer, kv in zip(self.layers, kvs):
@@ -190,14 +197,18 @@ class TinyQwen3(nn.Module):
         # h: [t, hidden] -> log-probabilities over used_ids [t, n_used] under the full-vocab softmax
         # (float32: call outside autocast).
         logits = h.float() @ self.embed_used.float().t()
-        unused = torch.full((logits.shape[0], 1), self.log_n_unused, device=h.device)
+        unused = h.float() @ self.unused_row.float()[:, None] + self.log_n_unused
         return logits - torch.logsumexp(torch.cat([logits, unused], 1), 1, keepdim=True)
 
+    def unused_logit(self, h):
+        # h: [t, hidden] -> the logit every unused id gets [t]
+        return h.float() @ self.unused_row.float()
+
     def hf_state_dict(self, dtype):
-        # Hugging Face names, the full-vocabulary embedding (zero rows for unused ids).
+        # Hugging Face names, the full-vocabulary embedding (unused ids: unused_row, zero by default).
         c = self.c
         out = {}
-        emb = torch.zeros(c.vocab_size, c.hidden)
+        emb = self.unused_row.detach().float().cpu()[None].repeat(c.vocab_size, 1)
         emb[self.used_ids.cpu()] = self.embed_used.detach().float().cpu()
         out["model.embed_tokens.weight"] = emb
         for i, layer in enumerate(self.layers):

@@ -2,16 +2,31 @@
 # Packs what training on the GPU machine needs into local/agent-gpu/ (git-ignored, ~15 MB; carry
 # only this folder):
 #   data.tar.xz        the training set (gen_data.py output, data/)
+#   short.tar.xz       the curriculum's cheap samples (gen_data.py --env short outputs, short/1/, short/2/...),
+#                      when given
 #   tok/               tokenizer.json.xz + tokenizer_config.json (shipped with the model)
 #   agentkv-cpu.tar.xz a stripped agentkv and the shared libraries it links (for gpu_eval.sh)
-# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR   (DATA_DIR: gen_data.py --out)
+# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR [SHORT_DATA_DIR...]
+#   (DATA_DIR: gen_data.py --out; SHORT_DATA_DIR: gen_data.py --env short --out)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 agentkv="$1" tok="$2" data="$3"
+shift 3
 pkg="$root/local/agent-gpu"
-[[ -f "$data/meta.json" ]] || { echo "pack_gpu.sh: $data/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
+for d in "$data" "$@"; do
+  [[ -f "$d/meta.json" ]] || { echo "pack_gpu.sh: $d/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
+done
 mkdir -p "$pkg"
 tar -cJf "$pkg/data.tar.xz" -C "$data/.." --transform "s,^$(basename "$data"),data," "$(basename "$data")"
+rm -f "$pkg/short.tar.xz"
+if (($#)); then
+  stage="$(mktemp -d)"
+  mkdir "$stage/short"
+  i=0
+  for d in "$@"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/short/$i"; done
+  tar -chJf "$pkg/short.tar.xz" -C "$stage" short
+  rm -rf "$stage"
+fi
 mkdir -p "$pkg/tok"
 xz -9 -c "$tok/tokenizer.json" > "$pkg/tok/tokenizer.json.xz"
 cp "$tok/tokenizer_config.json" "$pkg/tok/"
@@ -23,4 +38,4 @@ ldd "$agentkv" | awk '/=> \//{print $3}' | grep -vE '/(libc|libm|libpthread|libd
   while read -r lib; do cp -L "$lib" "$stage/agentkv-cpu/lib/"; done
 tar -cJf "$pkg/agentkv-cpu.tar.xz" -C "$stage" agentkv-cpu
 rm -rf "$stage"
-du -ch "$pkg"/data.tar.xz "$pkg"/tok/* "$pkg"/agentkv-cpu.tar.xz
+du -ch "$pkg"/*.tar.xz "$pkg"/tok/*

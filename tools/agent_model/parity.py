@@ -44,10 +44,15 @@ def load(model_dir):
                cfg["num_key_value_heads"], cfg["head_dim"], cfg["intermediate_size"], cfg["rope_theta"],
                cfg["max_position_embeddings"], cfg["rms_norm_eps"])
     emb = w["model.embed_tokens.weight"]
-    used = (emb.abs().sum(1) > 0).nonzero().flatten().tolist()
+    # Every unused id shares one row (zero, or train.py --learn-unused's); the last id is never a
+    # token of the tokenizer, so its row is that one.
+    unused_row = emb[-1]
+    used = (emb != unused_row).any(1).nonzero().flatten().tolist()
+    assert len(used) < len(emb) // 2, "expected most rows to be the shared unused row"
     m = TinyQwen3(c, used)
     with torch.no_grad():
         m.embed_used.copy_(emb[used])
+        m.unused_row.copy_(unused_row)
         m.norm.copy_(w["model.norm.weight"])
         for i, layer in enumerate(m.layers):
             pre = f"model.layers.{i}."
@@ -69,8 +74,8 @@ def greedy(m, ids, n, eos):
             h = m.run_prefix(torch.tensor(ids + out))[1][-1]
             logits = h @ m.embed_used.t()
             best = int(logits.argmax())
-            nxt = int(m.used_ids[best]) if float(logits[best]) > 0 else None
-            if nxt is None:  # an unused id (logit 0) wins: agentkv picks the lowest such id
+            nxt = int(m.used_ids[best]) if float(logits[best]) > float(m.unused_logit(h[None])[0]) else None
+            if nxt is None:  # an unused id (all share one logit) wins: agentkv picks the lowest such id
                 nxt = min(set(range(m.c.vocab_size)) - set(m.used_ids.tolist()))
             out.append(nxt)
             if nxt in eos:

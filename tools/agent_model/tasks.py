@@ -136,12 +136,23 @@ class Conversation:
     """Builds Anthropic Messages bodies shaped like the sample request (its system, tools and
     options), with a randomised environment message (cwd, date, OS version, model name)."""
 
-    def __init__(self, sample):
+    def __init__(self, sample, env="full"):
+        """env: "full" (the sample's), "short" (its environment, model and date paragraphs only:
+        ~250 tokens instead of ~2,000, the deferred tools, agent types and skills lists go; the
+        cheap samples of the curriculum), "tiny" (the working directory line only and no
+        attribution reminder: CPU trials of the recipe)."""
         self.sample = sample
         msgs = sample["messages"]
         assert msgs[0]["role"] == "user" and msgs[1]["role"] == "system", "unexpected sample shape"
-        self.reminder = msgs[0]["content"][0]
+        self.reminder = msgs[0]["content"][0] if env != "tiny" else None
         self.env_text = msgs[1]["content"][0]["text"]
+        paras = self.env_text.split("\n\n")
+        if env == "short":
+            self.env_text = "\n\n".join(paras[:2] + paras[-1:])
+        elif env == "tiny":
+            self.env_text = "\n".join(paras[0].split("\n")[:3])
+        else:
+            assert env == "full", env
 
     def env(self, rng, cwd):
         t = self.env_text.replace("/tmp/ccwork", cwd)
@@ -152,8 +163,8 @@ class Conversation:
         return {"role": "system", "content": [{"type": "text", "text": t}]}
 
     def first_turn(self, prompt, env_msg):
-        return [{"role": "user", "content": [copy.deepcopy(self.reminder), {"type": "text", "text": prompt}]},
-                env_msg]
+        first = [copy.deepcopy(self.reminder)] if self.reminder else []
+        return [{"role": "user", "content": first + [{"type": "text", "text": prompt}]}, env_msg]
 
     @staticmethod
     def assistant_call(call, call_id):

@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
 """Trains the tiny Qwen3 agent model on gen_data.py's set and exports it (export.py layout).
 
-Each step runs the shared prefix once (batch 1, with gradients) and a batch of suffixes that attend
-to its keys and values; the loss is the cross-entropy of the assistant tokens only (mask.bin),
-under the full-vocabulary softmax (model.py). The last --holdout samples are never trained on: the
-held-out "exact" rate is the share whose every assistant token is the argmax given the ones before
-(teacher forcing), which is what greedy decoding reproduces exactly.
+Each step runs the shared prefix once (batch 1) and a batch of suffixes that attend to its keys
+and values; the loss is the cross-entropy of the assistant tokens (mask.bin), under the
+full-vocabulary softmax (model.py), plus --context-loss x that of the prompt's own tokens. The last
+--holdout samples are never trained on. Held-out
+numbers: "exact" is the share of samples whose every assistant token is the argmax given the ones
+before (teacher forcing: what greedy decoding reproduces), "sampled" the mean probability that a
+draw at temperature 1 (what the server does when the client sends no temperature, as Claude Code
+does) gives the whole target exactly: exp(-sum of its tokens' losses).
+
+Curriculum (--short-data: gen_data.py --env short sets): the first --short-frac of the schedule
+trains on samples with a short environment message after only the last --short-prefix-tokens of
+the real prefix (at their real positions), ~20x cheaper a sample than the full ~11.6K-token
+prompt; the rest on the full set, so the model learns to copy fast and then to do it past the
+whole prompt.
 
 Seeded (--seed) and time-boxed: the learning-rate schedule ends at --steps or --minutes, whichever
 comes first. Writes OUT/ (model + tokenizer + training.json with the held-out numbers).
@@ -36,68 +45,119 @@ def load(data_dir, device):
     return meta, prefix, samples, used
 
 
+class Split:
+    """One data set's prefix (or its last tokens, at their real positions) and its train/held-out samples."""
+
+    def __init__(self, prefix, samples, holdout, prefix_tokens=0):
+        full = prefix.shape[0]
+        keep = full if prefix_tokens <= 0 else min(prefix_tokens, full)
+        self.prefix, self.prefix_start, self.suffix_start = prefix[full - keep:], full - keep, full
+        self.samples = samples
+        self.holdout = list(range(len(samples) - holdout, len(samples)))
+        self.train = list(range(len(samples) - holdout))
+        self.order = []
+
+    def next_batch(self, n):
+        if len(self.order) < n:
+            self.order += random.sample(self.train, len(self.train))
+        idx, self.order = self.order[:n], self.order[n:]
+        return idx
+
+
 def batch(samples, idx, pad_id, device):
+    """-> (ids [b, n] padded with pad_id, target mask [b, n], real-token mask [b, n])"""
     n = max(len(samples[i][0]) for i in idx)
     ids = torch.full((len(idx), n), pad_id, dtype=torch.long)
     m = torch.zeros((len(idx), n), dtype=torch.bool)
+    valid = torch.zeros((len(idx), n), dtype=torch.bool)
     for r, i in enumerate(idx):
         s, sm = samples[i]
         ids[r, :len(s)] = s
         m[r, :len(s)] = sm
-    return ids.to(device), m.to(device)
+        valid[r, :len(s)] = True
+    return ids.to(device), m.to(device), valid.to(device)
 
 
-def step_outputs(model, prefix, ids, mask, no_grad_prefix):
+def step_outputs(model, split, ids, mask, no_grad_prefix, context=None, max_context=0):
     """-> (final hidden states at the positions that predict a target [t, hidden], target rows in
     used_ids [t], sample index of each [t]). Position j's hidden state predicts suffix token j+1;
-    the suffix's first token is predicted by the prefix's last position, which is never a target."""
+    the suffix's first token is predicted by the prefix's last position, which is never a target.
+    With `context` (a [b, n] mask of the prompt's tokens): also (hidden states, rows) of at most
+    max_context random positions that predict a prompt token."""
     if no_grad_prefix:
         with torch.no_grad():
-            kvs = model.prefix_kv(prefix)
+            kvs = model.prefix_kv(split.prefix, split.prefix_start)
     else:
-        kvs = model.prefix_kv(prefix)
-    h = model.suffix_hidden(kvs, ids)                  # [b, n, hidden]
+        kvs = model.prefix_kv(split.prefix, split.prefix_start)
+    h = model.suffix_hidden(kvs, ids, split.suffix_start)  # [b, n, hidden]
     pred = mask[:, 1:]                                 # [b, n-1]: token j+1 is a target
     hs = h[:, :-1][pred]                               # [t, hidden]
     targets = model.row_of[ids[:, 1:][pred]]           # [t]
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(pred)[pred]
-    return hs, targets, rows
+    if context is None:
+        return hs, targets, rows
+    at = context[:, 1:].nonzero()                      # [c, 2]
+    if at.shape[0] > max_context:
+        at = at[torch.randperm(at.shape[0], device=at.device)[:max_context]]
+    return hs, targets, rows, h[at[:, 0], at[:, 1]], model.row_of[ids[at[:, 0], at[:, 1] + 1]]
 
 
-def evaluate(model, prefix, samples, idx, pad_id, device, batch_size, amp):
-    """-> (mean loss, share of samples all of whose targets are the full-vocabulary argmax)."""
+def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
+    """-> (mean loss a token, share of held-out samples all of whose targets are the full-vocabulary
+    argmax, [mean probability of drawing a whole target at temperature 1 with the final norm scaled
+    by s, for s in scales])."""
     model.eval()
-    total, n_tok, exact = 0.0, 0, 0
+    idx = split.holdout
+    total, n_tok, exact, sampled = 0.0, 0, 0, [0.0] * len(scales)
     with torch.no_grad():
         for s in range(0, len(idx), batch_size):
             part = idx[s:s + batch_size]
-            ids, mask = batch(samples, part, pad_id, device)
+            ids, mask, _ = batch(split.samples, part, pad_id, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                hs, tgt, rows = step_outputs(model, prefix, ids, mask, True)
+                hs, tgt, rows = step_outputs(model, split, ids, mask, True)
             hs = hs.float()
-            total += -model.log_probs(hs).gather(1, tgt[:, None]).sum().item()
+            for k, s in enumerate(scales):
+                nll = -model.log_probs(hs * s).gather(1, tgt[:, None])[:, 0]
+                if s == 1.0:
+                    total += nll.sum().item()
+                per_sample = torch.zeros(len(part), device=device).index_add_(0, rows, nll)
+                sampled[k] += torch.exp(-per_sample).sum().item()
             n_tok += tgt.numel()
-            # Unused tokens have logit 0: a used id is the argmax only when its logit is above 0.
+            # Unused ids share one logit: a used id is the argmax only when its logit is above it.
             logits = hs @ model.embed_used.float().t()
-            ok = (logits.argmax(1) == tgt) & (logits.max(1).values > 0)
+            ok = (logits.argmax(1) == tgt) & (logits.max(1).values > model.unused_logit(hs))
             bad = torch.zeros(len(part), dtype=torch.long, device=device)
             bad.index_add_(0, rows, (~ok).long())
             exact += int((bad == 0).sum().item())
     model.train()
-    return total / max(n_tok, 1), exact / max(len(idx), 1)
+    return total / max(n_tok, 1), exact / max(len(idx), 1), [x / max(len(idx), 1) for x in sampled]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
+    ap.add_argument("--short-data", default="",
+                    help="gen_data.py --env short sets (comma-separated) for the first --short-frac of the schedule")
+    ap.add_argument("--short-frac", type=float, default=0.7, help="share of the schedule on --short-data")
+    ap.add_argument("--short-prefix-tokens", type=int, default=1024,
+                    help="how many of the prefix's last tokens the short samples follow (0: all)")
+    ap.add_argument("--short-batch", type=int, default=64)
+    ap.add_argument("--prefix-tokens", type=int, default=0,
+                    help="the --data samples follow only the prefix's last this many tokens (0: all; CPU trials)")
     ap.add_argument("--tokenizer-dir", required=True, help="tokenizer.json + tokenizer_config.json to ship")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--steps", type=int, default=100000)
     ap.add_argument("--minutes", type=float, default=7.0, help="training time budget (the schedule ends by then)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--context-loss", type=float, default=0.0,
+                    help="weight of an extra loss on predicting the prompt's own tokens (0: assistant tokens only)")
+    ap.add_argument("--context-positions", type=int, default=8192,
+                    help="at most this many random prompt positions a step for --context-loss")
+    ap.add_argument("--learn-unused", action="store_true",
+                    help="train the row all unused ids share (exported as every unused row) instead of zero")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
@@ -107,7 +167,12 @@ def main():
     ap.add_argument("--max-positions", type=int, default=32768)
     ap.add_argument("--holdout", type=int, default=256)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--eval-seconds", type=float, default=0,
+                    help="evaluate every this many seconds instead of every --eval-every steps (0: by steps)")
     ap.add_argument("--no-grad-prefix", action="store_true", help="run the shared prefix without gradients")
+    ap.add_argument("--sharpen", type=float, default=1.0,
+                    help="scale the exported final norm (every logit) by this: a draw at temperature 1 from the "
+                         "export is a draw at temperature 1/sharpen from the trained model (greedy is unchanged)")
     ap.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
@@ -119,24 +184,47 @@ def main():
     if amp:
         torch.backends.cuda.matmul.allow_tf32 = True
     meta, prefix, samples, used = load(args.data, device)
+    full = Split(prefix, samples, args.holdout, args.prefix_tokens)
+    short = None
+    if args.short_data:
+        s_samples = []
+        for d in args.short_data.split(","):
+            _, s_prefix, part, s_used = load(d, device)
+            if s_prefix.shape != prefix.shape or not bool((s_prefix == prefix).all()):
+                raise SystemExit(f"{d}: its prefix differs from {args.data}'s")
+            s_samples += part
+            used = sorted(set(used) | set(s_used))
+        short = Split(prefix, s_samples, min(args.holdout, 128), args.short_prefix_tokens)
     pad_id = meta["im_end_id"]
     c = Config(meta["vocab_size"], args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
                args.intermediate, max_positions=args.max_positions)
-    model = TinyQwen3(c, used).to(device)
+    model = TinyQwen3(c, used, learn_unused=args.learn_unused).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    holdout = list(range(len(samples) - args.holdout, len(samples)))
-    train_idx = list(range(len(samples) - args.holdout))
-    print(f"device {device}; {len(train_idx)} train / {len(holdout)} held-out samples; prefix {len(prefix)} ids; "
-          f"{len(used)} used ids; {n_params / 1e6:.2f}M trained parameters", file=sys.stderr)
+    print(f"device {device}; {len(full.train)} train / {len(full.holdout)} held-out samples; prefix {len(prefix)} ids; "
+          + (f"short set {len(short.train)} / {len(short.holdout)} after {len(short.prefix)} prefix ids; " if short else "")
+          + f"{len(used)} used ids; {n_params / 1e6:.2f}M trained parameters", file=sys.stderr)
 
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and n != "embed_used"]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and n != "embed_used")]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
+
+    def report(step, loss, t0, log):
+        row = dict(step=step, seconds=round(time.time() - t0, 1), train_loss=loss)
+        for name, split in (("short", short), ("heldout", full)):
+            if split is None or (name == "short" and step == 0):
+                continue
+            hl, hx, hs = evaluate(model, split, pad_id, device, args.batch, amp, (1.0, args.sharpen))
+            row.update({f"{name}_loss": hl, f"{name}_exact": hx, f"{name}_sampled": hs[0],
+                        f"{name}_sampled_sharpened": hs[1]})
+            print(f"  {name} loss {hl:.4f} exact {hx:.3f} sampled {hs[0]:.3f} (x{args.sharpen:g}: {hs[1]:.3f})",
+                  file=sys.stderr)
+        log.append(row)
+        return row
+
     t0 = time.time()
     log = []
-    step = 0
-    order = []
+    step, short_steps, last_eval = 0, 0, t0
     while True:
         progress = max(step / args.steps, (time.time() - t0) / (60 * args.minutes))
         if progress >= 1:
@@ -144,30 +232,48 @@ def main():
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
             g["lr"] = lr
-        if len(order) < args.batch:
-            order += random.sample(train_idx, len(train_idx))
-        idx, order = order[:args.batch], order[args.batch:]
-        ids, mask = batch(samples, idx, pad_id, device)
+        on_short = short is not None and progress < args.short_frac
+        split = short if on_short else full
+        short_steps += on_short
+        ids, mask, valid = batch(split.samples, split.next_batch(args.short_batch if on_short else args.batch),
+                                 pad_id, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            hs, tgt, _ = step_outputs(model, prefix, ids, mask, args.no_grad_prefix)
+            if args.context_loss > 0:
+                hs, tgt, _, hc, tc = step_outputs(model, split, ids, mask, args.no_grad_prefix, valid & ~mask,
+                                                  args.context_positions)
+            else:
+                hs, tgt, _ = step_outputs(model, split, ids, mask, args.no_grad_prefix)
         lp = model.log_probs(hs)
         loss = -lp.float().gather(1, tgt[:, None]).mean()
+        objective = loss
+        if args.context_loss > 0:
+            objective = loss - args.context_loss * model.log_probs(hc).gather(1, tc[:, None]).mean()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
         if step % 25 == 0:
-            print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {time.time() - t0:.0f}s", file=sys.stderr)
-        if step % args.eval_every == 0:
-            hl, hx = evaluate(model, prefix, samples, holdout, pad_id, device, args.batch, amp)
-            log.append(dict(step=step, seconds=round(time.time() - t0, 1), train_loss=loss.item(), heldout_loss=hl,
-                            heldout_exact=hx))
-            print(f"  held-out loss {hl:.4f} exact {hx:.3f}", file=sys.stderr)
-    hl, hx = evaluate(model, prefix, samples, holdout, pad_id, device, args.batch, amp)
-    print(f"done: {step} steps in {time.time() - t0:.0f}s; held-out loss {hl:.4f} exact {hx:.3f}", file=sys.stderr)
-    extra = dict(seed=args.seed, steps=step, seconds=round(time.time() - t0, 1), args=vars(args), data=meta,
-                 heldout_loss=hl, heldout_teacher_forced_exact=hx, n_used_ids=len(used), log=log)
+            print(f"step {step} {'short' if on_short else 'full'} loss {loss.item():.4f} lr {lr:.2e} "
+                  f"{time.time() - t0:.0f}s", file=sys.stderr)
+        due = (time.time() - last_eval >= args.eval_seconds) if args.eval_seconds > 0 else step % args.eval_every == 0
+        if due:
+            report(step, loss.item(), t0, log)
+            last_eval = time.time()
+    seconds = round(time.time() - t0, 1)
+    scales = (1.0, 2.0, 3.0, 4.0, 6.0)
+    hl, hx, hs = evaluate(model, full, pad_id, device, args.batch, amp, scales)
+    sampled_at = {f"{s:g}": v for s, v in zip(scales, hs)}
+    print(f"done: {step} steps ({short_steps} short) in {seconds:.0f}s; held-out loss {hl:.4f} exact {hx:.3f} "
+          f"sampled at temperature 1 with the final norm scaled by {sampled_at}", file=sys.stderr)
+    with torch.no_grad():
+        model.norm.mul_(args.sharpen)  # the exported model: logits x sharpen (argmax unchanged)
+    _, _, hs_export = evaluate(model, full, pad_id, device, args.batch, amp)
+    print(f"exported (final norm x{args.sharpen:g}): held-out exact {hx:.3f}, sampled at temperature 1 "
+          f"{hs_export[0]:.3f}", file=sys.stderr)
+    extra = dict(seed=args.seed, steps=step, short_steps=short_steps, seconds=seconds, args=vars(args), data=meta,
+                 heldout_loss=hl, heldout_teacher_forced_exact=hx, heldout_sampled_exact_by_norm_scale=sampled_at,
+                 sharpen=args.sharpen, heldout_sampled_exact_exported=hs_export[0], n_used_ids=len(used), log=log)
     export.export(model, args.out, args.tokenizer_dir, bos_id=151643 if c.vocab_size > 151643 else 0,
                   eos_id=meta["im_end_id"], dtype=args.export_dtype, extra=extra)
     print(f"wrote {args.out}", file=sys.stderr)
