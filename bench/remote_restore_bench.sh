@@ -2,7 +2,8 @@
 # Remote tier restore bandwidth against redis-benchmark, same Redis, same run (docs/perf/fleet.md):
 # starts a redis-server of its own on a free loopback port, then for each round: redis-benchmark
 # GET (and SET) of one block file's size over THREADS connections, and remote_restore_bench
-# reading BLOCKS blocks with RemoteStore::get_block on THREADS threads. Prints both and the ratio.
+# reading BLOCKS blocks on THREADS threads with RemoteStore::get_block, then through the server's
+# restore path (Restorer, DiskStore: read, verified, in the job's memory). Prints each and the ratios.
 #   bench/remote_restore_bench.sh build/bench/remote_restore_bench [VALUE_BYTES [THREADS [BLOCKS [ROUNDS]]]]
 set -euo pipefail
 bench="$1"
@@ -25,6 +26,9 @@ for round in $(seq "$rounds"); do
   out="$("$bench" --redis "redis://127.0.0.1:$port" --value-bytes "$value_bytes" --blocks "$blocks" \
     --threads "$threads" --rounds 3 2>/dev/null)"
   ours="$(echo "$out" | sed -n 's/^get_block MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
+  restore="$(echo "$out" | sed -n 's/^restore MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
   wrote="$(echo "$out" | sed -n 's/^wrote .*: \([0-9]*\) MB\/s/\1/p')"
-  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best); write-behind $wrote MB/s"
+  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; write-behind $wrote MB/s"
+  echo "  get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best)"
+  echo "  restore   median ${restore% *} best ${restore#* } MB/s on $threads threads: $(( 100 * ${restore% *} / get_mb ))% (median), $(( 100 * ${restore#* } / get_mb ))% (best)"
 done
