@@ -51,16 +51,22 @@ class RedisConnection {
   // failed (timeout, reset, protocol error): it is broken() from then on, error() says why. A
   // Redis error reply is a reply (type REDIS_REPLY_ERROR), not a failure.
   RedisReply next();
-  // Like next(), but a bulk string reply's bytes go straight into `into` (resized to them: one
-  // copy out of the read buffer, no allocation once `into` has grown) and the reply's own string
-  // is empty. Any other reply (array, integer, status, error, nil) leaves `into` as it was. For
-  // block-sized values.
-  RedisReply next_into(std::vector<std::byte>& into);
+  enum class BulkRead { Filled, Other, Failed };
+  // The next reply, when it is a bulk string of exactly head.size() + tail.size() bytes, read
+  // from the socket straight into `head` and then `tail` (Filled: no copy through hiredis's
+  // buffer, no allocation; the kernel's copy is the only one). Any other reply (an empty or
+  // missing value, another size, an error, an array) comes back in `other` (Other), parsed by
+  // hiredis as next() does. Failed: the connection failed, as next() fails. For block values.
+  BulkRead next_bulk_into(std::span<std::byte> head, std::span<std::byte> tail, RedisReply& other);
   bool broken() const;
   std::string error() const;
 
  private:
   explicit RedisConnection(redisContext* c) : c_(c) {}
+  // Reads from the socket until `out` is full; false (the connection broken, error_ set) on an
+  // error, the command timeout or the server closing it.
+  bool read_exactly(std::span<std::byte> out);
+  bool fail(const std::string& why);  // marks the connection broken; returns false
   redisContext* c_;
   std::string error_;
 };

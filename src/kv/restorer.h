@@ -12,7 +12,10 @@
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks until it is
 // destroyed (after the match and the device's copies of them), and a job that does not fit
 // beside the others waits; alone, a job larger than the budget loads only its leading blocks
-// that fit (the rest is recomputed).
+// that fit (the rest is recomputed). Each block is loaded into a buffer of one block's size; a
+// destroyed job's buffers are kept for the next jobs (no fresh pages, nothing to unmap on the
+// engine thread), so buffers held by jobs and kept together stay within `max_bytes` too: a
+// server keeps the most its restores ever held at once.
 // Thread-safe: submit from the engine thread.
 #pragma once
 
@@ -71,11 +74,11 @@ class RestoreJob {
   std::vector<Block> blocks_;
   std::size_t block_bytes_;
   Retention retention_;
-  std::unique_ptr<std::byte[]> bytes_;  // limit_ * block_bytes_, allocated by the restorer
-  bool has_memory_ = false;             // bytes_ allocated, or host-tier slots counted
+  std::vector<std::unique_ptr<std::byte[]>> buffers_;  // limit_ of block_bytes_, from the restorer
+  bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
   HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
-  std::shared_ptr<RestoreBudget> budget_;  // where bytes_ is counted
+  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ are counted, and go back to
   std::size_t held_bytes_ = 0;
   // Under the restorer's mutex:
   std::int32_t next_ = 0;       // next block to hand to a thread
@@ -87,10 +90,14 @@ class RestoreJob {
   std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
-// Bytes of loaded blocks held by jobs, shared with the jobs (which may outlive the restorer).
+// Bytes of loaded blocks held by jobs, and the block buffers kept for the next jobs; shared
+// with the jobs (which may outlive the restorer). used_bytes + kept buffers <= max_bytes (or one
+// block, when a block is larger).
 struct RestoreBudget {
   std::mutex mu;
   std::size_t max_bytes = 0, used_bytes = 0;
+  std::size_t buffer_bytes = 0;  // of each kept buffer
+  std::vector<std::unique_ptr<std::byte[]>> kept;
 };
 
 class Restorer {
@@ -111,6 +118,8 @@ class Restorer {
   void submit(std::shared_ptr<RestoreJob> job);
   // Bytes held by jobs now (tests).
   std::size_t used_bytes() const;
+  // Bytes of block buffers kept for the next jobs (tests).
+  std::size_t kept_bytes() const;
 
  private:
   // Takes the next block of the oldest job with one left; false when stopping.
