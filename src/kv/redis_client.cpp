@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <fstream>
 
 #include "base/error.h"
 
@@ -41,8 +42,9 @@ RedisUrl parse_redis_url(const std::string& url, const char* flag) {
   std::string_view rest = url;
   if (rest.starts_with("rediss://"))
     throw Error(ErrorKind::Unsupported,
-                std::string(flag) + ": TLS (rediss://) is not supported by this build's hiredis; reach Redis through a "
-                                    "local TLS tunnel (docs/fleet.md)");
+                std::string(flag) + ": TLS (rediss://) is not supported by this build's hiredis; run the local TLS proxy "
+                                    "of deploy/redis-tls-proxy.cfg and give redis://127.0.0.1:ITS-PORT instead "
+                                    "(docs/fleet.md, \"TLS to Redis\")");
   if (!rest.starts_with("redis://")) throw bad("not a redis:// URL");
   rest.remove_prefix(8);
   RedisUrl u;
@@ -73,6 +75,16 @@ RedisUrl parse_redis_url(const std::string& url, const char* flag) {
   if (rest.empty()) throw bad("no host");
   u.host = std::string(rest);
   return u;
+}
+
+std::string load_redis_password(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line))
+    throw Error(ErrorKind::InvalidArgument, std::string(flag) + ": cannot read " + path);
+  if (line.ends_with('\r')) line.pop_back();
+  if (line.empty()) throw Error(ErrorKind::InvalidArgument, std::string(flag) + ": " + path + " has an empty first line");
+  return line;
 }
 
 void RedisReplyDeleter::operator()(redisReply* r) const {

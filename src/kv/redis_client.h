@@ -23,9 +23,15 @@ struct RedisUrl {
   std::string password;  // empty: no AUTH
 };
 
-// redis://[[user]:password@]HOST[:PORT][/DB]. rediss:// (TLS) is refused: Debian's hiredis 0.14
-// has no TLS (docs/fleet.md: a local TLS tunnel). Throws Error{InvalidArgument} naming `flag`.
+// redis://[[user]:password@]HOST[:PORT][/DB]. rediss:// (TLS) is refused with Error{Unsupported}
+// naming the way to TLS: Debian's hiredis 0.14 has none, so a local TLS proxy takes plain
+// connections (deploy/redis-tls-proxy.cfg, docs/fleet.md). Throws Error{InvalidArgument} naming
+// `flag` for a bad URL.
 RedisUrl parse_redis_url(const std::string& url, const char* flag);
+// The password in the file at `path`: its first line, without the line end (a file as
+// `--kv-remote-password-file` takes it). Throws Error{InvalidArgument} naming `flag` and the
+// file when it cannot be read or the line is empty.
+std::string load_redis_password(const std::string& path, const char* flag);
 
 struct RedisReplyDeleter {
   void operator()(redisReply* r) const;

@@ -1,6 +1,6 @@
 // Background loads from the disk tier (architecture.md §4): when a waiting request's prefix
 // continues on disk, the KV manager hands the blocks it needs to the restorer, whose threads
-// read, verify and decode them into memory of the job's own while the engine keeps stepping the
+// read, verify and decode them into the job's block buffers while the engine keeps stepping the
 // other sequences; the request is admitted once its own blocks are in
 // (KvManager::restore_pending), and the match then only copies them to the device. (Host-tier
 // blocks need no load: the match writes them to the device from their slots.)
@@ -52,7 +52,8 @@ class RestoreJob {
   // `retention`: of the blocks a host-tier load publishes.
   RestoreJob(std::vector<Block> blocks, std::size_t block_bytes,
              Retention retention = Retention::Normal);
-  // Gives its memory back to the restorer's budget (and unpins its host-tier blocks).
+  // Gives its block buffers back to the restorer (kept for the next jobs) and its bytes to the
+  // budget (and unpins its host-tier blocks).
   ~RestoreJob();
   RestoreJob(const RestoreJob&) = delete;
   RestoreJob& operator=(const RestoreJob&) = delete;
@@ -106,7 +107,7 @@ class Restorer {
   static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
-  // `host`: load into the host tier's slots (null: into memory of each job's own).
+  // `host`: load into the host tier's slots (null: into each job's block buffers).
   Restorer(DiskStore* disk, std::function<void()> on_done,
            std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
            HostStore* host = nullptr);

@@ -7,6 +7,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "base/error.h"
@@ -85,7 +86,30 @@ TEST(RedisUrl, TlsIsRefusedWithTheReason) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     EXPECT_NE(std::string(e.what()).find("--kv-remote: TLS (rediss://) is not supported"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("tunnel"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deploy/redis-tls-proxy.cfg"), std::string::npos) << e.what();
+  }
+}
+
+// --kv-remote-password-file: the first line, without its line end; unreadable or empty: an
+// error naming the flag and the file.
+TEST(RedisUrl, PasswordFileGivesItsFirstLine) {
+  ScratchDir dir;
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path + "/" + name) << text;
+    return dir.path + "/" + name;
+  };
+  EXPECT_EQ(load_redis_password(write("a", "s3cret\n"), "--pw"), "s3cret");
+  EXPECT_EQ(load_redis_password(write("b", "s3 cret\r\nsecond line\n"), "--pw"), "s3 cret");
+  EXPECT_EQ(load_redis_password(write("c", "no-newline"), "--pw"), "no-newline");
+  EXPECT_THROW(load_redis_password(write("d", "\nlater\n"), "--pw"), Error);
+  EXPECT_THROW(load_redis_password(write("e", ""), "--pw"), Error);
+  try {
+    load_redis_password(dir.path + "/missing", "--kv-remote-password-file");
+    FAIL() << "a missing file was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-remote-password-file: cannot read " + dir.path + "/missing"),
+              std::string::npos)
+        << e.what();
   }
 }
 
