@@ -19,16 +19,18 @@ for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; slee
 
 echo "machine: $(nproc) cores, $(uptime)"
 for round in $(seq "$rounds"); do
-  # redis-benchmark's GET reads one key of value_bytes, written by its SET just before.
-  rb="$(redis-benchmark -p "$port" -t set,get -d "$value_bytes" -n "$blocks" -c "$threads" --csv |
+  # redis-benchmark's GET reads one key of value_bytes, written by its SET just before; as many
+  # requests as the bench makes with each way (5 reads of every block).
+  rb="$(redis-benchmark -p "$port" -t set,get -d "$value_bytes" -n "$(( 5 * blocks ))" -c "$threads" --csv |
     awk -F'"' -v b="$value_bytes" '$2=="GET"{g=$4*b} $2=="SET"{s=$4*b} END{printf "%.0f %.0f", g/1e6, s/1e6}')"
   get_mb="${rb% *}"
   out="$("$bench" --redis "redis://127.0.0.1:$port" --value-bytes "$value_bytes" --blocks "$blocks" \
-    --threads "$threads" --rounds 3 2>/dev/null)"
+    --threads "$threads" --rounds 5 2>/dev/null)"
   ours="$(echo "$out" | sed -n 's/^get_block MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
   restore="$(echo "$out" | sed -n 's/^restore MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
   wrote="$(echo "$out" | sed -n 's/^wrote .*: \([0-9]*\) MB\/s/\1/p')"
+  cpu() { echo "$out" | sed -n "s/^$1 CPU s per GB read (this process): median \([0-9.]*\) .*/\1/p"; }
   echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; write-behind $wrote MB/s"
-  echo "  get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best)"
-  echo "  restore   median ${restore% *} best ${restore#* } MB/s on $threads threads: $(( 100 * ${restore% *} / get_mb ))% (median), $(( 100 * ${restore#* } / get_mb ))% (best)"
+  echo "  get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best); $(cpu get_block) CPU s per GB"
+  echo "  restore   median ${restore% *} best ${restore#* } MB/s on $threads threads: $(( 100 * ${restore% *} / get_mb ))% (median), $(( 100 * ${restore#* } / get_mb ))% (best); $(cpu restore) CPU s per GB"
 done
