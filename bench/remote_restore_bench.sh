@@ -2,7 +2,8 @@
 # Remote tier restore bandwidth against redis-benchmark, same Redis, same run (docs/perf/fleet.md):
 # starts a redis-server of its own on a free loopback port, then for each round: redis-benchmark
 # GET (and SET) of one block file's size over THREADS connections, and remote_restore_bench
-# reading BLOCKS blocks with RemoteStore::get_block on THREADS threads. Prints both and the ratio.
+# reading BLOCKS blocks on THREADS threads with RemoteStore::get_block, then through the server's
+# restore path (Restorer, DiskStore: read, verified, in the job's memory). Prints each and the ratios.
 #   bench/remote_restore_bench.sh build/bench/remote_restore_bench [VALUE_BYTES [THREADS [BLOCKS [ROUNDS]]]]
 set -euo pipefail
 bench="$1"
@@ -18,13 +19,18 @@ for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; slee
 
 echo "machine: $(nproc) cores, $(uptime)"
 for round in $(seq "$rounds"); do
-  # redis-benchmark's GET reads one key of value_bytes, written by its SET just before.
-  rb="$(redis-benchmark -p "$port" -t set,get -d "$value_bytes" -n "$blocks" -c "$threads" --csv |
+  # redis-benchmark's GET reads one key of value_bytes, written by its SET just before; as many
+  # requests as the bench makes with each way (5 reads of every block).
+  rb="$(redis-benchmark -p "$port" -t set,get -d "$value_bytes" -n "$(( 5 * blocks ))" -c "$threads" --csv |
     awk -F'"' -v b="$value_bytes" '$2=="GET"{g=$4*b} $2=="SET"{s=$4*b} END{printf "%.0f %.0f", g/1e6, s/1e6}')"
   get_mb="${rb% *}"
   out="$("$bench" --redis "redis://127.0.0.1:$port" --value-bytes "$value_bytes" --blocks "$blocks" \
-    --threads "$threads" --rounds 3 2>/dev/null)"
+    --threads "$threads" --rounds 5 2>/dev/null)"
   ours="$(echo "$out" | sed -n 's/^get_block MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
+  restore="$(echo "$out" | sed -n 's/^restore MB\/s: median \([0-9]*\) best \([0-9]*\)/\1 \2/p')"
   wrote="$(echo "$out" | sed -n 's/^wrote .*: \([0-9]*\) MB\/s/\1/p')"
-  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best); write-behind $wrote MB/s"
+  cpu() { echo "$out" | sed -n "s/^$1 CPU s per GB read (this process): median \([0-9.]*\) .*/\1/p"; }
+  echo "round $round: redis-benchmark GET $get_mb MB/s (SET ${rb#* } MB/s), -c $threads; write-behind $wrote MB/s"
+  echo "  get_block median ${ours% *} best ${ours#* } MB/s on $threads threads: $(( 100 * ${ours% *} / get_mb ))% (median), $(( 100 * ${ours#* } / get_mb ))% (best); $(cpu get_block) CPU s per GB"
+  echo "  restore   median ${restore% *} best ${restore#* } MB/s on $threads threads: $(( 100 * ${restore% *} / get_mb ))% (median), $(( 100 * ${restore#* } / get_mb ))% (best); $(cpu restore) CPU s per GB"
 done

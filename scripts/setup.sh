@@ -13,7 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   python3 curl  # the serve end-to-end tests (tests/app)
   libssl-dev  # hub downloads: HTTPS and SHA-256 (src/hub)
-  libhiredis-dev redis-server haproxy  # the remote KV tier and the fleet test (docs/fleet.md)
+  libhiredis-dev redis-server haproxy openssl  # the remote KV tier, the fleet tests (docs/fleet.md; openssl: TLS test certificates)
 )
 missing=()
 for p in "${packages[@]}"; do

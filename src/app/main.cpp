@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-host-codec", srv.kv_host_codec, "KV blocks in the host tier: native | f32 | bf16 | int8 | int4")
       ->capture_default_str();
   serve->add_option("--kv-restore-bytes", srv.kv_restore_bytes,
-                    "Disk blocks held by background restores at most, across requests: bytes or K/M/G/T")
+                    "Disk blocks held by background restores at most, across requests (their buffers are kept "
+                    "for later restores within it): bytes or K/M/G/T")
       ->capture_default_str();
   serve->add_option("--state-snapshot-bytes", srv.state_snapshot_bytes,
                     "Hybrid models: host memory for recurrent-state snapshots (0: no prefix reuse)")
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-remote", srv.kv_remote,
                     "Remote KV tier under the disk tier, shared by a fleet: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] "
                     "(password also from REDISCLI_AUTH); needs --kv-dir");
+  serve->add_option("--kv-remote-password-file", srv.kv_remote_password_file,
+                    "File whose first line is the Redis password of --kv-remote (instead of one in the URL)");
   serve->add_option("--kv-remote-bytes", srv.kv_remote_bytes,
                     "Remote tier budget for this model's blocks: bytes or K/M/G/T; 0: unlimited")
       ->capture_default_str();

@@ -98,6 +98,11 @@ std::unique_ptr<RemoteStore> open_remote_tier(const ServeOptions& o, const Hash1
                                               std::size_t value_bytes) {
   RemoteStoreOptions r;
   r.url = parse_redis_url(o.kv_remote, "--kv-remote");
+  if (!o.kv_remote_password_file.empty()) {
+    if (!r.url.password.empty())
+      throw Error(ErrorKind::InvalidArgument, "--kv-remote-password-file: the --kv-remote URL has a password too; give one");
+    r.url.password = load_redis_password(o.kv_remote_password_file, "--kv-remote-password-file");
+  }
   if (r.url.password.empty())
     if (const char* pw = std::getenv("REDISCLI_AUTH"); pw != nullptr) r.url.password = pw;  // as redis-cli
   r.fingerprint = fingerprint;

@@ -559,18 +559,20 @@ bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128
                          .tokens_hash = tokens_hash,
                          .codec = options_.codec,
                          .payload_bytes = encoded_bytes(options_.codec, options_.shape)};
-  // One file buffer per loading thread, reused: restores read many blocks of one size. A local
-  // file in `codec` is read with its payload straight into `out` (no copy through the buffer).
+  // One file buffer per loading thread, reused: restores read many blocks of one size. A block
+  // in `codec` is read with its payload straight into `out`, from a file or from Redis (no copy
+  // through the buffer).
   thread_local std::vector<std::byte> bytes;
-  const bool in_place = local && codec == options_.codec;
+  const bool in_place = codec == options_.codec;
   bool ok = false;
   std::span<const std::byte> body;
   if (in_place) {
     bytes.resize(kBlockHeaderBytes);
-    ok = read_split_file(block_path(key), bytes, out);
+    ok = local ? read_split_file(block_path(key), bytes, out) : options_.remote->get_block(key, bytes, out);
+    if (!local && !ok) return false;  // not there, or Redis unavailable: a miss
     BlockHeader h;
-    if (ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.key == key &&
-        h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
+    if (ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.kind == BlockKind::Kv &&
+        h.key == key && h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
         h.payload_bytes == out.size() && payload_checksum(out) == h.payload_checksum)
       body = out;
   } else {
@@ -591,11 +593,9 @@ bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
-  if (codec == options_.codec) {
-    if (!in_place) std::memcpy(out.data(), body.data(), out.size());
-  } else if (codec_is_raw(codec, options_.shape.dtype)) {
+  if (!in_place && codec_is_raw(codec, options_.shape.dtype)) {
     decode_block(options_.codec, options_.shape, body, out);
-  } else {
+  } else if (!in_place) {
     thread_local std::vector<std::byte> raw;
     raw.resize(options_.shape.raw_bytes());
     decode_block(options_.codec, options_.shape, body, raw);

@@ -1,10 +1,15 @@
 #include "kv/redis_client.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <fstream>
 
 #include "base/error.h"
 
@@ -21,29 +26,10 @@ timeval to_timeval(int ms) {
   return {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
 }
 
-// Where next_into() wants the bulk string it waits for (null: into the reply, as hiredis does).
-// A connection is used by one thread at a time, so the thread's pointer is that connection's.
-thread_local std::vector<std::byte>* t_sink = nullptr;
-const redisReplyObjectFunctions* g_hiredis_functions = nullptr;  // hiredis's own (set once)
-
-void* create_string(const redisReadTask* task, char* str, std::size_t len) {
-  if (t_sink != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING) {
-    t_sink->resize(len);
-    std::memcpy(t_sink->data(), str, len);
-    len = 0;
-  }
-  return g_hiredis_functions->createString(task, str, len);
-}
-
-// hiredis's reply functions with create_string in front of its createString.
-redisReplyObjectFunctions* sink_functions(const redisReplyObjectFunctions* hiredis_functions) {
-  static redisReplyObjectFunctions functions = [&] {
-    g_hiredis_functions = hiredis_functions;
-    redisReplyObjectFunctions f = *hiredis_functions;
-    f.createString = create_string;
-    return f;
-  }();
-  return &functions;
+// Why recv() returned `got` (<= 0): closed, the command timeout (SO_RCVTIMEO), or errno.
+std::string recv_error(ssize_t got) {
+  if (got == 0) return "Redis closed the connection";
+  return errno == EAGAIN || errno == EWOULDBLOCK ? "timed out waiting for Redis" : std::strerror(errno);
 }
 
 }  // namespace
@@ -56,8 +42,9 @@ RedisUrl parse_redis_url(const std::string& url, const char* flag) {
   std::string_view rest = url;
   if (rest.starts_with("rediss://"))
     throw Error(ErrorKind::Unsupported,
-                std::string(flag) + ": TLS (rediss://) is not supported by this build's hiredis; reach Redis through a "
-                                    "local TLS tunnel (docs/fleet.md)");
+                std::string(flag) + ": TLS (rediss://) is not supported by this build's hiredis; run the local TLS proxy "
+                                    "of deploy/redis-tls-proxy.cfg and give redis://127.0.0.1:ITS-PORT instead "
+                                    "(docs/fleet.md, \"TLS to Redis\")");
   if (!rest.starts_with("redis://")) throw bad("not a redis:// URL");
   rest.remove_prefix(8);
   RedisUrl u;
@@ -90,6 +77,16 @@ RedisUrl parse_redis_url(const std::string& url, const char* flag) {
   return u;
 }
 
+std::string load_redis_password(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line))
+    throw Error(ErrorKind::InvalidArgument, std::string(flag) + ": cannot read " + path);
+  if (line.ends_with('\r')) line.pop_back();
+  if (line.empty()) throw Error(ErrorKind::InvalidArgument, std::string(flag) + ": " + path + " has an empty first line");
+  return line;
+}
+
 void RedisReplyDeleter::operator()(redisReply* r) const {
   freeReplyObject(r);
 }
@@ -108,10 +105,6 @@ std::unique_ptr<RedisConnection> RedisConnection::connect_or_null(const RedisUrl
   }
   redisSetTimeout(c, to_timeval(timeout_ms));
   redisEnableKeepAlive(c);
-  // Keep the reply buffer between replies: by default hiredis frees it once more than 16 KiB
-  // sit unused, so each block-sized reply regrew it from 16 KiB (copies and page faults).
-  c->reader->maxbuf = 0;
-  c->reader->fn = sink_functions(c->reader->fn);
   const std::string db = std::to_string(url.db);
   if (!url.password.empty()) {
     if (url.user.empty())
@@ -157,11 +150,99 @@ RedisReply RedisConnection::next() {
   return RedisReply(static_cast<redisReply*>(reply));
 }
 
-RedisReply RedisConnection::next_into(std::vector<std::byte>& into) {
-  t_sink = &into;
-  RedisReply r = next();
-  t_sink = nullptr;
-  return r;
+bool RedisConnection::fail(const std::string& why) {
+  error_ = why;
+  if (c_->err == 0) c_->err = REDIS_ERR_IO;  // broken from here on
+  return false;
+}
+
+bool RedisConnection::read_exactly(std::span<std::byte> out) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::recv(c_->fd, out.data() + done, out.size() - done, 0);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return fail(recv_error(n));
+  }
+  return true;
+}
+
+RedisConnection::BulkRead RedisConnection::next_bulk_into(std::span<std::byte> head, std::span<std::byte> tail,
+                                                          RedisReply& other) {
+  const std::size_t want = head.size() + tail.size();
+  const auto scatter = [&](std::size_t at) {  // where byte `at` of the value goes, to the end of its part
+    return at < head.size() ? head.subspan(at) : tail.subspan(at - head.size());
+  };
+  const auto through_hiredis = [&] {
+    other = next();
+    if (other == nullptr) return BulkRead::Failed;
+    if (other->type != REDIS_REPLY_STRING || other->len != want) return BulkRead::Other;
+    for (std::size_t at = 0; at < want;) {  // (a reply hiredis had read ahead: copied once)
+      const std::span<std::byte> to = scatter(at);
+      std::memcpy(to.data(), other->str + at, to.size());
+      at += to.size();
+    }
+    other.reset();
+    return BulkRead::Filled;
+  };
+  redisReader* r = c_->reader;
+  // hiredis holds bytes of its own (replies read ahead) or a reply half parsed: it goes on.
+  if (c_->err != 0 || r->ridx != -1 || r->pos < r->len) return through_hiredis();
+  for (int sent = 0; !sent;)
+    if (redisBufferWrite(c_, &sent) == REDIS_ERR) {
+      fail(c_->errstr);
+      return BulkRead::Failed;
+    }
+  // The reply's first line, "$<bytes>\r\n" for a bulk string, and whatever came with it.
+  std::array<char, 64> line{};
+  std::size_t n = 0, eol = std::string_view::npos;
+  while (eol == std::string_view::npos && n < line.size()) {
+    const std::size_t had = n;
+    const ssize_t got = ::recv(c_->fd, line.data() + n, line.size() - n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      fail(recv_error(got));
+      return BulkRead::Failed;
+    }
+    n += static_cast<std::size_t>(got);
+    eol = std::string_view(line.data(), n).find("\r\n", had == 0 ? 0 : had - 1);
+  }
+  std::size_t len = 0;
+  const bool bulk = eol != std::string_view::npos && line[0] == '$' &&
+                    std::from_chars(line.data() + 1, line.data() + eol, len).ptr == line.data() + eol;
+  if (!bulk || len != want) {  // hiredis parses it from what was read
+    redisReaderFeed(r, line.data(), n);
+    return through_hiredis();
+  }
+  // The value's bytes that came with the line, then the rest straight from the socket.
+  const std::string_view after(line.data() + eol + 2, n - eol - 2);
+  std::size_t at = 0;
+  while (at < std::min(after.size(), want)) {
+    const std::span<std::byte> to = scatter(at);
+    const std::size_t k = std::min(to.size(), std::min(after.size(), want) - at);
+    std::memcpy(to.data(), after.data() + at, k);
+    at += k;
+  }
+  while (at < want) {
+    const std::span<std::byte> to = scatter(at);
+    if (!read_exactly(to)) return BulkRead::Failed;
+    at += to.size();
+  }
+  // Its "\r\n" (some or all of it may have come with the line, and replies after it too).
+  std::array<char, 2> crlf{};
+  const std::string_view rest = after.size() > want ? after.substr(want) : std::string_view{};
+  const std::size_t have = std::min<std::size_t>(rest.size(), 2);
+  if (have > 0) std::memcpy(crlf.data(), rest.data(), have);
+  if (have < 2 && !read_exactly(std::as_writable_bytes(std::span(crlf).subspan(have)))) return BulkRead::Failed;
+  if (crlf[0] != '\r' || crlf[1] != '\n') {
+    fail("protocol error after a bulk reply");
+    return BulkRead::Failed;
+  }
+  if (rest.size() > 2) redisReaderFeed(r, rest.data() + 2, rest.size() - 2);
+  return BulkRead::Filled;
 }
 
 bool RedisConnection::broken() const {

@@ -23,9 +23,15 @@ struct RedisUrl {
   std::string password;  // empty: no AUTH
 };
 
-// redis://[[user]:password@]HOST[:PORT][/DB]. rediss:// (TLS) is refused: Debian's hiredis 0.14
-// has no TLS (docs/fleet.md: a local TLS tunnel). Throws Error{InvalidArgument} naming `flag`.
+// redis://[[user]:password@]HOST[:PORT][/DB]. rediss:// (TLS) is refused with Error{Unsupported}
+// naming the way to TLS: Debian's hiredis 0.14 has none, so a local TLS proxy takes plain
+// connections (deploy/redis-tls-proxy.cfg, docs/fleet.md). Throws Error{InvalidArgument} naming
+// `flag` for a bad URL.
 RedisUrl parse_redis_url(const std::string& url, const char* flag);
+// The password in the file at `path`: its first line, without the line end (a file as
+// `--kv-remote-password-file` takes it). Throws Error{InvalidArgument} naming `flag` and the
+// file when it cannot be read or the line is empty.
+std::string load_redis_password(const std::string& path, const char* flag);
 
 struct RedisReplyDeleter {
   void operator()(redisReply* r) const;
@@ -51,16 +57,22 @@ class RedisConnection {
   // failed (timeout, reset, protocol error): it is broken() from then on, error() says why. A
   // Redis error reply is a reply (type REDIS_REPLY_ERROR), not a failure.
   RedisReply next();
-  // Like next(), but a bulk string reply's bytes go straight into `into` (resized to them: one
-  // copy out of the read buffer, no allocation once `into` has grown) and the reply's own string
-  // is empty. Any other reply (array, integer, status, error, nil) leaves `into` as it was. For
-  // block-sized values.
-  RedisReply next_into(std::vector<std::byte>& into);
+  enum class BulkRead { Filled, Other, Failed };
+  // The next reply, when it is a bulk string of exactly head.size() + tail.size() bytes, read
+  // from the socket straight into `head` and then `tail` (Filled: no copy through hiredis's
+  // buffer, no allocation; the kernel's copy is the only one). Any other reply (an empty or
+  // missing value, another size, an error, an array) comes back in `other` (Other), parsed by
+  // hiredis as next() does. Failed: the connection failed, as next() fails. For block values.
+  BulkRead next_bulk_into(std::span<std::byte> head, std::span<std::byte> tail, RedisReply& other);
   bool broken() const;
   std::string error() const;
 
  private:
   explicit RedisConnection(redisContext* c) : c_(c) {}
+  // Reads from the socket until `out` is full; false (the connection broken, error_ set) on an
+  // error, the command timeout or the server closing it.
+  bool read_exactly(std::span<std::byte> out);
+  bool fail(const std::string& why);  // marks the connection broken; returns false
   redisContext* c_;
   std::string error_;
 };

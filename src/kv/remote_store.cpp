@@ -184,7 +184,8 @@ void RemoteStore::erase(const Hash128& agent_hash, std::vector<Hash128> blocks) 
   wake_.notify_one();
 }
 
-bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
+bool RemoteStore::get_block(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail) {
+  AKV_CHECK(head.size() + tail.size() == options_.value_bytes, "get_block: not one block's bytes");
   std::unique_ptr<RedisConnection> conn = take_connection();
   if (conn == nullptr) return false;
   const std::string name = block_name(key);
@@ -193,27 +194,31 @@ bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
   const std::string now = std::to_string(now_unix_ms());
   conn->append({"GETRANGE", name, "0", last});
   conn->append({"ZADD", prefix_ + "blocks", "XX", now, key.hex()});
-  // The value straight into `out` (a string reply always sets its size: 0 when missing); not
-  // cleared first, so the restorer's buffer of one block's size is neither zeroed nor regrown.
-  const RedisReply got = conn->next_into(out);
-  const RedisReply touched = got != nullptr ? conn->next() : nullptr;
-  if (got == nullptr || touched == nullptr || reply_is_error(got.get())) {
-    on_failure(got == nullptr || touched == nullptr ? conn->error() : std::string(reply_string(got.get())));
+  RedisReply other;  // a reply that is not the block (an empty string when it is missing)
+  const RedisConnection::BulkRead got = conn->next_bulk_into(head, tail, other);
+  const bool read = got != RedisConnection::BulkRead::Failed;
+  const RedisReply touched = read ? conn->next() : nullptr;
+  if (!read || touched == nullptr || reply_is_error(other.get())) {
+    on_failure(!read || touched == nullptr ? conn->error() : std::string(reply_string(other.get())));
     return false;
   }
   give_back(std::move(conn));
   on_success();
   std::lock_guard lock(mu_);
-  if (out.empty()) {
+  if (got == RedisConnection::BulkRead::Filled) {
+    ++stats_.n_loaded;
+    return true;
+  }
+  if (reply_string(other.get()).empty())
     ++stats_.n_missing;
-    return false;
-  }
-  if (out.size() != options_.value_bytes) {
+  else
     ++stats_.n_bad;
-    return false;
-  }
-  ++stats_.n_loaded;
-  return true;
+  return false;
+}
+
+bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {
+  out.resize(options_.value_bytes);  // kept between calls: neither zeroed nor regrown
+  return get_block(key, out, {});
 }
 
 std::optional<std::vector<std::byte>> RemoteStore::get_manifest(const Hash128& agent_hash) {

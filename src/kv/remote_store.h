@@ -88,9 +88,14 @@ class RemoteStore {
   void put_manifest(const Hash128& agent_hash, std::vector<std::byte> bytes, std::int64_t last_use_ms);
   // Queues the removal of an agent's manifest (a zero hash: none) and of these blocks.
   void erase(const Hash128& agent_hash, std::vector<Hash128> blocks);
-  // Reads block `key`'s bytes into `out` (resized; at most value_bytes + 1 bytes are read) and
-  // marks it used. False when it is missing, of another size, or Redis is unavailable. The
-  // caller verifies the bytes (disk_format.h verified_block_payload). Any thread.
+  // Reads block `key`'s value_bytes straight from the connection into `head` and then `tail`
+  // (their sizes add up to value_bytes; a restore passes a small header buffer and the payload's
+  // destination, so the payload is never copied in user space) and marks it used. False when
+  // it is missing, of another size (at most value_bytes + 1 bytes are read), or Redis is
+  // unavailable; the spans' bytes are then unspecified. The caller verifies the bytes
+  // (disk_format.h). Any thread.
+  bool get_block(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail);
+  // get_block into `out`, resized to value_bytes.
   bool get_block(const Hash128& key, std::vector<std::byte>& out);
   // The agent's manifest bytes (at most kMaxManifestBytes); nullopt when missing or unavailable.
   std::optional<std::vector<std::byte>> get_manifest(const Hash128& agent_hash);

@@ -20,11 +20,13 @@ RestoreJob::~RestoreJob() {
   if (budget_ == nullptr) return;
   std::lock_guard lock(budget_->mu);
   budget_->used_bytes -= held_bytes_;
+  if (block_bytes_ == budget_->buffer_bytes)  // kept for the next job (no fresh pages)
+    for (std::unique_ptr<std::byte[]>& b : buffers_) budget_->kept.push_back(std::move(b));
 }
 
 std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
-  AKV_CHECK(i >= 0 && i < n_loaded() && bytes_ != nullptr, "restore job block not loaded");
-  return {bytes_.get() + static_cast<std::size_t>(i) * block_bytes_, block_bytes_};
+  AKV_CHECK(i >= 0 && i < n_loaded() && static_cast<std::size_t>(i) < buffers_.size(), "restore job block not loaded");
+  return {buffers_[static_cast<std::size_t>(i)].get(), block_bytes_};
 }
 
 Restorer::Restorer(DiskStore* disk, std::function<void()> on_done, std::size_t max_bytes,
@@ -105,10 +107,21 @@ bool Restorer::take_memory(RestoreJob& job) {
   b.used_bytes += job.held_bytes_;
   job.budget_ = budget_;
   job.has_memory_ = true;
-  if (host_ != nullptr)  // the blocks go to host-tier slots: the budget bounds what they pin
+  if (host_ != nullptr) {  // the blocks go to host-tier slots: the budget bounds what they pin
     job.host_ = host_;
-  else
-    job.bytes_ = std::make_unique_for_overwrite<std::byte[]>(job.held_bytes_);
+    return true;
+  }
+  // Kept buffers first; new ones only past them, so kept + used stays within the budget.
+  if (b.buffer_bytes != job.block_bytes_) {
+    b.kept.clear();
+    b.buffer_bytes = job.block_bytes_;
+  }
+  job.buffers_.reserve(n);
+  while (job.buffers_.size() < n && !b.kept.empty()) {
+    job.buffers_.push_back(std::move(b.kept.back()));
+    b.kept.pop_back();
+  }
+  while (job.buffers_.size() < n) job.buffers_.push_back(std::make_unique_for_overwrite<std::byte[]>(job.block_bytes_));
   return true;
 }
 
@@ -132,6 +145,11 @@ bool Restorer::load_into_host(const RestoreJob& job, std::int32_t index) {
 std::size_t Restorer::used_bytes() const {
   std::lock_guard lock(budget_->mu);
   return budget_->used_bytes;
+}
+
+std::size_t Restorer::kept_bytes() const {
+  std::lock_guard lock(budget_->mu);
+  return budget_->kept.size() * budget_->buffer_bytes;
 }
 
 bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
@@ -170,8 +188,7 @@ void Restorer::loop() {
       ok = load_into_host(*job, index);
     } else {
       const RestoreJob::Block& b = job->blocks_[static_cast<std::size_t>(index)];
-      const std::span<std::byte> out{
-          job->bytes_.get() + static_cast<std::size_t>(index) * job->block_bytes_, job->block_bytes_};
+      const std::span<std::byte> out{job->buffers_[static_cast<std::size_t>(index)].get(), job->block_bytes_};
       ok = disk_->load(b.key, b.parent, b.tokens_hash, out);
     }
     lock.lock();

@@ -1,6 +1,6 @@
 // Background loads from the disk tier (architecture.md §4): when a waiting request's prefix
 // continues on disk, the KV manager hands the blocks it needs to the restorer, whose threads
-// read, verify and decode them into memory of the job's own while the engine keeps stepping the
+// read, verify and decode them into the job's block buffers while the engine keeps stepping the
 // other sequences; the request is admitted once its own blocks are in
 // (KvManager::restore_pending), and the match then only copies them to the device. (Host-tier
 // blocks need no load: the match writes them to the device from their slots.)
@@ -12,7 +12,10 @@
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks until it is
 // destroyed (after the match and the device's copies of them), and a job that does not fit
 // beside the others waits; alone, a job larger than the budget loads only its leading blocks
-// that fit (the rest is recomputed).
+// that fit (the rest is recomputed). Each block is loaded into a buffer of one block's size; a
+// destroyed job's buffers are kept for the next jobs (no fresh pages, nothing to unmap on the
+// engine thread), so buffers held by jobs and kept together stay within `max_bytes` too: a
+// server keeps the most its restores ever held at once.
 // Thread-safe: submit from the engine thread.
 #pragma once
 
@@ -49,7 +52,8 @@ class RestoreJob {
   // `retention`: of the blocks a host-tier load publishes.
   RestoreJob(std::vector<Block> blocks, std::size_t block_bytes,
              Retention retention = Retention::Normal);
-  // Gives its memory back to the restorer's budget (and unpins its host-tier blocks).
+  // Gives its block buffers back to the restorer (kept for the next jobs) and its bytes to the
+  // budget (and unpins its host-tier blocks).
   ~RestoreJob();
   RestoreJob(const RestoreJob&) = delete;
   RestoreJob& operator=(const RestoreJob&) = delete;
@@ -71,11 +75,11 @@ class RestoreJob {
   std::vector<Block> blocks_;
   std::size_t block_bytes_;
   Retention retention_;
-  std::unique_ptr<std::byte[]> bytes_;  // limit_ * block_bytes_, allocated by the restorer
-  bool has_memory_ = false;             // bytes_ allocated, or host-tier slots counted
+  std::vector<std::unique_ptr<std::byte[]>> buffers_;  // limit_ of block_bytes_, from the restorer
+  bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
   HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
-  std::shared_ptr<RestoreBudget> budget_;  // where bytes_ is counted
+  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ are counted, and go back to
   std::size_t held_bytes_ = 0;
   // Under the restorer's mutex:
   std::int32_t next_ = 0;       // next block to hand to a thread
@@ -87,10 +91,14 @@ class RestoreJob {
   std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
-// Bytes of loaded blocks held by jobs, shared with the jobs (which may outlive the restorer).
+// Bytes of loaded blocks held by jobs, and the block buffers kept for the next jobs; shared
+// with the jobs (which may outlive the restorer). used_bytes + kept buffers <= max_bytes (or one
+// block, when a block is larger).
 struct RestoreBudget {
   std::mutex mu;
   std::size_t max_bytes = 0, used_bytes = 0;
+  std::size_t buffer_bytes = 0;  // of each kept buffer
+  std::vector<std::unique_ptr<std::byte[]>> kept;
 };
 
 class Restorer {
@@ -99,7 +107,7 @@ class Restorer {
   static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
-  // `host`: load into the host tier's slots (null: into memory of each job's own).
+  // `host`: load into the host tier's slots (null: into each job's block buffers).
   Restorer(DiskStore* disk, std::function<void()> on_done,
            std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
            HostStore* host = nullptr);
@@ -111,6 +119,8 @@ class Restorer {
   void submit(std::shared_ptr<RestoreJob> job);
   // Bytes held by jobs now (tests).
   std::size_t used_bytes() const;
+  // Bytes of block buffers kept for the next jobs (tests).
+  std::size_t kept_bytes() const;
 
  private:
   // Takes the next block of the oldest job with one left; false when stopping.
