@@ -417,12 +417,18 @@ std::size_t DiskStore::n_lent_room() const {
 bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                             std::vector<std::byte> raw,
                             std::chrono::steady_clock::time_point deadline) {
-  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put_or_wait: raw block size");
+  return put_waiting(key, parent, tokens_hash, std::move(raw), deadline, options_.max_queue_bytes, queue_);
+}
+
+bool DiskStore::put_waiting(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                            std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline,
+                            std::size_t limit, std::deque<std::unique_ptr<Job>>& into) {
+  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "disk tier: raw block size");
   {
     std::unique_lock lock(mu_);
     const auto settled = [&] {
       return files_.contains(key) || pending_.contains(key) || now_ms() < paused_until_ms_ ||
-             queued_bytes_ + raw.size() <= options_.max_queue_bytes;
+             queued_bytes_ + raw.size() <= limit;
     };
     const bool room = room_.wait_until(lock, deadline, settled);
     if (files_.contains(key) || pending_.contains(key)) {
@@ -436,7 +442,7 @@ bool DiskStore::put_or_wait(const Hash128& key, const Hash128& parent, const Has
       keep_buffer_locked(raw);
       return false;
     }
-    queue_.push_back(block_job_locked(key, parent, tokens_hash, raw));
+    into.push_back(block_job_locked(key, parent, tokens_hash, raw));
   }
   wake_.notify_one();
   return true;

@@ -284,6 +284,11 @@ class DiskStore {
   void write_manifest(Job& job);
   void log_drops();
   void on_write_error(const std::string& what);
+  // put_or_wait and put_first_or_wait: waits (until `deadline`) for the queued bytes to fit
+  // `limit`, then appends the block's job to `into` (queue_ or first_).
+  bool put_waiting(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
+                   std::vector<std::byte> raw, std::chrono::steady_clock::time_point deadline,
+                   std::size_t limit, std::deque<std::unique_ptr<Job>>& into);
   // A block job, counted as queued (caller holds mu_, checked room and pushes it to a queue).
   std::unique_ptr<Job> block_job_locked(const Hash128& key, const Hash128& parent,
                                         const Hash128& tokens_hash, std::vector<std::byte>& raw,

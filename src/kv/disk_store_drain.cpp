@@ -39,32 +39,9 @@ std::int64_t DiskStore::write_first(std::span<const Hash128> keys) {
 bool DiskStore::put_first_or_wait(const Hash128& key, const Hash128& parent,
                                   const Hash128& tokens_hash, std::vector<std::byte> raw,
                                   std::chrono::steady_clock::time_point deadline) {
-  AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "put_first_or_wait: raw block size");
-  {
-    std::unique_lock lock(mu_);
-    // The backlog holds at most max_queue_bytes and is written after the stop's queue: room
-    // beside it comes as the stop's own blocks are written, never waiting for the backlog.
-    const std::size_t limit = 2 * options_.max_queue_bytes;
-    const auto settled = [&] {
-      return files_.contains(key) || pending_.contains(key) || now_ms() < paused_until_ms_ ||
-             queued_bytes_ + raw.size() <= limit;
-    };
-    const bool room = room_.wait_until(lock, deadline, settled);
-    if (files_.contains(key) || pending_.contains(key)) {
-      keep_buffer_locked(raw);
-      return false;
-    }
-    const bool paused = now_ms() < paused_until_ms_;
-    if (!room || paused) {
-      ++stats_.n_dropped;
-      ++(paused ? stats_.n_dropped_paused : stats_.n_dropped_queue_full);
-      keep_buffer_locked(raw);
-      return false;
-    }
-    first_.push_back(block_job_locked(key, parent, tokens_hash, raw));
-  }
-  wake_.notify_one();
-  return true;
+  // The backlog holds at most max_queue_bytes and is written after the stop's queue: room
+  // beside it comes as the stop's own blocks are written, never waiting for the backlog.
+  return put_waiting(key, parent, tokens_hash, std::move(raw), deadline, 2 * options_.max_queue_bytes, first_);
 }
 
 void DiskStore::put_manifest_first(const AgentRecord& record) {

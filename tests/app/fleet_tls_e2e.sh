@@ -17,22 +17,7 @@ tmp="$(mktemp -d)"
 for tool in redis-server redis-cli haproxy openssl; do
   command -v "$tool" >/dev/null || { echo "FAIL: needs $tool (Debian packages redis-server, haproxy, openssl)"; exit 1; }
 done
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-fail() { echo "FAIL: $1"; for f in "$tmp"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
-expect() {  # name, got, want
-  [[ "$2" == "$3" ]] || fail "$1: got '$2', want '$3'"
-  echo "ok: $1"
-}
-wait_for() {  # what, command...: until the command succeeds, within 20 s
-  local what="$1"; shift
-  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "timed out waiting for $what"
-}
+source "$(dirname "$0")/fleet_util.sh"
 
 # A CA, Redis's certificate (for the name "redis.test"), a client certificate, and another CA.
 cd "$tmp"

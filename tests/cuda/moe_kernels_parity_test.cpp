@@ -227,21 +227,12 @@ TEST(MoeKernelsOnCuda, RecordedDecodeSteps) {
     const MoeLayer l = MoeLayer::random(mxfp4 ? kGptOss : kQwen3, DType::BF16, mxfp4);
     for (const std::int32_t n : {3, 24}) {
       MoeIo io(l, n);
-      const KvLayout layout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1, .head_dim = 8,
-                            .dtype = DType::F32};
-      KvStorage kv = b.gpu.alloc_kv(layout);
-      std::vector<std::int32_t> tables(static_cast<std::size_t>(n)), tokens(static_cast<std::size_t>(n));
-      std::iota(tables.begin(), tables.end(), 0);
-      std::vector<SequenceChunk> chunks;
-      for (std::int32_t i = 0; i < n; ++i)
-        chunks.push_back({.first_row = i, .n_tokens = 1, .start_pos = 3, .block_table = {&tables[i], 1}});
-      const std::vector<std::int32_t> pos = positions_for(chunks);
-      const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = chunks, .logit_rows = {}};
+      const DecodeBatch d(b.gpu, n);
       const CudaBackend::StepStats before = b.gpu.step_stats();
       for (int step = 0; step < 3; ++step) {
         io.randomize();
         std::vector<float> got(static_cast<std::size_t>(n * l.shape.hidden));
-        b.gpu.begin_step(batch, kv, &layout);
+        b.gpu.begin_step(d.batch, d.kv, &d.layout);
         b.gpu.moe(io.x.gpu, io.logits.gpu, l.weights(true), l.p, io.scratch(true), io.out.gpu);
         b.gpu.download(io.out.gpu, got);
         b.gpu.end_step();

@@ -270,24 +270,14 @@ TEST(CudaOps, GatedMlpRecordedStep) {
     const GatedMlpWeights w_gpu{.gate_up = {}, .gate = gate->gpu, .up = up->gpu, .down = down->gpu};
     Pair x = Pair::make(n, k), out = Pair::make(n, hidden);
     Pair gu = Pair::make(n, 2 * inter, pad), a = Pair::make(n, inter, pad);
-    // A decode-only batch of n sequences, one token each (what begin_step records).
-    const KvLayout layout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1, .head_dim = 8,
-                          .dtype = DType::F32};
-    KvStorage kv = b.gpu.alloc_kv(layout);
-    std::vector<std::int32_t> tables(static_cast<std::size_t>(n)), tokens(static_cast<std::size_t>(n));
-    std::iota(tables.begin(), tables.end(), 0);
-    std::vector<SequenceChunk> chunks;
-    for (std::int32_t i = 0; i < n; ++i)
-      chunks.push_back({.first_row = i, .n_tokens = 1, .start_pos = 3, .block_table = {&tables[i], 1}});
-    const std::vector<std::int32_t> pos = positions_for(chunks);
-    const ForwardBatch batch{.tokens = tokens, .positions = pos, .sequences = chunks, .logit_rows = {}};
+    const DecodeBatch d(b.gpu, n);
 
     const CudaBackend::StepStats before = b.gpu.step_stats();
     for (int step = 0; step < 3; ++step) {
       x.set(random_floats(static_cast<std::size_t>(n * k)));
       out.poison_gpu();
       std::vector<float> got(static_cast<std::size_t>(n * hidden));
-      b.gpu.begin_step(batch, kv, &layout);
+      b.gpu.begin_step(d.batch, d.kv, &d.layout);
       b.gpu.gated_mlp(x.gpu, w_gpu, GluActivation::Silu, gu.gpu, a.gpu, out.gpu);
       b.gpu.download(out.gpu, got);
       b.gpu.end_step();

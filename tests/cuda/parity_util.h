@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/batch.h"
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/reference_backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -146,6 +148,31 @@ struct WeightPair {
     w->gpu = backends().gpu.upload_weight(w->info);
     return w;
   }
+};
+
+// A decode-only batch of n sequences, one token each at position 3, over a one-layer KV pool of
+// n blocks: what begin_step records. Owns the arrays `batch` points into (not copyable).
+struct DecodeBatch {
+  KvLayout layout;
+  KvStorage kv;
+  std::vector<std::int32_t> tables, tokens, positions;
+  std::vector<SequenceChunk> chunks;
+  ForwardBatch batch;
+
+  DecodeBatch(CudaBackend& gpu, std::int32_t n)
+      : layout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1, .head_dim = 8,
+               .dtype = DType::F32},
+        kv(gpu.alloc_kv(layout)),
+        tables(static_cast<std::size_t>(n)),
+        tokens(static_cast<std::size_t>(n)) {
+    std::iota(tables.begin(), tables.end(), 0);
+    for (std::int32_t i = 0; i < n; ++i)
+      chunks.push_back({.first_row = i, .n_tokens = 1, .start_pos = 3, .block_table = {&tables[i], 1}});
+    positions = positions_for(chunks);
+    batch = {.tokens = tokens, .positions = positions, .sequences = chunks, .logit_rows = {}};
+  }
+  DecodeBatch(const DecodeBatch&) = delete;
+  DecodeBatch& operator=(const DecodeBatch&) = delete;
 };
 
 inline double tolerance(DType t) { return t == DType::F32 ? 1e-5 : t == DType::F16 ? 2e-3 : 1e-2; }

@@ -350,25 +350,14 @@ TEST(CudaQuant, MatmulInsideRecordedSteps) {
   const std::int64_t rows = 128, cols = 1024;
   const auto w = UploadedQuant::make(GgmlType::Q4_K, rows, cols);
   for (const std::int32_t n : {2, 24}) {
-    KvStorage kv = gpu.alloc_kv(KvLayout{.n_layers = 1, .n_blocks = n, .block_size = 16, .n_kv_heads = 1,
-                                         .head_dim = 64, .dtype = DType::F32});
+    const DecodeBatch d(gpu, n);
     Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
-    std::vector<std::int32_t> tokens(n), positions(n, 0), logit_rows(n), tables(n);
-    std::vector<SequenceChunk> seqs;
-    for (std::int32_t i = 0; i < n; ++i) {
-      tokens[i] = i + 1;
-      logit_rows[i] = i;
-      tables[i] = i;
-    }
-    for (std::int32_t i = 0; i < n; ++i)
-      seqs.push_back({.first_row = i, .n_tokens = 1, .start_pos = 0, .block_table = std::span(tables).subspan(i, 1)});
-    const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = logit_rows};
     const CudaBackend::StepStats before = gpu.step_stats();
     gpu.set_step_graphs(true);
     for (int step = 0; step < 4; ++step) {
       x.set(random_floats(static_cast<std::size_t>(n * cols)));
       std::vector<float> got(static_cast<std::size_t>(n * rows));
-      gpu.begin_step(batch, kv, &kv);
+      gpu.begin_step(d.batch, d.kv, &d.kv);
       gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
       gpu.download(out.gpu, got);
       gpu.end_step();

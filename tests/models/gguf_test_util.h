@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "prefill_logits.h"
 #include "models/rope.h"
 #include "tensor/dtype.h"
 #include "tensor/safetensors.h"
@@ -46,27 +47,6 @@ inline std::vector<float> to_f32(const TensorInfo& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   convert_to_f32(t.dtype, t.bytes.data(), v.data(), v.size());
   return v;
-}
-
-inline std::vector<float> prefill_logits(Model& model, Backend& backend,
-                                         const std::vector<std::int32_t>& ids) {
-  const ModelConfig& c = model.config();
-  const std::int64_t block = 16;
-  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
-  std::vector<std::int32_t> table(n_blocks);
-  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
-  SequenceChunk chunk{.first_row = 0,
-                      .n_tokens = static_cast<std::int32_t>(ids.size()),
-                      .start_pos = 0,
-                      .block_table = table};
-  std::vector<std::int32_t> rows(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
-  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
-  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
-  std::vector<float> logits(ids.size() * c.vocab_size);
-  model.forward(batch, kv, logits);
-  return logits;
 }
 
 struct Reference {

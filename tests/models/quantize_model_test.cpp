@@ -23,12 +23,14 @@
 #include "base/error.h"
 #include "models/model.h"
 #include "models/quantize_weights.h"
+#include "prefill_logits.h"
 #include "tiny_model.h"
 
 namespace akv {
 namespace {
 
 namespace fs = std::filesystem;
+using test::prefill_logits;
 
 std::string tiny_dir() {
   static const std::string dir = [] {
@@ -43,23 +45,6 @@ std::string tiny_dir() {
     return d;
   }();
   return dir;
-}
-
-std::vector<float> logits_of(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
-  const ModelConfig& c = model.config();
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, 4, 16, DType::F32));
-  std::vector<std::int32_t> table = {0, 1, 2, 3};
-  SequenceChunk chunk{.first_row = 0,
-                      .n_tokens = static_cast<std::int32_t>(ids.size()),
-                      .start_pos = 0,
-                      .block_table = table};
-  std::vector<std::int32_t> rows(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
-  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
-  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
-  std::vector<float> logits(ids.size() * c.vocab_size);
-  model.forward(batch, kv, logits);
-  return logits;
 }
 
 // max |a - b| / max |b|
@@ -101,12 +86,12 @@ TEST(QuantizeWeights, TypesAndFallbacks) {
 TEST(QuantizeWeights, QuantizedModelsRunCloseToTheirCheckpoint) {
   ReferenceBackend ref;
   FastBackend fast(2);
-  const std::vector<float> want = logits_of(*load_model(tiny_dir(), ref), ref, kIds);
+  const std::vector<float> want = prefill_logits(*load_model(tiny_dir(), ref), ref, kIds);
   std::vector<double> errors;
   for (const auto& [t, tol] :
        {std::pair{DType::Q8_0, 0.04}, {DType::Q6_K, 0.12}, {DType::Q4_K, 0.40}}) {
-    const std::vector<float> on_ref = logits_of(*load_model(tiny_dir(), ref, t), ref, kIds);
-    const std::vector<float> on_fast = logits_of(*load_model(tiny_dir(), fast, t), fast, kIds);
+    const std::vector<float> on_ref = prefill_logits(*load_model(tiny_dir(), ref, t), ref, kIds);
+    const std::vector<float> on_fast = prefill_logits(*load_model(tiny_dir(), fast, t), fast, kIds);
     const double e_ref = rel_error(on_ref, want), e_fast = rel_error(on_fast, on_ref);
     EXPECT_LE(e_ref, tol) << dtype_name(t);
     EXPECT_GT(e_ref, 0.0) << dtype_name(t) << ": the weights were not quantized";
