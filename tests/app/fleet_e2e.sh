@@ -93,16 +93,12 @@ echo "killing $killed, draining $drained, $survivor survives"
 wait_for "spills to reach Redis" settled "$killed"; sleep 0.3; wait_for "spills to reach Redis" settled "$killed"
 kill -9 "${rpid[$killed]}"
 # A stream in flight on the drained replica runs to its end.
-curl -sfN "127.0.0.1:${rport[$drained]}/v1/messages" -H 'content-type: application/json' -H 'x-agent-id: streamer' \
-  -d "{\"model\":\"m\",\"max_tokens\":300,\"temperature\":0,\"stream\":true,\"system\":\"$system\",\"messages\":[{\"role\":\"user\",\"content\":\"Go on.\"}]}" \
-  >"$tmp/stream.out" &
-stream_pid=$!
-in_flight() { [[ "$(metric "$drained" agentkv_requests_in_flight)" -ge 1 ]]; }
-wait_for "the stream to start" in_flight
-expect "drain answers 202" "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '' "127.0.0.1:${rport[$drained]}/admin/drain")" 202
-expect "draining while the stream runs" "$(curl -s "127.0.0.1:${rport[$drained]}/health" | json 'd["status"]')" draining
-wait "$stream_pid" || fail "the stream was cut by the drain"
-expect "the stream ended normally" "$(grep -c '"type":"message_stop"' "$tmp/stream.out")" 1
+result="$(python3 "$(dirname "$0")/drain_during_stream.py" "${rport[$drained]}" \
+  "{\"model\":\"m\",\"max_tokens\":380,\"temperature\":0,\"stream\":true,\"system\":\"$system\",\"messages\":[{\"role\":\"user\",\"content\":\"Go on.\"}]}")" \
+  || fail "the stream during the drain: $result"
+expect "drain answers 202" "$(echo "$result" | json 'd["drain"]')" 202
+expect "draining while the stream runs" "$(echo "$result" | json 'd["health"]')" draining
+expect "the stream ended normally" "$(echo "$result" | json 'd["message_stop"]')" 1
 drained_health() { curl -s "127.0.0.1:${rport[$drained]}/health" | grep -q '"drained"'; }
 wait_for "the drain to finish" drained_health
 expect "a drained replica is not ready" "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:${rport[$drained]}/health")" 503
