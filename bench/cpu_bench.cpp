@@ -14,17 +14,15 @@
 #include <vector>
 
 #include "backend/cpu/fast_backend.h"
+#include "bench_util.h"
 #include "models/model.h"
 #include "tensor/safetensors.h"
 
 namespace akv {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using bench::Clock;
+using bench::seconds_since;
 
 template <typename Fn>
 double best_seconds(int repeat, const Fn& fn) {

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "bench_util.h"
 #include "models/blocks.h"
 
 namespace akv::bench {
@@ -399,9 +400,7 @@ class RandomLlama {
   char ids_key_ = 0;  // recorded steps that end in sample_rows
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using bench::seconds_since;
 
 // Tokens of a chunk at `start` (any ids: random weights make every token alike).
 std::vector<std::int32_t> ids_at(std::int64_t start, std::int64_t n, std::int64_t vocab) {

@@ -4,7 +4,6 @@
 // (batched: put as fast as the queue takes them, until the last block is durable) and of one
 // durable file at a time (temp file, fdatasync, rename, directory fsync: the path before batches).
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,25 +17,16 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "bench_util.h"
 #include "kv/disk_store.h"
 #include "kv/durable_batch.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::size_t i = 0; i + 8 <= n; i += 8) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::memcpy(v.data() + i, &x, 8);
-  }
-  return v;
-}
+using akv::bench::Clock;
+using akv::bench::pattern;
+using akv::bench::seconds_since;
+using akv::bench::process_cpu_seconds;
 
 // MB/s of one file of `bytes` written in 8 MiB pieces, then fdatasync.
 double sequential_mb_s(const std::string& dir, std::size_t bytes) {
@@ -65,13 +55,6 @@ struct Rate {
   double cpu_us_per_block = 0;  // the process's user + system time
 };
 
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
-
 // DiskStore's write-behind: n blocks put (waiting for queue room), timed until all are durable.
 Rate store_rate(const std::string& dir, std::size_t block_bytes, std::int64_t n) {
   akv::DiskStoreOptions o;
@@ -82,7 +65,7 @@ Rate store_rate(const std::string& dir, std::size_t block_bytes, std::int64_t n)
   auto store = akv::DiskStore::open_or_throw(o);
   const std::vector<std::byte> content = pattern(block_bytes, 1);
   const auto t0 = Clock::now();
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = process_cpu_seconds();
   for (std::int64_t i = 0; i < n; ++i) {
     std::vector<std::byte> raw = store->take_raw_buffer();
     std::memcpy(raw.data(), content.data(), raw.size());
@@ -92,7 +75,7 @@ Rate store_rate(const std::string& dir, std::size_t block_bytes, std::int64_t n)
   }
   store->flush();
   const double s = seconds_since(t0);
-  const double cpu = cpu_seconds() - cpu0;
+  const double cpu = process_cpu_seconds() - cpu0;
   const akv::DiskStoreStats st = store->stats();
   AKV_CHECK(st.n_written == n, "every block written");
   store.reset();

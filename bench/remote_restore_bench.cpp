@@ -6,7 +6,6 @@
 // tier this is (read, header and checksum verified, in the job's memory), a new job each round
 // as each resumed agent is. bench/remote_restore_bench.sh runs it beside redis-benchmark GET of
 // the same value size against the same Redis, in one run.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "bench_util.h"
 #include "kv/disk_format.h"
 #include "kv/disk_store.h"
 #include "kv/remote_store.h"
@@ -29,29 +29,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::size_t i = 0; i + 8 <= n; i += 8) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::memcpy(v.data() + i, &x, 8);
-  }
-  return v;
-}
-
-// This process's user + system CPU seconds so far (all threads).
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
+using akv::bench::Clock;
+using akv::bench::pattern;
+using akv::bench::seconds_since;
+using akv::bench::process_cpu_seconds;
 
 void print_summary(const char* what, std::vector<double> rates, std::vector<double> cpu_per_gb) {
   std::sort(rates.begin(), rates.end());
@@ -100,14 +81,14 @@ void restore_rounds(akv::RemoteStore& remote, const std::vector<akv::RestoreJob:
     for (int round = 0; round < n_rounds; ++round) {
       auto job = std::make_shared<akv::RestoreJob>(chain, payload_bytes);
       const Clock::time_point r0 = Clock::now();
-      const double cpu0 = cpu_seconds();
+      const double cpu0 = process_cpu_seconds();
       restorer.submit(job);
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return n_done == round + 1; });
       }
       const double s = seconds_since(r0);
-      cpu_per_gb.push_back((cpu_seconds() - cpu0) / (total_bytes / 1e9));
+      cpu_per_gb.push_back((process_cpu_seconds() - cpu0) / (total_bytes / 1e9));
       AKV_CHECK(job->n_loaded() == static_cast<std::int32_t>(chain.size()), "a block was not restored");
       const Clock::time_point f0 = Clock::now();
       job.reset();  // the engine drops a job once its blocks are copied in
@@ -171,7 +152,7 @@ int main(int argc, char** argv) {
     std::vector<int> n_ok(static_cast<std::size_t>(n_threads), 0);
     std::vector<std::thread> threads;
     const Clock::time_point r0 = Clock::now();
-    const double cpu0 = cpu_seconds();
+    const double cpu0 = process_cpu_seconds();
     for (int t = 0; t < n_threads; ++t)
       threads.emplace_back([&, t] {
         std::vector<std::byte> out;
@@ -180,7 +161,7 @@ int main(int argc, char** argv) {
       });
     for (std::thread& t : threads) t.join();
     const double s = seconds_since(r0);
-    cpu_per_gb.push_back((cpu_seconds() - cpu0) / (total_bytes / 1e9));
+    cpu_per_gb.push_back((process_cpu_seconds() - cpu0) / (total_bytes / 1e9));
     int ok = 0;
     for (int n : n_ok) ok += n;
     AKV_CHECK(ok == n_blocks, "a block was not read back");

@@ -39,7 +39,7 @@ cmake --build build-release -j"$jobs" --target agentkv
 # tiers' IO threads) in a clang build of their own. Not here: disk_store_crash_test (forks a
 # threaded child, which TSan refuses) and block_codec_test (single-threaded numerics).
 tsan_tests=(kv_test disk_store_test disk_budget_test engine_unit_test engine_model_test agent_memory_test
-  server_unit_test retention_policy_test remote_store_test)
+  server_unit_test retention_policy_test remote_store_test restorer_test)
 CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_TSAN=ON \
   -DAGENTKV_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"

@@ -8,31 +8,12 @@ testdata="$2"
 model="$testdata/models/stories260K/hf"
 expected="$testdata/models/stories260K/llama2c"
 
-check_same() {  # name, expected file, command...
-  local name="$1" want="$2"
-  shift 2
-  if ! diff <("$@" 2>/dev/null) <(cat "$want"; echo) >/dev/null; then
-    echo "FAIL: $name differs from $want"
-    diff <("$@" 2>/dev/null) <(cat "$want"; echo) | head -5
-    exit 1
-  fi
-  echo "ok: $name"
-}
-
+source "$(dirname "$0")/check_util.sh"
 check_same "greedy from BOS" "$expected/expected_greedy_200steps.txt" \
   "$agentkv" generate --model "$model" --prompt "" --max-tokens 200 --backend reference
 check_same "greedy from prompt" "$expected/expected_greedy_prompt_once_upon_a_time_256steps.txt" \
   "$agentkv" generate --model "$model" --prompt "Once upon a time" --max-tokens 252 --backend reference
 
-check_error() {  # name, expected substring, command...
-  local name="$1" want="$2"
-  shift 2
-  local out rc=0
-  out="$("$@" 2>&1 >/dev/null)" || rc=$?
-  if [[ $rc -eq 0 ]]; then echo "FAIL: $name exited 0"; exit 1; fi
-  if [[ "$out" != *"$want"* ]]; then echo "FAIL: $name: '$out' lacks '$want'"; exit 1; fi
-  echo "ok: $name ($out)"
-}
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 check_error "missing model dir" "$tmp/none/config.json" "$agentkv" generate --model "$tmp/none" --prompt hi

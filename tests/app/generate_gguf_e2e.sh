@@ -11,16 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 model="$tmp/stories260K-f16.gguf"
 xz -dkc "$(dirname "$0")/testdata/stories260K-f16.gguf.xz" > "$model"
 
-check_same() {  # name, expected file, command...
-  local name="$1" want="$2"
-  shift 2
-  if ! diff <("$@" 2>/dev/null) <(cat "$want"; echo) >/dev/null; then
-    echo "FAIL: $name differs from $want"
-    diff <("$@" 2>/dev/null) <(cat "$want"; echo) | head -5
-    exit 1
-  fi
-  echo "ok: $name"
-}
+source "$(dirname "$0")/check_util.sh"
 check_same "greedy from BOS" "$expected/expected_greedy_200steps.txt" \
   "$agentkv" generate --model "$model" --prompt "" --max-tokens 200 --backend reference
 check_same "greedy from prompt" "$expected/expected_greedy_prompt_once_upon_a_time_256steps.txt" \

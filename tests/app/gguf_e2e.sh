@@ -32,15 +32,7 @@ expect "serve: a completion from the .gguf model" \
 expect "serve: the fingerprint hashed the .gguf file" "$(grep -cE 'model fingerprint: 1 weight files, 1 read' "$tmp/log")" 1
 stop
 
-check_error() {  # name, expected substring, command...
-  local name="$1" want="$2"
-  shift 2
-  local out rc=0
-  out="$("$@" 2>&1 >/dev/null)" || rc=$?
-  if [[ $rc -eq 0 ]]; then echo "FAIL: $name exited 0"; exit 1; fi
-  if [[ "$out" != *"$want"* ]]; then echo "FAIL: $name: '$out' lacks '$want'"; exit 1; fi
-  echo "ok: $name ($out)"
-}
+source "$(dirname "$0")/check_util.sh"
 head -c 4000 "$model" >"$tmp/trunc.gguf"
 check_error "truncated gguf" "$tmp/trunc.gguf" "$agentkv" generate --model "$tmp/trunc.gguf" --prompt-ids 1
 check_error "missing gguf" "$tmp/none.gguf" "$agentkv" generate --model "$tmp/none.gguf" --prompt-ids 1
