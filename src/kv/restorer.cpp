@@ -74,6 +74,7 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
       queue_.pop_front();
       if (drained->in_flight_ == 0 && !drained->done()) {
         mark_done(*drained);
+        drained.reset();  // as in loop(): the owner's reference is the last when it hears
         lock.unlock();
         if (on_done_) on_done_();
         lock.lock();
@@ -193,12 +194,16 @@ void Restorer::loop() {
     }
     lock.lock();
     if (ok && host_ != nullptr) job->host_pins_.push_back(job->blocks_[static_cast<std::size_t>(index)].key);
-    if (settle(*job, index, ok)) {
+    const bool finished = settle(*job, index, ok);
+    // A finished job leaves the queue and this thread before its owner hears of it: the owner's
+    // reference is then the last, and dropping it gives the job's memory back at once.
+    if (finished) std::erase(queue_, job);
+    job.reset();
+    if (finished && on_done_) {
       lock.unlock();
-      if (on_done_) on_done_();
+      on_done_();
       lock.lock();
     }
-    job.reset();
   }
 }
 

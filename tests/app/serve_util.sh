@@ -5,6 +5,7 @@
 pid=""
 port=""
 serve_start() {  # flags after --model and --port
+  : >"$tmp/log"  # exists before the first look below, however late the server starts writing
   "$agentkv" serve --model "$model" --port 0 "$@" >"$tmp/log" 2>&1 &
   pid=$!
   for _ in $(seq $((${serve_start_timeout_s:-10} * 10))); do
