@@ -1,6 +1,7 @@
 // FastBackend::attention against the reference: multi-sequence batches (prefill chunks, decode
-// tokens, chunks continuing a cache) with shuffled block tables, GQA, sliding windows, logit
-// softcap, contexts longer than one key chunk, strided q/out views, F32/BF16/F16 KV.
+// tokens, chunks continuing a cache, lone decode tokens whose keys are split across threads)
+// with shuffled block tables, GQA, sliding windows, logit softcap, contexts longer than one key
+// chunk, strided q/out views, F32/BF16/F16 KV.
 //
 // Tolerance: |fast - ref| <= 2e-5 * max|v| per element (v ~ U(-1, 1)). Scores and softmax are
 // f32 in the fast path; a score error e moves the weights by a relative ~e, so the output error
@@ -104,6 +105,10 @@ TEST_P(FastAttention, MatchesReference) {
   for (const AttnCase& c : cases) {
     check_attention(isa, kv_dtype, c, 16, specs, seed++);
     check_attention(isa, kv_dtype, c, 5, {{0, 70}, {140, 1}}, seed++);
+    // Lone decode tokens: too few items for the 3 threads, so their keys are split into parts
+    // whose partial softmax states are merged (parts of uneven length, and one with no split).
+    check_attention(isa, kv_dtype, c, 16, {{299, 1}}, seed++);
+    check_attention(isa, kv_dtype, c, 7, {{50, 1}, {9, 1}}, seed++);
   }
 }
 

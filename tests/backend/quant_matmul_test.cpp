@@ -158,7 +158,10 @@ TEST_P(QuantMatmul, FastMatchesOracle) {
                       t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   EXPECT_EQ(integer, listed && isa != Isa::Scalar);
   std::uint32_t seed = 1;
-  for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536}}) {
+  // The last two: an odd number of blocks per row (the Q4_0 / Q5_0 kernels take blocks in pairs).
+  const int odd_k = dtype_block_elems(t) == 256 ? 768 : 96;
+  for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536},
+                                {2, 33, odd_k}, {1, 5, int(dtype_block_elems(t))}}) {
     check(fast, integer, t, n, m, k, Input::Grid, seed++);
     check(fast, integer, t, n, m, k, Input::Arbitrary, seed++);
   }
@@ -181,6 +184,36 @@ TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
       const std::vector<float> a = out1.host(), b = out3.host();
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << dtype_name(t) << " n=" << n << " round " << round;
+    }
+  }
+}
+
+// The SIMD activation quantization must give the scalar form's bytes (the integer kernels'
+// results, and so the generated tokens, must not depend on which one ran): random rows, rows
+// with exact rounding ties (x / d = k + 0.5), an all-zero block, and values that reach +-127.
+TEST(QuantizeActRow, SimdMatchesScalar) {
+  if (!isa_supported(Isa::Avx2)) GTEST_SKIP() << "AVX2 not supported by this CPU";
+  std::mt19937 rng(5);
+  constexpr std::int64_t k = 768;
+  std::vector<float> x(k);
+  for (int round = 0; round < 4; ++round) {
+    std::uniform_real_distribution<float> u(-3, 3);
+    for (std::int64_t i = 0; i < k; ++i) x[i] = u(rng);
+    if (round == 1)  // every block's max 127 (d = 1): x / d = x, halves are ties
+      for (std::int64_t i = 0; i < k; ++i)
+        x[i] = i % 32 == 0 ? 127.0f : static_cast<float>(static_cast<int>(rng() % 254) - 127) + 0.5f;
+    if (round == 2) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    if (round == 3) x[7] = -1e6f;
+    for (const ActFormat f : {ActFormat::Block32, ActFormat::Pair32, ActFormat::Block256}) {
+      // Pair32 with an odd block count too (the last pair's second block is zeros).
+      for (const std::int64_t kk : {k, f == ActFormat::Pair32 ? k - 32 : k}) {
+        const std::size_t bytes = act_row_bytes(f, kk);
+        std::vector<std::uint8_t> scalar(bytes, 0xAB), simd(bytes, 0xCD);
+        quantize_act_row(Isa::Scalar, f, x.data(), kk, scalar.data());
+        quantize_act_row(Isa::Avx2, f, x.data(), kk, simd.data());
+        EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), bytes), 0)
+            << "format " << int(f) << " k " << kk << " round " << round;
+      }
     }
   }
 }

@@ -123,7 +123,7 @@ void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const Weight
   const std::size_t act_bytes = act_row_bytes(format, w.cols);
   act_q8_.resize(act_bytes * static_cast<std::size_t>(x.rows));
   for (std::int64_t r = 0; r < x.rows; ++r)
-    quantize_act_row(format, x.row<float>(r), x.cols, act_q8_.data() + static_cast<std::size_t>(r) * act_bytes);
+    quantize_act_row(isa_, format, x.row<float>(r), x.cols, act_q8_.data() + static_cast<std::size_t>(r) * act_bytes);
   const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
   const std::uint8_t* act = act_q8_.data();
   // Each weight row is read once for all inputs (decode: one input; prefill: the inputs'
@@ -205,7 +205,7 @@ void FastBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
                             const ForwardBatch& batch, const AttentionParams& p, TensorRef out) {
   if (q.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(kv.layout.dtype))
     return ReferenceBackend::attention(q, kv, layer, batch, p, out);
-  attention_fast(pool_, kernels_, scratch_, attention_tasks_, q, kv, layer, batch, p, out);
+  attention_fast(pool_, kernels_, scratch_, attention_, q, kv, layer, batch, p, out);
 }
 
 void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {

@@ -85,7 +85,7 @@ class FastBackend : public ReferenceBackend {
   const Kernels& kernels_;
   ThreadPool pool_;
   ThreadScratch scratch_;
-  std::vector<AttentionTask> attention_tasks_;
+  AttentionScratch attention_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
   std::vector<std::uint8_t> act_q8_;  // [n, act_row_bytes] the quantized inputs of a matmul
   PreparedDeltaRule delta_rule_;
