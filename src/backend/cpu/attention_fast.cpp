@@ -191,16 +191,17 @@ void merge_parts(const Job& job, const AttentionMerge& mg, const float* partials
   write_output(job, mg.task, b.o, b.m, b.l);
 }
 
-// Splits each item's keys into parts (at least kAttentionMinPartKeys each) when there are fewer
-// than two items per thread; records the merges.
-void split_keys(int n_threads, AttentionScratch& work) {
+// Splits each item's keys into ceil(kAttentionSplitItems / items) parts (of at least
+// kAttentionMinPartKeys keys) when there are fewer than kAttentionSplitItems items; records the
+// merges. The split does not depend on the thread count, so neither do the results.
+void split_keys(AttentionScratch& work) {
   work.merges.clear();
-  const std::size_t n_items = work.tasks.size();
-  if (n_threads < 2 || n_items == 0 || n_items >= 2 * static_cast<std::size_t>(n_threads)) return;
-  const auto want = static_cast<std::int64_t>((2 * n_threads + n_items - 1) / n_items);
+  const auto n_items = static_cast<std::int64_t>(work.tasks.size());
+  if (n_items == 0 || n_items >= kAttentionSplitItems) return;
+  const std::int64_t want = (kAttentionSplitItems + n_items - 1) / n_items;
   std::int32_t slots = 0;
-  for (std::size_t i = 0; i < n_items; ++i) {
-    const AttentionTask whole = work.tasks[i];
+  for (std::int64_t i = 0; i < n_items; ++i) {
+    const AttentionTask whole = work.tasks[static_cast<std::size_t>(i)];
     const std::int64_t keys = whole.key_end - whole.key_begin;
     const std::int64_t parts = std::min(want, keys / kAttentionMinPartKeys);
     if (parts < 2) continue;
@@ -213,7 +214,7 @@ void split_keys(int n_threads, AttentionScratch& work) {
       part.cost = std::int64_t{whole.q_count} * (part.key_end - part.key_begin);
       part.part = slots++;
       if (k == 0)
-        work.tasks[i] = part;
+        work.tasks[static_cast<std::size_t>(i)] = part;
       else
         work.tasks.push_back(part);
     }
@@ -242,7 +243,7 @@ void attention_fast(ThreadPool& pool, const Kernels& kernels, ThreadScratch& scr
                          .cost = std::int64_t{n} * (last + 1 - lo), .key_begin = lo, .key_end = last + 1});
     }
   }
-  split_keys(pool.n_threads(), work);
+  split_keys(work);
   std::sort(tasks.begin(), tasks.end(),
             [](const AttentionTask& a, const AttentionTask& b) { return a.cost > b.cost; });
   std::size_t n_slots = 0;

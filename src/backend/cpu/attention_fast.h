@@ -2,9 +2,10 @@
 // q.k and p.v products of a chunk done by single-threaded sgemm. Work items are
 // (sequence, kv head, tile of queries, range of keys); all query heads sharing a kv head go
 // together (GQA), and threads pull items, largest first, from a shared counter. When there are
-// too few items to keep every thread busy (decode: one query, a few kv heads), each item's keys
-// are split into parts whose partial softmax states (running max, sum, unnormalised output)
-// are merged after the parallel pass.
+// fewer than kAttentionSplitItems items (decode: one query, a few kv heads, so 3 items for 2
+// threads would leave one idle half the time), each item's keys are split into parts whose
+// partial softmax states (running max, sum, unnormalised output) are merged after the parallel
+// pass. The split depends only on the batch, not on the thread count.
 #pragma once
 
 #include <vector>
@@ -40,7 +41,9 @@ struct AttentionScratch {
   std::vector<float> partials;
 };
 
-// An item is split only into parts of at least this many keys.
+// Fewer items than this are split into about this many in all, each part of at least
+// kAttentionMinPartKeys keys.
+constexpr std::int64_t kAttentionSplitItems = 8;
 constexpr std::int64_t kAttentionMinPartKeys = 16;
 
 // Same contract as Backend::attention.

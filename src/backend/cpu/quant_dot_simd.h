@@ -173,15 +173,18 @@ inline void k_scales_mins(const std::uint8_t* sc, std::int16_t* scale, std::int1
 }
 
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
-// 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones.
+// 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones. acc + the block's
+// dot as 8 f32 partial sums: the scaled products and the mins term (sum_s m_s times the input
+// sum of sub-block s, from bsums) each as integers, then one FMA each.
 template <bool kHighBit>
-AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales,
-                             const std::uint8_t* qh, const std::uint8_t* qs, const ActBlock256& a) {
+AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* scales,
+                                       const std::uint8_t* qh, const std::uint8_t* qs,
+                                       const ActBlock256& a, __m256 acc) {
   std::int16_t sc[8], mn[8];
   k_scales_mins(scales, sc, mn);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits = kHighBit ? load256(qh) : _mm256_setzero_si256();
-  __m256i acc = _mm256_setzero_si256();
+  __m256i dot = _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
     const __m256i q = load256(qs + 32 * c);
     __m256i lo = _mm256_and_si256(q, low4);
@@ -193,31 +196,32 @@ AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales
       hi = _mm256_or_si256(
           hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
-    acc = dot_us8_scaled(acc, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
-    acc = dot_us8_scaled(acc, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+    dot = dot_us8_scaled(dot, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
+    dot = dot_us8_scaled(dot, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
   }
-  int mins = 0;
-  for (int s = 0; s < 8; ++s) mins += mn[s] * (a.bsums[2 * s] + a.bsums[2 * s + 1]);
-  return h2f(dd[0]) * a.d * static_cast<float>(hsum_epi32(acc)) -
-         h2f(dd[1]) * a.d * static_cast<float>(mins);
+  // Sub-block s's input sum, bsums[2 s] + bsums[2 s + 1] (|.| <= 32 * 127: int16), times m_s.
+  const __m128i sub_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
+                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8)));
+  const __m128i mins = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn)), sub_sums);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(dd[0]) * a.d), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(mins)),
+                          _mm256_set1_ps(h2f(dd[1]) * a.d), acc);
 }
 
 AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ4_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
-  float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i)
-    sum += dot_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i]);
-  return sum;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) acc = block_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i], acc);
+  return hsum_ps(acc);
 }
 
 AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ5_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
-  float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i)
-    sum += dot_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i]);
-  return sum;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) acc = block_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i], acc);
+  return hsum_ps(acc);
 }
 
 // Q6_K: x = d sc_s (q - 32) over 16 sub-blocks of 16, q = 4 bits of ql | 2 bits of qh << 4.
