@@ -14,6 +14,7 @@
 //   quantize inputs and is held to the f32 term alone.
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "backend/cpu/quant_dot.h"
@@ -216,6 +217,68 @@ TEST(QuantizeActRow, SimdMatchesScalar) {
       }
     }
   }
+}
+
+bool same_bits(const OwnedTensor& a, const OwnedTensor& b) {
+  const std::vector<float> x = a.host(), y = b.host();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// The fused forms of the fast backend (matmul_multi: one pool job over every target's rows;
+// gated_mlp: gate, up, GLU and down's input quantization in one job, chunked on down's
+// activation blocks) must give the unfused composition's bits: the same kernels on the same
+// rows. Down formats: 32-blocks, pairs with an odd last block (inter 96), 256-blocks.
+TEST(QuantFused, MatchesUnfusedComposition) {
+  struct Case {
+    DType gate, down;
+    std::int64_t k, inter;
+  };
+  const Case cases[] = {{DType::Q8_0, DType::Q8_0, 96, 160},
+                        {DType::Q5_0, DType::Q4_K, 576, 512},
+                        {DType::Q5_0, DType::Q5_0, 64, 96},
+                        {DType::Q4_0, DType::Q6_K, 256, 256}};
+  int ran = 0;
+  for (const Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    FastBackend fast(3, isa);
+    std::mt19937 rng(21);
+    for (const Case& c : cases) {
+      for (const std::int64_t n : {1, 3}) {
+        ++ran;
+        const OwnedWeight gate = random_quant_weight(rng, c.gate, c.inter, c.k);
+        const OwnedWeight up = random_quant_weight(rng, c.gate, c.inter, c.k);
+        const OwnedWeight down = random_quant_weight(rng, c.down, 48, c.inter);
+        const OwnedWeight bias = random_weight(rng, DType::F32, 1, c.inter);
+        const OwnedTensor x = random_tensor(rng, n, c.k, 2);
+        const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(c.gate)) + "/" +
+                                 std::string(dtype_name(c.down)) + " n=" + std::to_string(n);
+
+        GatedMlpWeights w;
+        w.gate = gate.ref;
+        w.up = up.ref;
+        w.down = down.ref;
+        OwnedTensor gate_up = random_tensor(rng, n, 2 * c.inter), act = random_tensor(rng, n, c.inter);
+        OwnedTensor fused = random_tensor(rng, n, 48, 1);
+        fast.gated_mlp(x.ref, w, GluActivation::Silu, gate_up.ref, act.ref, fused.ref);
+        OwnedTensor g = random_tensor(rng, n, c.inter), u = random_tensor(rng, n, c.inter);
+        OwnedTensor a = random_tensor(rng, n, c.inter), unfused = copy_of(fused);
+        fast.matmul(x.ref, gate.ref, nullptr, g.ref);
+        fast.matmul(x.ref, up.ref, nullptr, u.ref);
+        fast.glu(g.ref, u.ref, GluActivation::Silu, a.ref);
+        fast.matmul(a.ref, down.ref, nullptr, unfused.ref);
+        EXPECT_TRUE(same_bits(fused, unfused)) << "gated_mlp " << what;
+        EXPECT_TRUE(padding_intact(fused)) << "gated_mlp wrote outside the output view";
+
+        OwnedTensor multi_g = random_tensor(rng, n, c.inter), multi_u = random_tensor(rng, n, c.inter, 1);
+        const MatmulTarget targets[] = {{&gate.ref, &bias.ref, multi_g.ref}, {&up.ref, nullptr, multi_u.ref}};
+        fast.matmul_multi(x.ref, targets);
+        fast.matmul(x.ref, gate.ref, &bias.ref, g.ref);
+        EXPECT_TRUE(same_bits(multi_g, g)) << "matmul_multi (bias) " << what;
+        EXPECT_TRUE(same_bits(multi_u, u)) << "matmul_multi " << what;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "AVX2 not supported by this CPU";
 }
 
 TEST_P(QuantMatmul, ReferenceMatchesOracle) {
