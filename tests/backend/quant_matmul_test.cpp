@@ -189,11 +189,14 @@ TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
   }
 }
 
-// The SIMD activation quantization must give the scalar form's bytes (the integer kernels'
+// Each instruction set's activation quantization must give the scalar form's bytes (the integer kernels'
 // results, and so the generated tokens, must not depend on which one ran): random rows, rows
 // with exact rounding ties (x / d = k + 0.5), an all-zero block, and values that reach +-127.
-TEST(QuantizeActRow, SimdMatchesScalar) {
-  if (!isa_supported(Isa::Avx2)) GTEST_SKIP() << "AVX2 not supported by this CPU";
+class QuantizeActRow : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantizeActRow, MatchesScalar) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
   std::mt19937 rng(5);
   constexpr std::int64_t k = 768;
   std::vector<float> x(k);
@@ -211,7 +214,7 @@ TEST(QuantizeActRow, SimdMatchesScalar) {
         const std::size_t bytes = act_row_bytes(f, kk);
         std::vector<std::uint8_t> scalar(bytes, 0xAB), simd(bytes, 0xCD);
         quantize_act_row(Isa::Scalar, f, x.data(), kk, scalar.data());
-        quantize_act_row(Isa::Avx2, f, x.data(), kk, simd.data());
+        quantize_act_row(isa, f, x.data(), kk, simd.data());
         EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), bytes), 0)
             << "format " << int(f) << " k " << kk << " round " << round;
       }
@@ -227,8 +230,12 @@ bool same_bits(const OwnedTensor& a, const OwnedTensor& b) {
 // The fused forms of the fast backend (matmul_multi: one pool job over every target's rows;
 // gated_mlp: gate, up, GLU and down's input quantization in one job, chunked on down's
 // activation blocks) must give the unfused composition's bits: the same kernels on the same
-// rows. Down formats: 32-blocks, pairs with an odd last block (inter 96), 256-blocks.
-TEST(QuantFused, MatchesUnfusedComposition) {
+// rows. (On Scalar, without integer kernels, both take the unfused path.) Down formats: 32-blocks, pairs with an odd last block (inter 96), 256-blocks.
+class QuantFused : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantFused, MatchesUnfusedComposition) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
   struct Case {
     DType gate, down;
     std::int64_t k, inter;
@@ -237,14 +244,11 @@ TEST(QuantFused, MatchesUnfusedComposition) {
                         {DType::Q5_0, DType::Q4_K, 576, 512},
                         {DType::Q5_0, DType::Q5_0, 64, 96},
                         {DType::Q4_0, DType::Q6_K, 256, 256}};
-  int ran = 0;
-  for (const Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
+  {
     FastBackend fast(3, isa);
     std::mt19937 rng(21);
     for (const Case& c : cases) {
       for (const std::int64_t n : {1, 3}) {
-        ++ran;
         const OwnedWeight gate = random_quant_weight(rng, c.gate, c.inter, c.k);
         const OwnedWeight up = random_quant_weight(rng, c.gate, c.inter, c.k);
         const OwnedWeight down = random_quant_weight(rng, c.down, 48, c.inter);
@@ -278,8 +282,11 @@ TEST(QuantFused, MatchesUnfusedComposition) {
       }
     }
   }
-  if (ran == 0) GTEST_SKIP() << "AVX2 not supported by this CPU";
 }
+
+const auto isa_param_name = [](const auto& info) { return std::string(isa_name(info.param)); };
+INSTANTIATE_TEST_SUITE_P(Isa, QuantizeActRow, ::testing::ValuesIn(all_isas()), isa_param_name);
+INSTANTIATE_TEST_SUITE_P(Isa, QuantFused, ::testing::ValuesIn(all_isas()), isa_param_name);
 
 TEST_P(QuantMatmul, ReferenceMatchesOracle) {
   const DType t = std::get<1>(GetParam());  // the reference has no instruction sets
