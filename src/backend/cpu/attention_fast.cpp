@@ -63,10 +63,14 @@ void gather_kv(const Job& job, const SequenceChunk& s, std::int64_t kv_head, std
   const std::size_t off = static_cast<std::size_t>(kv_head * hd) * dtype_size(L.dtype);
   const TensorRef& K = job.kv.k[job.layer];
   const TensorRef& V = job.kv.v[job.layer];
+  const auto k_row_bytes = static_cast<std::int64_t>(K.stride * dtype_size(K.dtype));
+  const auto v_row_bytes = static_cast<std::int64_t>(V.stride * dtype_size(V.dtype));
+  const char* k0 = K.row<char>(0) + off;
+  const char* v0 = V.row<char>(0) + off;
   for (std::int64_t j = 0; j < nk; ++j) {
     const std::int64_t row = kv_row(L, s.block_table, j0 + j);
-    job.kernels.to_f32(K.row<char>(row) + off, L.dtype, hd, b.k + j * hd);
-    job.kernels.to_f32(V.row<char>(row) + off, L.dtype, hd, b.v + j * hd);
+    job.kernels.to_f32(k0 + row * k_row_bytes, L.dtype, hd, b.k + j * hd);
+    job.kernels.to_f32(v0 + row * v_row_bytes, L.dtype, hd, b.v + j * hd);
   }
 }
 

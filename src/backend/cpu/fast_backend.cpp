@@ -142,12 +142,13 @@ void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, cons
   const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
   const auto* w_data = static_cast<const std::uint8_t*>(w.data);
   const bool has_bias = bias != nullptr && !bias->empty();
+  float* const out0 = out.row<float>(0);
   for (std::int64_t m = m0; m < m1; ++m) {
     const std::uint8_t* wr = w_data + static_cast<std::size_t>(m) * w_row_bytes;
     const float b = has_bias ? load_f32(bias->data, bias->dtype, m) : 0.0f;
     for (std::int64_t r = 0; r < n_rows; ++r) {
       const float v = dot(wr, act + static_cast<std::size_t>(r) * act_bytes, n_blocks);
-      out.row<float>(r)[m] = has_bias ? v + b : v;
+      out0[r * out.stride + m] = has_bias ? v + b : v;
     }
   }
 }
