@@ -5,7 +5,8 @@
 // fewer than kAttentionSplitItems items (decode: one query, a few kv heads, so 3 items for 2
 // threads would leave one idle half the time), each item's keys are split into parts whose
 // partial softmax states (running max, sum, unnormalised output) are merged after the parallel
-// pass. The split depends only on the batch, not on the thread count.
+// pass. The split depends only on the batch, not on the thread count (a sequence's output can
+// differ by f32 rounding between a batch that splits and one that does not).
 #pragma once
 
 #include <vector>
