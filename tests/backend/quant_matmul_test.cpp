@@ -14,6 +14,7 @@
 //   quantize inputs and is held to the f32 term alone.
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "backend/cpu/quant_dot.h"
@@ -158,7 +159,10 @@ TEST_P(QuantMatmul, FastMatchesOracle) {
                       t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   EXPECT_EQ(integer, listed && isa != Isa::Scalar);
   std::uint32_t seed = 1;
-  for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536}}) {
+  // The last two: an odd number of blocks per row (the Q4_0 / Q5_0 kernels take blocks in pairs).
+  const int odd_k = dtype_block_elems(t) == 256 ? 768 : 96;
+  for (const auto& [n, m, k] : {std::tuple{1, 37, 512}, {3, 300, 256}, {9, 20, 1536},
+                                {2, 33, odd_k}, {1, 5, int(dtype_block_elems(t))}}) {
     check(fast, integer, t, n, m, k, Input::Grid, seed++);
     check(fast, integer, t, n, m, k, Input::Arbitrary, seed++);
   }
@@ -184,6 +188,105 @@ TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
     }
   }
 }
+
+// Each instruction set's activation quantization must give the scalar form's bytes (the integer kernels'
+// results, and so the generated tokens, must not depend on which one ran): random rows, rows
+// with exact rounding ties (x / d = k + 0.5), an all-zero block, and values that reach +-127.
+class QuantizeActRow : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantizeActRow, MatchesScalar) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+  std::mt19937 rng(5);
+  constexpr std::int64_t k = 768;
+  std::vector<float> x(k);
+  for (int round = 0; round < 4; ++round) {
+    std::uniform_real_distribution<float> u(-3, 3);
+    for (std::int64_t i = 0; i < k; ++i) x[i] = u(rng);
+    if (round == 1)  // every block's max 127 (d = 1): x / d = x, halves are ties
+      for (std::int64_t i = 0; i < k; ++i)
+        x[i] = i % 32 == 0 ? 127.0f : static_cast<float>(static_cast<int>(rng() % 254) - 127) + 0.5f;
+    if (round == 2) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    if (round == 3) x[7] = -1e6f;
+    for (const ActFormat f : {ActFormat::Block32, ActFormat::Pair32, ActFormat::Block256}) {
+      // Pair32 with an odd block count too (the last pair's second block is zeros).
+      for (const std::int64_t kk : {k, f == ActFormat::Pair32 ? k - 32 : k}) {
+        const std::size_t bytes = act_row_bytes(f, kk);
+        std::vector<std::uint8_t> scalar(bytes, 0xAB), simd(bytes, 0xCD);
+        quantize_act_row(Isa::Scalar, f, x.data(), kk, scalar.data());
+        quantize_act_row(isa, f, x.data(), kk, simd.data());
+        EXPECT_EQ(std::memcmp(scalar.data(), simd.data(), bytes), 0)
+            << "format " << int(f) << " k " << kk << " round " << round;
+      }
+    }
+  }
+}
+
+bool same_bits(const OwnedTensor& a, const OwnedTensor& b) {
+  const std::vector<float> x = a.host(), y = b.host();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// The fused forms of the fast backend (matmul_multi: one pool job over every target's rows;
+// gated_mlp: gate, up, GLU and down's input quantization in one job, chunked on down's
+// activation blocks) must give the unfused composition's bits: the same kernels on the same
+// rows. (On Scalar, without integer kernels, both take the unfused path.) Down formats: 32-blocks, pairs with an odd last block (inter 96), 256-blocks.
+class QuantFused : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantFused, MatchesUnfusedComposition) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+  struct Case {
+    DType gate, down;
+    std::int64_t k, inter;
+  };
+  const Case cases[] = {{DType::Q8_0, DType::Q8_0, 96, 160},
+                        {DType::Q5_0, DType::Q4_K, 576, 512},
+                        {DType::Q5_0, DType::Q5_0, 64, 96},
+                        {DType::Q4_0, DType::Q6_K, 256, 256}};
+  {
+    FastBackend fast(3, isa);
+    std::mt19937 rng(21);
+    for (const Case& c : cases) {
+      for (const std::int64_t n : {1, 3}) {
+        const OwnedWeight gate = random_quant_weight(rng, c.gate, c.inter, c.k);
+        const OwnedWeight up = random_quant_weight(rng, c.gate, c.inter, c.k);
+        const OwnedWeight down = random_quant_weight(rng, c.down, 48, c.inter);
+        const OwnedWeight bias = random_weight(rng, DType::F32, 1, c.inter);
+        const OwnedTensor x = random_tensor(rng, n, c.k, 2);
+        const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(c.gate)) + "/" +
+                                 std::string(dtype_name(c.down)) + " n=" + std::to_string(n);
+
+        GatedMlpWeights w;
+        w.gate = gate.ref;
+        w.up = up.ref;
+        w.down = down.ref;
+        OwnedTensor gate_up = random_tensor(rng, n, 2 * c.inter), act = random_tensor(rng, n, c.inter);
+        OwnedTensor fused = random_tensor(rng, n, 48, 1);
+        fast.gated_mlp(x.ref, w, GluActivation::Silu, gate_up.ref, act.ref, fused.ref);
+        OwnedTensor g = random_tensor(rng, n, c.inter), u = random_tensor(rng, n, c.inter);
+        OwnedTensor a = random_tensor(rng, n, c.inter), unfused = copy_of(fused);
+        fast.matmul(x.ref, gate.ref, nullptr, g.ref);
+        fast.matmul(x.ref, up.ref, nullptr, u.ref);
+        fast.glu(g.ref, u.ref, GluActivation::Silu, a.ref);
+        fast.matmul(a.ref, down.ref, nullptr, unfused.ref);
+        EXPECT_TRUE(same_bits(fused, unfused)) << "gated_mlp " << what;
+        EXPECT_TRUE(padding_intact(fused)) << "gated_mlp wrote outside the output view";
+
+        OwnedTensor multi_g = random_tensor(rng, n, c.inter), multi_u = random_tensor(rng, n, c.inter, 1);
+        const MatmulTarget targets[] = {{&gate.ref, &bias.ref, multi_g.ref}, {&up.ref, nullptr, multi_u.ref}};
+        fast.matmul_multi(x.ref, targets);
+        fast.matmul(x.ref, gate.ref, &bias.ref, g.ref);
+        EXPECT_TRUE(same_bits(multi_g, g)) << "matmul_multi (bias) " << what;
+        EXPECT_TRUE(same_bits(multi_u, u)) << "matmul_multi " << what;
+      }
+    }
+  }
+}
+
+const auto isa_param_name = [](const auto& info) { return std::string(isa_name(info.param)); };
+INSTANTIATE_TEST_SUITE_P(Isa, QuantizeActRow, ::testing::ValuesIn(all_isas()), isa_param_name);
+INSTANTIATE_TEST_SUITE_P(Isa, QuantFused, ::testing::ValuesIn(all_isas()), isa_param_name);
 
 TEST_P(QuantMatmul, ReferenceMatchesOracle) {
   const DType t = std::get<1>(GetParam());  // the reference has no instruction sets

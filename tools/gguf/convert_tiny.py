@@ -3,7 +3,13 @@
 llama.cpp's own converter (convert_hf_to_gguf.py), so that the names, metadata, permutations and
 quantization are the reference tool's, not ours.
 
-Usage: python3 tools/gguf/convert_tiny.py --llama-cpp LLAMA_CPP --model DIR --outtype f32|f16|q8_0 --out FILE
+Usage: python3 tools/gguf/convert_tiny.py --llama-cpp LLAMA_CPP --model DIR --outtype f32|f16|bf16|q8_0 --out FILE
+       [--synthetic-vocab]
+
+--synthetic-vocab writes a made-up SentencePiece-style vocabulary of vocab_size tokens (<unk>,
+<s>, </s>, the 256 byte tokens, then "t<i>") instead of none, so that llama.cpp itself loads the
+file (llama-bench runs on token ids; docs/perf/cpu_quant.md). Tensors and model metadata are
+the same either way.
 
 Needs numpy and torch (Debian: python3-numpy python3-torch). Four shims, none of which touches
 tensors or model metadata:
@@ -47,12 +53,28 @@ def install_torch_dtype_placeholders():
             setattr(torch, name, type(name, (), {})())
 
 
+def add_synthetic_vocab(writer, vocab_size):
+    import gguf
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    tokens += [f"\u2581t{i}" for i in range(vocab_size - len(tokens))]
+    types += [gguf.TokenType.NORMAL] * (vocab_size - len(types))
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([-float(i) for i in range(vocab_size)])
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--outtype", required=True, choices=["f32", "f16", "bf16", "q8_0"])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--synthetic-vocab", action="store_true")
     args = ap.parse_args()
 
     llama = Path(args.llama_cpp).resolve()
@@ -84,7 +106,8 @@ def main():
                 if arch == "MistralForCausalLM" and config.get("sliding_window"):
                     self.gguf_writer.add_sliding_window(config["sliding_window"])
 
-            cls.set_vocab = lambda self: None
+            cls.set_vocab = (lambda self: add_synthetic_vocab(self.gguf_writer, vocab)) if args.synthetic_vocab \
+                else (lambda self: None)
             cls.set_gguf_parameters = set_gguf_parameters
             return cls
 

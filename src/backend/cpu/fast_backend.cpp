@@ -95,8 +95,6 @@ void FastBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias,
 void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
   AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
   if (x.rows == 0 || w.rows == 0) return;
-  const std::size_t w_row_bytes = dtype_row_bytes(w.dtype, w.cols);
-  const auto* w_data = static_cast<const std::uint8_t*>(w.data);
   const bool has_bias = bias != nullptr && !bias->empty();
   const auto add_bias = [&](std::int64_t m, float v) {
     return has_bias ? v + load_f32(bias->data, bias->dtype, m) : v;
@@ -119,21 +117,111 @@ void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const Weight
     });
     return;
   }
-  const ActFormat format = act_format(w.dtype);
-  const std::size_t act_bytes = act_row_bytes(format, w.cols);
-  act_q8_.resize(act_bytes * static_cast<std::size_t>(x.rows));
-  for (std::int64_t r = 0; r < x.rows; ++r)
-    quantize_act_row(format, x.row<float>(r), x.cols, act_q8_.data() + static_cast<std::size_t>(r) * act_bytes);
-  const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
+  const std::size_t act_bytes = quantize_inputs(x, act_format(w.dtype));
   const std::uint8_t* act = act_q8_.data();
   // Each weight row is read once for all inputs (decode: one input; prefill: the inputs'
   // quantized rows stay in cache while the weight rows stream).
   pool_.parallel_for(w.rows, 16, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t m = b; m < e; ++m) {
-      const std::uint8_t* wr = w_data + static_cast<std::size_t>(m) * w_row_bytes;
-      for (std::int64_t r = 0; r < x.rows; ++r)
-        out.row<float>(r)[m] = add_bias(m, dot(wr, act + static_cast<std::size_t>(r) * act_bytes, n_blocks));
+    quantized_rows(w, bias, act, act_bytes, x.rows, out, b, e);
+  });
+}
+
+std::size_t FastBackend::quantize_inputs(TensorRef x, ActFormat format) {
+  const std::size_t act_bytes = act_row_bytes(format, x.cols);
+  act_q8_.resize(act_bytes * static_cast<std::size_t>(x.rows));
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    quantize_act_row(isa_, format, x.row<float>(r), x.cols, act_q8_.data() + static_cast<std::size_t>(r) * act_bytes);
+  return act_bytes;
+}
+
+void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, const std::uint8_t* act,
+                                 std::size_t act_bytes, std::int64_t n_rows, TensorRef out, std::int64_t m0,
+                                 std::int64_t m1) const {
+  const QuantDotFn dot = find_quant_dot(isa_, w.dtype);
+  const std::size_t w_row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
+  const auto* w_data = static_cast<const std::uint8_t*>(w.data);
+  const bool has_bias = bias != nullptr && !bias->empty();
+  float* const out0 = out.row<float>(0);
+  for (std::int64_t m = m0; m < m1; ++m) {
+    const std::uint8_t* wr = w_data + static_cast<std::size_t>(m) * w_row_bytes;
+    const float b = has_bias ? load_f32(bias->data, bias->dtype, m) : 0.0f;
+    for (std::int64_t r = 0; r < n_rows; ++r) {
+      const float v = dot(wr, act + static_cast<std::size_t>(r) * act_bytes, n_blocks);
+      out0[r * out.stride + m] = has_bias ? v + b : v;
     }
+  }
+}
+
+bool FastBackend::shared_quantized_input(TensorRef x, std::span<const MatmulTarget> targets) const {
+  if (targets.empty() || x.dtype != DType::F32 || x.rows == 0) return false;
+  const ActFormat format = act_format(targets[0].w->dtype);
+  for (const MatmulTarget& t : targets) {
+    const WeightRef& w = *t.w;
+    const bool has_bias = t.bias != nullptr && !t.bias->empty();
+    if (!dtype_is_quantized(w.dtype) || find_quant_dot(isa_, w.dtype) == nullptr ||
+        act_format(w.dtype) != format || t.out.dtype != DType::F32 || (has_bias && !fast_weight_dtype(t.bias->dtype)))
+      return false;
+    AKV_CHECK(x.cols == w.cols && t.out.rows == x.rows && t.out.cols == w.rows, "matmul_multi shape");
+  }
+  return true;
+}
+
+void FastBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) {
+  if (!shared_quantized_input(x, targets)) {
+    for (const MatmulTarget& t : targets) matmul(x, *t.w, t.bias, t.out);
+    return;
+  }
+  const std::size_t act_bytes = quantize_inputs(x, act_format(targets[0].w->dtype));
+  const std::uint8_t* act = act_q8_.data();
+  std::int64_t total = 0;
+  for (const MatmulTarget& t : targets) total += t.w->rows;
+  // The targets' rows end to end: a chunk may span two targets.
+  pool_.parallel_for(total, 16, [&](std::int64_t b, std::int64_t e) {
+    std::int64_t first = 0;
+    for (const MatmulTarget& t : targets) {
+      const std::int64_t lo = std::max(b, first), hi = std::min(e, first + t.w->rows);
+      if (lo < hi) quantized_rows(*t.w, t.bias, act, act_bytes, x.rows, t.out, lo - first, hi - first);
+      first += t.w->rows;
+    }
+  });
+}
+
+void FastBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up,
+                            TensorRef act_out, TensorRef out) {
+  const std::int64_t inter = act_out.cols, n = x.rows;
+  const TensorRef gate = gate_up.cols_slice(0, inter);
+  const TensorRef up = gate_up.cols_slice(inter, inter);
+  const MatmulTarget targets[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
+  const MatmulTarget down[] = {{&w.down, nullptr, out}};
+  if (!w.gate_up.empty() || gate_up.dtype != DType::F32 || act_out.dtype != DType::F32 || act_out.rows != n ||
+      !shared_quantized_input(x, targets) || !shared_quantized_input(act_out, down))
+    return Backend::gated_mlp(x, w, act, gate_up, act_out, out);
+  AKV_CHECK(gate_up.rows == n && gate_up.cols == 2 * inter && w.gate.rows == inter && w.up.rows == inter,
+            "gated_mlp shape");
+  const std::size_t in_bytes = quantize_inputs(x, act_format(w.gate.dtype));
+  const ActFormat down_format = act_format(w.down.dtype);
+  const std::size_t down_bytes = act_row_bytes(down_format, inter);
+  act_down_.resize(down_bytes * static_cast<std::size_t>(n));
+  // Chunks of whole activation blocks of down's input, so each quantizes its own part of it.
+  const std::int64_t grain =
+      down_format == ActFormat::Block256 ? 256 : down_format == ActFormat::Pair32 ? 64 : 32;
+  const std::size_t grain_bytes = act_row_bytes(down_format, grain);
+  const GluKind kind = act == GluActivation::Silu ? GluKind::Silu : GluKind::GeluTanh;
+  const std::uint8_t* a_in = act_q8_.data();
+  std::uint8_t* a_down = act_down_.data();
+  pool_.parallel_for(inter, grain, [&](std::int64_t b, std::int64_t e) {
+    quantized_rows(w.gate, nullptr, a_in, in_bytes, n, gate, b, e);
+    quantized_rows(w.up, nullptr, a_in, in_bytes, n, up, b, e);
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* y = act_out.row<float>(r) + b;
+      kernels_.glu(gate.row<float>(r) + b, up.row<float>(r) + b, y, e - b, kind);
+      quantize_act_row(isa_, down_format, y, e - b,
+                       a_down + static_cast<std::size_t>(r) * down_bytes + static_cast<std::size_t>(b / grain) * grain_bytes);
+    }
+  });
+  pool_.parallel_for(w.down.rows, 16, [&](std::int64_t b, std::int64_t e) {
+    quantized_rows(w.down, nullptr, a_down, down_bytes, n, out, b, e);
   });
 }
 
@@ -205,7 +293,7 @@ void FastBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
                             const ForwardBatch& batch, const AttentionParams& p, TensorRef out) {
   if (q.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(kv.layout.dtype))
     return ReferenceBackend::attention(q, kv, layer, batch, p, out);
-  attention_fast(pool_, kernels_, scratch_, attention_tasks_, q, kv, layer, batch, p, out);
+  attention_fast(pool_, kernels_, scratch_, attention_, q, kv, layer, batch, p, out);
 }
 
 void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {

@@ -14,6 +14,7 @@
 #include "backend/cpu/delta_rule.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/cpu/reference_backend.h"
 
 namespace akv {
@@ -46,6 +47,15 @@ class FastBackend : public ReferenceBackend {
   void rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset,
                 TensorRef out) override;
   void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) override;
+  // Targets that all take the same quantized input (integer kernels, one activation format):
+  // x quantized once and every target's rows in one pool job; otherwise matmul per target.
+  void matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) override;
+  // Separate gate and up with integer kernels (and down too): one pool job computes each chunk
+  // of gate and up rows, their GLU, and the down projection's quantized input for that chunk
+  // (chunks aligned to its activation blocks); then down. Bit-identical to the unfused
+  // composition. Otherwise the default composition.
+  void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up,
+                 TensorRef act_out, TensorRef out) override;
   void add(TensorRef acc, TensorRef x) override;
   void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
             std::span<const std::int32_t> positions) override;
@@ -68,6 +78,15 @@ class FastBackend : public ReferenceBackend {
   // matmul with a quantized weight: integer kernel or dequantized-row fallback, rows of w on
   // the pool.
   void matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out);
+  // Whether every target is a quantized weight with an integer kernel on isa_, taking x's
+  // shape, all with the same activation format (f32 x and outputs, float or no bias).
+  bool shared_quantized_input(TensorRef x, std::span<const MatmulTarget> targets) const;
+  // x's rows quantized into act_q8_ in `format`; returns the bytes of one row.
+  std::size_t quantize_inputs(TensorRef x, ActFormat format);
+  // out[r, m] (+ bias[m]) for weight rows [m0, m1) of w (integer kernel on isa_) against
+  // n_rows quantized input rows, act_bytes apart.
+  void quantized_rows(const WeightRef& w, const WeightRef* bias, const std::uint8_t* act, std::size_t act_bytes,
+                      std::int64_t n_rows, TensorRef out, std::int64_t m0, std::int64_t m1) const;
   void mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e, std::int64_t rows,
                   const WeightRef& bias, TensorRef out);
   WeightRef expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t e,
@@ -85,9 +104,10 @@ class FastBackend : public ReferenceBackend {
   const Kernels& kernels_;
   ThreadPool pool_;
   ThreadScratch scratch_;
-  std::vector<AttentionTask> attention_tasks_;
+  AttentionScratch attention_;
   std::vector<float> norm_weight_;  // rms_norm weight + offset as f32
   std::vector<std::uint8_t> act_q8_;  // [n, act_row_bytes] the quantized inputs of a matmul
+  std::vector<std::uint8_t> act_down_;  // [n, act_row_bytes] gated_mlp: down's quantized inputs
   PreparedDeltaRule delta_rule_;
 
   // The moe op's routing of one call, kept to reuse the memory. a = token * top_k + choice.

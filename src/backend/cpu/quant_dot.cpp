@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 
@@ -11,9 +12,10 @@ namespace akv {
 ActFormat act_format(DType w) {
   switch (w) {
     case DType::Q8_0:
+      return ActFormat::Block32;
     case DType::Q4_0:
     case DType::Q5_0:
-      return ActFormat::Block32;
+      return ActFormat::Pair32;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
@@ -28,6 +30,9 @@ std::size_t act_row_bytes(ActFormat format, std::int64_t k) {
     case ActFormat::Block32:
       AKV_CHECK(k % 32 == 0, "act_row_bytes: k");
       return static_cast<std::size_t>(k / 32) * sizeof(ActBlock32);
+    case ActFormat::Pair32:
+      AKV_CHECK(k % 32 == 0, "act_row_bytes: k");
+      return static_cast<std::size_t>((k / 32 + 1) / 2) * sizeof(ActPair32);
     case ActFormat::Block256:
       AKV_CHECK(k % 256 == 0, "act_row_bytes: k");
       return static_cast<std::size_t>(k / 256) * sizeof(ActBlock256);
@@ -41,7 +46,7 @@ std::size_t act_row_bytes(ActFormat format, std::int64_t k) {
 namespace {
 
 // qs[0, n) = round(x / d) with d = max|x| / 127; returns d.
-float quantize_block(const float* x, int n, std::int8_t* qs) {
+float quantize_block_scalar(const float* x, int n, std::int8_t* qs) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = amax / 127.0f;
@@ -53,7 +58,8 @@ float quantize_block(const float* x, int n, std::int8_t* qs) {
 
 }  // namespace
 
-void quantize_act_row(ActFormat format, const float* x, std::int64_t k, void* out) {
+void quantize_act_row(Isa isa, ActFormat format, const float* x, std::int64_t k, void* out) {
+  const auto quantize_block = isa == Isa::Scalar ? quantize_block_scalar : quantize_block_avx2;
   if (format == ActFormat::Block32) {
     auto* b = static_cast<ActBlock32*>(out);
     for (std::int64_t i = 0; i < k / 32; ++i, x += 32) {
@@ -61,6 +67,26 @@ void quantize_act_row(ActFormat format, const float* x, std::int64_t k, void* ou
       std::int32_t s = 0;
       for (std::int8_t q : b[i].qs) s += q;
       b[i].sum = s;
+    }
+    return;
+  }
+  if (format == ActFormat::Pair32) {
+    auto* p = static_cast<ActPair32*>(out);
+    const std::int64_t nb = k / 32;
+    for (std::int64_t i = 0; i < nb; i += 2) {
+      ActPair32& pair = p[i / 2];
+      for (int b = 0; b < 2; ++b) {
+        std::int8_t qs[32] = {};
+        const float d = i + b < nb ? quantize_block(x + 32 * (i + b), 32, qs) : 0.0f;
+        std::memcpy(pair.lo + 16 * b, qs, 16);
+        std::memcpy(pair.hi + 16 * b, qs + 16, 16);
+        std::int32_t s = 0;
+        for (std::int8_t q : qs) s += q;
+        for (int l = 4 * b; l < 4 * b + 4; ++l) {
+          pair.neg_sum[l] = -s;
+          pair.d[l] = d;
+        }
+      }
     }
     return;
   }

@@ -19,4 +19,8 @@ QuantDotFn find_quant_dot_avx2(DType w) {
   return qdot_avx2::find_kernel(w);
 }
 
+float quantize_block_avx2(const float* x, int n, std::int8_t* qs) {
+  return qdot_avx2::quantize_block(x, n, qs);
+}
+
 }  // namespace akv

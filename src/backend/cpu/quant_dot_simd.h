@@ -50,12 +50,6 @@ AKV_QDOT_TARGET inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// 32 nibbles of a Q4_0-style 16-byte array: elements 0..15 the low nibbles, 16..31 the high.
-AKV_QDOT_TARGET inline __m256i nibbles32(const std::uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
-}
-
 // Byte j = 16 where bit j of the 32-bit qh is set, else 0.
 AKV_QDOT_TARGET inline __m256i high_bits32(std::uint32_t qh) {
   const __m256i shuf =
@@ -75,19 +69,68 @@ AKV_QDOT_TARGET inline __m256 block_q8_0(const quant::BlockQ8_0& w, const ActBlo
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w.d) * a.d), acc);
 }
 
-// Q4_0 and Q5_0: d * (q - offset) with q unsigned: sum q x - offset * sum x.
+// acc + the dots of Q4_0 / Q5_0 blocks w0, w1 with their input pair (ActPair32), as 8 f32
+// partial sums (lanes 0..3 block 0, 4..7 block 1). x = d (q - offset) with q unsigned: the
+// low nibbles of both blocks (values 0..15) in one vector, the high ones (16..31) in another,
+// the fifth bits (Q5_0) rearranged to match in scalar registers, and sum (q - offset) x =
+// sum q x - offset sum x with the second term (exact) preloaded into the integer sums; one
+// FMA scales both blocks.
 template <int kOffset, typename Block>
-AKV_QDOT_TARGET inline __m256 block_q4_5(const Block& w, const ActBlock32& a, __m256 acc) {
-  __m256i q = nibbles32(w.qs);
+AKV_QDOT_TARGET inline __m256 pair_q4_5(const Block& w0, const Block& w1, const ActPair32& a,
+                                        __m256 acc) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(w1.qs),
+                                        reinterpret_cast<const __m128i*>(w0.qs));
+  __m256i lo = _mm256_and_si256(x, low4);
+  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
   if constexpr (kOffset == 16) {
-    std::uint32_t qh;
-    std::memcpy(&qh, w.qh, 4);
-    q = _mm256_or_si256(q, high_bits32(qh));
+    std::uint32_t h0, h1;
+    std::memcpy(&h0, w0.qh, 4);
+    std::memcpy(&h1, w1.qh, 4);
+    const std::uint32_t bits_lo = (h0 & 0xffffu) | (h1 << 16);
+    const std::uint32_t bits_hi = (h0 >> 16) | (h1 & 0xffff0000u);
+#if AKV_QDOT_VNNI
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    lo = _mm256_mask_add_epi8(lo, static_cast<__mmask32>(bits_lo), lo, sixteen);
+    hi = _mm256_mask_add_epi8(hi, static_cast<__mmask32>(bits_hi), hi, sixteen);
+#else
+    lo = _mm256_or_si256(lo, high_bits32(bits_lo));
+    hi = _mm256_or_si256(hi, high_bits32(bits_hi));
+#endif
   }
-  // sum (q - offset) x = sum q x - offset * sum x, the second term (exact) taken from lane 0.
-  const __m256i p = _mm256_sub_epi32(dot_us8(q, load256(a.qs)),
-                                     _mm256_setr_epi32(kOffset * a.sum, 0, 0, 0, 0, 0, 0, 0));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w.d) * a.d), acc);
+  // -offset * sum x spread over a block's 4 lanes.
+  __m256i p = _mm256_slli_epi32(load256(a.neg_sum), kOffset == 16 ? 2 : 1);
+#if AKV_QDOT_VNNI
+  p = _mm256_dpbusd_epi32(p, lo, load256(a.lo));
+  p = _mm256_dpbusd_epi32(p, hi, load256(a.hi));
+#else
+  p = _mm256_add_epi32(p, _mm256_add_epi32(dot_us8(lo, load256(a.lo)), dot_us8(hi, load256(a.hi))));
+#endif
+  // The two f16 weight scales, each repeated over its block's 4 lanes.
+  const __m128i d16 = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(w0.d | std::uint32_t{w1.d} << 16)),
+                                       _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3));
+  const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(d16), _mm256_loadu_ps(a.d));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+}
+
+// Q4_0 / Q5_0 rows: block pairs on two accumulators. An odd row's last pair has a block 1 of
+// zeros (scale 0), so its first weight block stands in for the missing second one.
+template <int kOffset, typename Block>
+AKV_QDOT_TARGET inline float dot_pairs(const void* w_row, const void* act_row, std::int64_t nb) {
+  const auto* w = static_cast<const Block*>(w_row);
+  const auto* a = static_cast<const ActPair32*>(act_row);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 3 < nb; i += 4) {
+    acc0 = pair_q4_5<kOffset>(w[i], w[i + 1], a[i / 2], acc0);
+    acc1 = pair_q4_5<kOffset>(w[i + 2], w[i + 3], a[i / 2 + 1], acc1);
+  }
+  if (i + 1 < nb) {
+    acc0 = pair_q4_5<kOffset>(w[i], w[i + 1], a[i / 2], acc0);
+    i += 2;
+  }
+  if (i < nb) acc1 = pair_q4_5<kOffset>(w[i], w[i], a[i / 2], acc1);
+  return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
 // Two accumulators: consecutive blocks do not wait on each other's FMA.
@@ -110,11 +153,11 @@ AKV_QDOT_TARGET float dot_q8_0(const void* w_row, const void* act_row, std::int6
 }
 
 AKV_QDOT_TARGET float dot_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
-  return dot_blocks32<quant::BlockQ4_0, block_q4_5<8, quant::BlockQ4_0>>(w_row, act_row, nb);
+  return dot_pairs<8, quant::BlockQ4_0>(w_row, act_row, nb);
 }
 
 AKV_QDOT_TARGET float dot_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
-  return dot_blocks32<quant::BlockQ5_0, block_q4_5<16, quant::BlockQ5_0>>(w_row, act_row, nb);
+  return dot_pairs<16, quant::BlockQ5_0>(w_row, act_row, nb);
 }
 
 // The 8 six-bit scales and mins of a Q4_K/Q5_K block (quant_blocks.h's packing).
@@ -130,15 +173,18 @@ inline void k_scales_mins(const std::uint8_t* sc, std::int16_t* scale, std::int1
 }
 
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
-// 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones.
+// 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones. acc + the block's
+// dot as 8 f32 partial sums: the scaled products and the mins term (sum_s m_s times the input
+// sum of sub-block s, from bsums) each as integers, then one FMA each.
 template <bool kHighBit>
-AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales,
-                             const std::uint8_t* qh, const std::uint8_t* qs, const ActBlock256& a) {
+AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* scales,
+                                       const std::uint8_t* qh, const std::uint8_t* qs,
+                                       const ActBlock256& a, __m256 acc) {
   std::int16_t sc[8], mn[8];
   k_scales_mins(scales, sc, mn);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits = kHighBit ? load256(qh) : _mm256_setzero_si256();
-  __m256i acc = _mm256_setzero_si256();
+  __m256i dot = _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
     const __m256i q = load256(qs + 32 * c);
     __m256i lo = _mm256_and_si256(q, low4);
@@ -150,31 +196,32 @@ AKV_QDOT_TARGET float dot_k4(const std::uint16_t* dd, const std::uint8_t* scales
       hi = _mm256_or_si256(
           hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
-    acc = dot_us8_scaled(acc, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
-    acc = dot_us8_scaled(acc, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+    dot = dot_us8_scaled(dot, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
+    dot = dot_us8_scaled(dot, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
   }
-  int mins = 0;
-  for (int s = 0; s < 8; ++s) mins += mn[s] * (a.bsums[2 * s] + a.bsums[2 * s + 1]);
-  return h2f(dd[0]) * a.d * static_cast<float>(hsum_epi32(acc)) -
-         h2f(dd[1]) * a.d * static_cast<float>(mins);
+  // Sub-block s's input sum, bsums[2 s] + bsums[2 s + 1] (|.| <= 32 * 127: int16), times m_s.
+  const __m128i sub_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
+                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8)));
+  const __m128i mins = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn)), sub_sums);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(dd[0]) * a.d), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(mins)),
+                          _mm256_set1_ps(h2f(dd[1]) * a.d), acc);
 }
 
 AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ4_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
-  float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i)
-    sum += dot_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i]);
-  return sum;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) acc = block_k4<false>(&w[i].d, w[i].scales, nullptr, w[i].qs, a[i], acc);
+  return hsum_ps(acc);
 }
 
 AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ5_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
-  float sum = 0.0f;
-  for (std::int64_t i = 0; i < nb; ++i)
-    sum += dot_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i]);
-  return sum;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) acc = block_k4<true>(&w[i].d, w[i].scales, w[i].qh, w[i].qs, a[i], acc);
+  return hsum_ps(acc);
 }
 
 // Q6_K: x = d sc_s (q - 32) over 16 sub-blocks of 16, q = 4 bits of ql | 2 bits of qh << 4.
@@ -211,6 +258,32 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
     sum += h2f(b.d) * a[i].d * static_cast<float>(hsum_epi32(acc) - 32 * offset);
   }
   return sum;
+}
+
+// quant_dot.h's block quantization (n a multiple of 32), equal bit for bit to the scalar form:
+// the same max, d = max / 127 and 1 / d, x / d clamped to [-127, 127] and rounded to nearest
+// even (cvtps under the default rounding mode, as lrint).
+AKV_QDOT_TARGET float quantize_block(const float* x, int n, std::int8_t* qs) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float d = _mm_cvtss_f32(m) / 127.0f;
+  const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int i = 0; i < n; i += 32) {
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = _mm256_cvtps_epi32(
+          _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), id), lo), hi));
+    // The packs interleave 4-value groups across the two 128-bit lanes; the permute restores order.
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + i), _mm256_permutevar8x32_epi32(b, order));
+  }
+  return d;
 }
 
 QuantDotFn find_kernel(DType w) {
