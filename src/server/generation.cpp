@@ -200,7 +200,11 @@ ReplyFinish generate(Engine& engine, const Tokenizer& tokenizer, GenerationJob j
   }
   usage.output_tokens = driver.n_tokens();
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  if (job.received) finish.timing.prepare_ms = ms(t_submit - *job.received);
+  if (job.received) {
+    finish.timing.prepare_ms = ms(t_submit - *job.received);
+    finish.timing.prepare = job.prepare;
+    finish.timing.prepare.wait_ms = std::max(0.0, finish.timing.prepare_ms - job.prepare.sum_ms());
+  }
   if (t_first) {
     finish.timing.ttft_ms = ms(*t_first - t_submit);
     finish.timing.decode_ms = ms(*t_last - *t_first);
