@@ -181,14 +181,13 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   p.job.on_finish = record_turn_for(ctx, who);
+  p.job.prepare_stats = &ctx.prepare;
   p.job.prepare.setup_ms = clock.lap_ms();
   return p;
 }
 
 std::function<void(const ReplyFinish&)> record_turn_for(ServingContext& ctx, const RequestIdentity& who) {
-  return [history = &ctx.history, ttft = &ctx.ttft, prepare = &ctx.prepare, tenant = who.tenant,
-          agent = who.agent](const ReplyFinish& f) {
-    if (f.timing.prepare_ms > 0) prepare->observe(f.timing.prepare_ms, f.timing.prepare);
+  return [history = &ctx.history, ttft = &ctx.ttft, tenant = who.tenant, agent = who.agent](const ReplyFinish& f) {
     if (f.reason == StopReason::Cancelled || f.reason == StopReason::Error) return;
     if (f.usage.output_tokens > 0) ttft->observe(f.timing.ttft_ms);
     if (agent.empty()) return;

@@ -43,6 +43,8 @@ struct GenerationJob {
   // Its phases up to here (the route and prepare_chat fill them); wait_ms is what is left of
   // received -> submit, set by the driver.
   PrepareTiming prepare{};
+  // Observes received -> submit and its phases at submit (may be null).
+  PrepareStats* prepare_stats = nullptr;
   // Whether the client has gone (may be empty: then only a failed write tells). Asked every
   // kClientPollInterval while no engine event comes (queueing, a long prefill), so a client that
   // leaves then is noticed and its engine request cancelled within ~100 ms, not at the next
