@@ -7,8 +7,8 @@
 #include <string>
 
 #include "base/check.h"
-#include "base/phase_clock.h"
 #include "base/error.h"
+#include "base/phase_clock.h"
 
 namespace akv {
 
