@@ -17,6 +17,10 @@ Steps (--scenarios, all by default; docs/perf/serving.md defines each one):
   python3 bench/serve_bench.py --url http://127.0.0.1:8080 --label agentkv --json a.json
   python3 bench/serve_bench.py --server-cmd "agentkv serve --model M --port 8080 --kv-dir D" ...
   python3 bench/serve_bench.py --compare a.json b.json [b2.json]   # markdown side by side, with ratios
+Against agentkv each step also records what its request cost by phase (/metrics: the engine
+steps' schedule, kv, build, forward, sample, commit; the request path's parse, render, encode,
+...), and the summary gives the repeat's and the median next turn's (with --reply-tokens 1, the
+steps are exactly the TTFT step).
 Exit status: 0 when every selected step ran, 1 on a failed request or server, 2 on bad flags.
 """
 import argparse
