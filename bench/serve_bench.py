@@ -17,6 +17,10 @@ Steps (--scenarios, all by default; docs/perf/serving.md defines each one):
   python3 bench/serve_bench.py --url http://127.0.0.1:8080 --label agentkv --json a.json
   python3 bench/serve_bench.py --server-cmd "agentkv serve --model M --port 8080 --kv-dir D" ...
   python3 bench/serve_bench.py --compare a.json b.json [b2.json]   # markdown side by side, with ratios
+Against agentkv each step also records what its request cost by phase (/metrics: the engine
+steps' schedule, kv, build, forward, sample, commit; the request path's parse, render, encode,
+...), and the summary gives the repeat's and the median next turn's (with --reply-tokens 1, the
+steps are exactly the TTFT step).
 Exit status: 0 when every selected step ran, 1 on a failed request or server, 2 on bad flags.
 """
 import argparse
@@ -483,11 +487,37 @@ COUNTERS = ("agentkv_kv_host_restored_total", "agentkv_kv_disk_restored_total",
             "agentkv_step_seconds_sum", "agentkv_step_seconds_count")
 
 
+# agentkv's time by phase (seconds, cumulative): the engine steps' (they add up to
+# agentkv_step_seconds_sum) and the request path's before submit (they add up to
+# agentkv_prepare_seconds_sum). A step's difference is what its request cost in each phase.
+STEP_PHASES = ("schedule", "kv", "build", "forward", "sample", "commit", "other")
+PREPARE_PHASES = ("parse", "identify", "context", "render", "splice", "encode", "setup", "wait")
+PHASE_COUNTERS = {**{f'agentkv_step_phase_seconds_total{{phase="{p}"}}': f"step_{p}_s" for p in STEP_PHASES},
+                  **{f'agentkv_prepare_phase_seconds_total{{phase="{p}"}}': f"prepare_{p}_s" for p in PREPARE_PHASES},
+                  "agentkv_prepare_seconds_sum": "prepare_s", "agentkv_engine_steps_total": "engine_steps"}
+
+
 def counters(client):
-    """{name without the agentkv_ prefix: value} of COUNTERS the server reports (none: {})."""
+    """{name without the agentkv_ prefix (phases: PHASE_COUNTERS' names): value} of COUNTERS and
+    PHASE_COUNTERS the server reports (none: {})."""
     text = metrics_text(client)
     values = {c.replace("agentkv_", ""): metric(text, c) for c in COUNTERS}
+    values.update({short: metric(text, c) for c, short in PHASE_COUNTERS.items()})
     return {c: v for c, v in values.items() if v is not None}
+
+
+def phase_medians(name, recs):
+    """{NAME_step_PHASE_ms, NAME_prepare_PHASE_ms, NAME_prepare_ms, NAME_engine_steps}: the median
+    over `recs` of what each request cost in each phase (from its server_counters), when the
+    server reports phases."""
+    out = {}
+    for short in PHASE_COUNTERS.values():
+        values = sorted(r["server_counters"][short] for r in recs if short in r.get("server_counters", {}))
+        if values:
+            v = values[len(values) // 2]
+            out[f"{name}_{short[:-2]}_ms" if short.endswith("_s") else f"{name}_{short}"] = \
+                v * 1e3 if short.endswith("_s") else v
+    return out
 
 
 def percentile(values, q):
@@ -510,6 +540,7 @@ class Bench:
         before = counters(self.client) if shown else {}
         rec = self.client.message(body, agent, stream=self.args.stream if stream is None else stream)
         if before:
+            time.sleep(0.05)  # the engine records its last step, the server its finished request
             after = counters(self.client)
             rec["server_counters"] = {c: after[c] - before[c] for c in before if c in after}
         rec.update(step=step, title=title, shown=shown, prompt_tokens=prompt_tokens(rec["usage"]),
@@ -715,6 +746,9 @@ def summary(steps):
         out["next_turn_min_s"] = turns[0]
         if cold:
             out["next_turn_over_cold"] = out["next_turn_ttft_s"] / cold
+    if "repeat" in by:
+        out.update(phase_medians("repeat", [by["repeat"]]))
+    out.update(phase_medians("next_turn", [s for s in steps if s["step"] in ("next_turn", "next_turn_more")]))
     if "decode" in by:
         out["decode_tok_s"] = by["decode"].get("decode_tok_s")
     for turn in (1, 2):

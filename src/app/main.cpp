@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   serve->add_option("--served-model-name", srv.server.served_model_name, "Model id in /v1/models")->capture_default_str();
   serve->add_flag("--strict-model", srv.server.strict_model, "404 for model ids other than the served name");
   serve->add_option("--chat-template", srv.chat_template_file, "Jinja chat template file (overrides the model's)");
+  serve->add_option("--prompt-memo-mb", srv.prompt_memo_mb,
+                    "Memory for each agent's encoded conversation, so a next turn encodes only its new text (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve->add_option("--max-queue", srv.server.max_queue,
                     "Generation requests in flight (from their headers to their last byte) before 529/429; "
                     "the HTTP pool has this many workers plus 16 for everything else")

@@ -230,6 +230,7 @@ int run_serve(const ServeOptions& o) {
   const Tokenizer tokenizer = Tokenizer::load_or_throw(o.model_dir);
   PromptBuilderOptions prompt_options;
   if (!o.chat_template_file.empty()) prompt_options.template_override = read_file_or_throw(o.chat_template_file);
+  prompt_options.encode_memo_capacity_bytes = static_cast<std::size_t>(o.prompt_memo_mb) << 20;
   const PromptBuilder prompts(tokenizer, prompt_options);
 
   EngineConfig engine_config;

@@ -13,6 +13,7 @@ namespace akv {
 struct ServeOptions {
   std::string model_dir;
   std::string chat_template_file;  // overrides or supplies the model's template
+  std::int64_t prompt_memo_mb = 64;  // per-agent memos of encoded prompt segments; 0: off
   std::string backend = "auto";    // auto: cuda when built with it and a GPU is present, else cpu
   int threads = 0;
   std::string kv_dtype = "auto";   // auto: the backend's preferred KV dtype (bf16 on CUDA, f32 on CPU)

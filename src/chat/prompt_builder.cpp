@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/phase_clock.h"
 #include "chat/harmony_history.h"
 #include "chat/prompt_normalizer.h"
 #include "tokenizer/tokenizer.h"
@@ -222,7 +223,8 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptBuilderOptions op
       options_(std::move(options)),
       template_(ChatTemplate::parse_or_throw(choose_template(tokenizer, options_).source)),
       uses_fallback_(choose_template(tokenizer, options_).fallback),
-      store_(options_.raw_text_capacity_bytes) {
+      store_(options_.raw_text_capacity_bytes),
+      memos_(options_.encode_memo_capacity_bytes) {
   uses_think_ = akv::template_uses_think_tags(template_.source());
   tool_call_format_ =
       uses_fallback_ ? ToolCallFormat::Hermes : detect_tool_call_format(template_.source());
@@ -274,9 +276,11 @@ ojson PromptBuilder::build_context(const ChatRequest& request, const TurnOwner& 
 
 BuiltPrompt PromptBuilder::build(const ChatRequest& request, const TurnOwner& owner,
                                  std::size_t max_tokens) const {
+  PhaseClock clock;
   RememberedTurns remembered;
   const ojson context = build_context(request, owner, splices_ids_ ? &remembered : nullptr);
   BuiltPrompt out;
+  out.timing.context_ms = clock.lap_ms();
   out.text = template_.render(context, options_.render);
   if (!context["add_generation_prompt"].get<bool>()) {
     const std::string final_text = context["messages"].back()["content"].get<std::string>();
@@ -288,7 +292,8 @@ BuiltPrompt PromptBuilder::build(const ChatRequest& request, const TurnOwner& ow
                   "the chat template does not render the final assistant message's text");
     }
   }
-  splice_remembered_turns(context, remembered, max_tokens, out);
+  out.timing.render_ms = clock.lap_ms();
+  splice_remembered_turns(context, remembered, owner, max_tokens, out);
   out.starts_in_thinking = uses_think_ && ends_inside_think(out.text);
   return out;
 }
@@ -308,12 +313,21 @@ std::string PromptBuilder::generation_prompt(const ojson& context,
   return std::string(rendered.substr(text.size()));
 }
 
+std::vector<std::int32_t> PromptBuilder::encode(const TurnOwner& owner, std::string_view text,
+                                                std::size_t max_tokens) const {
+  return memos_.encode(owner, [&](EncodeMemo* memo) {
+    return tokenizer_->encode_up_to(text, /*add_special_tokens=*/false, max_tokens, memo);
+  });
+}
+
 void PromptBuilder::splice_remembered_turns(const ojson& context, const RememberedTurns& turns,
-                                            std::size_t max_tokens, BuiltPrompt& out) const {
+                                            const TurnOwner& owner, std::size_t max_tokens,
+                                            BuiltPrompt& out) const {
   // Phase 1: replace each remembered turn, oldest first, by the exact text the KV cache holds
   // for it (its prompt, the skipped part of the generation prompt included, + generated text).
   // Harmony turns are found by what their messages say (harmony_history.h), since the template
   // writes a call's header and arguments its own way.
+  PhaseClock clock;
   const std::string rendered = out.text;
   std::optional<std::string> gen_prompt;  // rendered on first need
   const RememberedTurn* last = nullptr;
@@ -325,7 +339,11 @@ void PromptBuilder::splice_remembered_turns(const ojson& context, const Remember
     } else {
       std::optional<std::size_t> pos = find_generated_text(out.text, kv_end, *turn, "");
       if (!pos) {
-        if (!gen_prompt) gen_prompt = generation_prompt(context, rendered);
+        if (!gen_prompt) {
+          clock.lap_into(out.timing.splice_ms);
+          gen_prompt = generation_prompt(context, rendered);
+          clock.lap_into(out.timing.render_ms);
+        }
         pos = find_generated_text(out.text, kv_end, *turn, *gen_prompt);
       }
       if (pos) rest = *pos + turn->raw_text.size();
@@ -336,17 +354,19 @@ void PromptBuilder::splice_remembered_turns(const ojson& context, const Remember
     last = turn.get();
   }
   // Phase 2: the ids the KV cache holds for that text, then the rest encoded.
+  clock.lap_into(out.timing.splice_ms);
   if (!last) {
-    out.tokens = tokenizer_->encode_up_to(out.text, /*add_special_tokens=*/false, max_tokens);
+    out.tokens = encode(owner, out.text, max_tokens);
+    clock.lap_into(out.timing.encode_ms);
     return;
   }
   const std::size_t n_head = last->prompt_ids.size() + last->generated_ids.size();
-  const auto tail = tokenizer_->encode_up_to(std::string_view(out.text).substr(kv_end), false,
-                                             max_tokens - std::min(max_tokens, n_head));
+  const auto tail = encode(owner, std::string_view(out.text).substr(kv_end), max_tokens - std::min(max_tokens, n_head));
   out.tokens = last->prompt_ids;
   out.tokens.reserve(out.tokens.size() + last->generated_ids.size() + tail.size());
   out.tokens.insert(out.tokens.end(), last->generated_ids.begin(), last->generated_ids.end());
   out.tokens.insert(out.tokens.end(), tail.begin(), tail.end());
+  clock.lap_into(out.timing.encode_ms);
 }
 
 void PromptBuilder::remember_assistant_output(const TurnOwner& owner, const ChatMessage& turn,

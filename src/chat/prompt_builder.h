@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/assistant_text_store.h"
+#include "chat/build_timing.h"
 #include "chat/chat_request.h"
 #include "chat/chat_template.h"
+#include "chat/encode_memo_store.h"
 #include "chat/tool_call_format.h"
 
 namespace akv {
@@ -35,6 +37,8 @@ struct PromptBuilderOptions {
   std::optional<std::string>
       template_override;  // --chat-template FILE contents; wins over the model's
   std::size_t raw_text_capacity_bytes = std::size_t{64} << 20;
+  // Per-conversation memos of encoded segments (chat/encode_memo_store.h); 0: encode all each time.
+  std::size_t encode_memo_capacity_bytes = std::size_t{64} << 20;
   ChatRenderOptions render;  // strftime_now clock (tests pin it), limits
 };
 
@@ -45,6 +49,7 @@ struct BuiltPrompt {
       false;  // the last turn was an assistant prefill: generation continues it
   bool starts_in_thinking =
       false;  // the prompt ends inside an open <think> (QwQ, R1, Qwen3 prefill)
+  BuildTiming timing{};  // where build() spent its time
 };
 
 class PromptBuilder {
@@ -81,6 +86,9 @@ class PromptBuilder {
   // `max_tokens`, encoding stops once the ids pass it: then `tokens` holds more than max_tokens
   // ids but not the whole prompt (enough to refuse a prompt longer than the context without
   // encoding all of a huge one).
+  // Encoding uses `owner`'s memo (encode_memo_store.h): the segments of the text (between the
+  // tokenizer's added tokens) that an earlier build for the same owner encoded are not encoded
+  // again; the ids are the same.
   BuiltPrompt build(const ChatRequest& request, const TurnOwner& owner = {},
                     std::size_t max_tokens = SIZE_MAX) const;
 
@@ -101,6 +109,7 @@ class PromptBuilder {
   bool uses_fallback_template() const { return uses_fallback_; }
   const ChatTemplate& chat_template() const { return template_; }
   AssistantTextStore& raw_text_store() const { return store_; }
+  const EncodeMemoStore& encode_memos() const { return memos_; }
 
  private:
   using RememberedTurns = std::vector<std::shared_ptr<const RememberedTurn>>;
@@ -111,7 +120,9 @@ class PromptBuilder {
                                 std::string_view rendered) const;
   // Sets out.tokens from out.text (rendered), splicing in the remembered turns' ids.
   void splice_remembered_turns(const nlohmann::ordered_json& context, const RememberedTurns& turns,
-                               std::size_t max_tokens, BuiltPrompt& out) const;
+                               const TurnOwner& owner, std::size_t max_tokens, BuiltPrompt& out) const;
+  // Tokenizer::encode_up_to(text, false, max_tokens) with owner's memo.
+  std::vector<std::int32_t> encode(const TurnOwner& owner, std::string_view text, std::size_t max_tokens) const;
 
   const Tokenizer* tokenizer_;
   PromptBuilderOptions options_;
@@ -121,6 +132,7 @@ class PromptBuilder {
   bool splices_ids_ = false;  // the tokenizer encodes a text's pieces as the whole text
   ToolCallFormat tool_call_format_ = ToolCallFormat::None;
   mutable AssistantTextStore store_;
+  mutable EncodeMemoStore memos_;
 };
 
 }  // namespace akv

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/phase_clock.h"
 
 namespace akv {
 
@@ -293,9 +294,13 @@ void Engine::drain_spills(bool busy) {
 }
 
 bool Engine::step() {
-  const auto t0 = std::chrono::steady_clock::now();
+  PhaseClock clock;  // a lap per phase edge: st.phases adds up to st.step_ms
+  const auto t0 = clock.last();
   const StepPlan& plan = scheduler_.schedule();
   StepStats st;
+  StepPhases& ph = st.phases;
+  ph.kv_ms = plan.kv_ms;
+  ph.schedule_ms = clock.lap_ms() - plan.kv_ms;
   st.step = stats_.steps.load(std::memory_order_relaxed);
   st.batch_size = static_cast<std::int32_t>(plan.chunks.size());
   st.decode_tokens = plan.n_decode_tokens;
@@ -312,6 +317,7 @@ bool Engine::step() {
     finish(*a, FinishReason::Error, "the request does not fit in the KV cache");
 
   if (!plan.chunks.empty()) {
+    clock.lap_into(ph.other_ms);
     // Only ids come back when every token due this step is a plain greedy pick or a plain
     // temperature draw (issue #7: the logits rows are vocab floats each).
     bool ids = true;
@@ -341,6 +347,8 @@ bool Engine::step() {
       for (const ScheduledChunk& c : plan.chunks) finishing_.push_back(static_cast<Active*>(c.seq));
       for (Active* a : finishing_) finish(*a, FinishReason::Error, e.what());
     }
+    ph.forward_ms = runner_.forward_ms();
+    ph.build_ms = clock.lap_ms() - ph.forward_ms;
     if (ran) {
       for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
         Active& a = static_cast<Active&>(*plan.chunks[i].seq);
@@ -352,7 +360,11 @@ bool Engine::step() {
           const std::int32_t every = config_.scheduler.snapshot_interval;
           if (every > 0 && a.n_computed % every == 0) resume_->keep(a, a.n_computed, a.boundary_state);
         }
-        if (a.remaining() == 0) advance(a, runner_.logits_for(i), runner_.id_for(i));
+        clock.lap_into(ph.commit_ms);
+        if (a.remaining() == 0) {
+          advance(a, runner_.logits_for(i), runner_.id_for(i));
+          clock.lap_into(ph.sample_ms);
+        }
       }
     }
   }
@@ -361,8 +373,8 @@ bool Engine::step() {
   st.waiting = scheduler_.n_waiting();
   st.restoring = scheduler_.n_restoring();
   st.kv = kv_.usage();
-  st.step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  clock.lap_into(ph.other_ms);
+  st.step_ms = std::chrono::duration<double, std::milli>(clock.last() - t0).count();
   stats_.preemptions.fetch_add(plan.preempted.size(), std::memory_order_relaxed);
   stats_.steps.fetch_add(1, std::memory_order_relaxed);
   stats_.record(st);

@@ -1,6 +1,7 @@
 #include "engine/runner.h"
 
 #include "base/check.h"
+#include "base/phase_clock.h"
 
 namespace akv {
 
@@ -43,13 +44,14 @@ void StepRunner::run(const StepPlan& plan, Output output, std::span<const IdPick
   const ForwardBatch batch{
       .tokens = tokens_, .positions = positions_, .sequences = chunks_, .logit_rows = logit_rows_};
   ids_.resize(logit_rows_.size());
-  if (output == Output::Ids) {
-    model_.forward_ids(batch, kv_, temperature_, u_, ids_);
-    return;
-  }
-  const std::size_t n_logits = logit_rows_.size() * static_cast<std::size_t>(vocab_);
+  const std::size_t n_logits = output == Output::Ids ? 0 : logit_rows_.size() * static_cast<std::size_t>(vocab_);
   if (logits_.size() < n_logits) logits_.resize(n_logits);
-  model_.forward(batch, kv_, std::span<float>(logits_).first(n_logits));
+  forward_ms_ = 0;
+  const ScopedMs forward_time(forward_ms_);
+  if (output == Output::Ids)
+    model_.forward_ids(batch, kv_, temperature_, u_, ids_);
+  else
+    model_.forward(batch, kv_, std::span<float>(logits_).first(n_logits));
 }
 
 std::span<const float> StepRunner::logits_for(std::size_t chunk) const {

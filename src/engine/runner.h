@@ -36,6 +36,9 @@ class StepRunner {
   std::span<const float> logits_for(std::size_t chunk) const;
   // The picked id of chunk i of the last run, or -1 if it had no logits or ran for Logits.
   std::int32_t id_for(std::size_t chunk) const;
+  // Milliseconds the last run spent in the model's forward (the backend's synchronization
+  // included); the rest of run() built the batch.
+  double forward_ms() const { return forward_ms_; }
 
  private:
   Model& model_;
@@ -48,6 +51,7 @@ class StepRunner {
   std::vector<std::int32_t> ids_;   // [logit_rows]
   std::vector<float> temperature_;  // [logit_rows] of an Ids run
   std::vector<double> u_;           // [logit_rows] of an Ids run
+  double forward_ms_ = 0;
 };
 
 }  // namespace akv

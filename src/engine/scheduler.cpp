@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/phase_clock.h"
 
 namespace akv {
 
@@ -39,6 +40,7 @@ const StepPlan& Scheduler::schedule() {
   plan_.preempted.clear();
   plan_.failed.clear();
   plan_.n_tokens = plan_.n_decode_tokens = plan_.n_prefix_hit_tokens = 0;
+  plan_.kv_ms = 0;
   budget_ = config_.max_batch_tokens;
   schedule_decodes();
   schedule_prefills(std::min(config_.admission_reserve_tokens, budget_ / 2));
@@ -66,7 +68,7 @@ void Scheduler::schedule_prefills(std::int32_t keep) {
         std::min({seq->remaining(), config_.max_prefill_chunk, budget_ - keep});
     const std::int32_t n = fit_chunk(*seq, want);
     if (n > 0) {
-      AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+      AKV_CHECK(kv_allocate(*seq, seq->n_computed + n), "fit_chunk promised blocks");
       add_chunk(seq, n);
     } else if (allocate_or_preempt(i, 1)) {  // no room at all: make some, then run one token
       add_chunk(seq, 1);
@@ -81,6 +83,7 @@ void Scheduler::admit_waiting() {
   while (it != waiting_.end() && budget_ > 0 && n_running() < config_.max_running) {
     Sequence* seq = *it;
     if (!seq->kv.is_open()) {
+      const ScopedMs kv_time(plan_.kv_ms);
       if (config_.prefix_reuse && kv_.restore_pending(seq->kv, seq->tokens, seq->ns)) {  // loading
         ++n_restoring_;
         ++it;
@@ -103,11 +106,12 @@ void Scheduler::admit_waiting() {
         continue;
       }
       // Wait for running sequences to finish; give back the matched blocks meanwhile.
+      const ScopedMs kv_time(plan_.kv_ms);
       kv_.release(seq->kv);
       seq->n_computed = 0;
       return;
     }
-    AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+    AKV_CHECK(kv_allocate(*seq, seq->n_computed + n), "fit_chunk promised blocks");
     it = waiting_.erase(it);
     seq->state = SeqState::Running;
     insert_running(seq);
@@ -128,7 +132,7 @@ void Scheduler::top_up_prefills() {
     // fit_chunk counts from n_computed over the blocks seq already holds (its planned ones too).
     const std::int32_t n = fit_chunk(*seq, want);
     if (n <= planned) continue;
-    AKV_CHECK(kv_.allocate(seq->kv, seq->n_computed + n), "fit_chunk promised blocks");
+    AKV_CHECK(kv_allocate(*seq, seq->n_computed + n), "fit_chunk promised blocks");
     budget_ -= n - planned;
     if (chunk != plan_.chunks.end())
       chunk->n_tokens = n;
@@ -165,7 +169,7 @@ void Scheduler::trim_to_resume_point(Sequence& seq) {
 
 bool Scheduler::allocate_or_preempt(std::size_t i, std::int32_t n) {
   Sequence* seq = running_[i];
-  while (!kv_.allocate(seq->kv, seq->n_computed + n)) {
+  while (!kv_allocate(*seq, seq->n_computed + n)) {
     if (running_.back() == seq) {
       if (running_.size() == 1)
         fail(seq);
@@ -190,7 +194,10 @@ void Scheduler::preempt_newest() {
       break;
     }
   }
-  kv_.release(victim->kv);
+  {
+    const ScopedMs kv_time(plan_.kv_ms);
+    kv_.release(victim->kv);
+  }
   victim->n_computed = 0;
   victim->state = SeqState::Waiting;
   ++victim->n_preemptions;
@@ -201,6 +208,11 @@ void Scheduler::preempt_newest() {
 void Scheduler::fail(Sequence* seq) {
   finish(seq);
   plan_.failed.push_back(seq);
+}
+
+bool Scheduler::kv_allocate(Sequence& seq, std::int32_t n_positions) {
+  const ScopedMs kv_time(plan_.kv_ms);
+  return kv_.allocate(seq.kv, n_positions);
 }
 
 void Scheduler::add_chunk(Sequence* seq, std::int32_t n) {

@@ -62,6 +62,7 @@ struct StepPlan {
   std::int32_t n_tokens = 0;
   std::int32_t n_decode_tokens = 0;
   std::int32_t n_prefix_hit_tokens = 0;  // tokens admissions found in the prefix cache
+  double kv_ms = 0;  // of schedule()'s time, in KvManager (match, tier restores, allocate, release)
 };
 
 class Scheduler {
@@ -100,6 +101,8 @@ class Scheduler {
   void preempt_newest();
   void fail(Sequence* seq);
   void add_chunk(Sequence* seq, std::int32_t n);
+  // KvManager::allocate for seq, its time added to plan_.kv_ms.
+  bool kv_allocate(Sequence& seq, std::int32_t n_positions);
   void insert_running(Sequence* seq);  // and gives it a state slot
   void release_state_slot(Sequence* seq);
 

@@ -3,15 +3,41 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "base/latency_histogram.h"
 #include "kv/kv_manager.h"
 
 namespace akv {
+
+// Where one step's time went (ms), read at the phase edges (base/phase_clock.h). The phases add
+// up to the step's step_ms: `other` is the rest (Started events, failed requests, the stats).
+struct StepPhases {
+  double schedule_ms = 0;  // Scheduler::schedule() less its KvManager calls
+  double kv_ms = 0;        // within schedule(): prefix match, tier restores, block allocation, release
+  double build_ms = 0;     // the batch: id picks, tokens, positions, block tables (StepRunner)
+  double forward_ms = 0;   // Model::forward / forward_ids, the backend's synchronization included
+  double sample_ms = 0;    // sampling each due token and emitting its event (finishing included)
+  double commit_ms = 0;    // KvManager::commit (prefix index, block keys, spills queued), state snapshots
+  double other_ms = 0;
+
+  static constexpr std::size_t kCount = 7;
+  // {name, ms} in the order above; the names label /metrics series.
+  std::array<std::pair<const char*, double>, kCount> named() const {
+    return {{{"schedule", schedule_ms}, {"kv", kv_ms}, {"build", build_ms}, {"forward", forward_ms},
+             {"sample", sample_ms}, {"commit", commit_ms}, {"other", other_ms}}};
+  }
+  double sum_ms() const {
+    double s = 0;
+    for (const auto& [name, ms] : named()) s += ms;
+    return s;
+  }
+};
 
 struct StepStats {
   std::uint64_t step = 0;
@@ -24,6 +50,7 @@ struct StepStats {
   std::int32_t preempted = 0;
   KvUsage kv;
   double step_ms = 0.0;
+  StepPhases phases;
 };
 
 struct EngineTotals {
@@ -36,6 +63,7 @@ struct EngineTotals {
   // Finished requests' cacheable prompt blocks (the full blocks before the last prompt token) by
   // where they came from: device memory, the host tier, the disk tier, or none (recomputed).
   std::uint64_t prefix_blocks_device = 0, prefix_blocks_host = 0, prefix_blocks_disk = 0, prefix_blocks_missed = 0;
+  StepPhases phases;  // every step's phases added up (ms)
 };
 
 struct EngineMetrics {
@@ -50,6 +78,8 @@ class StepStatsRing {
 
   void record(const StepStats& s) {
     step_time.observe(s.step_ms);
+    const auto phases = s.phases.named();
+    for (std::size_t i = 0; i < phases.size(); ++i) phase_ms_[i].fetch_add(phases[i].second, std::memory_order_relaxed);
     std::lock_guard lock(mu_);  // held for one copy; readers copy the ring under it
     ring_[next_ % ring_.size()] = s;
     ++next_;
@@ -87,12 +117,17 @@ class StepStatsRing {
   }
 
   EngineTotals totals() const {
-    return {steps.load(),          requests_finished.load(),   prompt_tokens.load(),      cached_prompt_tokens.load(),
-            generated_tokens.load(), preemptions.load(),       prefix_blocks_device.load(), prefix_blocks_host.load(),
-            prefix_blocks_disk.load(), prefix_blocks_missed.load()};
+    EngineTotals t{steps.load(),          requests_finished.load(),   prompt_tokens.load(),      cached_prompt_tokens.load(),
+                   generated_tokens.load(), preemptions.load(),       prefix_blocks_device.load(), prefix_blocks_host.load(),
+                   prefix_blocks_disk.load(), prefix_blocks_missed.load(), {}};
+    const auto total = [this](std::size_t i) { return phase_ms_[i].load(std::memory_order_relaxed); };
+    t.phases = {.schedule_ms = total(0), .kv_ms = total(1), .build_ms = total(2), .forward_ms = total(3),
+                .sample_ms = total(4), .commit_ms = total(5), .other_ms = total(6)};
+    return t;
   }
 
  private:
+  std::array<std::atomic<double>, StepPhases::kCount> phase_ms_{};  // StepPhases::named() order
   mutable std::mutex mu_;
   std::vector<StepStats> ring_;
   std::uint64_t next_ = 0;

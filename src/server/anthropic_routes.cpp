@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "base/phase_clock.h"
 #include "server/anthropic_request.h"
 #include "server/api_error.h"
 #include "server/anthropic_response.h"
@@ -39,17 +40,24 @@ std::string error_type_for(const ReplyFinish& f) {
 }  // namespace
 
 void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const auto received = std::chrono::steady_clock::now();
+  PhaseClock clock;  // the request path's phases (PrepareTiming)
+  const auto received = clock.last();
   const json body = fields::parse_body(req.body);
   ChatRequest chat = parse_anthropic_messages(body);
+  const double parse_ms = clock.lap_ms();
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
+  double identify_ms = clock.lap_ms();
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, chat, who, Dialect::Anthropic));
+  clock.lap_ms();  // prepare_chat times its own phases
   prep->job.received = received;
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.omit_thinking = thinking_display_omitted(body);
   prep->job.request.retention = retention_for(chat, ctx.memory.agents, who.tenant, who.agent);
+  identify_ms += clock.lap_ms();
+  prep->job.prepare.parse_ms = parse_ms;
+  prep->job.prepare.identify_ms = identify_ms;
   const std::string id = random_id("msg_");
   const std::string model = chat.model;
 

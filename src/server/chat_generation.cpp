@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/phase_clock.h"
 #include "chat/json_depth.h"
 #include "server/json_fields.h"
 #include "server/tool_output_parser.h"
@@ -133,6 +134,8 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
   // A prompt of `context` tokens already leaves no room: encoding stops past it.
   BuiltPrompt prompt =
       build_prompt(ctx, chat, turn_owner(who), static_cast<std::size_t>(std::max<std::int64_t>(context, 0)));
+  PhaseClock clock;  // the rest of prepare: setup_ms
+  p.job.prepare.build = prompt.timing;
   p.prompt_tokens = static_cast<std::int64_t>(prompt.tokens.size());
   const std::int64_t room = context - p.prompt_tokens;
   std::int64_t max_tokens = chat.max_tokens;
@@ -178,6 +181,8 @@ PreparedChat prepare_chat(ServingContext& ctx, const ChatRequest& chat, const Re
   };
   p.job.ping_interval = std::chrono::milliseconds(ctx.options.ping_interval_ms);
   p.job.on_finish = record_turn_for(ctx, who);
+  p.job.prepare_stats = &ctx.prepare;
+  p.job.prepare.setup_ms = clock.lap_ms();
   return p;
 }
 
@@ -200,10 +205,10 @@ void log_request(const std::string& route, const std::string& agent, const Reply
   const double prefill_tps = f.timing.ttft_ms > 0 ? 1000.0 * static_cast<double>(f.usage.uncached_tokens()) / f.timing.ttft_ms : 0.0;
   const double decode_tps =
       f.timing.decode_ms > 0 ? 1000.0 * static_cast<double>(std::max<std::int64_t>(f.usage.output_tokens - 1, 0)) / f.timing.decode_ms : 0.0;
-  log_info("{} agent={} prompt_tokens={} cached_tokens={} prepare_ms={:.1f} prefill_tok_s={:.1f} ttft_ms={:.1f} "
+  log_info("{} agent={} prompt_tokens={} cached_tokens={} prepare_ms={:.1f} ({}) prefill_tok_s={:.1f} ttft_ms={:.1f} "
            "output_tokens={} decode_tok_s={:.1f} finish={}",
            route, agent.empty() ? "-" : agent, f.usage.prompt_tokens, f.usage.cached_tokens, f.timing.prepare_ms,
-           prefill_tps, f.timing.ttft_ms, f.usage.output_tokens, decode_tps, reason_name(f.reason));
+           format_prepare_phases(f.timing.prepare), prefill_tps, f.timing.ttft_ms, f.usage.output_tokens, decode_tps, reason_name(f.reason));
 }
 
 }  // namespace akv

@@ -144,6 +144,14 @@ ReplyFinish generate(Engine& engine, const Tokenizer& tokenizer, GenerationJob j
   Driver driver(tokenizer, job, sink);
   ReplyUsage usage{.prompt_tokens = static_cast<std::int64_t>(job.request.prompt.size())};
   const RequestId id = engine.submit(job.request, [queue](const EngineEvent& e) { queue->push(e); });
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  ReplyFinish finish;
+  if (job.received) {
+    finish.timing.prepare_ms = ms(t_submit - *job.received);
+    finish.timing.prepare = job.prepare;
+    finish.timing.prepare.wait_ms = std::max(0.0, finish.timing.prepare_ms - job.prepare.sum_ms());
+    if (job.prepare_stats != nullptr) job.prepare_stats->observe(finish.timing.prepare_ms, finish.timing.prepare);
+  }
 
   bool started = false;
   bool cancelled = false;
@@ -156,7 +164,6 @@ ReplyFinish generate(Engine& engine, const Tokenizer& tokenizer, GenerationJob j
     client_left = true;
     cancel_once();
   };
-  ReplyFinish finish;
   // Between events: poll the client every kClientPollInterval, ping after ping_interval.
   const auto wait = job.client_gone ? std::min(job.ping_interval, kClientPollInterval)
                                     : job.ping_interval;
@@ -199,8 +206,6 @@ ReplyFinish generate(Engine& engine, const Tokenizer& tokenizer, GenerationJob j
     break;
   }
   usage.output_tokens = driver.n_tokens();
-  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  if (job.received) finish.timing.prepare_ms = ms(t_submit - *job.received);
   if (t_first) {
     finish.timing.ttft_ms = ms(*t_first - t_submit);
     finish.timing.decode_ms = ms(*t_last - *t_first);

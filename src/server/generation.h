@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "server/output_parser.h"
 #include "server/output_sink.h"
+#include "server/prepare_timing.h"
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
@@ -39,6 +40,11 @@ struct GenerationJob {
   // When the route began on the request (before parsing it): the time to submit is the request
   // path's share of the client's TTFT. Unset: not measured.
   std::optional<std::chrono::steady_clock::time_point> received;
+  // Its phases up to here (the route and prepare_chat fill them); wait_ms is what is left of
+  // received -> submit, set by the driver.
+  PrepareTiming prepare{};
+  // Observes received -> submit and its phases at submit (may be null).
+  PrepareStats* prepare_stats = nullptr;
   // Whether the client has gone (may be empty: then only a failed write tells). Asked every
   // kClientPollInterval while no engine event comes (queueing, a long prefill), so a client that
   // leaves then is noticed and its engine request cancelled within ~100 ms, not at the next

@@ -33,6 +33,12 @@ void append_engine_metrics(const EngineMetrics& m, std::string& out) {
   metric(out, "counter", "agentkv_kv_prefix_miss_blocks_total",
          "finished requests' full prompt blocks found in no tier (computed)", static_cast<double>(t.prefix_blocks_missed));
   append_histogram("agentkv_step_seconds", "engine step duration", m.step_time, out);
+  // The steps' time by phase (engine/step_stats.h StepPhases): the phases add up to
+  // agentkv_step_seconds_sum.
+  out += "# HELP agentkv_step_phase_seconds_total engine step time by phase\n"
+         "# TYPE agentkv_step_phase_seconds_total counter\n";
+  for (const auto& [phase, ms] : t.phases.named())
+    out += fmt::format("agentkv_step_phase_seconds_total{{phase=\"{}\"}} {}\n", phase, ms / 1000.0);
   metric(out, "counter", "agentkv_engine_steps_total", "engine steps run",
          static_cast<double>(t.steps));
   metric(out, "counter", "agentkv_requests_finished_total", "requests finished",
@@ -64,6 +70,17 @@ void append_engine_metrics(const EngineMetrics& m, std::string& out) {
   for (const auto& [op, v] : {std::pair{"evict", tt.evict_s}, std::pair{"finish", tt.finish_s},
                               std::pair{"restore", tt.restore_s}, std::pair{"spill", tt.spill_s}})
     out += fmt::format("agentkv_kv_tier_seconds_total{{op=\"{}\"}} {}\n", op, v);
+}
+
+void append_prepare_metrics(const PrepareStats& s, std::string& out) {
+  append_histogram("agentkv_prepare_seconds", "request received to engine submit (parse, render, tokenize)",
+                   s.total.snapshot(), out);
+  out += "# HELP agentkv_prepare_phase_seconds_total request path time before submit by phase\n"
+         "# TYPE agentkv_prepare_phase_seconds_total counter\n";
+  const auto totals = s.phase_totals_ms();
+  const auto names = PrepareTiming{}.named();
+  for (std::size_t i = 0; i < totals.size(); ++i)
+    out += fmt::format("agentkv_prepare_phase_seconds_total{{phase=\"{}\"}} {}\n", names[i].first, totals[i] / 1000.0);
 }
 
 void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk, std::string& out) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "base/phase_clock.h"
 #include "server/api_error.h"
 #include "server/chat_generation.h"
 #include "server/connection_watch.h"
@@ -77,16 +78,23 @@ void stream_reply(ServingContext& ctx, const httplib::Request& req, httplib::Res
 }  // namespace
 
 void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const auto received = std::chrono::steady_clock::now();
+  PhaseClock clock;  // the request path's phases (PrepareTiming)
+  const auto received = clock.last();
   const json body = fields::parse_body(req.body);
   OpenAiChatRequest parsed = parse_openai_chat(body);
+  const double parse_ms = clock.lap_ms();
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
+  double identify_ms = clock.lap_ms();
   auto prep = std::make_shared<PreparedChat>(prepare_chat(ctx, parsed.chat, who, Dialect::OpenAI));
+  clock.lap_ms();  // prepare_chat times its own phases
   prep->job.received = received;
   prep->job.request.ns = who.tenant;
   prep->job.request.agent = who.agent;
   prep->job.request.retention = retention_for(parsed.chat, ctx.memory.agents, who.tenant, who.agent);
+  identify_ms += clock.lap_ms();
+  prep->job.prepare.parse_ms = parse_ms;
+  prep->job.prepare.identify_ms = identify_ms;
   const std::string id = random_id("chatcmpl-");
   const std::string model = parsed.chat.model;
   const std::int64_t created = unix_now();

@@ -115,6 +115,7 @@ void handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Respo
   append_engine_metrics(m, out);
   append_histogram("agentkv_ttft_seconds", "request submit to first token (queueing, restore, prefill)",
                    ctx.ttft.snapshot(), out);
+  append_prepare_metrics(ctx.prepare, out);
   if (ctx.memory.disk != nullptr)
     append_histogram("agentkv_kv_restore_seconds", "background loads of a request's prefix from the disk tier",
                      ctx.memory.disk->restore_time().snapshot(), out);

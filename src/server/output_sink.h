@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "server/prepare_timing.h"
+
 namespace akv {
 
 struct ReplyUsage {
@@ -21,6 +23,7 @@ enum class StopReason { EndTurn, MaxTokens, StopSequence, ToolUse, Cancelled, Er
 
 struct ReplyTiming {
   double prepare_ms = 0;  // request received -> submit (parse, render, tokenize)
+  PrepareTiming prepare{};  // prepare_ms by phase (they add up to it)
   double ttft_ms = 0;    // submit -> first token (queueing + prefill)
   double decode_ms = 0;  // first token -> last token
 };

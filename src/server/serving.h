@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "server/agent_history.h"
 #include "server/connection_counters.h"
+#include "server/prepare_timing.h"
 #include "tokenizer/tokenizer.h"
 
 namespace akv {
@@ -66,6 +67,7 @@ struct ServingContext {
   ConnectionCounters connections;
   AgentHistory history{};  // recent turns per agent (the dashboard)
   LatencyHistogram ttft{};  // submit -> first token of every finished request (/metrics)
+  PrepareStats prepare{};   // received -> submit of every submitted chat request, by phase (/metrics)
   std::atomic<ServeState> state{ServeState::Ready};
   std::function<void()> start_drain{};  // POST /admin/drain; null: not offered (404)
 };

@@ -13,8 +13,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return encode_impl(text, add_special_tokens, false);
 }
 
-std::vector<int32_t> Tokenizer::encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const {
-  return encode_impl(text, add_special_tokens, false, max_ids);
+std::vector<int32_t> Tokenizer::encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids,
+                                             EncodeMemo* memo) const {
+  if (memo == nullptr) return encode_impl(text, add_special_tokens, false, max_ids);
+  memo->begin();
+  std::vector<int32_t> ids = encode_impl(text, add_special_tokens, false, max_ids, memo);
+  memo->end();
+  return ids;
 }
 
 std::vector<int32_t> Tokenizer::encode_reference(std::string_view text, bool add_special_tokens) const {
@@ -97,7 +102,7 @@ bool Tokenizer::prefix_passes(std::string_view segment, bool at_input_start, siz
 }
 
 std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool reference,
-                                            size_t max_ids) const {
+                                            size_t max_ids, EncodeMemo* memo) const {
   const tok::TokenizerParts& p = *parts_;
   std::string sanitized;
   if (!tok::utf8_is_valid(text)) {
@@ -115,10 +120,15 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
       continue;
     }
     const std::string_view segment = text.substr(raw.begin, raw.end - raw.begin);
+    const bool memo_it = memo != nullptr && segment.size() >= EncodeMemo::kMinSegmentBytes;
+    if (memo_it && memo->find(segment, raw.begin == 0, ids)) continue;
     // Bounded: a long segment is first tried by its prefixes, so normalizing and splitting all
     // of a huge text is skipped when a part of it already passes the bound.
     if (max_ids != SIZE_MAX && prefix_passes(segment, raw.begin == 0, max_ids, ids)) return ids;
+    const size_t first = ids.size();
     encode_segment(segment, raw.begin == 0, reference, /*cut=*/false, max_ids, ids);
+    if (memo_it && ids.size() <= max_ids)  // encoded whole (past the bound it may stop early)
+      memo->put(segment, raw.begin == 0, {ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()});
   }
   if (ids.size() > max_ids) return ids;
   p.post_processor.apply(ids, add_special_tokens);

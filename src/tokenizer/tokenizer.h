@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/encode_memo.h"
+
 namespace akv {
 
 namespace tok {
@@ -66,7 +68,10 @@ class Tokenizer {
   // segment is first encoded by its prefixes (16 bytes per wanted id, doubling), leaving
   // uncounted the last words before each cut, which the text past it could change; a word
   // longer than BpeModel::max_bytes_per_id() per remaining id is encoded only that far.
-  std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids) const;
+  // With a `memo` (tokenizer/encode_memo.h; not null), long segments it holds are not encoded
+  // again and the ones encoded whole are remembered: the same ids, work only for new segments.
+  std::vector<int32_t> encode_up_to(std::string_view text, bool add_special_tokens, size_t max_ids,
+                                    EncodeMemo* memo = nullptr) const;
 
   // Same ids as encode() through the plain reference BPE (no word cache, O(n^2) merge loop
   // per word). For tests and benchmarks only: much slower on long words.
@@ -102,7 +107,7 @@ class Tokenizer {
  private:
   Tokenizer();
   std::vector<int32_t> encode_impl(std::string_view text, bool add_special_tokens, bool reference,
-                                   size_t max_ids = SIZE_MAX) const;
+                                   size_t max_ids = SIZE_MAX, EncodeMemo* memo = nullptr) const;
   // Normalizes, splits and encodes one text segment between added tokens, appending to `ids`
   // and stopping once they pass `max_ids`. `cut`: the segment is a prefix cut short, so its last
   // words (which the text past the cut could change) are left out: the ids are then a lower

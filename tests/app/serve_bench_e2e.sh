@@ -57,6 +57,20 @@ disk = steps["disk_return"]
 expect("disk return: cached after the restart", disk["cache_read"] == full_blocks(disk["prompt_tokens"]), disk["cache_read"])
 expect("disk return: restored from disk", disk["server_counters"].get("kv_disk_restored_total", 0) > 0,
        disk["server_counters"])
+# The request's cost by phase (agentkv_step_phase_seconds_total, agentkv_prepare_phase_seconds_total):
+# each set adds up to its total, the forward and the tokenizer took time, the summary has them.
+c = nt["server_counters"]
+step_phases = sum(c.get(f"step_{p}_s", 0) for p in ("schedule", "kv", "build", "forward", "sample", "commit", "other"))
+expect("next turn: the step phases add up to the steps' time", abs(step_phases - c["step_seconds_sum"]) < 1e-6,
+       (step_phases, c.get("step_seconds_sum")))
+prepare_phases = sum(c.get(f"prepare_{p}_s", 0)
+                     for p in ("parse", "identify", "context", "render", "splice", "encode", "setup", "wait"))
+expect("next turn: the prepare phases add up to its prepare time", c.get("prepare_s", 0) > 0 and
+       abs(prepare_phases - c["prepare_s"]) < 1e-6, (prepare_phases, c.get("prepare_s")))
+summ = run["summary"]
+expect("summary: the next turn's phases", summ.get("next_turn_step_forward_ms", 0) > 0 and
+       summ.get("next_turn_prepare_encode_ms", 0) > 0 and summ.get("next_turn_engine_steps", 0) >= 1,
+       {k: v for k, v in summ.items() if k.startswith("next_turn_")})
 turn1 = {a["agent"]: a for a in steps["concurrent_1"]["agents"]}
 for a in steps["concurrent_2"]["agents"]:
     first = prompt = turn1[a["agent"]]["usage"]

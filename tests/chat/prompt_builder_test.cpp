@@ -377,6 +377,73 @@ TEST_F(PromptBuilderKvSplice, EditedTurnIsRenderedAndEncodedAfresh) {
   EXPECT_EQ(q.text.find(p1.text), std::string::npos);
 }
 
+// A conversation sent again with a new turn (its reply not remembered: cut by max_tokens) is
+// encoded through its owner's memo: the same ids as a fresh encode, the earlier turns' text not
+// encoded again; another tenant's request with the same agent id gets a memo of its own.
+TEST(PromptBuilderEncodeMemo, NextTurnReusesTheEarlierTurnsIdsOfItsOwnConversationOnly) {
+  const Tokenizer& tok = tokenizer_for("tokenizers/qwen3/tokenizer.json");
+  PromptBuilder builder{tok};
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += "line " + std::to_string(i) + " of the file says hello.\n";
+  ChatRequest r;
+  r.system = {{.type = BlockType::Text, .text = "You are an agent. " + long_text}};
+  r.messages.push_back({.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = long_text + "Summarize."}}});
+  const TurnOwner a{.tenant = "t1", .agent = "a"}, a_elsewhere{.tenant = "t2", .agent = "a"};
+  const BuiltPrompt p1 = builder.build(r, a);
+  EXPECT_EQ(p1.tokens, tok.encode(p1.text, false));
+  EXPECT_EQ(builder.encode_memos().n_memos(), 1u);
+  const std::size_t bytes1 = builder.encode_memos().n_bytes();
+  EXPECT_GT(bytes1, 2 * long_text.size());
+
+  r.messages.push_back({.role = ChatRole::Assistant, .blocks = {{.type = BlockType::Text, .text = "The file"}}});
+  r.messages.push_back({.role = ChatRole::User, .blocks = {{.type = BlockType::Text, .text = "Go on, " + long_text}}});
+  const BuiltPrompt p2 = builder.build(r, a);
+  EXPECT_EQ(p2.tokens, tok.encode(p2.text, false));
+  EXPECT_EQ(builder.build(r, a_elsewhere).tokens, p2.tokens);
+  EXPECT_EQ(builder.encode_memos().n_memos(), 2u);
+  EXPECT_EQ(builder.build(r).tokens, p2.tokens);  // anonymous: no memo
+  EXPECT_EQ(builder.encode_memos().n_memos(), 2u);
+
+  PromptBuilder no_memo{tok, PromptBuilderOptions{.encode_memo_capacity_bytes = 0}};
+  EXPECT_EQ(no_memo.build(r, a).tokens, p2.tokens);
+  EXPECT_EQ(no_memo.encode_memos().n_memos(), 0u);
+}
+
+TEST(EncodeMemoStore, KeysByTenantAndAgentAndEvictsTheLeastRecentlyUsed) {
+  const Tokenizer& tok = tokenizer_for("tokenizers/qwen3/tokenizer.json");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "word" + std::to_string(i) + " ";
+  std::size_t one = 0;
+  {
+    EncodeMemoStore probe(std::size_t{1} << 30);
+    probe.encode({.tenant = "t", .agent = "a"}, [&](EncodeMemo* m) { return tok.encode_up_to(text, false, SIZE_MAX, m); });
+    one = probe.n_bytes();
+  }
+  ASSERT_GT(one, text.size());
+  EncodeMemoStore store(2 * one + one / 2);  // room for two conversations' memos
+  std::vector<EncodeMemo*> seen;
+  auto encode = [&](const TurnOwner& o) {
+    return store.encode(o, [&](EncodeMemo* m) {
+      seen.push_back(m);
+      return tok.encode_up_to(text, false, SIZE_MAX, m);
+    });
+  };
+  const TurnOwner a{.tenant = "t", .agent = "a"}, b{.tenant = "t", .agent = "b"}, c{.tenant = "u", .agent = "a"};
+  // "t"+"1a" and "t1"+"a" must differ too.
+  const TurnOwner d{.tenant = "t1", .agent = "a"}, e{.tenant = "t", .agent = "1a"};
+  for (const TurnOwner& o : {a, b, a, c, d, e}) EXPECT_EQ(encode(o), tok.encode(text, false));
+  EXPECT_EQ(seen[0], seen[2]);  // a's memo again
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_NE(seen[0], seen[3]);  // another tenant, the same agent id
+  EXPECT_NE(seen[4], seen[5]);
+  EXPECT_EQ(store.n_memos(), 2u);
+  EXPECT_LE(store.n_bytes(), 2 * one + one / 2);
+  EXPECT_EQ(store.encode({.tenant = "t"}, [&](EncodeMemo* m) {
+    EXPECT_EQ(m, nullptr);  // anonymous
+    return std::vector<std::int32_t>{};
+  }).size(), 0u);
+}
+
 TEST(AssistantTextStore, LruEvictsByBytesAndEntries) {
   // Each entry counts its texts, 4 bytes per id and its owner's strings (here 1 byte).
   const TurnOwner o{.tenant = "", .agent = "a"};

@@ -304,6 +304,32 @@ TEST(EngineModel, TwoConversationsShareTheSystemPromptOnce) {
   EXPECT_EQ(t.out.wait(ra).tokens, greedy_alone(kStories, a, 40));
 }
 
+// The step phases (StepPhases) add up to each step's time and their totals to the step-time
+// histogram's sum; prefill and decode steps spend time in the forward and in sampling, and a
+// prefix hit is found by the KV manager inside schedule().
+TEST(EngineModel, StepPhasesAddUpToTheStepTime) {
+  std::mt19937 rng(12);
+  const Ids prompt = random_ids(rng, 60);
+  EngineUnderTest t(kStories, small_steps());
+  t.out.wait(t.greedy(prompt, 12));
+  t.out.wait(t.greedy(prompt, 4));  // a prefix hit
+  const EngineMetrics m = t.engine.metrics();
+  ASSERT_GT(m.recent.size(), 10u);
+  for (const StepStats& s : m.recent) {
+    for (const auto& [name, ms] : s.phases.named()) EXPECT_GE(ms, 0.0) << name << " of step " << s.step;
+    EXPECT_NEAR(s.phases.sum_ms(), s.step_ms, 1e-6 + 1e-9 * s.step_ms) << "step " << s.step;
+    if (s.prefill_tokens + s.decode_tokens > 0) EXPECT_GT(s.phases.forward_ms, 0.0) << "step " << s.step;
+  }
+  const StepPhases& total = m.totals.phases;
+  EXPECT_NEAR(total.sum_ms(), m.step_time.sum_ms, 1e-6 * m.step_time.sum_ms + 1e-6);
+  EXPECT_GT(total.forward_ms, 0.0);
+  EXPECT_GT(total.sample_ms, 0.0);
+  EXPECT_GT(total.commit_ms, 0.0);
+  EXPECT_GT(total.kv_ms, 0.0);
+  EXPECT_GT(total.schedule_ms, 0.0);
+  EXPECT_GT(total.build_ms, 0.0);
+}
+
 TEST(EngineModel, SecondTurnReusesEveryBlockOfTheFirstIncludingGeneratedTokens) {
   std::mt19937 rng(4);
   const Ids turn1 = random_ids(rng, 20);

@@ -41,5 +41,37 @@ TEST(Metrics, PrefixBlocksByTier) {
   EXPECT_NE(out.find("agentkv_kv_prefix_miss_blocks_total 4\n"), std::string::npos) << out;
 }
 
+TEST(Metrics, StepPhasesAreCountersInSecondsThatAddUpToTheStepTime) {
+  StepStatsRing ring(4);
+  StepStats s;
+  s.phases = {.schedule_ms = 1, .kv_ms = 2, .build_ms = 3, .forward_ms = 40, .sample_ms = 5, .commit_ms = 6, .other_ms = 7};
+  s.step_ms = s.phases.sum_ms();
+  ring.record(s);
+  ring.record(s);
+  std::string out;
+  append_engine_metrics({ring.totals(), ring.snapshot(), ring.step_time.snapshot()}, out);
+  EXPECT_NE(out.find("# TYPE agentkv_step_phase_seconds_total counter\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_step_phase_seconds_total{phase=\"forward\"} 0.08\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_step_phase_seconds_total{phase=\"kv\"} 0.004\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_step_phase_seconds_total{phase=\"other\"} 0.014\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_step_seconds_sum 0.128\n"), std::string::npos) << out;
+}
+
+TEST(Metrics, PreparePhasesAndTheirLogLine) {
+  PrepareTiming t{.parse_ms = 1.0, .identify_ms = 0.5, .build = {.context_ms = 0.5, .render_ms = 2, .splice_ms = 0, .encode_ms = 6},
+                  .setup_ms = 0.5, .wait_ms = 1.5};
+  EXPECT_EQ(format_prepare_phases(t),
+            "parse=1.0 identify=0.5 context=0.5 render=2.0 splice=0.0 encode=6.0 setup=0.5 wait=1.5");
+  PrepareStats stats;
+  stats.observe(t.sum_ms(), t);
+  stats.observe(t.sum_ms(), t);
+  std::string out;
+  append_prepare_metrics(stats, out);
+  EXPECT_NE(out.find("agentkv_prepare_seconds_count 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_prepare_seconds_sum 0.024\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_prepare_phase_seconds_total{phase=\"encode\"} 0.012\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentkv_prepare_phase_seconds_total{phase=\"wait\"} 0.003\n"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace akv
