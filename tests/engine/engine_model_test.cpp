@@ -318,7 +318,9 @@ TEST(EngineModel, StepPhasesAddUpToTheStepTime) {
   for (const StepStats& s : m.recent) {
     for (const auto& [name, ms] : s.phases.named()) EXPECT_GE(ms, 0.0) << name << " of step " << s.step;
     EXPECT_NEAR(s.phases.sum_ms(), s.step_ms, 1e-6 + 1e-9 * s.step_ms) << "step " << s.step;
-    if (s.prefill_tokens + s.decode_tokens > 0) EXPECT_GT(s.phases.forward_ms, 0.0) << "step " << s.step;
+    if (s.prefill_tokens + s.decode_tokens > 0) {
+      EXPECT_GT(s.phases.forward_ms, 0.0) << "step " << s.step;
+    }
   }
   const StepPhases& total = m.totals.phases;
   EXPECT_NEAR(total.sum_ms(), m.step_time.sum_ms, 1e-6 * m.step_time.sum_ms + 1e-6);
