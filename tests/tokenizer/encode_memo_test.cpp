@@ -35,7 +35,9 @@ TEST(EncodeMemo, SameIdsAsEncodeAndOnlyNewSegmentsEncoded) {
     const auto want = tok.encode(text, false);
     EXPECT_EQ(tok.encode_up_to(text, false, SIZE_MAX, &memo), want) << turns;
     // The system turn and every earlier user turn (and long replies) were encoded before.
-    if (turns > 1) EXPECT_EQ(memo.last_hits(), static_cast<std::size_t>(turns)) << turns;
+    if (turns > 1) {
+      EXPECT_EQ(memo.last_hits(), static_cast<std::size_t>(turns)) << turns;
+    }
     EXPECT_EQ(tok.encode_up_to(text, false, SIZE_MAX, &memo), want) << turns << " again";
     EXPECT_EQ(memo.last_hits(), static_cast<std::size_t>(turns + 1)) << turns << " again: every long segment";
   }
