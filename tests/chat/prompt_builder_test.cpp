@@ -404,7 +404,9 @@ TEST(PromptBuilderEncodeMemo, NextTurnReusesTheEarlierTurnsIdsOfItsOwnConversati
   EXPECT_EQ(builder.build(r).tokens, p2.tokens);  // anonymous: no memo
   EXPECT_EQ(builder.encode_memos().n_memos(), 2u);
 
-  PromptBuilder no_memo{tok, PromptBuilderOptions{.encode_memo_capacity_bytes = 0}};
+  PromptBuilderOptions without_memo;
+  without_memo.encode_memo_capacity_bytes = 0;
+  PromptBuilder no_memo{tok, without_memo};
   EXPECT_EQ(no_memo.build(r, a).tokens, p2.tokens);
   EXPECT_EQ(no_memo.encode_memos().n_memos(), 0u);
 }
