@@ -91,11 +91,12 @@ std::int64_t parse_byte_size(const std::string& text, const char* flag) {
   return n << shift;
 }
 
-// The remote tier of --kv-remote for blocks of `value_bytes` (null without it). Redis that
-// cannot be reached at start-up is not fatal: null, with a warning (the replica serves from its
-// own tiers). Throws Error for a bad URL or size.
+// The remote tier of --kv-remote for blocks of `value_bytes` and state blocks of
+// `state_value_bytes` (0: none) (null without it). Redis that cannot be reached at start-up is
+// not fatal: null, with a warning (the replica serves from its own tiers). Throws Error for a
+// bad URL or size.
 std::unique_ptr<RemoteStore> open_remote_tier(const ServeOptions& o, const Hash128& fingerprint,
-                                              std::size_t value_bytes) {
+                                              std::size_t value_bytes, std::size_t state_value_bytes) {
   RemoteStoreOptions r;
   r.url = parse_redis_url(o.kv_remote, "--kv-remote");
   if (!o.kv_remote_password_file.empty()) {
@@ -107,6 +108,7 @@ std::unique_ptr<RemoteStore> open_remote_tier(const ServeOptions& o, const Hash1
     if (const char* pw = std::getenv("REDISCLI_AUTH"); pw != nullptr) r.url.password = pw;  // as redis-cli
   r.fingerprint = fingerprint;
   r.value_bytes = value_bytes;
+  r.state_value_bytes = state_value_bytes;
   r.max_bytes = parse_byte_size(o.kv_remote_bytes, "--kv-remote-bytes");
   try {
     return RemoteStore::open_or_throw(std::move(r));
@@ -152,7 +154,9 @@ KvStores open_disk_tier(const ServeOptions& o, const ModelConfig& config, const 
   d.block_size = e.block_size;
   d.max_bytes = max_bytes;
   if (!o.kv_remote.empty()) {
-    stores.remote = open_remote_tier(o, d.fingerprint, kBlockHeaderBytes + encoded_bytes(d.codec, d.shape));
+    const auto state_bytes = static_cast<std::size_t>(state_layout_for(config, 1).slot_floats()) * sizeof(float);
+    stores.remote = open_remote_tier(o, d.fingerprint, kBlockHeaderBytes + encoded_bytes(d.codec, d.shape),
+                                     state_bytes > 0 ? kBlockHeaderBytes + state_bytes : 0);
     d.remote = stores.remote.get();
   }
   stores.disk = DiskStore::open_or_throw(std::move(d));

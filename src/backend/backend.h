@@ -239,7 +239,8 @@ class Backend {
                    const MoeScratch& scratch, TensorRef out) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(TensorRef x, float cap) = 0;
-  // x[n, c] *= sigmoid(gate[n, c]) (the output gate of Qwen3-Next / Qwen3.5 attention).
+  // x[n, c] *= sigmoid(gate[n, c]) (the output gate of Qwen3-Next / Qwen3.5 attention), or with
+  // gate [n, 1] x[n, c] *= sigmoid(gate[n, 0]) (one gate per row: a MoE block's shared expert).
   virtual void sigmoid_mul(TensorRef x, TensorRef gate) = 0;
 
   // --- linear-attention (Gated DeltaNet) layers of hybrid models; `layer` indexes the

@@ -84,7 +84,9 @@ void Scheduler::admit_waiting() {
     Sequence* seq = *it;
     if (!seq->kv.is_open()) {
       const ScopedMs kv_time(plan_.kv_ms);
-      if (config_.prefix_reuse && kv_.restore_pending(seq->kv, seq->tokens, seq->ns)) {  // loading
+      const std::int32_t held =
+          resume_ != nullptr && config_.prefix_reuse && !kv_.restore_planned(seq->kv) ? resume_->held_point(*seq) : -1;
+      if (config_.prefix_reuse && kv_.restore_pending(seq->kv, seq->tokens, seq->ns, held)) {  // loading
         ++n_restoring_;
         ++it;
         continue;

@@ -48,6 +48,10 @@ class StateResume {
   virtual std::int32_t resume_point(const Sequence& seq, std::int32_t matched) = 0;
   // Writes the state at `pos` (a resume_point answer) into seq.state_slot.
   virtual void restore(const Sequence& seq, std::int32_t pos) = 0;
+  // Before matching: the deepest position whose state is at hand for seq's tokens (in memory),
+  // past which a state block is worth loading in the background with the prefix's KV
+  // (KvManager::restore_pending); -1: never load one.
+  virtual std::int32_t held_point(const Sequence& seq) = 0;
 };
 
 struct ScheduledChunk {

@@ -62,6 +62,11 @@ std::int32_t SnapshotResume::resume_point(const Sequence& seq, std::int32_t matc
   return snapshots_.find(seq.ns, seq.tokens, on_disk) != nullptr ? on_disk : in_memory;
 }
 
+std::int32_t SnapshotResume::held_point(const Sequence& seq) {
+  if (tiers_ == nullptr) return -1;
+  return snapshots_.deepest(seq.ns, seq.tokens, static_cast<std::int32_t>(seq.tokens.size()) - 1);
+}
+
 void SnapshotResume::restore(const Sequence& seq, std::int32_t pos) {
   const std::vector<float>* state = snapshots_.find(seq.ns, seq.tokens, pos);
   AKV_CHECK(state != nullptr && seq.state_slot >= 0,

@@ -60,15 +60,21 @@ class StateSnapshots {
 // restoring writes the snapshot into the sequence's state slot. read() copies a running
 // sequence's slot (its state at n_computed) to the host; keep() stores such a copy. With a KV
 // manager whose tiers include a disk, keep() also writes the snapshot there as a state block
-// (KvManager::put_state), and a resume point deeper than any snapshot in memory is looked for
-// there (loaded, verified, then kept in memory too): after a restart, or once this store let it go.
+// (KvManager::put_state, and from the disk to Redis), and a resume point deeper than any
+// snapshot in memory is looked for there (then kept in memory too): after a restart, once this
+// store let it go, or on a replica that never saw the agent. With the KV manager's restorer the
+// state block is loaded in the background with the prefix's KV (held_point tells how deep
+// memory reaches already); without one, resume_point reads it.
 class SnapshotResume final : public StateResume {
  public:
   SnapshotResume(StateSnapshots& snapshots, Backend& backend, KvStorage& kv,
                  KvManager* tiers = nullptr)
-      : snapshots_(snapshots), backend_(backend), kv_(kv), tiers_(tiers) {}
+      : snapshots_(snapshots), backend_(backend), kv_(kv), tiers_(tiers) {
+    if (tiers_ != nullptr) tiers_->set_state_floats(kv_.state.slot_floats());
+  }
   std::int32_t resume_point(const Sequence& seq, std::int32_t matched) override;
   void restore(const Sequence& seq, std::int32_t pos) override;
+  std::int32_t held_point(const Sequence& seq) override;
   // state = seq's slot (resized to StateLayout::slot_floats).
   void read(const Sequence& seq, std::vector<float>& state);
   // Stores `state`, the state of seq after tokens[0, pos).

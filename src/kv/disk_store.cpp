@@ -522,7 +522,9 @@ bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash1
 
 bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
                            std::span<std::byte> out) {
-  if (!on_disk(key)) return false;
+  if (options_.before_load) options_.before_load(true);
+  const bool local = on_disk(key);
+  if (!local && options_.remote == nullptr) return false;
   const BlockExpect want{.fingerprint = options_.fingerprint,
                          .key = key,
                          .parent = parent,
@@ -531,9 +533,25 @@ bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash
                          .payload_bytes = out.size(),
                          .kind = BlockKind::State};
   std::vector<std::byte> bytes;
-  const bool ok = read_file_into(block_path(key), bytes);
+  bool ok = false;
+  if (local) {
+    ok = read_file_into(block_path(key), bytes);
+  } else {
+    if (options_.remote->state_value_bytes() != kBlockHeaderBytes + out.size()) return false;
+    bytes.resize(kBlockHeaderBytes + out.size());
+    ok = options_.remote->get_state(key, bytes, {});
+    if (!ok) return false;  // not there, or Redis unavailable: a miss
+  }
   const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want) : std::span<const std::byte>{};
   if (body.empty()) {
+    if (!local) {
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.rejected_corrupt;
+      }
+      log_warn("KV remote tier: state block {} failed its check; not used, its tokens will be recomputed", key.hex());
+      return false;
+    }
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
@@ -542,10 +560,33 @@ bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash
   {
     std::lock_guard lock(mu_);
     ++stats_.n_loaded;
+    if (!local) {
+      ++stats_.n_loaded_remote;
+      ++stats_.n_states_loaded_remote;
+      if (from_remote_.size() >= kMaxFromRemote) from_remote_.clear();
+      from_remote_.insert(key);
+    }
     if (auto it = files_.find(key); it != files_.end()) it->second.last_use_ms = now;
   }
-  set_mtime(blocks_fd_, key.hex() + ".kvb", now);
+  if (local) set_mtime(blocks_fd_, key.hex() + ".kvb", now);
   return true;
+}
+
+std::vector<bool> DiskStore::find_states(std::span<const Hash128> keys) {
+  std::vector<bool> found(keys.size(), false);
+  std::vector<Hash128> ask;  // not on disk: the remote tier's
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    found[i] = on_disk(keys[i]);
+    if (!found[i] && options_.remote != nullptr) {
+      ask.push_back(keys[i]);
+      where.push_back(i);
+    }
+  }
+  if (ask.empty()) return found;
+  const std::vector<bool> remote = options_.remote->has_states(ask);
+  for (std::size_t j = 0; j < ask.size(); ++j) found[where[j]] = remote[j];
+  return found;
 }
 
 bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
@@ -557,6 +598,7 @@ bool DiskStore::load(const Hash128& key, const Hash128& parent, const Hash128& t
 bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                         SpillCodec codec, std::span<std::byte> out) {
   AKV_CHECK(out.size() == encoded_bytes(codec, options_.shape), "load: encoded block size");
+  if (options_.before_load) options_.before_load(false);
   const bool local = on_disk(key);
   if (!local && options_.remote == nullptr) return false;
   const BlockExpect want{.fingerprint = options_.fingerprint,

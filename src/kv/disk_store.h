@@ -80,6 +80,9 @@ struct DiskStoreOptions {
   // with it); before each manifest write (a nonzero errno it returns fails that write).
   std::function<void()> before_write;
   std::function<int()> manifest_write_fault;
+  // Test hook, called on the loading thread before each load (`state`: of a state block); tests
+  // slow the reads with it.
+  std::function<void(bool state)> before_load;
   // A failed manifest write is tried again after manifest_retry_ms, doubled each time, up to
   // max_manifest_attempts writes in all (at once when the store stops or a drain runs out of
   // time); then it is given up, counted and logged.
@@ -105,6 +108,7 @@ struct DiskStoreStats {
   std::int64_t n_written = 0;
   std::int64_t n_loaded = 0;
   std::int64_t n_loaded_remote = 0;  // of n_loaded: read from the remote tier
+  std::int64_t n_states_loaded_remote = 0;  // of n_loaded_remote: state blocks
   std::int64_t n_dropped = 0;  // blocks not spilled: any reason below or a failed write
   std::int64_t n_dropped_queue_full = 0;  // of n_dropped: the writes were behind
   std::int64_t n_dropped_paused = 0;      // of n_dropped: spilling paused after an error
@@ -195,15 +199,23 @@ class DiskStore {
   // state_key of the KV block `parent` they end on, `prefix_hash` the keyed tokens hash of the
   // whole prefix. Stored exactly; queued and written like blocks (same batches, budget and
   // leaf-first retention: a state file names its KV block as parent, so it goes before that
-  // block and never outlives it). Not sent to the remote tier. put_state: false when dropped
-  // (paused, queue full) or already stored/queued; never waits for IO.
+  // block and never outlives it). Each written file also goes to the remote tier (its own key
+  // domain there, RemoteStore::put_state). put_state: false when dropped (paused, queue full) or
+  // already stored/queued; never waits for IO.
   bool put_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
                  std::vector<std::byte> bytes);
   // Reads and verifies (header, kind, key, parent, prefix hash, size, checksum) a state block of
-  // exactly out.size() bytes into `out`. False when missing or bad; a bad file is counted in
-  // rejected_corrupt and removed (its tokens are recomputed).
+  // exactly out.size() bytes into `out`, from disk or, when not there, from the remote tier.
+  // False when missing or bad; a bad file is counted in rejected_corrupt and removed, a bad
+  // remote value is counted there and left (its tokens are recomputed). Reads on the caller's
+  // thread.
   bool load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
                   std::span<std::byte> out);
+  // load_state may find it: on disk, or a remote tier is attached. Cheap: never asks Redis.
+  bool may_load_state(const Hash128& key) const { return may_load(key); }
+  // For each state block key: on disk, or held by the remote tier (one round trip for those
+  // not on disk; false while Redis is unavailable). load_state may still refuse one.
+  std::vector<bool> find_states(std::span<const Hash128> keys);
   // load() into `out` encoded with `codec` (encoded_bytes of it): the file's payload as it is
   // when that is the store's codec, decoded when `codec` keeps the raw form, else re-encoded.
   bool load_as(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,

@@ -191,9 +191,12 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
                         .payload_bytes = payload.size(),
                         .payload_checksum = payload_checksum(payload)};
     const auto header = encode_block_header(h);
-    // The remote tier reads at most a KV block's file: state blocks stay local.
-    if (options_.remote != nullptr && !job.state && !came_from_remote(job.key))
-      options_.remote->put_block(job.key, header, payload);
+    if (options_.remote != nullptr && !came_from_remote(job.key)) {
+      if (job.state)
+        options_.remote->put_state(job.key, header, payload);
+      else
+        options_.remote->put_block(job.key, header, payload);
+    }
     if (files.add(job.key.hex() + ".kvb", header, payload)) {
       added.push_back(n_tried);
       added_bytes += file_bytes_of(job);

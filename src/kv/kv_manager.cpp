@@ -50,6 +50,10 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
   // Phase 1b: whole blocks the host or disk tier holds, loaded into blocks of our own.
   if (host_ != nullptr || disk_ != nullptr)
     matched = restore_from_tiers(seq, tokens, matched, limit);
+  if (seq.restore_ != nullptr && seq.restore_->done() && seq.restore_->state_pos() > 0) {
+    seq.loaded_state_ = seq.restore_->take_state();
+    seq.loaded_state_pos_ = seq.restore_->state_pos();
+  }
   seq.restore_.reset();
   // Phase 2: the longest partial match of the next block, copied into a block of our own.
   if (matched < limit) {
@@ -126,6 +130,8 @@ void KvManager::release(KvSequence& seq) {
   if (seq.restore_) seq.restore_->cancel();
   seq.restore_.reset();
   seq.restore_planned_ = false;
+  seq.loaded_state_ = {};
+  seq.loaded_state_pos_ = 0;
 }
 
 KvUsage KvManager::usage() const {

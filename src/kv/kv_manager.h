@@ -56,6 +56,9 @@ class KvSequence {
   // A background disk load for this sequence's prefix (restore_pending), until match uses it.
   std::shared_ptr<RestoreJob> restore_;
   bool restore_planned_ = false;
+  // Hybrid models: the state block that load brought (its position; 0: none), until release.
+  std::vector<float> loaded_state_;
+  std::int32_t loaded_state_pos_ = 0;
   // Hybrid models: the state block put_state wrote last for this sequence (its agent's record
   // names it) and its position; zero/0: none.
   Hash128 state_key_;
@@ -142,7 +145,14 @@ class KvManager {
   // device memory lacks are being loaded from the host tier and the disk in the background (the
   // first call starts the load); call it again later. False when there is nothing (more) to wait
   // for: match now. Always false without a restorer.
-  bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
+  // Hybrid models (set_state_floats): `state_floor` >= 0 is the deepest position whose state the
+  // caller holds already; the same load then also brings the deepest state block past it that
+  // the disk or Redis may hold and the prefix's KV covers (load_state hands it over), so the
+  // sequence waits until both are in. A load for a state block alone is started too.
+  bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
+                       std::int32_t state_floor = -1);
+  // restore_pending was called for seq since it was last released: a later call only polls.
+  bool restore_planned(const KvSequence& seq) const { return seq.restore_planned_; }
   // Grows seq's blocks to cover positions [0, n_positions), evicting cached blocks if needed.
   // All or nothing: false (and no change) when not enough blocks are free or evictable.
   bool allocate(KvSequence& seq, std::int32_t n_positions);
@@ -181,13 +191,19 @@ class KvManager {
   // keyed like that KV block (BlockKeyer::state_key of its tier key: tenant, model and prefix
   // included), stored exactly. Its host copy is the engine's snapshot store; the disk tier
   // gets it here, written behind. Both do nothing without a disk tier.
+  // The size of one state (StateLayout::slot_floats; 0: the model has none, the default).
+  void set_state_floats(std::int64_t n) { state_floats_ = n; }
   // Queues the state after tokens[0, pos) of seq (pos a multiple of the block size, its blocks
   // indexed) for the disk; an agent recorded from seq later names it.
   void put_state(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t pos,
                  std::span<const float> state);
   // The deepest position p with floor < p <= limit, a multiple of the block size within seq's
-  // indexed blocks, whose state block the disk holds and that loads and verifies; `state` (its
-  // size is the state's) then holds it. 0 when none. Reads the disk on the caller's thread.
+  // indexed blocks, whose state block the disk (or the remote tier under it) holds and that
+  // loads and verifies; `state` (its size is the state's) then holds it. 0 when none. The state
+  // block is keyed by seq's KV block at p, so it is only found with the KV of the same prefix.
+  // With a restorer it never reads: only the state block seq's background load brought
+  // (restore_pending with a state floor) is used. Without one it reads the disk and Redis on
+  // the caller's thread (tests).
   std::int32_t load_state(const KvSequence& seq, std::span<const std::int32_t> tokens,
                           std::int32_t floor, std::int32_t limit, std::span<float> state);
   // --- agents (kv_agents.cpp): the one writer of the agent index and the manifests ----------
@@ -300,6 +316,7 @@ class KvManager {
   HostStore* host_ = nullptr;
   DiskStore* disk_ = nullptr;
   Restorer* restorer_ = nullptr;
+  std::int64_t state_floats_ = 0;  // set_state_floats
   KvBlockIo io_;
   std::unique_ptr<BlockKeyer> own_keyer_;  // without a disk tier (no secret to share)
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached

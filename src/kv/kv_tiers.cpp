@@ -251,7 +251,7 @@ bool KvManager::demoting(const Hash128& key) const {
 }
 
 bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens,
-                                std::string_view ns) {
+                                std::string_view ns, std::int32_t state_floor) {
   AKV_CHECK(!seq.open_, "restore_pending on an open sequence");
   if (restorer_ == nullptr) return false;
   if (seq.restore_) return !seq.restore_->done();
@@ -262,9 +262,12 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   // tokens (~70 ns a block): kept in seq, they would make it trust its tokens are these.
   const std::int32_t bs = pool_.block_size();
   const auto limit = static_cast<std::int32_t>(tokens.size()) - 1;
+  const bool want_state = state_floor >= 0 && state_floats_ > 0 && disk_ != nullptr;
   std::vector<RestoreJob::Block> wanted;
+  std::vector<RestoreJob::StateCandidate> states;  // chain order
   Hash128 parent = keyer_->root(ns);
-  for (std::int32_t at = 0; at + bs <= limit; at += bs) {
+  std::int32_t at = 0;
+  for (; at + bs <= limit; at += bs) {
     const auto block_tokens = tokens.subspan(at, bs);
     const Hash128 key = keyer_->next(parent, block_tokens);
     // The host tier's blocks need no load: the match writes them from their slots.
@@ -275,10 +278,21 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
                         .depth = at / bs});
     }
+    // A state block past what the caller holds, ending on this block: the disk's, or Redis's
+    // (which one holds it only the restorer asks).
+    if (want_state && at + bs > state_floor) {
+      const Hash128 state = keyer_->state_key(key);
+      if (disk_->may_load_state(state)) states.push_back({.key = state, .parent = key, .pos = at + bs});
+    }
     parent = key;
   }
-  if (wanted.empty()) return false;
+  if (wanted.empty() && states.empty()) return false;
   seq.restore_ = std::make_shared<RestoreJob>(std::move(wanted), io_.block_bytes, seq.retention_);
+  if (!states.empty()) {
+    const std::int32_t deepest = states.back().pos;
+    seq.restore_->want_state(std::move(states), std::vector<std::int32_t>(tokens.begin(), tokens.begin() + deepest),
+                             at, bs, state_floats_);
+  }
   restorer_->submit(seq.restore_);
   return true;
 }

@@ -73,6 +73,10 @@ std::string RemoteStore::block_name(const Hash128& key) const {
   return prefix_ + "block:" + key.hex();
 }
 
+std::string RemoteStore::state_name(const Hash128& key) const {
+  return prefix_ + "state:" + key.hex();
+}
+
 std::string RemoteStore::agent_name(const Hash128& agent_hash) const {
   return prefix_ + "agent:" + agent_hash.hex();
 }
@@ -139,10 +143,22 @@ void RemoteStore::on_success() {
 bool RemoteStore::put_block(const Hash128& key, std::span<const std::byte> header,
                             std::span<const std::byte> payload) {
   AKV_CHECK(header.size() + payload.size() == options_.value_bytes, "remote put: block file size");
+  return put_value(Job::Kind::Block, key, header, payload);
+}
+
+bool RemoteStore::put_state(const Hash128& key, std::span<const std::byte> header,
+                            std::span<const std::byte> payload) {
+  AKV_CHECK(options_.state_value_bytes > 0 && header.size() + payload.size() == options_.state_value_bytes,
+            "remote put: state block file size");
+  return put_value(Job::Kind::State, key, header, payload);
+}
+
+bool RemoteStore::put_value(Job::Kind kind, const Hash128& key, std::span<const std::byte> header,
+                            std::span<const std::byte> payload) {
   Job job;
-  job.kind = Job::Kind::Block;
+  job.kind = kind;
   job.key = key;
-  job.bytes.resize(options_.value_bytes);
+  job.bytes.resize(header.size() + payload.size());
   std::memcpy(job.bytes.data(), header.data(), header.size());
   std::memcpy(job.bytes.data() + header.size(), payload.data(), payload.size());
   {
@@ -186,15 +202,25 @@ void RemoteStore::erase(const Hash128& agent_hash, std::vector<Hash128> blocks) 
 
 bool RemoteStore::get_block(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail) {
   AKV_CHECK(head.size() + tail.size() == options_.value_bytes, "get_block: not one block's bytes");
+  return get_value(block_name(key), prefix_ + "blocks", key, head, tail, false);
+}
+
+bool RemoteStore::get_state(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail) {
+  AKV_CHECK(options_.state_value_bytes > 0 && head.size() + tail.size() == options_.state_value_bytes,
+            "get_state: not one state block's bytes");
+  return get_value(state_name(key), prefix_ + "states", key, head, tail, true);
+}
+
+bool RemoteStore::get_value(const std::string& name, const std::string& recency, const Hash128& key,
+                            std::span<std::byte> head, std::span<std::byte> tail, bool state) {
   std::unique_ptr<RedisConnection> conn = take_connection();
   if (conn == nullptr) return false;
-  const std::string name = block_name(key);
-  // GETRANGE bounds the reply: a value longer than a block shows as value_bytes + 1 bytes.
-  const std::string last = std::to_string(options_.value_bytes);
+  // GETRANGE bounds the reply: a longer value shows as one byte more than expected.
+  const std::string last = std::to_string(head.size() + tail.size());
   const std::string now = std::to_string(now_unix_ms());
   conn->append({"GETRANGE", name, "0", last});
-  conn->append({"ZADD", prefix_ + "blocks", "XX", now, key.hex()});
-  RedisReply other;  // a reply that is not the block (an empty string when it is missing)
+  conn->append({"ZADD", recency, "XX", now, key.hex()});
+  RedisReply other;  // a reply that is not the value (an empty string when it is missing)
   const RedisConnection::BulkRead got = conn->next_bulk_into(head, tail, other);
   const bool read = got != RedisConnection::BulkRead::Failed;
   const RedisReply touched = read ? conn->next() : nullptr;
@@ -206,7 +232,7 @@ bool RemoteStore::get_block(const Hash128& key, std::span<std::byte> head, std::
   on_success();
   std::lock_guard lock(mu_);
   if (got == RedisConnection::BulkRead::Filled) {
-    ++stats_.n_loaded;
+    ++(state ? stats_.n_states_loaded : stats_.n_loaded);
     return true;
   }
   if (reply_string(other.get()).empty())
@@ -214,6 +240,25 @@ bool RemoteStore::get_block(const Hash128& key, std::span<std::byte> head, std::
   else
     ++stats_.n_bad;
   return false;
+}
+
+std::vector<bool> RemoteStore::has_states(std::span<const Hash128> keys) {
+  std::vector<bool> found(keys.size(), false);
+  if (keys.empty()) return found;
+  std::unique_ptr<RedisConnection> conn = take_connection();
+  if (conn == nullptr) return found;
+  for (const Hash128& k : keys) conn->append({"EXISTS", state_name(k)});
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const RedisReply r = conn->next();
+    if (r == nullptr) {
+      on_failure(conn->error());
+      return std::vector<bool>(keys.size(), false);
+    }
+    found[i] = reply_integer(r.get(), 0) > 0;
+  }
+  give_back(std::move(conn));
+  on_success();
+  return found;
 }
 
 bool RemoteStore::get_block(const Hash128& key, std::vector<std::byte>& out) {

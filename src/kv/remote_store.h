@@ -5,6 +5,9 @@
 //   akv:<fingerprint>:agent:<hash>  an agent manifest (disk_format.h), hash = keyed (tenant, agent)
 //   akv:<fingerprint>:blocks        sorted set: block key -> last use (unix ms)
 //   akv:<fingerprint>:agents        sorted set: agent hash -> the manifest's last use
+//   akv:<fingerprint>:state:<key>   a state block file (hybrid models' recurrent-state snapshot,
+//                                   disk_format.h; key = BlockKeyer::state_key of its KV block)
+//   akv:<fingerprint>:states        sorted set: state key -> last use (unix ms)
 // Block keys chain from a root keyed by the secret, the model fingerprint and the tenant
 // (block_key.h), so tenants and models never share a block; the fingerprint in every name keeps
 // another model's replicas out of these keys altogether, and the header is checked on each read.
@@ -15,7 +18,8 @@
 // writer keeps its queue while Redis is away (up to max_queue_bytes; past it blocks are dropped).
 // Budget: past max_bytes the writer deletes blocks no manifest names (least recently used
 // first), then the blocks of the least recently used unpinned agents (their manifests first);
-// never a block a pinned agent's manifest names. Thread-safe.
+// never a block a pinned agent's manifest names. State blocks count in the budget and go
+// before KV blocks: unnamed ones first, an agent's before its chain. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,9 @@ struct RemoteStoreOptions {
   RedisUrl url;
   Hash128 fingerprint;             // model_fingerprint(): the same as the disk tier's
   std::size_t value_bytes = 0;     // one block file's bytes (kBlockHeaderBytes + payload)
+  // One state block file's bytes (kBlockHeaderBytes + the model's state); 0: the model has no
+  // recurrent state (put_state/get_state are then never called).
+  std::size_t state_value_bytes = 0;
   std::int64_t max_bytes = 0;      // block bytes kept in Redis for this fingerprint (0: unlimited)
   double low_water = 0.9;          // eviction goes down to low_water * max_bytes
   std::size_t max_queue_bytes = std::size_t{256} << 20;  // waiting writes; more are dropped
@@ -62,7 +69,10 @@ struct RemoteStoreStats {
   std::int64_t n_manifests = 0;      // manifests written
   std::int64_t n_evicted = 0;        // blocks deleted for the budget
   std::int64_t n_agents_evicted = 0; // manifests deleted for the budget
-  std::int64_t queued_blocks = 0;    // waiting to be written (now)
+  std::int64_t n_states_written = 0; // state blocks written (of the queued blocks below)
+  std::int64_t n_states_loaded = 0;  // state blocks read
+  std::int64_t n_states_evicted = 0; // state blocks deleted for the budget
+  std::int64_t queued_blocks = 0;    // waiting to be written (now; state blocks included)
   std::int64_t queued_bytes = 0;
   bool available = true;             // the last operation reached Redis
 };
@@ -81,12 +91,17 @@ class RemoteStore {
   const KeySecret& secret() const { return secret_; }
   const Hash128& fingerprint() const { return options_.fingerprint; }
   std::size_t value_bytes() const { return options_.value_bytes; }
+  std::size_t state_value_bytes() const { return options_.state_value_bytes; }
 
   // Queues a block file's bytes (header, then payload; copied). False when dropped (queue full).
   bool put_block(const Hash128& key, std::span<const std::byte> header, std::span<const std::byte> payload);
+  // Queues a state block file's bytes (header, then payload; copied; state_value_bytes in all)
+  // under its own name (akv:<fp>:state:<key>). False when dropped (queue full).
+  bool put_state(const Hash128& key, std::span<const std::byte> header, std::span<const std::byte> payload);
   // Queues an agent's manifest bytes (replacing its previous one) behind the blocks queued so far.
   void put_manifest(const Hash128& agent_hash, std::vector<std::byte> bytes, std::int64_t last_use_ms);
-  // Queues the removal of an agent's manifest (a zero hash: none) and of these blocks.
+  // Queues the removal of an agent's manifest (a zero hash: none) and of these blocks (KV or
+  // state blocks: both names are removed).
   void erase(const Hash128& agent_hash, std::vector<Hash128> blocks);
   // Reads block `key`'s value_bytes straight from the connection into `head` and then `tail`
   // (their sizes add up to value_bytes; a restore passes a small header buffer and the payload's
@@ -97,6 +112,12 @@ class RemoteStore {
   bool get_block(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail);
   // get_block into `out`, resized to value_bytes.
   bool get_block(const Hash128& key, std::vector<std::byte>& out);
+  // get_block for a state block: state_value_bytes into `head` and `tail`, same bounds and
+  // failures. The caller verifies the bytes.
+  bool get_state(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail);
+  // For each key, whether Redis holds that state block (one round trip; all false while Redis
+  // is unavailable). Any thread.
+  std::vector<bool> has_states(std::span<const Hash128> keys);
   // The agent's manifest bytes (at most kMaxManifestBytes); nullopt when missing or unavailable.
   std::optional<std::vector<std::byte>> get_manifest(const Hash128& agent_hash);
   // Waits until the queue is written; false at the deadline (what is left stays queued).
@@ -109,7 +130,7 @@ class RemoteStore {
 
  private:
   struct Job {
-    enum class Kind { Block, Manifest, Erase } kind = Kind::Block;
+    enum class Kind { Block, State, Manifest, Erase } kind = Kind::Block;
     Hash128 key;                  // block key, or agent hash (zero: none)
     std::vector<std::byte> bytes;
     std::int64_t last_use_ms = 0;
@@ -118,6 +139,14 @@ class RemoteStore {
   explicit RemoteStore(RemoteStoreOptions options);
   void load_secret();
   std::string block_name(const Hash128& key) const;
+  std::string state_name(const Hash128& key) const;
+  // put_block/put_state: queues a block-like job of these bytes. False when dropped.
+  bool put_value(Job::Kind kind, const Hash128& key, std::span<const std::byte> header,
+                 std::span<const std::byte> payload);
+  // get_block/get_state: reads `name`'s value (head.size() + tail.size() bytes) and marks `key`
+  // used in the sorted set `recency`.
+  bool get_value(const std::string& name, const std::string& recency, const Hash128& key,
+                 std::span<std::byte> head, std::span<std::byte> tail, bool state);
   std::string agent_name(const Hash128& agent_hash) const;
   std::int64_t now_unix_ms() const;
   // A connection from the pool (or a new one); null while Redis is unavailable.

@@ -67,7 +67,7 @@ void RemoteStore::write_loop() {
     evict_requested_ = false;
     if (ok || stop_) {
       for (Job& job : batch) {
-        if (job.kind != Job::Kind::Block) continue;
+        if (job.kind != Job::Kind::Block && job.kind != Job::Kind::State) continue;
         queued_bytes_ -= job.bytes.size();
         --queued_blocks_;
         if (!ok) ++stats_.n_dropped;
@@ -86,7 +86,7 @@ void RemoteStore::write_loop() {
   }
   // Stopping with Redis away: what is left is dropped.
   for (Job& job : queue_)
-    if (job.kind == Job::Kind::Block) ++stats_.n_dropped;
+    if (job.kind == Job::Kind::Block || job.kind == Job::Kind::State) ++stats_.n_dropped;
   queue_.clear();
   queued_bytes_ = 0;
   queued_blocks_ = 0;
@@ -105,7 +105,7 @@ void RemoteStore::publish_secret(RedisConnection& conn) {
 bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {
   const std::string now = std::to_string(now_unix_ms());
   std::size_t n_commands = 0;
-  std::int64_t n_blocks = 0, n_manifests = 0;
+  std::int64_t n_blocks = 0, n_states = 0, n_manifests = 0;
   for (const Job& job : batch) {
     switch (job.kind) {
       case Job::Kind::Block:
@@ -114,6 +114,12 @@ bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {
         conn.append({"ZADD", prefix_ + "blocks", now, job.key.hex()});
         n_commands += 2;
         ++n_blocks;
+        break;
+      case Job::Kind::State:  // keyed by its KV block's key and prefix: same bytes for a key
+        conn.append({"SET", state_name(job.key), as_view(job.bytes), "NX"});
+        conn.append({"ZADD", prefix_ + "states", now, job.key.hex()});
+        n_commands += 2;
+        ++n_states;
         break;
       case Job::Kind::Manifest:
         conn.append({"SET", agent_name(job.key), as_view(job.bytes)});
@@ -127,10 +133,12 @@ bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {
           conn.append({"ZREM", prefix_ + "agents", job.key.hex()});
           n_commands += 2;
         }
-        for (const Hash128& k : job.blocks) {
+        for (const Hash128& k : job.blocks) {  // a KV or a state block: both names go
           conn.append({"DEL", block_name(k)});
           conn.append({"ZREM", prefix_ + "blocks", k.hex()});
-          n_commands += 2;
+          conn.append({"DEL", state_name(k)});
+          conn.append({"ZREM", prefix_ + "states", k.hex()});
+          n_commands += 4;
         }
         break;
     }
@@ -152,6 +160,7 @@ bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {
   on_success();
   std::lock_guard lock(mu_);
   stats_.n_written += n_blocks;
+  stats_.n_states_written += n_states;
   stats_.n_manifests += n_manifests;
   return true;
 }
@@ -159,23 +168,28 @@ bool RemoteStore::write_batch(RedisConnection& conn, std::vector<Job>& batch) {
 bool RemoteStore::over_budget(RedisConnection& conn) {
   if (options_.max_bytes <= 0) return false;
   conn.append({"ZCARD", prefix_ + "blocks"});
-  const RedisReply r = conn.next();
-  if (r == nullptr) {
+  conn.append({"ZCARD", prefix_ + "states"});
+  const RedisReply blocks = conn.next();
+  const RedisReply states = blocks != nullptr ? conn.next() : nullptr;
+  if (states == nullptr) {
     on_failure(conn.error());
     return false;
   }
-  return reply_integer(r.get(), 0) * static_cast<long long>(options_.value_bytes) > options_.max_bytes;
+  return reply_integer(blocks.get(), 0) * static_cast<long long>(options_.value_bytes) +
+             reply_integer(states.get(), 0) * static_cast<long long>(options_.state_value_bytes) >
+         options_.max_bytes;
 }
 
-// Past the budget: blocks no manifest names (least recently used first), then the chains of
-// the least recently used unpinned agents (manifest first, a chain's tail before its head),
-// down to low_water * max_bytes. Blocks a pinned agent names stay. Another replica may evict at
-// the same time: deleting a block twice is harmless, and a manifest naming a deleted block
-// restores its prefix up to it.
+// Past the budget: state blocks no manifest names, then KV blocks no manifest names (least
+// recently used first), then the least recently used unpinned agents (manifest first, then
+// their state blocks, then their chain's tail before its head), down to low_water * max_bytes.
+// Blocks a pinned agent names stay. Another replica may evict at the same time: deleting a
+// block twice is harmless, and a manifest naming a deleted block restores its prefix up to it.
 void RemoteStore::evict(RedisConnection& conn) {
   if (options_.max_bytes <= 0) return;
   const auto fail = [&] { on_failure(conn.error()); };
-  // Every block, least recently used first; every agent, likewise (in pages: bounded replies).
+  // Every block and state block, least recently used first; every agent, likewise (in pages:
+  // bounded replies).
   const auto members = [&](const std::string& set, std::vector<std::string>& out) {
     for (long long start = 0;; start += kPage) {
       conn.append({"ZRANGE", set, std::to_string(start), std::to_string(start + kPage - 1)});
@@ -186,19 +200,23 @@ void RemoteStore::evict(RedisConnection& conn) {
       if (r->elements < static_cast<std::size_t>(kPage)) return true;
     }
   };
-  std::vector<std::string> blocks, agents;
-  if (!members(prefix_ + "blocks", blocks) || !members(prefix_ + "agents", agents)) return fail();
-  const long long vb = static_cast<long long>(options_.value_bytes);
-  const auto target = static_cast<long long>(options_.low_water * static_cast<double>(options_.max_bytes)) / vb;
-  if (static_cast<long long>(blocks.size()) * vb <= options_.max_bytes) return;
-  std::size_t need = blocks.size() - static_cast<std::size_t>(std::max(0LL, target));
+  std::vector<std::string> blocks, states, agents;
+  if (!members(prefix_ + "blocks", blocks) || !members(prefix_ + "states", states) ||
+      !members(prefix_ + "agents", agents))
+    return fail();
+  const auto vb = static_cast<long long>(options_.value_bytes);
+  const auto sb = static_cast<long long>(options_.state_value_bytes);
+  const long long stored = static_cast<long long>(blocks.size()) * vb + static_cast<long long>(states.size()) * sb;
+  if (stored <= options_.max_bytes) return;
+  const long long need =
+      stored - static_cast<long long>(options_.low_water * static_cast<double>(options_.max_bytes));
 
   struct Agent {
     std::string hash_hex;
     AgentRecord record;
   };
   std::vector<Agent> records;
-  std::unordered_map<std::string, std::int32_t> n_naming;  // block hex -> manifests naming it
+  std::unordered_map<std::string, std::int32_t> n_naming;  // block or state hex -> manifests naming it
   std::unordered_set<std::string> pinned;
   for (const std::string& a : agents) {
     const std::optional<Hash128> h = Hash128::from_hex(a);
@@ -211,48 +229,64 @@ void RemoteStore::evict(RedisConnection& conn) {
     if (parse_manifest(std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
                        options_.fingerprint, agent.record) != FileCheck::Ok)
       continue;  // gone or damaged: names nothing
-    for (const Hash128& k : agent.record.chain) {
-      ++n_naming[k.hex()];
-      if (agent.record.pinned) pinned.insert(k.hex());
-    }
+    for (const auto* keys : {&agent.record.chain, &agent.record.states})
+      for (const Hash128& k : *keys) {
+        ++n_naming[k.hex()];
+        if (agent.record.pinned) pinned.insert(k.hex());
+      }
     records.push_back(std::move(agent));
   }
-  const std::unordered_set<std::string> stored(blocks.begin(), blocks.end());
-  std::vector<std::string> victims, agent_victims;
+  const std::unordered_set<std::string> stored_blocks(blocks.begin(), blocks.end());
+  const std::unordered_set<std::string> stored_states(states.begin(), states.end());
+  struct Victim {
+    std::string hex;
+    bool state = false;
+  };
+  std::vector<Victim> victims;
+  std::vector<std::string> agent_victims;
   std::unordered_set<std::string> chosen;
-  for (const std::string& b : blocks) {
-    if (victims.size() >= need) break;
-    if (!n_naming.contains(b)) {
-      victims.push_back(b);
-      chosen.insert(b);
+  long long freed = 0;
+  const auto take = [&](const std::string& k, bool state) {
+    victims.push_back({k, state});
+    freed += state ? sb : vb;
+  };
+  for (const auto& [set, state] : {std::pair{&states, true}, std::pair{&blocks, false}})
+    for (const std::string& k : *set) {
+      if (freed >= need) break;
+      if (!n_naming.contains(k) && chosen.insert(k).second) take(k, state);
     }
-  }
   for (const Agent& a : records) {  // least recently used first
-    if (victims.size() >= need) break;
+    if (freed >= need) break;
     if (a.record.pinned) continue;
     agent_victims.push_back(a.hash_hex);
-    for (auto it = a.record.chain.rbegin(); it != a.record.chain.rend() && victims.size() < need; ++it) {
-      const std::string k = it->hex();
-      if (--n_naming[k] == 0 && !pinned.contains(k) && stored.contains(k) && chosen.insert(k).second)
-        victims.push_back(k);
-    }
+    // Its state blocks first: each ends on a block of its chain and is useless without it.
+    const auto drop = [&](const std::vector<Hash128>& keys, const std::unordered_set<std::string>& in, bool state) {
+      for (auto it = keys.rbegin(); it != keys.rend() && freed < need; ++it) {
+        const std::string k = it->hex();
+        if (--n_naming[k] == 0 && !pinned.contains(k) && in.contains(k) && chosen.insert(k).second) take(k, state);
+      }
+    };
+    drop(a.record.states, stored_states, true);
+    drop(a.record.chain, stored_blocks, false);
   }
   for (const std::string& a : agent_victims) {
     conn.append({"DEL", agent_name(*Hash128::from_hex(a))});
     conn.append({"ZREM", prefix_ + "agents", a});
   }
-  for (const std::string& k : victims) {
-    conn.append({"DEL", prefix_ + "block:" + k});
-    conn.append({"ZREM", prefix_ + "blocks", k});
+  for (const Victim& v : victims) {
+    conn.append({"DEL", prefix_ + (v.state ? "state:" : "block:") + v.hex});
+    conn.append({"ZREM", prefix_ + (v.state ? "states" : "blocks"), v.hex});
   }
-  std::int64_t n_deleted = 0;
+  std::int64_t n_deleted = 0, n_states_deleted = 0;
   for (std::size_t i = 0; i < 2 * (agent_victims.size() + victims.size()); ++i) {
     const RedisReply r = conn.next();
     if (r == nullptr) return fail();
-    if (i >= 2 * agent_victims.size() && i % 2 == 0) n_deleted += reply_integer(r.get(), 0) > 0 ? 1 : 0;
+    if (i < 2 * agent_victims.size() || i % 2 != 0 || reply_integer(r.get(), 0) <= 0) continue;
+    ++(victims[(i - 2 * agent_victims.size()) / 2].state ? n_states_deleted : n_deleted);
   }
   std::lock_guard lock(mu_);
   stats_.n_evicted += n_deleted;
+  stats_.n_states_evicted += n_states_deleted;
   stats_.n_agents_evicted += static_cast<std::int64_t>(agent_victims.size());
 }
 

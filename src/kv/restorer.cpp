@@ -24,6 +24,15 @@ RestoreJob::~RestoreJob() {
     for (std::unique_ptr<std::byte[]>& b : buffers_) budget_->kept.push_back(std::move(b));
 }
 
+void RestoreJob::want_state(std::vector<StateCandidate> candidates, std::vector<std::int32_t> tokens,
+                            std::int32_t walk_end, std::int32_t block_size, std::int64_t n_floats) {
+  state_candidates_ = std::move(candidates);
+  state_tokens_ = std::move(tokens);
+  walk_end_ = walk_end;
+  block_size_ = block_size;
+  state_floats_ = n_floats;
+}
+
 std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
   AKV_CHECK(i >= 0 && i < n_loaded() && static_cast<std::size_t>(i) < buffers_.size(), "restore job block not loaded");
   return {buffers_[static_cast<std::size_t>(i)].get(), block_bytes_};
@@ -48,7 +57,7 @@ Restorer::~Restorer() {
 }
 
 void Restorer::submit(std::shared_ptr<RestoreJob> job) {
-  if (job->blocks_.empty()) {
+  if (job->blocks_.empty() && !job->wants_state()) {
     job->done_.store(true, std::memory_order_release);
     return;
   }
@@ -72,10 +81,10 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
         front->limit_) {  // nothing left to hand out: whoever loads its last block ends it
       std::shared_ptr<RestoreJob> drained = std::move(front);
       queue_.pop_front();
-      if (drained->in_flight_ == 0 && !drained->done()) {
-        mark_done(*drained);
-        drained.reset();  // as in loop(): the owner's reference is the last when it hears
+      if (take_finish(*drained)) {
         lock.unlock();
+        finish(*drained);
+        drained.reset();  // as in loop(): the owner's reference is the last when it hears
         if (on_done_) on_done_();
         lock.lock();
       }
@@ -163,16 +172,47 @@ bool Restorer::settle(RestoreJob& job, std::int32_t index, bool ok) {
   } else {
     job.limit_ = std::min(job.limit_, index);  // the chain breaks here
   }
-  const bool finished = job.in_flight_ == 0 &&
-                        (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
-  if (finished && !job.done()) {
-    mark_done(job);
-    return true;
-  }
-  return false;
+  return take_finish(job);
 }
 
-void Restorer::mark_done(RestoreJob& job) {
+bool Restorer::take_finish(RestoreJob& job) {
+  const bool finished = job.in_flight_ == 0 &&
+                        (job.next_ >= job.limit_ || job.cancelled_.load(std::memory_order_relaxed));
+  if (!finished || job.finishing_ || job.done()) return false;
+  job.finishing_ = true;
+  return true;
+}
+
+void Restorer::load_state(RestoreJob& job) {
+  if (!job.wants_state() || job.cancelled_.load(std::memory_order_relaxed)) return;
+  // The KV the sequence will have: every walked block, or up to the first one not loaded.
+  const std::int32_t n_loaded = job.n_loaded();
+  const std::int32_t covered = static_cast<std::size_t>(n_loaded) < job.blocks_.size()
+                                   ? job.blocks_[static_cast<std::size_t>(n_loaded)].depth * job.block_size_
+                                   : job.walk_end_;
+  std::vector<const RestoreJob::StateCandidate*> usable;  // deepest first
+  std::vector<Hash128> keys;
+  for (auto it = job.state_candidates_.rbegin(); it != job.state_candidates_.rend(); ++it) {
+    if (it->pos > covered) continue;
+    usable.push_back(&*it);
+    keys.push_back(it->key);
+  }
+  const std::vector<bool> stored = disk_->find_states(keys);  // one Redis round trip at most
+  job.state_.resize(static_cast<std::size_t>(job.state_floats_));
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    if (!stored[i]) continue;
+    const RestoreJob::StateCandidate& c = *usable[i];
+    const Hash128 prefix = disk_->keyer().tokens_hash(std::span(job.state_tokens_).first(static_cast<std::size_t>(c.pos)));
+    if (disk_->load_state(c.key, c.parent, prefix, std::as_writable_bytes(std::span(job.state_)))) {
+      job.state_pos_ = c.pos;
+      return;
+    }
+  }
+  job.state_.clear();
+}
+
+void Restorer::finish(RestoreJob& job) {
+  load_state(job);
   disk_->restore_time().observe(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - job.submitted_).count());
   job.done_.store(true, std::memory_order_release);
@@ -195,15 +235,17 @@ void Restorer::loop() {
     lock.lock();
     if (ok && host_ != nullptr) job->host_pins_.push_back(job->blocks_[static_cast<std::size_t>(index)].key);
     const bool finished = settle(*job, index, ok);
-    // A finished job leaves the queue and this thread before its owner hears of it: the owner's
-    // reference is then the last, and dropping it gives the job's memory back at once.
-    if (finished) std::erase(queue_, job);
-    job.reset();
-    if (finished && on_done_) {
+    if (finished) {
+      // The finished job leaves the queue, and this thread lets go of it, before its owner hears
+      // of it: the owner's reference is then the last, and dropping it returns the memory at once.
+      std::erase(queue_, job);
       lock.unlock();
-      on_done_();
+      finish(*job);
+      job.reset();
+      if (on_done_) on_done_();
       lock.lock();
     }
+    job.reset();
   }
 }
 

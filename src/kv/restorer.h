@@ -16,6 +16,10 @@
 // destroyed job's buffers are kept for the next jobs (no fresh pages, nothing to unmap on the
 // engine thread), so buffers held by jobs and kept together stay within `max_bytes` too: a
 // server keeps the most its restores ever held at once.
+// A job may also carry a hybrid model's state block (RestoreJob::want_state): once its blocks
+// are loaded, the restorer loads the deepest state block whose KV the sequence then has (the
+// candidates the job's loaded blocks cover), from disk or Redis, verified; the job is done only
+// after that, so the engine thread never reads a state block either.
 // Thread-safe: submit from the engine thread.
 #pragma once
 
@@ -70,6 +74,23 @@ class RestoreJob {
   // The request went away: the restorer stops taking its blocks.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
 
+  // Hybrid models: a state block to load after the blocks (before submit). `candidates` in
+  // chain order: state_key of the chain's block ending at `pos`, that block's key as parent.
+  // The restorer tries them deepest first, only those at or below the KV the sequence has once
+  // the blocks are loaded: `walk_end` when every block loaded, else the first missing block's
+  // start. `tokens`: the prefix (at least up to the deepest candidate), for the prefix hash.
+  // `n_floats`: the state's size.
+  struct StateCandidate {
+    Hash128 key, parent;
+    std::int32_t pos = 0;
+  };
+  void want_state(std::vector<StateCandidate> candidates, std::vector<std::int32_t> tokens,
+                  std::int32_t walk_end, std::int32_t block_size, std::int64_t n_floats);
+  bool wants_state() const { return !state_candidates_.empty(); }
+  // Once done(): the position of the state block loaded (0: none), and its floats (taken).
+  std::int32_t state_pos() const { return state_pos_; }
+  std::vector<float> take_state() { return std::move(state_); }
+
  private:
   friend class Restorer;
   std::vector<Block> blocks_;
@@ -87,7 +108,15 @@ class RestoreJob {
   std::int32_t in_flight_ = 0;  // blocks being loaded
   std::vector<bool> loaded_;
   std::atomic<std::int32_t> n_loaded_{0};
+  bool finishing_ = false;       // a thread is loading its state block before marking it done
   std::atomic<bool> done_{false}, cancelled_{false};
+  // The state block (want_state): written by the finishing thread before done_.
+  std::vector<StateCandidate> state_candidates_;
+  std::vector<std::int32_t> state_tokens_;
+  std::int32_t walk_end_ = 0, block_size_ = 0;
+  std::int64_t state_floats_ = 0;
+  std::vector<float> state_;
+  std::int32_t state_pos_ = 0;
   std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
@@ -129,13 +158,19 @@ class Restorer {
   // Gives `job` its memory if it fits the budget (truncating a job alone past it); false: wait.
   bool take_memory(RestoreJob& job);
   void loop();
-  // Records block `index` of `job` (loaded or not); true when that finished the job.
+  // Records block `index` of `job` (loaded or not); true when the caller is to finish the job.
   bool settle(RestoreJob& job, std::int32_t index, bool ok);
   // Loads block `index` of `job` into a host-tier slot (or finds it there), pinned; false when
   // it is missing or bad, or no slot can be had.
   bool load_into_host(const RestoreJob& job, std::int32_t index);
-  // Marks `job` done and observes its time in the disk tier's restore-time histogram.
-  void mark_done(RestoreJob& job);
+  // Whether `job` is to be finished now by the caller (caller holds mu_): nothing in flight or
+  // left to hand out, and no thread finishing it. Marks it as being finished.
+  bool take_finish(RestoreJob& job);
+  // Without mu_: loads the job's state block (if it wants one), marks it done and observes its
+  // time in the disk tier's restore-time histogram. The caller then drops its reference and runs
+  // on_done.
+  void finish(RestoreJob& job);
+  void load_state(RestoreJob& job);
 
   DiskStore* disk_;
   HostStore* host_;

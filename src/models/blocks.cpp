@@ -58,6 +58,10 @@ void Workspace::reserve(const ModelConfig& c, std::int64_t n) {
       moe_gate_up_ = backend_.alloc(DType::F32, cap * m.top_k, 2 * m.inter);
       moe_act_ = backend_.alloc(DType::F32, cap * m.top_k, m.inter);
       moe_down_ = backend_.alloc(DType::F32, cap * m.top_k, c.hidden_size);
+      if (m.shared_inter > 0) {
+        moe_shared_ = backend_.alloc(DType::F32, cap, c.hidden_size);
+        moe_shared_gate_ = backend_.alloc(DType::F32, cap, 1);
+      }
     }
     capacity_ = cap;
   }
@@ -75,6 +79,10 @@ void Workspace::reserve(const ModelConfig& c, std::int64_t n) {
            .gate_up = moe_gate_up_->tensor().rows_slice(0, n * k),
            .act = moe_act_->tensor().rows_slice(0, n * k),
            .down = moe_down_->tensor().rows_slice(0, n * k)};
+  }
+  if (moe_shared_) {
+    moe_shared = moe_shared_->tensor().rows_slice(0, n);
+    moe_shared_gate = moe_shared_gate_->tensor().rows_slice(0, n);
   }
 }
 

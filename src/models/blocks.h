@@ -51,12 +51,15 @@ class Workspace {
   TensorRef act;           // [n, inter]
   TensorRef router;        // MoE models: [n, n_experts] router logits
   MoeScratch moe;          // MoE models: the moe op's scratch for n rows
+  TensorRef moe_shared;       // MoE with a shared expert: [n, hidden] its output
+  TensorRef moe_shared_gate;  // ... and [n, 1] its gate's logit
 
  private:
   Backend& backend_;
   std::int64_t capacity_ = 0;
   std::unique_ptr<DeviceBuffer> x_, xn_, y_, qkv_, attn_, gate_up_, act_;
   std::unique_ptr<DeviceBuffer> router_, route_, moe_gate_up_, moe_act_, moe_down_;
+  std::unique_ptr<DeviceBuffer> moe_shared_, moe_shared_gate_;
 };
 
 // What one layer's attention needs besides its weights.

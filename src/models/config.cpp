@@ -303,6 +303,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                             ? std::max(moe.expert_intermediate, moe.shared_intermediate)
                             : r.positive("intermediate_size");
   c.n_layers = r.positive("num_hidden_layers");
+  if (moe.n_experts > 0) {  // the hybrids' MoE runs the common MoE block, with its shared expert
+    c.moe = {.n_experts = moe.n_experts, .top_k = moe.top_k, .inter = moe.expert_intermediate,
+             .norm_topk_prob = moe.norm_topk_prob, .shared_inter = moe.shared_intermediate, .layer_is_moe = {}};
+    for (std::int64_t l = 0; l < c.n_layers; ++l) c.moe.layer_is_moe.push_back(moe.layer_is_sparse(l));
+  }
   c.n_heads = r.positive("num_attention_heads");
   c.n_kv_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.n_heads;
   if (c.n_heads % c.n_kv_heads != 0)

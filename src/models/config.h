@@ -46,6 +46,7 @@ struct MoeConfig {
   std::int64_t inter = 0;         // one expert's width: moe_intermediate_size, else intermediate_size
   bool norm_topk_prob = false;    // Qwen3-MoE: renormalise the k softmax weights to sum 1
   double swiglu_limit = 0.0;      // GPT-OSS clamp (swiglu_limit, default 7)
+  std::int64_t shared_inter = 0;  // Qwen3-Next / Qwen3.5-MoE: the sigmoid-gated shared expert's width (0: none)
   std::vector<bool> layer_is_moe; // [n_layers]; false: a dense MLP of intermediate_size
 };
 

@@ -32,7 +32,8 @@ struct LinearAttentionConfig {
 };
 
 // A sparse MoE block with a sigmoid-gated shared expert (Qwen3-Next, Qwen3.5-MoE):
-// y = sum_topk(w_e * expert_e(x)) + sigmoid(x . g) * shared(x).
+// y = sum_topk(w_e * expert_e(x)) + sigmoid(x . g) * shared(x). As parsed; the config fills
+// ModelConfig::moe from it (shared_inter), and the common MoE block (moe_block.h) runs it.
 struct SharedExpertMoeConfig {
   std::int64_t n_experts = 0;  // 0: dense MLP in every layer
   std::int64_t top_k = 0;

@@ -71,6 +71,18 @@ MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
   return l;
 }
 
+MoeLayerWeights load_qwen3_next_moe(WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  MoeLayerWeights l = load_qwen3_moe_experts(w, p, c);
+  const std::int64_t hidden = c.hidden_size, inter = c.moe.shared_inter;
+  const std::string s = p + "shared_expert.";
+  l.shared.mlp.gate = w.get(s + "gate_proj.weight", {inter, hidden});
+  l.shared.mlp.up = w.get(s + "up_proj.weight", {inter, hidden});
+  l.shared.mlp.down = w.get(s + "down_proj.weight", {hidden, inter});
+  l.shared.gate = w.get(p + "shared_expert_gate.weight", {1, hidden});
+  l.shared.inter = inter;
+  return l;
+}
+
 MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& p, const ModelConfig& c) {
   const MoeConfig& m = c.moe;
   const std::int64_t hidden = c.hidden_size, inter = m.inter, n = m.n_experts;
@@ -112,8 +124,17 @@ MoeLayerWeights load_gpt_oss_experts(WeightLoader& w, const std::string& p, cons
 }
 
 void run_moe(const MoeLayerWeights& w, LayerContext& ctx, TensorRef xn) {
-  ctx.backend.matmul(xn, w.router, &w.router_bias, ctx.ws.router);
-  ctx.backend.moe(xn, ctx.ws.router, w.experts, w.params, ctx.ws.moe, ctx.ws.y);
+  Backend& be = ctx.backend;
+  be.matmul(xn, w.router, &w.router_bias, ctx.ws.router);
+  be.moe(xn, ctx.ws.router, w.experts, w.params, ctx.ws.moe, ctx.ws.y);
+  const std::int64_t inter = w.shared.inter;
+  if (inter == 0) return;
+  const std::int64_t n = xn.rows;
+  be.gated_mlp(xn, w.shared.mlp, GluActivation::Silu, ctx.ws.gate_up.rows_slice(0, n).cols_slice(0, 2 * inter),
+               ctx.ws.act.rows_slice(0, n).cols_slice(0, inter), ctx.ws.moe_shared);
+  be.matmul(xn, w.shared.gate, nullptr, ctx.ws.moe_shared_gate);
+  be.sigmoid_mul(ctx.ws.moe_shared, ctx.ws.moe_shared_gate);  // one gate per row
+  be.add(ctx.ws.y, ctx.ws.moe_shared);
 }
 
 }  // namespace akv

@@ -7,7 +7,7 @@
 
 #include "models/decoder.h"
 #include "models/hybrid_blocks.h"
-#include "models/shared_expert_moe.h"
+#include "models/moe_block.h"
 
 namespace akv {
 
@@ -20,7 +20,7 @@ struct HybridLayer {
   GatedAttentionWeights attn;
   bool sparse = false;
   MlpWeights mlp;
-  SharedExpertMoeWeights moe;
+  MoeLayerWeights moe;
 };
 
 class HybridModel final : public DecoderModel {
@@ -28,10 +28,8 @@ class HybridModel final : public DecoderModel {
   HybridModel(ModelConfig c, SafetensorsReader r, Backend& b, bool fused_qkvz)
       : DecoderModel(std::move(c), std::move(r), b, /*norm_offset=*/1.0f),
         derived_(reader(), b),
-        hybrid_ws_(b),
-        moe_(b) {
+        hybrid_ws_(b) {
     const ModelConfig& cfg = config_;
-    recordable_ = cfg.hybrid.moe.n_experts == 0;  // the reference MoE routes on the host
     std::int64_t n_linear = 0;
     for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
       const std::string p = layer_prefix(l);
@@ -44,9 +42,9 @@ class HybridModel final : public DecoderModel {
       } else {
         layer.attn = load_gated_attention(loader(), derived_, p, cfg);
       }
-      layer.sparse = cfg.hybrid.moe.layer_is_sparse(l);
+      layer.sparse = cfg.moe.n_experts > 0 && cfg.moe.layer_is_moe[l];
       if (layer.sparse)
-        layer.moe = load_shared_expert_moe(loader(), p + "mlp.", cfg);
+        layer.moe = load_qwen3_next_moe(loader(), p + "mlp.", cfg);
       else
         layer.mlp = load_mlp(loader(), p + "mlp.", cfg, false);
       layers_.push_back(std::move(layer));
@@ -54,10 +52,7 @@ class HybridModel final : public DecoderModel {
   }
 
  private:
-  void reserve_extra(std::int64_t n) override {
-    hybrid_ws_.reserve(config_, n);
-    if (config_.hybrid.moe.n_experts > 0) moe_.reserve(config_, n);
-  }
+  void reserve_extra(std::int64_t n) override { hybrid_ws_.reserve(config_, n); }
 
   void run_layer(LayerContext& ctx) override {
     const HybridLayer& w = layers_[ctx.layer];
@@ -68,7 +63,7 @@ class HybridModel final : public DecoderModel {
       run_gated_attention(w.attn, ctx, hybrid_ws_, ctx.ws.xn);
     norm_before_mlp(ctx, w.mlp_norm, 1.0f);
     if (w.sparse)
-      moe_.run(w.moe, config_.hybrid.moe, ctx, ctx.ws.xn);
+      run_moe(w.moe, ctx, ctx.ws.xn);
     else
       run_mlp(w.mlp, ctx, ctx.ws.xn, GluActivation::Silu);
     finish_layer(ctx);
@@ -76,7 +71,6 @@ class HybridModel final : public DecoderModel {
 
   DerivedWeights derived_;
   HybridWorkspace hybrid_ws_;
-  SharedExpertMoe moe_;
   std::vector<HybridLayer> layers_;
 };
 

@@ -155,6 +155,11 @@ void append_remote_metrics(const RemoteStoreStats& r, const DiskStoreStats* disk
   if (disk != nullptr)
     metric(out, "counter", "agentkv_kv_remote_restored_total",
            "blocks read from Redis, verified and restored", d(disk->n_loaded_remote));
+  metric(out, "counter", "agentkv_kv_remote_states_written_total",
+         "hybrid models' state blocks written to Redis", d(r.n_states_written));
+  if (disk != nullptr)
+    metric(out, "counter", "agentkv_kv_remote_states_restored_total",
+           "of agentkv_kv_remote_restored_total: state blocks", d(disk->n_states_loaded_remote));
   metric(out, "counter", "agentkv_kv_remote_missing_total", "reads that found no block", d(r.n_missing));
   metric(out, "counter", "agentkv_kv_remote_bad_total", "reads of a value of the wrong size", d(r.n_bad));
   metric(out, "counter", "agentkv_kv_remote_errors_total",

@@ -1,7 +1,9 @@
 // Hybrid linear-attention models on the CUDA backend: the ops (output gate, short causal conv,
 // gated delta rule) against the scalar reference on a batch of chunks that start fresh or continue
 // a state in their slots, and the Qwen3.5 / Qwen3-Next fixtures' logits against their fp64
-// references (prefill, then decode steps: recorded CUDA graphs for the dense model).
+// references (prefill, then decode steps: recorded CUDA graphs, the MoE models' routing on the
+// device through Backend::moe). The output gate also in its one-gate-per-row form (a MoE
+// block's shared expert).
 #include "models/model.h"
 #include "parity_util.h"
 
@@ -59,6 +61,14 @@ void random_states(KvStorage& cpu, KvStorage& gpu) {
 TEST(HybridOps, SigmoidMul) {
   AKV_SKIP_WITHOUT_CUDA();
   Pair x = Pair::random(7, 96, 8), g = Pair::random(7, 96, 4, 3.0f);
+  backends().ref.sigmoid_mul(x.cpu, g.cpu);
+  backends().gpu.sigmoid_mul(x.gpu, g.gpu);
+  EXPECT_LE(x.error(), 1e-6);
+}
+
+TEST(HybridOps, SigmoidMulOneGatePerRow) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Pair x = Pair::random(7, 96, 8), g = Pair::random(7, 1, 4, 3.0f);
   backends().ref.sigmoid_mul(x.cpu, g.cpu);
   backends().gpu.sigmoid_mul(x.gpu, g.gpu);
   EXPECT_LE(x.error(), 1e-6);

@@ -3,10 +3,14 @@
 // after a device eviction and from the disk tier after a restart (the snapshot written there
 // as a state block), a second agent resumes at the deepest snapshot of a shared prefix; each
 // gives the cold run's greedy tokens and top logprobs, and usage reports the snapshot's
-// position. A damaged state block is refused and recomputed; another tenant never resumes.
+// position. A damaged state block is refused and recomputed; another tenant never resumes. The
+// state block is read by the restorer's threads: the engine keeps stepping meanwhile.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -50,6 +54,7 @@ struct Options {
   std::size_t host_blocks = 0;
   std::int32_t snapshot_interval = 1024;
   std::int64_t snapshot_bytes = 1ll << 30;
+  std::function<void(bool state)> before_load{};  // DiskStoreOptions::before_load
 };
 
 // A hybrid model with an agent index, a disk tier on `kv_dir` (and a host tier) and an engine
@@ -63,6 +68,7 @@ struct Served {
     o.fingerprint = model_fingerprint({.model_dir = model_dir, .chat_template = "", .kv = layout});
     o.shape = block_shape_of(layout);
     o.block_size = kBlock;
+    o.before_load = opt.before_load;
     store = DiskStore::open_or_throw(o);
     for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
     EngineConfig cfg{.block_size = kBlock,
@@ -203,6 +209,58 @@ TEST_P(HybridMemory, SecondAgentSharingAPrefixResumesAtItsDeepestSnapshot) {
   const Result r = s.run(prompt, 6, "b");
   EXPECT_EQ(r.usage.cached_tokens, 32);
   expect_like_cold(r, prompt, 6);
+}
+
+// After a restart the state block is read by the restorer with the KV, not by the engine
+// thread: while its read is held, another request runs to its end; the held one then resumes at
+// its snapshot.
+TEST_P(HybridMemory, StateBlockLoadsInTheBackgroundWhileOthersRun) {
+  ScratchDir dir;
+  Result r1;
+  {
+    Served s(model(), dir.path);
+    r1 = s.run(first_turn(), 12, "a");
+    s.stop_gracefully();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, other_done = false, done_when_released = false;
+  Options opt;
+  opt.before_load = [&](bool state) {
+    if (!state) return;
+    std::unique_lock lock(mu);
+    held = true;
+    cv.notify_all();
+    // Until the other request ended (a read on the engine thread waits here in vain).
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return other_done; });
+    done_when_released = other_done;
+  };
+  Served s(model(), dir.path, opt);
+  const Ids prompt = second_turn(r1);
+  GenerateRequest r;
+  r.n_logprobs = 5;
+  r.prompt = prompt;
+  r.max_tokens = 6;
+  r.agent = "a";
+  const RequestId id = s.engine->submit(std::move(r), s.out.callback());
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return held; }));
+  }
+  const Result other = s.run(random_ids(15, 20), 4, "b");
+  {
+    std::lock_guard lock(mu);
+    other_done = true;
+  }
+  cv.notify_all();
+  const Result r2 = s.out.wait(id);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(done_when_released) << "the state block's read held the engine thread";
+  }
+  EXPECT_EQ(other.tokens.size(), 4u);
+  EXPECT_EQ(r2.usage.cached_tokens, kResumeAt);
+  expect_like_cold(r2, prompt, 6);
 }
 
 std::vector<fs::path> state_files(const std::string& dir) {

@@ -1,6 +1,7 @@
 // The remote tier against a real redis-server started by the test: the URL, the fleet's shared
 // secret, write-behind through the disk tier and reads on another replica's miss, refusals
-// (another model, damage, oversize), Redis going away and coming back, erasing, the budget.
+// (another model, damage, oversize), Redis going away and coming back, erasing, the budget;
+// hybrid models' state blocks beside the KV blocks (their own names, tenants, damage, budget).
 #include "kv/remote_store.h"
 
 #include <gtest/gtest.h>
@@ -26,12 +27,15 @@ using test::ScratchDir;
 
 const BlockShape kShape{.n_rows = 2 * 2 * 4, .row_width = 16, .dtype = DType::F32};
 const std::size_t kValueBytes = kBlockHeaderBytes + kShape.raw_bytes();
+constexpr std::size_t kStateBytes = 1000 * sizeof(float);  // not a KV block's size
+const std::size_t kStateValueBytes = kBlockHeaderBytes + kStateBytes;
 
 RemoteStoreOptions remote_options(const RedisTestServer& redis, Hash128 fp = {1, 2}) {
   RemoteStoreOptions o;
   o.url = redis.url();
   o.fingerprint = fp;
   o.value_bytes = kValueBytes;
+  o.state_value_bytes = kStateValueBytes;
   o.timeout_ms = 500;
   o.reconnect_ms = 100;
   return o;
@@ -401,6 +405,131 @@ TEST(RemoteStore, BudgetEvictsUnnamedThenOldestAgentsNeverPinned) {
   put(10);
   put(11);  // 7 blocks: 10, 11 unnamed go; the pinned five stay
   for (std::uint64_t id : {1, 2, 3, 7, 8}) EXPECT_TRUE(remote->get_block({id, id}, bytes)) << id;
+}
+
+std::vector<std::byte> state_content(int seed) {
+  std::vector<std::byte> b(kStateBytes);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>((i * 31 + seed * 7) & 0xff);
+  return b;
+}
+
+// A replica's state block (with the KV block it ends on) reaches Redis under its own name; a
+// replica that never saw it finds and loads it, verified against the same prefix only.
+TEST(RemoteStore, StateBlocksFollowTheirKvBlockToAnotherReplica) {
+  RedisTestServer redis;
+  ScratchDir d1, d2;
+  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
+  auto r2 = RemoteStore::open_or_throw(remote_options(redis));
+  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  const BlockKeyer& keys = disk1->keyer();
+  const std::vector<std::int32_t> t{1, 2, 3, 4};
+  const Hash128 root = keys.root("tenant"), k1 = keys.next(root, t), state = keys.state_key(k1);
+  const Hash128 prefix = keys.tokens_hash(t);
+  ASSERT_TRUE(disk1->put(k1, root, prefix, block_content(kShape, 1)));
+  ASSERT_TRUE(disk1->put_state(state, k1, prefix, state_content(4)));
+  disk1->put_manifest({.tenant = "tenant", .agent = "a", .chain = {k1}, .states = {state}, .n_tokens = 4});
+  disk1->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  EXPECT_EQ(r1->stats().n_written, 1);
+  EXPECT_EQ(r1->stats().n_states_written, 1);
+  const std::string fp = "akv:" + Hash128{1, 2}.hex() + ":";
+  EXPECT_EQ(reply_integer(command(redis, {"EXISTS", fp + "state:" + state.hex()}).get()), 1);
+  EXPECT_EQ(reply_integer(command(redis, {"EXISTS", fp + "block:" + state.hex()}).get()), 0) << "its own names";
+  EXPECT_EQ(reply_integer(command(redis, {"ZCARD", fp + "states"}).get()), 1);
+
+  // The other replica: not on its disk, found in Redis (one round trip for all candidates).
+  const Hash128 other_tenant = keys.state_key(keys.next(keys.root("other"), t));
+  EXPECT_FALSE(disk2->on_disk(state));
+  EXPECT_EQ(disk2->find_states(std::vector<Hash128>{state, other_tenant, k1}), (std::vector<bool>{true, false, false}));
+  std::vector<std::byte> out(kStateBytes);
+  ASSERT_TRUE(disk2->load_state(state, k1, prefix, out));
+  EXPECT_EQ(out, state_content(4));
+  EXPECT_EQ(disk2->stats().n_loaded_remote, 1);
+  EXPECT_EQ(disk2->stats().n_states_loaded_remote, 1);
+  EXPECT_EQ(r2->stats().n_states_loaded, 1);
+  // Only with the KV block and the prefix it was taken over.
+  EXPECT_FALSE(disk2->load_state(state, k1, keys.tokens_hash(std::vector<std::int32_t>{1, 2, 3, 5}), out));
+  EXPECT_FALSE(disk2->load_state(state, root, prefix, out));
+  EXPECT_FALSE(disk2->load_state(other_tenant, keys.next(keys.root("other"), t), prefix, out)) << "another tenant";
+  // A state block is not a KV block, nor the other way round.
+  std::vector<std::byte> raw(kShape.raw_bytes());
+  EXPECT_FALSE(disk2->load(state, k1, prefix, raw));
+  EXPECT_EQ(disk2->stats().rejected_corrupt, 2) << "the two wrong prefixes";
+  // A flipped payload byte: read, refused and counted, never used.
+  command(redis, {"SETRANGE", fp + "state:" + state.hex(), std::to_string(kStateValueBytes - 5), "\x7f"});
+  EXPECT_FALSE(disk2->load_state(state, k1, prefix, out));
+  EXPECT_EQ(disk2->stats().rejected_corrupt, 3);
+  // Read from Redis, then spilled locally (the engine keeps it): not sent back.
+  ASSERT_TRUE(disk2->put_state(state, k1, prefix, state_content(4)));
+  disk2->flush();
+  ASSERT_TRUE(r2->flush(in_s(5)));
+  EXPECT_EQ(r2->stats().n_states_written, 0);
+  // The agent's erase takes its state block out of Redis too.
+  disk1->erase("tenant", "a", {k1, state});
+  disk1->flush();
+  ASSERT_TRUE(r1->flush(in_s(5)));
+  EXPECT_EQ(reply_integer(command(redis, {"EXISTS", fp + "state:" + state.hex()}).get()), 0);
+  EXPECT_EQ(reply_integer(command(redis, {"ZCARD", fp + "states"}).get()), 0);
+}
+
+// State blocks count in the budget and go first: unnamed ones before unnamed KV blocks, an
+// agent's before its chain; a pinned agent's stay.
+TEST(RemoteStore, BudgetEvictsStateBlocksBeforeKvBlocks) {
+  RedisTestServer redis;
+  std::int64_t now = 1'000'000;
+  RemoteStoreOptions o = remote_options(redis);
+  o.max_bytes = static_cast<std::int64_t>(5 * kValueBytes + 2 * kStateValueBytes);
+  o.low_water = 1.0;  // down to the budget itself
+  o.now_unix_ms = [&now] { return now; };
+  auto remote = RemoteStore::open_or_throw(o);
+  const std::vector<std::byte> header(kBlockHeaderBytes), payload(kShape.raw_bytes()), state(kStateBytes);
+  const auto put = [&](std::uint64_t id, bool is_state) {
+    if (is_state)
+      remote->put_state({id, id}, header, state);
+    else
+      remote->put_block({id, id}, header, payload);
+    ASSERT_TRUE(remote->flush(in_s(5)));
+    now += 1000;
+  };
+  const BlockKeyer keys(remote->secret(), {1, 2});
+  const auto manifest = [&](const std::string& agent, std::vector<Hash128> chain, std::vector<Hash128> states,
+                            bool pinned, std::int64_t used) {
+    const AgentRecord r{.tenant = "", .agent = agent, .chain = std::move(chain), .states = std::move(states),
+                        .last_use_ms = used, .pinned = pinned};
+    remote->put_manifest(keys.agent_hash("", agent), encode_manifest({1, 2}, r), used);
+  };
+  std::vector<std::byte> h(kBlockHeaderBytes), tail(kStateBytes), bytes;
+  // A read makes the value most recently used: time moves on after it.
+  const auto has_state = [&](std::uint64_t id) { return (now += 1000, remote->get_state({id, id}, h, tail)); };
+  const auto has_block = [&](std::uint64_t id) { return (now += 1000, remote->get_block({id, id}, bytes)); };
+  // Agent old: chain {1, 2, 4}, state 11; pinned p: chain {3}, state 13; block 5 unnamed.
+  manifest("old", {{1, 1}, {2, 2}, {4, 4}}, {{11, 11}}, false, 1);
+  manifest("p", {{3, 3}}, {{13, 13}}, true, 2);
+  for (std::uint64_t id : {5, 1, 2}) put(id, false);
+  put(11, true);
+  put(3, false);
+  put(13, true);
+  put(4, false);  // 5 blocks + 2 states: at the budget
+  EXPECT_EQ(remote->stats().n_evicted + remote->stats().n_states_evicted, 0);
+  put(14, true);  // an unnamed state block goes before the older unnamed KV block 5
+  EXPECT_EQ(remote->stats().n_states_evicted, 1);
+  EXPECT_EQ(remote->stats().n_evicted, 0);
+  EXPECT_FALSE(has_state(14));
+  EXPECT_TRUE(has_block(5));
+  put(6, false);  // over by a KV block: the unnamed 5 goes
+  EXPECT_EQ(remote->stats().n_evicted, 1);
+  EXPECT_FALSE(has_block(5));
+  // Nothing unnamed left: the least recently used unpinned agent's state block goes before any
+  // block of its chain (a state block is worth more bytes than a KV block here).
+  manifest("old", {{1, 1}, {2, 2}, {4, 4}, {6, 6}, {7, 7}}, {{11, 11}}, false, 1);
+  put(7, false);
+  EXPECT_EQ(remote->stats().n_states_evicted, 2);
+  EXPECT_EQ(remote->stats().n_evicted, 1);
+  EXPECT_FALSE(has_state(11)) << "the agent's state block before its chain";
+  for (std::uint64_t id : {1, 2, 3, 4, 6, 7}) EXPECT_TRUE(has_block(id)) << id;
+  EXPECT_TRUE(has_state(13)) << "pinned";
+  EXPECT_EQ(remote->stats().n_agents_evicted, 1);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // The restorer's own contracts, without a KV manager: a job's blocks land verified in buffers
 // the restorer keeps for the next jobs (within the restore budget, no fresh pages), from local
 // files and from the remote tier (read straight into the job's buffers; a damaged value ends
-// the job there). kv_tiers_test.cpp covers restores through KvManager.
+// the job there); a hybrid model's state block, loaded after the blocks as the deepest the
+// loaded KV covers. kv_tiers_test.cpp covers restores through KvManager.
 #include "kv/restorer.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -61,7 +63,9 @@ class Runner {
           cv_.notify_all();
         }, max_bytes, /*n_threads=*/3) {}
   std::shared_ptr<RestoreJob> run(std::vector<RestoreJob::Block> blocks) {
-    auto job = std::make_shared<RestoreJob>(std::move(blocks), kShape.raw_bytes());
+    return run(std::make_shared<RestoreJob>(std::move(blocks), kShape.raw_bytes()));
+  }
+  std::shared_ptr<RestoreJob> run(std::shared_ptr<RestoreJob> job) {
     std::unique_lock lock(mu_);
     const int before = n_done_;
     lock.unlock();
@@ -173,6 +177,56 @@ TEST(Restorer, RemoteBlocksLandVerifiedInTheJobAndADamagedOneEndsIt) {
   EXPECT_EQ(job->n_loaded(), 3) << "the chain ends at the damaged block";
   EXPECT_TRUE(holds_chain(*job, 300));
   EXPECT_EQ(reader->stats().rejected_corrupt, 1);
+}
+
+// State blocks at the ends of blocks 1 and 3 (positions 2 and 4) of a 4-block chain: a job
+// loads the deepest its loaded blocks cover, and only once they are in; a job may carry a state
+// block alone.
+TEST(Restorer, AJobsStateBlockIsTheDeepestItsLoadedKvCovers) {
+  ScratchDir dir;
+  auto disk = DiskStore::open_or_throw(disk_options(dir.path));
+  const BlockKeyer& keys = disk->keyer();
+  const std::vector<RestoreJob::Block> chain = write_chain(*disk, 4, 500);
+  const std::vector<std::int32_t> tokens{500, 501, 502, 503};  // write_chain's, one a block
+  constexpr std::int64_t kFloats = 256;
+  const auto state_of = [](std::int32_t pos) {
+    std::vector<float> v(kFloats);
+    for (std::int64_t i = 0; i < kFloats; ++i) v[i] = static_cast<float>(pos * 1000 + i);
+    return v;
+  };
+  for (std::int32_t pos : {2, 4}) {
+    const std::vector<float> v = state_of(pos);
+    std::vector<std::byte> bytes(v.size() * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    ASSERT_TRUE(disk->put_state(keys.state_key(chain[pos - 1].key), chain[pos - 1].key,
+                                keys.tokens_hash(std::span(tokens).first(static_cast<std::size_t>(pos))), std::move(bytes)));
+  }
+  disk->flush();
+  std::vector<RestoreJob::StateCandidate> candidates;
+  for (std::int32_t pos = 1; pos <= 4; ++pos)
+    candidates.push_back({.key = keys.state_key(chain[pos - 1].key), .parent = chain[pos - 1].key, .pos = pos});
+  Runner r(disk.get(), 16 * kShape.raw_bytes());
+  const auto job_of = [&](std::vector<RestoreJob::Block> blocks) {
+    auto job = std::make_shared<RestoreJob>(std::move(blocks), kShape.raw_bytes());
+    job->want_state(candidates, tokens, /*walk_end=*/4, /*block_size=*/1, kFloats);
+    return job;
+  };
+
+  auto job = r.run(job_of(chain));
+  EXPECT_EQ(job->n_loaded(), 4);
+  ASSERT_EQ(job->state_pos(), 4);
+  EXPECT_EQ(job->take_state(), state_of(4));
+  // Block 2 missing: the KV ends at position 2, so does the state.
+  std::vector<RestoreJob::Block> broken = chain;
+  broken[2].key = Hash128{9, 9};
+  job = r.run(job_of(broken));
+  EXPECT_EQ(job->n_loaded(), 2);
+  ASSERT_EQ(job->state_pos(), 2);
+  EXPECT_EQ(job->take_state(), state_of(2));
+  // No blocks to load (the KV is in memory): the state block alone.
+  job = r.run(job_of({}));
+  ASSERT_EQ(job->state_pos(), 4);
+  EXPECT_EQ(job->take_state(), state_of(4));
 }
 
 }  // namespace

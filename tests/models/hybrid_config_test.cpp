@@ -46,6 +46,16 @@ TEST(HybridConfig, Qwen35DenseAndMoeParse) {
   EXPECT_EQ(moe.hybrid.moe.n_experts, 8);
   EXPECT_TRUE(moe.hybrid.moe.norm_topk_prob);
   EXPECT_EQ(moe.intermediate_size, 32);  // no dense MLP: sized for the experts
+  // The common MoE block's config: the experts, their shared expert and the sparse layers.
+  EXPECT_EQ(moe.moe.n_experts, 8);
+  EXPECT_EQ(moe.moe.top_k, moe.hybrid.moe.top_k);
+  EXPECT_EQ(moe.moe.inter, moe.hybrid.moe.expert_intermediate);
+  EXPECT_EQ(moe.moe.shared_inter, moe.hybrid.moe.shared_intermediate);
+  EXPECT_GT(moe.moe.shared_inter, 0);
+  EXPECT_TRUE(moe.moe.norm_topk_prob);
+  ASSERT_EQ(moe.moe.layer_is_moe.size(), static_cast<std::size_t>(moe.n_layers));
+  for (std::int64_t l = 0; l < moe.n_layers; ++l) EXPECT_EQ(moe.moe.layer_is_moe[l], moe.hybrid.moe.layer_is_sparse(l));
+  EXPECT_EQ(dense.moe.n_experts, 0);
 }
 
 TEST(HybridConfig, BadFieldsAreNamed) {

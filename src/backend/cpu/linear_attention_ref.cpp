@@ -10,12 +10,13 @@
 namespace akv {
 
 void ReferenceBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
-  AKV_CHECK(x.rows == gate.rows && x.cols == gate.cols, "sigmoid_mul shape");
+  AKV_CHECK(x.rows == gate.rows && (x.cols == gate.cols || gate.cols == 1), "sigmoid_mul shape");
+  const std::int64_t step = gate.cols == 1 ? 0 : 1;  // one gate per row
   for (std::int64_t r = 0; r < x.rows; ++r) {
     float* xr = x.row<float>(r);
     const float* g = gate.row<float>(r);
     for (std::int64_t c = 0; c < x.cols; ++c)
-      xr[c] = static_cast<float>(xr[c] / (1.0 + std::exp(-double(g[c]))));
+      xr[c] = static_cast<float>(xr[c] / (1.0 + std::exp(-double(g[c * step]))));
   }
 }
 

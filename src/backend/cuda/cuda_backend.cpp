@@ -724,7 +724,7 @@ void CudaBackend::softcap(TensorRef x, float cap) {
 }
 
 void CudaBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
-  AKV_CHECK(x.rows == gate.rows && x.cols == gate.cols, "sigmoid_mul shape");
+  AKV_CHECK(x.rows == gate.rows && (x.cols == gate.cols || gate.cols == 1), "sigmoid_mul shape");
   if (recording() && replaying(Sig().u(kSigmoidMul).t(x).t(gate).h)) return;
   cuda::launch_sigmoid_mul(x, gate, stream());
 }

@@ -16,12 +16,13 @@ constexpr int kThreads = 256;
 constexpr int kMaxConvRows = 8;
 constexpr int kMaxKeyDim = 128;
 
+// g_step 0: one gate per row (gate [n, 1]).
 __global__ void sigmoid_mul_kernel(float* x, std::int64_t x_stride, const float* g,
-                                   std::int64_t g_stride, std::int64_t cols) {
+                                   std::int64_t g_stride, std::int64_t g_step, std::int64_t cols) {
   pdl_trigger();
   pdl_wait();
   const std::int64_t r = blockIdx.x, c = blockIdx.y * kThreads + threadIdx.x;
-  if (c < cols) x[r * x_stride + c] *= 1.0f / (1.0f + expf(-g[r * g_stride + c]));
+  if (c < cols) x[r * x_stride + c] *= 1.0f / (1.0f + expf(-g[r * g_stride + c * g_step]));
 }
 
 // One thread per (channel, sequence): the window of the last `rows` inputs stays in registers.
@@ -148,7 +149,7 @@ void launch_sigmoid_mul(TensorRef x, TensorRef gate, Stream s) {
   if (x.rows == 0) return;
   launch(sigmoid_mul_kernel, dim3(static_cast<unsigned>(x.rows), blocks_for(x.cols, kThreads)),
          kThreads, 0, s, static_cast<float*>(x.data), x.stride,
-         static_cast<const float*>(gate.data), gate.stride, x.cols);
+         static_cast<const float*>(gate.data), gate.stride, std::int64_t{gate.cols == 1 ? 0 : 1}, x.cols);
   AKV_CUDA_CHECK_LAUNCH();
 }
 
