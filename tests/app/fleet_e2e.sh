@@ -50,7 +50,8 @@ AGENTKV_LISTEN="127.0.0.1:$lb_port" AGENTKV_HAPROXY_STATS="127.0.0.1:$stats_port
   AGENTKV_REPLICA1="127.0.0.1:${rport[r1]}" AGENTKV_REPLICA2="127.0.0.1:${rport[r2]}" \
   AGENTKV_REPLICA3="127.0.0.1:${rport[r3]}" haproxy -f "$cfg" -db >"$tmp/haproxy.log" 2>&1 &
 pids+=($!)
-n_up() { curl -s "127.0.0.1:$stats_port/stats;csv" | awk -F, '$1=="replicas" && $2 ~ /^r[0-9]$/ && $18=="UP"' | wc -l; }
+# Servers taking traffic: "UP", and "UP 1/2" (failing checks, not yet taken out).
+n_up() { curl -s "127.0.0.1:$stats_port/stats;csv" | awk -F, '$1=="replicas" && $2 ~ /^r[0-9]$/ && $18 ~ /^UP/' | wc -l; }
 up_is() { [[ "$(n_up)" == "$1" ]]; }
 wait_for "HAProxy to see three replicas up" up_is 3
 
