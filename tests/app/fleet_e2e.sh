@@ -20,12 +20,6 @@ command -v redis-server >/dev/null && command -v haproxy >/dev/null && command -
 source "$(dirname "$0")/fleet_util.sh"
 
 redis_port="$(free_port)"
-start_redis() {
-  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
-  redis_pid=$!
-  pids+=("$redis_pid")
-  wait_for "redis" redis-cli -p "$redis_port" ping
-}
 start_redis
 
 declare -A rpid rport
@@ -35,12 +29,7 @@ start_replica() {  # name, extra flags
     --kv-host-bytes 4M --kv-remote "redis://127.0.0.1:$redis_port/0" "$@" >"$tmp/$name.log" 2>&1 &
   rpid[$name]=$!
   pids+=("${rpid[$name]}")
-  for _ in $(seq 200); do
-    rport[$name]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log" 2>/dev/null || true)"  # the log may not exist yet
-    [[ -n "${rport[$name]}" ]] && return
-    sleep 0.1
-  done
-  fail "replica $name did not start"
+  await_port "$name"
 }
 for r in r1 r2 r3; do start_replica "$r"; done
 

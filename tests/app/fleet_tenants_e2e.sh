@@ -15,9 +15,7 @@ command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
 source "$(dirname "$0")/fleet_util.sh"
 
 redis_port="$(free_port)"
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-wait_for "redis" redis-cli -p "$redis_port" ping
+start_redis
 rcli() { redis-cli -p "$redis_port" --raw "$@"; }
 n_keys() { rcli eval "return #redis.call('keys', ARGV[1])" 0 "$1"; }
 
@@ -26,12 +24,7 @@ start_replica() {  # name
   "$agentkv" serve --model "$model" --port 0 --block-size 16 --kv-dir "$tmp/kv-$1" --api-key key-A --api-key key-B \
     --kv-remote "redis://127.0.0.1:$redis_port/0" >"$tmp/$1.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 200); do
-    rport[$1]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$1.log" 2>/dev/null || true)"
-    [[ -n "${rport[$1]}" ]] && return
-    sleep 0.1
-  done
-  fail "replica $1 did not start"
+  await_port "$1"
 }
 start_replica r1
 start_replica r2

@@ -81,12 +81,7 @@ start_replica() {  # name, extra serve flags...
   local name="$1"; shift
   "$agentkv" serve --model "$model" --port 0 --block-size 16 --kv-dir "$tmp/kv-$name" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 200); do
-    rport[$name]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log" 2>/dev/null || true)"
-    [[ -n "${rport[$name]}" ]] && return
-    sleep 0.1
-  done
-  fail "replica $name did not start"
+  await_port "$name"
 }
 turn() {  # agent, replica: prints the reply's JSON
   curl -sf "127.0.0.1:${rport[$2]}/v1/messages" -H "x-agent-id: $1" \

@@ -22,9 +22,7 @@ ln -s "$fixture/config.json" "$fixture/generation_config.json" "$fixture/model.s
 ln -s "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$tok/special_tokens_map.json" "$model/"
 
 redis_port="$(free_port)"
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-wait_for "redis" redis-cli -p "$redis_port" ping
+start_redis
 n_keys() { redis-cli -p "$redis_port" --raw eval "return #redis.call('keys', ARGV[1])" 0 "$1"; }
 
 declare -A rpid rport
@@ -34,12 +32,7 @@ start_replica() {  # name
     --kv-remote "redis://127.0.0.1:$redis_port/0" >"$tmp/$1.log" 2>&1 &
   rpid[$1]=$!
   pids+=("${rpid[$1]}")
-  for _ in $(seq 300); do
-    rport[$1]="$(sed -n 's/.*on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$1.log" 2>/dev/null || true)"
-    [[ -n "${rport[$1]}" ]] && return
-    sleep 0.1
-  done
-  fail "replica $1 did not start"
+  await_port "$1"
 }
 start_replica a
 start_replica b
