@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <thread>
+#include <tuple>
 
 #include "base/error.h"
 #include "kv/disk_format.h"
@@ -227,14 +229,21 @@ TEST(RemoteStore, ReplicasShareOneSecretAndTheDiskAdoptsIt) {
   EXPECT_TRUE(moved);
 }
 
-// One replica spills, another (its own disk) restores the same chain from Redis.
-TEST(RemoteStore, BlocksWrittenByOneReplicaLoadOnAnother) {
+// Two replicas, each with its own disk tier, over one Redis.
+struct TwoReplicas {
   RedisTestServer redis;
   ScratchDir d1, d2;
-  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
-  auto r2 = RemoteStore::open_or_throw(remote_options(redis));
-  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
-  auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  std::unique_ptr<RemoteStore> r1 = RemoteStore::open_or_throw(remote_options(redis));
+  std::unique_ptr<RemoteStore> r2 = RemoteStore::open_or_throw(remote_options(redis));
+  std::unique_ptr<DiskStore> disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
+  std::unique_ptr<DiskStore> disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  auto parts() { return std::tie(redis, r1, r2, disk1, disk2); }
+};
+
+// One replica spills, another (its own disk) restores the same chain from Redis.
+TEST(RemoteStore, BlocksWrittenByOneReplicaLoadOnAnother) {
+  TwoReplicas two;
+  auto [redis, r1, r2, disk1, disk2] = two.parts();
   const BlockKeyer& keys = disk1->keyer();
   const std::vector<std::int32_t> t1{1, 2, 3, 4}, t2{5, 6, 7, 8};
   const Hash128 root = keys.root("tenant"), k1 = keys.next(root, t1), k2 = keys.next(k1, t2);
@@ -416,12 +425,8 @@ std::vector<std::byte> state_content(int seed) {
 // A replica's state block (with the KV block it ends on) reaches Redis under its own name; a
 // replica that never saw it finds and loads it, verified against the same prefix only.
 TEST(RemoteStore, StateBlocksFollowTheirKvBlockToAnotherReplica) {
-  RedisTestServer redis;
-  ScratchDir d1, d2;
-  auto r1 = RemoteStore::open_or_throw(remote_options(redis));
-  auto r2 = RemoteStore::open_or_throw(remote_options(redis));
-  auto disk1 = DiskStore::open_or_throw(disk_options(d1.path, r1.get()));
-  auto disk2 = DiskStore::open_or_throw(disk_options(d2.path, r2.get()));
+  TwoReplicas two;
+  auto [redis, r1, r2, disk1, disk2] = two.parts();
   const BlockKeyer& keys = disk1->keyer();
   const std::vector<std::int32_t> t{1, 2, 3, 4};
   const Hash128 root = keys.root("tenant"), k1 = keys.next(root, t), state = keys.state_key(k1);
