@@ -27,6 +27,7 @@
 #include "kv/model_fingerprint.h"
 #include "models/sequence_runner.h"
 #include "engine_test_util.h"
+#include "served_engine.h"
 
 namespace akv {
 namespace {
@@ -53,69 +54,14 @@ Ids random_ids(std::uint32_t seed, int n) {
   return ids;
 }
 
-// A model, an agent index, a disk store on `kv_dir` and an engine using them (destroyed in
-// reverse: engine, then store).
-struct Served {
-  Served(const std::string& model_dir, const std::string& kv_dir,
-         SpillCodec codec = SpillCodec::Native, std::int32_t n_blocks = 64, std::size_t host_blocks = 0,
-         const std::function<void(DiskStoreOptions&)>& tune_disk = nullptr) {
-    auto model = load_model(model_dir, backend);
-    const KvLayout layout = kv_layout_for(model->config(), n_blocks, kBlock, DType::F32);
-    DiskStoreOptions o;
-    o.dir = kv_dir;
-    o.fingerprint = model_fingerprint(
-        {.model_dir = model_dir, .chat_template = "", .kv = layout, .codec = codec});
-    o.codec = codec;
-    o.shape = block_shape_of(layout);
-    o.block_size = kBlock;
-    if (tune_disk) tune_disk(o);
-    store = DiskStore::open_or_throw(o);
-    for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
-    EngineConfig cfg{
-        .block_size = kBlock,
-        .n_blocks = n_blocks,
-        .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8}};
-    if (host_blocks > 0) {
-      HostStoreOptions h;
-      h.max_bytes = host_blocks * o.shape.raw_bytes();
-      h.shape = o.shape;
-      h.block_size = kBlock;
-      h.on_disk = [this](const Hash128& key) { return store->has(key); };
-      host = std::make_unique<HostStore>(std::move(h));
-    }
-    cfg.agents = &agents;
-    cfg.host = host.get();
-    cfg.disk = store.get();
-    engine = std::make_unique<Engine>(std::move(model), backend, cfg);
-  }
-  Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "",
-             std::int32_t n_logprobs = 0) {
-    GenerateRequest r;
-    r.n_logprobs = n_logprobs;
-    r.prompt = std::move(prompt);
-    r.max_tokens = n;
-    r.ns = ns;
-    r.agent = agent;
-    return out.wait(engine->submit(std::move(r), out.callback()));
-  }
-  // Blocks are written by the IO thread; wait for them (and the manifests).
-  void settle() { store->flush(); }
-  // What `agentkv serve` does on SIGTERM: stop the engine, queue the agents' blocks the disk
-  // lacks, write the queue (bounded by the deadline).
-  AgentSpill stop_gracefully(std::chrono::seconds timeout = std::chrono::seconds(30)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    engine->stop();
-    const AgentSpill spill = engine->spill_agents_to_disk(deadline);
-    EXPECT_TRUE(store->drain(deadline).in_time);
-    return spill;
-  }
-
-  ReferenceBackend backend;
-  AgentIndex agents;
-  std::unique_ptr<DiskStore> store;
-  std::unique_ptr<HostStore> host;
-  std::unique_ptr<Engine> engine;
-  Collector out;
+// The tiers and engine of test::ServedEngine with this file's block size.
+struct Served : test::ServedEngine {
+  Served(const std::string& model_dir, const std::string& kv_dir, SpillCodec codec = SpillCodec::Native,
+         std::int32_t n_blocks = 64, std::size_t host_blocks = 0,
+         const std::function<void(DiskStoreOptions&)>& tune_disk = nullptr)
+      : ServedEngine(model_dir, kv_dir,
+                     {.block_size = kBlock, .n_blocks = n_blocks, .host_blocks = host_blocks, .codec = codec,
+                      .tune_disk = tune_disk}) {}
 };
 
 // Holds the engine thread inside a request's Started event until released, so a test decides

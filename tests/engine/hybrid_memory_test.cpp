@@ -22,6 +22,7 @@
 #include "kv/host_store.h"
 #include "kv/model_fingerprint.h"
 #include "engine_test_util.h"
+#include "served_engine.h"
 
 namespace akv {
 namespace {
@@ -57,72 +58,21 @@ struct Options {
   std::function<void(bool state)> before_load{};  // DiskStoreOptions::before_load
 };
 
-// A hybrid model with an agent index, a disk tier on `kv_dir` (and a host tier) and an engine
-// with snapshots; destroyed engine first. snapshot_bytes 0: the cold reference (no reuse).
-struct Served {
-  Served(const std::string& model_dir, const std::string& kv_dir, Options opt = {}) {
-    auto model = load_model(model_dir, backend);
-    const KvLayout layout = kv_layout_for(model->config(), opt.n_blocks, kBlock, DType::F32);
-    DiskStoreOptions o;
-    o.dir = kv_dir;
-    o.fingerprint = model_fingerprint({.model_dir = model_dir, .chat_template = "", .kv = layout});
-    o.shape = block_shape_of(layout);
-    o.block_size = kBlock;
-    o.before_load = opt.before_load;
-    store = DiskStore::open_or_throw(o);
-    for (AgentRecord& r : store->take_loaded_manifests()) agents.load(std::move(r));
-    EngineConfig cfg{.block_size = kBlock,
-                     .n_blocks = opt.n_blocks,
-                     .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 4},
-                     .state_snapshot_bytes = opt.snapshot_bytes,
-                     .state_snapshot_interval = opt.snapshot_interval};
-    if (opt.host_blocks > 0) {
-      HostStoreOptions h;
-      h.max_bytes = opt.host_blocks * o.shape.raw_bytes();
-      h.shape = o.shape;
-      h.block_size = kBlock;
-      h.on_disk = [this](const Hash128& key) { return store->has(key); };
-      host = std::make_unique<HostStore>(std::move(h));
-    }
-    cfg.agents = &agents;
-    cfg.host = host.get();
-    cfg.disk = store.get();
-    engine = std::make_unique<Engine>(std::move(model), backend, cfg);
-  }
+// A hybrid model in test::ServedEngine, with snapshots; snapshot_bytes 0: the cold reference (no
+// reuse). Requests ask for 5 top logprobs.
+struct Served : test::ServedEngine {
+  Served(const std::string& model_dir, const std::string& kv_dir, const Options& opt = {})
+      : ServedEngine(model_dir, kv_dir,
+                     {.block_size = kBlock,
+                      .n_blocks = opt.n_blocks,
+                      .host_blocks = opt.host_blocks,
+                      .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 4},
+                      .snapshot_bytes = opt.snapshot_bytes,
+                      .snapshot_interval = opt.snapshot_interval,
+                      .tune_disk = [before_load = opt.before_load](DiskStoreOptions& o) { o.before_load = before_load; }}) {}
   Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "") {
-    GenerateRequest r;
-    r.n_logprobs = 5;
-    r.prompt = std::move(prompt);
-    r.max_tokens = n;
-    r.ns = ns;
-    r.agent = agent;
-    return out.wait(engine->submit(std::move(r), out.callback()));
+    return ServedEngine::run(std::move(prompt), n, agent, ns, 5);
   }
-  // The engine counts a request's prefix blocks by tier just after its Finished event: waits
-  // until `n_requests` requests' counts are in (each adds (prompt - 1) / block blocks).
-  EngineTotals totals_after(std::uint64_t n_blocks) {
-    for (int i = 0; i < 2000; ++i) {
-      const EngineTotals t = engine->metrics().totals;
-      if (t.prefix_blocks_device + t.prefix_blocks_host + t.prefix_blocks_disk + t.prefix_blocks_missed >= n_blocks)
-        return t;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ADD_FAILURE() << "prefix block counts never arrived";
-    return engine->metrics().totals;
-  }
-  void stop_gracefully() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    engine->stop();
-    engine->spill_agents_to_disk(deadline);
-    EXPECT_TRUE(store->drain(deadline).in_time);
-  }
-
-  ReferenceBackend backend;
-  AgentIndex agents;
-  std::unique_ptr<DiskStore> store;
-  std::unique_ptr<HostStore> host;
-  std::unique_ptr<Engine> engine;
-  Collector out;
 };
 
 class HybridMemory : public ::testing::TestWithParam<std::string> {
