@@ -70,14 +70,24 @@ bool put_block(DiskStore& s, std::uint64_t i) {
   return s.put({i, i}, {}, {}, block_content(kShape, i));
 }
 
+// `o` with the IO thread held at `gate` before each batch it writes.
+DiskStoreOptions gated(DiskStoreOptions o, Gate& gate) {
+  o.before_write = [&gate] { gate.wait(); };
+  return o;
+}
+
+// Puts block 1 and returns once the IO thread holds its batch at the gate (false: the put failed).
+bool hold_first_write(DiskStore& store, Gate& gate) {
+  if (!put_block(store, 1)) return false;
+  gate.wait_entered();
+  return true;
+}
+
 TEST(DiskWrite, BlocksQueuedTogetherAreWrittenAsOneBatchAndLoadExactly) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
-  o.before_write = [&gate] { gate.wait(); };
-  auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();  // block 1 is the first batch; the next 40 wait behind it
+  auto store = DiskStore::open_or_throw(gated(options(dir.path), gate));
+  ASSERT_TRUE(hold_first_write(*store, gate));  // block 1 is the first batch; the next 40 wait behind it
   for (std::uint64_t i = 2; i <= 41; ++i) ASSERT_TRUE(put_block(*store, i));
   EXPECT_EQ(store->stats().queued_blocks, 41);
   gate.release();
@@ -98,9 +108,8 @@ TEST(DiskWrite, BlocksQueuedTogetherAreWrittenAsOneBatchAndLoadExactly) {
 TEST(DiskWrite, AFullQueueDropsCountsAndShowsItsDepth) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
+  auto o = gated(options(dir.path), gate);
   o.max_queue_bytes = 2 * kShape.raw_bytes();
-  o.before_write = [&gate] { gate.wait(); };
   auto store = DiskStore::open_or_throw(o);
   EXPECT_EQ(store->n_queue_room(), 2u);
   EXPECT_TRUE(put_block(*store, 1));
@@ -131,15 +140,13 @@ int count(const std::string& text, const std::string& what) {
 TEST(DiskWrite, DropsAreReportedByTheIoThreadAtMostOncePerInterval) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
+  auto o = gated(options(dir.path), gate);
   o.max_queue_bytes = kShape.raw_bytes();
   o.drop_log_interval_ms = 300;
-  o.before_write = [&gate] { gate.wait(); };
   auto store = DiskStore::open_or_throw(o);
   const std::string report = "blocks not written since the last report";
   testing::internal::CaptureStderr();
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();
+  ASSERT_TRUE(hold_first_write(*store, gate));
   EXPECT_FALSE(put_block(*store, 2));
   EXPECT_FALSE(put_block(*store, 3));
   gate.release();
@@ -162,12 +169,10 @@ TEST(DiskWrite, DropsAreReportedByTheIoThreadAtMostOncePerInterval) {
 TEST(DiskWrite, PutOrWaitWaitsForRoomUntilItsDeadline) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
+  auto o = gated(options(dir.path), gate);
   o.max_queue_bytes = kShape.raw_bytes();
-  o.before_write = [&gate] { gate.wait(); };
   auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();
+  ASSERT_TRUE(hold_first_write(*store, gate));
   const auto t0 = Clock::now();
   EXPECT_FALSE(store->put_or_wait({2, 2}, {}, {}, block_content(kShape, 2), t0 + 50ms));
   EXPECT_GE(Clock::now() - t0, 50ms);
@@ -208,12 +213,10 @@ TEST(DiskWrite, AStopMovesAnAgentsQueuedBlocksAheadOfTheBacklogWithItsManifestBe
   ScratchDir dir;
   Gate gate;
   WriteLog log;
-  auto o = options(dir.path);
-  o.before_write = [&gate] { gate.wait(); };
+  auto o = gated(options(dir.path), gate);
   log.watch(o);
   auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();  // block 1 is being written; the backlog waits behind it
+  ASSERT_TRUE(hold_first_write(*store, gate));  // block 1 is being written; the backlog waits behind it
   ASSERT_TRUE(put_block(*store, 2));
   ASSERT_TRUE(put_block(*store, 3));
   AgentRecord older;
@@ -241,13 +244,11 @@ TEST(DiskWrite, AStopsOwnBlocksGoAheadOfAFullBacklogAndWaitOnlyForTheirOwnRoom) 
   ScratchDir dir;
   Gate gate;
   WriteLog log;
-  auto o = options(dir.path);
+  auto o = gated(options(dir.path), gate);
   o.max_queue_bytes = 2 * kShape.raw_bytes();
-  o.before_write = [&gate] { gate.wait(); };
   log.watch(o);
   auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();
+  ASSERT_TRUE(hold_first_write(*store, gate));
   ASSERT_TRUE(put_block(*store, 2));
   EXPECT_FALSE(put_block(*store, 3)) << "the backlog is full";
   const auto t0 = Clock::now();
@@ -285,11 +286,8 @@ TEST(DiskWrite, AStopsOwnBlocksGoAheadOfAFullBacklogAndWaitOnlyForTheirOwnRoom) 
 TEST(DiskWrite, DroppingLentBlocksReleasesThoseAStopMovedAhead) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
-  o.before_write = [&gate] { gate.wait(); };
-  auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();
+  auto store = DiskStore::open_or_throw(gated(options(dir.path), gate));
+  ASSERT_TRUE(hold_first_write(*store, gate));
   const std::vector<std::byte> bytes = block_content(kShape, 2);
   std::atomic<int> n_released = 0;
   for (std::uint64_t i = 2; i <= 3; ++i)
@@ -313,11 +311,8 @@ TEST(DiskWrite, DroppingLentBlocksReleasesThoseAStopMovedAhead) {
 TEST(DiskWrite, ADrainPastItsDeadlineDropsQueuedBlocksButWritesTheManifests) {
   ScratchDir dir;
   Gate gate;
-  auto o = options(dir.path);
-  o.before_write = [&gate] { gate.wait(); };
-  auto store = DiskStore::open_or_throw(o);
-  ASSERT_TRUE(put_block(*store, 1));
-  gate.wait_entered();
+  auto store = DiskStore::open_or_throw(gated(options(dir.path), gate));
+  ASSERT_TRUE(hold_first_write(*store, gate));
   ASSERT_TRUE(put_block(*store, 2));
   ASSERT_TRUE(put_block(*store, 3));
   AgentRecord rec;

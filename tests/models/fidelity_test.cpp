@@ -12,10 +12,13 @@
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "models/model.h"
+#include "prefill_logits.h"
 #include "tensor/safetensors.h"
 
 namespace akv {
 namespace {
+
+using test::prefill_logits;
 
 const std::string kTinyRandom = std::string(AGENTKV_TESTDATA) + "/models/tiny-random/";
 
@@ -70,24 +73,6 @@ std::vector<float> decode_logits(Model& model, Backend& backend, const std::vect
   return logits;
 }
 
-// Runs ids through the model in one prefill and returns logits for every position.
-std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids) {
-  const ModelConfig& c = model.config();
-  const std::int64_t block = 16;
-  const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
-  KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
-  std::vector<std::int32_t> table(n_blocks);
-  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(n_blocks - 1 - i);  // not identity
-  SequenceChunk chunk{.first_row = 0, .n_tokens = static_cast<std::int32_t>(ids.size()), .start_pos = 0, .block_table = table};
-  std::vector<std::int32_t> rows(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) rows[i] = static_cast<std::int32_t>(i);
-  const std::vector<std::int32_t> pos = positions_for({&chunk, 1});
-  ForwardBatch batch{.tokens = ids, .positions = pos, .sequences = {&chunk, 1}, .logit_rows = rows};
-  std::vector<float> logits(ids.size() * c.vocab_size);
-  model.forward(batch, kv, logits);
-  return logits;
-}
-
 // (model directory under tiny-random/, backend name)
 class TinyRandom : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -113,7 +98,7 @@ WithReference load_with_reference(const std::string& name, const std::string& ba
 TEST_P(TinyRandom, LogitsMatchFp64Reference) {
   const auto& [name, backend_name] = GetParam();
   WithReference r = load_with_reference(name, backend_name);
-  expect_logits_close(prefill_logits(*r.model, *r.backend, r.ids), r.want, name + " on " + backend_name);
+  expect_logits_close(prefill_logits(*r.model, *r.backend, r.ids, /*reversed_table=*/true), r.want, name + " on " + backend_name);
 }
 
 TEST_P(TinyRandom, DecodeStepsMatchFp64Reference) {
@@ -133,7 +118,7 @@ TEST_P(TinyRandomBf16, LogitsMatchFp32ComputeOnBf16Weights) {
   const std::vector<std::int32_t> ids = read_ids(ref, "input_ids");
   const TensorInfo& want_t = ref.get_or_throw("logits_f32_from_bf16_weights");
   const auto* want = reinterpret_cast<const float*>(want_t.bytes.data());
-  const std::vector<float> got = prefill_logits(*model, backend, ids);
+  const std::vector<float> got = prefill_logits(*model, backend, ids, /*reversed_table=*/true);
   ASSERT_EQ(static_cast<std::int64_t>(got.size()), want_t.numel());
   double max_ref = 0, max_err = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {

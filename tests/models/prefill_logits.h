@@ -1,5 +1,7 @@
 // The logits of every position of `ids` prefilled as one chunk of one sequence from position 0
 // (a fresh F32 KV pool sized for it): what the model tests compare with their references.
+// `reversed_table`: the sequence's blocks in the pool's reverse order, so attention must follow
+// the block table rather than pool order.
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,14 @@
 
 namespace akv::test {
 
-inline std::vector<float> prefill_logits(Model& model, Backend& backend,
-                                         const std::vector<std::int32_t>& ids) {
+inline std::vector<float> prefill_logits(Model& model, Backend& backend, const std::vector<std::int32_t>& ids,
+                                         bool reversed_table = false) {
   const ModelConfig& c = model.config();
   const std::int64_t block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   KvStorage kv = backend.alloc_kv(kv_layout_for(c, n_blocks, block, DType::F32));
   std::vector<std::int32_t> table(n_blocks);
-  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(i);
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<std::int32_t>(reversed_table ? n_blocks - 1 - i : i);
   SequenceChunk chunk{.first_row = 0,
                       .n_tokens = static_cast<std::int32_t>(ids.size()),
                       .start_pos = 0,
