@@ -291,6 +291,7 @@ void Engine::drain_spills(bool busy) {
   const std::int64_t bytes = busy ? kSpillBytesPerStep : kSpillBytesIdle;
   const std::int64_t block = std::max<std::int64_t>(1, kv_storage_.layout.block_bytes());
   kv_.spill_queued(static_cast<std::int32_t>(std::max<std::int64_t>(1, bytes / block)));
+  spills_pending_.store(kv_.n_spills_queued(), std::memory_order_release);
 }
 
 bool Engine::step() {
@@ -458,6 +459,7 @@ void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
   }
   e.kind = EventKind::Finished;
   e.finish_reason = reason;
+  spills_pending_.store(kv_.n_spills_queued(), std::memory_order_release);  // its blocks included
   emit(a, e);
   stats_.requests_finished.fetch_add(1, std::memory_order_relaxed);
   if (a.n_cached_prompt >= 0)  // it was admitted (matched against the tiers)

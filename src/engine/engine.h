@@ -4,6 +4,7 @@
 // a failing step ends the requests in it with an error; the others keep going.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -99,6 +100,10 @@ class Engine {
   AgentSpill spill_agents_to_disk(std::chrono::steady_clock::time_point deadline);
 
   EngineMetrics metrics() const;
+  // Committed blocks not yet copied into the disk tier's queue, as of the engine's last request
+  // end or spill slice: 0 after a request's Finished means its blocks are in DiskStore's queue
+  // (DiskStore::flush then waits for their writes). Thread-safe.
+  std::size_t spills_pending() const { return spills_pending_.load(std::memory_order_acquire); }
   const ModelConfig& model_config() const { return model_->config(); }
   // Most tokens (prompt + generated) one sequence may hold: the smaller of the model's context
   // and the KV pool's capacity.
@@ -157,6 +162,8 @@ class Engine {
   std::vector<Active*> finishing_;
   std::vector<StepRunner::IdPick> picks_;  // [chunk] of a step that brings back only ids
   EngineEvent event_;
+
+  std::atomic<std::size_t> spills_pending_{0};  // written by the engine thread (spills_pending)
 
   // Shared with submitters, under mu_.
   mutable std::mutex mu_;

@@ -77,8 +77,13 @@ struct ServedEngine {
     r.agent = agent;
     return out.wait(engine->submit(std::move(r), out.callback()));
   }
-  // Blocks are written by the IO thread; wait for them (and the manifests).
-  void settle() { store->flush(); }
+  // The engine copies committed blocks into the disk queue between steps, and the IO thread
+  // writes them: waits for both (and the manifests).
+  void settle() {
+    for (int i = 0; i < 10000 && engine->spills_pending() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(engine->spills_pending(), 0u) << "spills still waiting for the disk queue";
+    store->flush();
+  }
   // The engine counts a request's prefix blocks by tier just after its Finished event: waits
   // until the counts reach `n_blocks` (each request adds (prompt - 1) / block of them).
   EngineTotals totals_after(std::uint64_t n_blocks) {
