@@ -1,7 +1,7 @@
 // State codecs: how a hybrid model's recurrent-state snapshot (f32, StateLayout::slot_floats:
 // every linear-attention layer's conv and delta-rule state of one sequence) is kept in the
 // engine's snapshot store and written as a state block (disk tier, Redis).
-//   exact: the f32 values as they are (the default: a resumed sequence continues bit for bit)
+//   exact: the f32 values as they are (the default: a resumed sequence gets its state bit for bit)
 //   bf16:  each value rounded to bf16 (nearest even; NaN stays NaN), half the bytes; relative
 //          error per value <= 2^-8 (8 significant bits). Its effect on resumed logits:
 //          docs/perf/hybrid.md.
