@@ -75,12 +75,12 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return false;
     std::shared_ptr<RestoreJob>& front = queue_.front();
-    if (front->cancelled_.load(std::memory_order_relaxed))
-      front->limit_ = std::min(front->limit_, front->next_);
+    const bool cancelled = front->cancelled_.load(std::memory_order_relaxed);
+    if (cancelled) front->limit_ = std::min(front->limit_, front->next_);
     // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages. A
     // job with a state block to load takes its memory even with no block to load.
-    const bool needs_memory = !front->has_memory_ && (front->next_ < front->limit_ ||
-                                                      (front->wants_state() && !front->cancelled_.load(std::memory_order_relaxed)));
+    const bool needs_memory =
+        !front->has_memory_ && (front->next_ < front->limit_ || (front->wants_state() && !cancelled));
     if (needs_memory && !take_memory(*front)) {
       // Memory comes back when a job is destroyed (on the engine thread): look again soon.
       wake_.wait_for(lock, std::chrono::milliseconds(5));

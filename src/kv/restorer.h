@@ -11,12 +11,12 @@
 // is published there and stays pinned by its job until the job is destroyed.
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks (and its state
 // block, if it wants one) until it is destroyed (after the match and the device's copies of
-// them), and a job whose blocks and state together do not fit beside the others waits; alone, a
-// job larger than the budget keeps its state and loads only its leading blocks that fit beside
-// it (at least one; the rest is recomputed). Each block is loaded into a buffer of one block's size; a
-// destroyed job's buffers are kept for the next jobs (no fresh pages, nothing to unmap on the
-// engine thread), so buffers held by jobs and kept together stay within `max_bytes` too: a
-// server keeps the most its restores ever held at once.
+// them), and a job whose blocks and state together do not fit beside the others waits; alone,
+// a job larger than the budget keeps its state and loads only its leading blocks that fit
+// beside it (at least one; the rest is recomputed). Each block is loaded into a buffer of one
+// block's size; a destroyed job's buffers are kept for the next jobs (no fresh pages, nothing
+// to unmap on the engine thread), so buffers held by jobs and kept together stay within
+// `max_bytes` too: a server keeps the most its restores ever held at once.
 // A job may also carry a hybrid model's state block (RestoreJob::want_state): once its blocks
 // are loaded, the restorer loads the deepest state block whose KV the sequence then has (the
 // candidates the job's loaded blocks cover), from disk or Redis, verified; the job is done only
@@ -105,7 +105,7 @@ class RestoreJob {
   bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
   HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
-  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ and the state are counted, and go back to
+  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ and the state are counted
   std::size_t held_bytes_ = 0;             // loaded blocks' bytes + state_bytes()
   // Under the restorer's mutex:
   std::int32_t next_ = 0;       // next block to hand to a thread
