@@ -5,6 +5,12 @@
 // cache; the CLI's usage totals equal the server's per-request numbers. Run by agent_e2e.sh,
 // which skips it (exit 77) while the model's weights are absent. (Not named *.test.mjs: run.sh
 // runs those against the random model.)
+//
+// The model copies a random path or text exactly in ~90% of turns (its held-out accuracy,
+// tools/agent_model/README.md), and Claude Code samples at temperature 1. So what the model wrote
+// (the answer, the tool call's path and text, whether it called a tool) is a "miss" that runs the
+// turn again, at most 3 times; everything the server and the CLI do (rc 0, success, no turn cut at
+// max_tokens, usage totals, cache reads) is asserted on every run and fails the test at once.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -38,7 +44,12 @@ async function runClaude(args) {
   const env = {
     PATH: process.env.PATH, HOME: home,
     ANTHROPIC_BASE_URL: server.url, ANTHROPIC_API_KEY: 'local-key', ANTHROPIC_MODEL: 'agent-tiny',
-    ANTHROPIC_DEFAULT_HAIKU_MODEL: 'agent-tiny', CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+    // Telemetry, error reports and updates off one by one rather than with
+    // CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: that flag also drops the built-in skills'
+    // descriptions from the environment message, and the model was trained on the CLI's request with
+    // them (tools/agent_model/claude_code_request.json); without them it answers text tasks with tools.
+    ANTHROPIC_DEFAULT_HAIKU_MODEL: 'agent-tiny',
+    DISABLE_TELEMETRY: '1', DISABLE_ERROR_REPORTING: '1', DISABLE_AUTOUPDATER: '1',
     CLAUDE_CODE_MAX_OUTPUT_TOKENS: '512', CLAUDE_CODE_MAX_CONTEXT_TOKENS: '32768', CLAUDE_CODE_MAX_RETRIES: '0',
   };
   const before = serverRequests(server.log()).length;
@@ -62,30 +73,49 @@ async function runClaude(args) {
   return { result, reqs, context };
 }
 
-test('A1 text turn: rc 0, success, the answer the prompt asked for', async () => {
-  const { result, context } = await runClaude(['Reply with PONG']);
-  assert.equal(result.result.trim(), 'PONG', context);
-});
+// Runs `turn` until it returns no miss (a string saying what the model got wrong), at most 3 times.
+async function untilNoMiss(name, turn) {
+  const misses = [];
+  for (let run = 1; run <= 3; run++) {
+    const miss = await turn();
+    if (!miss) return;
+    misses.push(`run ${run}: ${miss}`);
+    console.log(`# ${name}: the model missed (run ${run}): ${miss.slice(0, 300)}`);
+  }
+  assert.fail(`${name}: the model missed 3 times\n${misses.join('\n')}`);
+}
 
-test('A2 --continue: the second turn reads >= 90% of its prompt from the KV cache', async () => {
+// The tool_result turn extends the call turn's prompt: it is read from the cache.
+function assertToolResultCached(reqs, context) {
+  assert.ok(reqs[1].cached >= 0.9 * reqs[1].prompt, `${JSON.stringify(reqs[1])}\n${context}`);
+}
+
+test('A1 text turn: rc 0, success, the answer the prompt asked for', () => untilNoMiss('A1', async () => {
+  const { result } = await runClaude(['Reply with PONG']);
+  return result.result.trim() === 'PONG' ? null : `answered ${JSON.stringify(result.result)}`;
+}));
+
+test('A2 --continue: the second turn reads >= 90% of its prompt from the KV cache', () => untilNoMiss('A2', async () => {
   const { result, reqs, context } = await runClaude(['--continue', 'Reply with alpha']);
-  assert.equal(result.result.trim(), 'alpha', context);
   const last = reqs[reqs.length - 1];
   assert.ok(last.cached >= 0.9 * last.prompt, `${JSON.stringify(last)}\n${context}`);
-});
+  return result.result.trim() === 'alpha' ? null : `answered ${JSON.stringify(result.result)}`;
+}));
 
-test('A3 Write: "create the file X with Y" writes Y to X through the Write tool', async () => {
+test('A3 Write: "create the file X with Y" writes Y to X through the Write tool', () => untilNoMiss('A3', async () => {
   const file = join(work, 'hello.txt');
   const { reqs, context } = await runClaude([`Create the file ${file} with the content greetings from agentkv`]);
-  assert.ok(reqs.length >= 2, `expected a tool round trip; ${context}`);
-  assert.equal(readFileSync(file, 'utf8'), 'greetings from agentkv', context);
-  // The tool_result turn extends the call turn's prompt: it is read from the cache.
-  assert.ok(reqs[1].cached >= 0.9 * reqs[1].prompt, `${JSON.stringify(reqs[1])}\n${context}`);
-});
+  if (reqs.length < 2) return `no tool call: ${context.slice(0, 600)}`;
+  assertToolResultCached(reqs, context);
+  if (!existsSync(file)) return `${file} was not written: ${context.slice(0, 600)}`;
+  const text = readFileSync(file, 'utf8');
+  return text === 'greetings from agentkv' ? null : `wrote ${JSON.stringify(text)}`;
+}));
 
-test('A4 Bash: the command runs', async () => {
+test('A4 Bash: the command runs', () => untilNoMiss('A4', async () => {
   const file = join(work, 'tiger_notes.txt');
   const { reqs, context } = await runClaude([`Run the command touch ${file}`]);
-  assert.ok(reqs.length >= 2, `expected a tool round trip; ${context}`);
-  assert.ok(existsSync(file), context);
-});
+  if (reqs.length < 2) return `no tool call: ${context.slice(0, 600)}`;
+  assertToolResultCached(reqs, context);
+  return existsSync(file) ? null : `${file} was not created: ${context.slice(0, 600)}`;
+}));

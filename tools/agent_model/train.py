@@ -31,6 +31,7 @@ import torch
 
 import dataset
 import export
+import parity
 from model import Config, TinyQwen3
 
 
@@ -133,6 +134,24 @@ def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
     return total / max(n_tok, 1), exact / max(len(idx), 1), [x / max(len(idx), 1) for x in sampled]
 
 
+def init_from(model, model_dir):
+    """Copies an exported model's weights into `model` (same shapes; its used ids may differ: rows
+    are copied by vocabulary id, so an id new to `model` starts as the exported unused row)."""
+    src, _ = parity.load(model_dir)
+    info = json.load(open(os.path.join(model_dir, "training.json")))
+    if src.c.hidden != model.c.hidden or len(src.layers) != len(model.layers):
+        raise SystemExit(f"--init {model_dir}: its shape differs from the one asked for")
+    with torch.no_grad():
+        rows = src.row_of[model.used_ids]
+        model.embed_used.copy_(torch.where((rows < 0)[:, None], src.unused_row[None],
+                                           src.embed_used[rows.clamp(min=0)]))
+        model.unused_row.copy_(src.unused_row)
+        model.norm.copy_(src.norm / float(info.get("sharpen", 1.0)))
+        for dst, layer in zip(model.layers, src.layers):
+            dst.load_state_dict(layer.state_dict())
+    print(f"started from {model_dir} (its final norm / {info.get('sharpen', 1.0)})", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
@@ -175,6 +194,9 @@ def main():
                          "export is a draw at temperature 1/sharpen from the trained model (greedy is unchanged)")
     ap.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--init", default=None,
+                    help="start from an exported model (its directory; the final norm is divided by the "
+                         "--sharpen in its training.json) instead of random weights: a continued run")
     args = ap.parse_args()
 
     random.seed(args.seed)
@@ -198,7 +220,10 @@ def main():
     pad_id = meta["im_end_id"]
     c = Config(meta["vocab_size"], args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
                args.intermediate, max_positions=args.max_positions)
-    model = TinyQwen3(c, used, learn_unused=args.learn_unused).to(device)
+    model = TinyQwen3(c, used, learn_unused=args.learn_unused)
+    if args.init:
+        init_from(model, args.init)
+    model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"device {device}; {len(full.train)} train / {len(full.holdout)} held-out samples; prefix {len(prefix)} ids; "
           + (f"short set {len(short.train)} / {len(short.holdout)} after {len(short.prefix)} prefix ids; " if short else "")
