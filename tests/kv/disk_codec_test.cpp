@@ -5,6 +5,7 @@
 // load and decode the blocks to the reference round trip, within half a step of each group.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -237,6 +238,51 @@ TEST(DiskCodec, WithoutEncodeWorkersTheSameBurstIsDroppedBehindABusyDisk) {
   store->flush();
   EXPECT_EQ(store->stats().n_encoded_on_io, static_cast<std::int64_t>(kMaxLent));
   EXPECT_EQ(store->stats().encode_threads, 0);
+}
+
+TEST(DiskCodec, DroppingLentBlocksWaitsForThoseBeingEncodedAndReadsNoLentByteAfter) {
+  // The lender goes away (drop_lent) while the workers encode its blocks and the disk is busy:
+  // every block is released by then, those not encoded are dropped, and the encoded ones are
+  // written from the store's own copy (the lender's bytes are overwritten right after).
+  ScratchDir dir;
+  Lender lender;
+  Gate gate;
+  DiskStoreOptions o = int8_options(dir.path, /*encode_threads=*/2);
+  o.max_lent_blocks = kBurst;
+  o.before_write = [&gate] { gate.wait(); };
+  auto store = DiskStore::open_or_throw(o);
+  const std::vector<RestoreJob::Block> chain = chain_of(store->keyer());
+  for (std::int64_t i = 0; i < kBurst; ++i) {
+    const RestoreJob::Block& b = chain[static_cast<std::size_t>(i)];
+    ASSERT_TRUE(store->put_lent(b.key, b.parent, b.tokens_hash, lender.lend(i)));
+    if (i == 0) gate.wait_entered();
+  }
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.release();
+  });
+  store->drop_lent();
+  {
+    std::lock_guard lock(lender.mu);
+    for (std::int64_t i = 0; i < kBurst; ++i) EXPECT_EQ(lender.n_released[static_cast<std::size_t>(i)], 1) << i;
+  }
+  const std::vector<std::vector<std::byte>> originals = lender.slots;
+  for (std::vector<std::byte>& slot : lender.slots) std::fill(slot.begin(), slot.end(), std::byte{0x7F});
+  opener.join();
+  store->flush();
+  const DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.n_written + s.n_dropped_at_stop, kBurst);
+  EXPECT_EQ(s.n_dropped, s.n_dropped_at_stop);
+  std::vector<std::byte> enc(encoded_bytes(SpillCodec::Int8, kShape)), want(kShape.raw_bytes()),
+      back(kShape.raw_bytes());
+  for (std::int64_t i = 0; i < kBurst; ++i) {
+    const RestoreJob::Block& b = chain[static_cast<std::size_t>(i)];
+    if (!store->on_disk(b.key)) continue;
+    encode_block_reference(SpillCodec::Int8, kShape, originals[static_cast<std::size_t>(i)], enc);
+    decode_block_reference(SpillCodec::Int8, kShape, enc, want);
+    ASSERT_TRUE(store->load(b.key, b.parent, b.tokens_hash, back));
+    EXPECT_EQ(back, want) << "block " << i << " was written from bytes read after its release";
+  }
 }
 
 }  // namespace
