@@ -32,12 +32,15 @@ std::vector<std::byte> kv_like_block(const akv::BlockShape& s, std::uint32_t see
   for (std::int64_t r = 0; r < s.n_rows; ++r) {
     const bool key = r / s.block_size % 2 == 0;
     for (std::int64_t c = 0; c < s.row_width; ++c) {
-      const float v = key ? 0.5f * static_cast<float>(c % 5) + (c % 7 == 3 ? 25.0f : 1.0f) * noise(rng) : noise(rng);
+      const float v =
+          key ? 0.5f * static_cast<float>(c % 5) + (c % 7 == 3 ? 25.0f : 1.0f) * noise(rng)
+              : noise(rng);
       std::byte* at = raw.data() + static_cast<std::size_t>(r * s.row_width + c) * esize;
       if (s.dtype == akv::DType::F32) {
         std::memcpy(at, &v, 4);
       } else {
-        const std::uint16_t h = s.dtype == akv::DType::BF16 ? akv::f32_to_bf16(v) : akv::f32_to_f16(v);
+        const std::uint16_t h =
+            s.dtype == akv::DType::BF16 ? akv::f32_to_bf16(v) : akv::f32_to_f16(v);
         std::memcpy(at, &h, 2);
       }
     }
@@ -59,7 +62,8 @@ double gb_s(std::size_t raw_bytes, double seconds, Fn&& fn) {
 }
 
 // Total GB/s of encodes on `n_threads` threads at once, each on its own block.
-double encode_gb_s_threads(akv::SpillCodec codec, const akv::BlockShape& s, int n_threads, double seconds) {
+double encode_gb_s_threads(akv::SpillCodec codec, const akv::BlockShape& s, int n_threads,
+                           double seconds) {
   std::atomic<std::int64_t> n_done{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
@@ -76,7 +80,8 @@ double encode_gb_s_threads(akv::SpillCodec codec, const akv::BlockShape& s, int 
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (std::thread& th : threads) th.join();
-  return static_cast<double>(s.raw_bytes()) * static_cast<double>(n_done.load()) / 1e9 / seconds_since(t0);
+  return static_cast<double>(s.raw_bytes()) * static_cast<double>(n_done.load()) / 1e9 /
+         seconds_since(t0);
 }
 
 }  // namespace
@@ -96,26 +101,34 @@ int main(int argc, char** argv) {
   app.add_option("--threads", n_threads, "also encode on this many threads at once");
   CLI11_PARSE(app, argc, argv);
 
-  const akv::DType live = dtype == "f32" ? akv::DType::F32 : dtype == "f16" ? akv::DType::F16 : akv::DType::BF16;
-  const akv::BlockShape s{.n_rows = 2 * n_layers * block_size, .row_width = n_kv_heads * head_dim,
-                          .dtype = live, .block_size = block_size};
+  const akv::DType live = dtype == "f32"   ? akv::DType::F32
+                          : dtype == "f16" ? akv::DType::F16
+                                           : akv::DType::BF16;
+  const akv::BlockShape s{.n_rows = 2 * n_layers * block_size,
+                          .row_width = n_kv_heads * head_dim,
+                          .dtype = live,
+                          .block_size = block_size};
   const std::vector<std::byte> raw = kv_like_block(s, 1);
   std::printf("block: %lld layers x [K,V] x %lld tokens x %lld, %s: %.2f MiB raw; kernels: %s\n",
               static_cast<long long>(n_layers), static_cast<long long>(block_size),
-              static_cast<long long>(s.row_width), dtype.c_str(), static_cast<double>(s.raw_bytes()) / (1 << 20),
+              static_cast<long long>(s.row_width), dtype.c_str(),
+              static_cast<double>(s.raw_bytes()) / (1 << 20),
               std::string(akv::codec_kernels_name()).c_str());
-  std::printf("%-6s %10s %14s %14s %14s %14s\n", "codec", "ratio", "encode GB/s", "ref encode", "decode GB/s",
-              "ref decode");
+  std::printf("%-6s %10s %14s %14s %14s %14s\n", "codec", "ratio", "encode GB/s", "ref encode",
+              "decode GB/s", "ref decode");
   for (akv::SpillCodec codec : {akv::SpillCodec::Int8, akv::SpillCodec::Int4}) {
     std::vector<std::byte> enc(akv::encoded_bytes(codec, s)), ref(enc.size()), dec(s.raw_bytes());
     akv::encode_block(codec, s, raw, enc);
     akv::encode_block_reference(codec, s, raw, ref);
     AKV_CHECK(enc == ref, "the vectorised encode differs from the reference");
     const double e = gb_s(s.raw_bytes(), seconds, [&] { akv::encode_block(codec, s, raw, enc); });
-    const double er = gb_s(s.raw_bytes(), seconds, [&] { akv::encode_block_reference(codec, s, raw, ref); });
+    const double er =
+        gb_s(s.raw_bytes(), seconds, [&] { akv::encode_block_reference(codec, s, raw, ref); });
     const double d = gb_s(s.raw_bytes(), seconds, [&] { akv::decode_block(codec, s, enc, dec); });
-    const double dr = gb_s(s.raw_bytes(), seconds, [&] { akv::decode_block_reference(codec, s, enc, dec); });
-    std::printf("%-6s %10.3f %14.2f %14.3f %14.2f %14.3f\n", std::string(akv::spill_codec_name(codec)).c_str(),
+    const double dr =
+        gb_s(s.raw_bytes(), seconds, [&] { akv::decode_block_reference(codec, s, enc, dec); });
+    std::printf("%-6s %10.3f %14.2f %14.3f %14.2f %14.3f\n",
+                std::string(akv::spill_codec_name(codec)).c_str(),
                 static_cast<double>(enc.size()) / static_cast<double>(s.raw_bytes()), e, er, d, dr);
     if (n_threads > 0)
       std::printf("       encode on %d threads at once: %.2f GB/s in all\n", n_threads,

@@ -39,15 +39,18 @@ AKV_CODEC_TARGET inline void store8(std::byte* raw, std::int64_t i, __m256 x) {
   } else if constexpr (T == DType::BF16) {
     const __m256i u = _mm256_castps_si256(x);
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, i32(0x7fffffff)), i32(0x7f800000));
-    const __m256i bias = _mm256_add_epi32(i32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), i32(1)));
+    const __m256i bias =
+        _mm256_add_epi32(i32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), i32(1)));
     const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), i32(0x40));
     const __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(raw + 2 * i), packed);
   } else {
     if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) == 0) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(raw + 2 * i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(raw + 2 * i),
+                       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
       return;
     }
     alignas(32) float f[8];  // a NaN's f16 form is f32_to_f16's, not the instruction's
@@ -61,7 +64,8 @@ AKV_CODEC_TARGET inline void store8(std::byte* raw, std::int64_t i, __m256 x) {
 
 // All-ones lanes where v is an infinity or NaN.
 AKV_CODEC_TARGET inline __m256i not_finite(__m256 v) {
-  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), i32(0x7f800000)), i32(0x7f800000));
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), i32(0x7f800000)),
+                            i32(0x7f800000));
 }
 
 // The reference's quantize: clamp(nearbyint((v - min) / scale), 0, max_code); 0 where !(scale > 0).
@@ -80,25 +84,31 @@ AKV_CODEC_TARGET inline __m256i pack_bytes(__m256i a, __m256i b, __m256i c, __m2
 }
 
 // Stores 32 codes at element i of `codes`: a byte each (8 bits) or two a byte, low nibble first.
-AKV_CODEC_TARGET inline void store_codes(std::byte* codes, int bits, std::int64_t i, const __m256i q[4]) {
+AKV_CODEC_TARGET inline void store_codes(std::byte* codes, int bits, std::int64_t i,
+                                         const __m256i q[4]) {
   const __m256i bytes = pack_bytes(q[0], q[1], q[2], q[3]);
   if (bits == 8) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), bytes);
     return;
   }
   // 16-bit lanes hold code 2j | code 2j+1 << 8: fold to code 2j | code 2j+1 << 4.
-  const __m256i folded = _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi16(0x00FF)),
-                                         _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00F0)));
-  const __m128i out = _mm_packus_epi16(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
+  const __m256i folded =
+      _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi16(0x00FF)),
+                      _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00F0)));
+  const __m128i out =
+      _mm_packus_epi16(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i / 2), out);
 }
 
 // 8 codes from element i (i a multiple of 8), as f32.
 AKV_CODEC_TARGET inline __m256 load_codes(const std::byte* codes, int bits, std::int64_t i) {
-  if (bits == 8) return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i))));
+  if (bits == 8)
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i))));
   std::int32_t w;
   std::memcpy(&w, codes + i / 2, 4);
-  const __m256i n = _mm256_srlv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+  const __m256i n =
+      _mm256_srlv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
   return _mm256_cvtepi32_ps(_mm256_and_si256(n, i32(0xF)));
 }
 
@@ -148,16 +158,21 @@ AKV_CODEC_TARGET bool encode_keys(const QuantSlab& s, const std::byte* raw, std:
     for (int j = 0; j < 4; ++j) {
       // bf16_at_most(lo + 0) = bf16_at_least(-(lo + 0)) ^ 0x8000; then the scale over the range.
       const __m256 l = _mm256_add_ps(lo[j], zero), h = _mm256_add_ps(hi[j], zero);
-      const __m256i min_bits = _mm256_xor_si256(at_least(_mm256_xor_ps(l, _mm256_set1_ps(-0.0f))), i32(0x8000));
+      const __m256i min_bits =
+          _mm256_xor_si256(at_least(_mm256_xor_ps(l, _mm256_set1_ps(-0.0f))), i32(0x8000));
       min[j] = bf16_bits_to_f32(min_bits);
       const __m256i scale_bits = at_least(_mm256_div_ps(_mm256_sub_ps(h, min[j]), steps));
       scale[j] = bf16_bits_to_f32(scale_bits);
-      const __m256i word = _mm256_or_si256(_mm256_and_si256(scale_bits, i32(0xFFFF)), _mm256_slli_epi32(min_bits, 16));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c + 8 * j) * static_cast<std::int64_t>(kParamBytes)), word);
+      const __m256i word = _mm256_or_si256(_mm256_and_si256(scale_bits, i32(0xFFFF)),
+                                           _mm256_slli_epi32(min_bits, 16));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(out + (c + 8 * j) * static_cast<std::int64_t>(kParamBytes)),
+          word);
     }
     for (std::int64_t t = 0; t < n; ++t) {
       __m256i q[4];
-      for (int j = 0; j < 4; ++j) q[j] = quantize8(load8<T>(raw, t * w + c + 8 * j), min[j], scale[j], steps);
+      for (int j = 0; j < 4; ++j)
+        q[j] = quantize8(load8<T>(raw, t * w + c + 8 * j), min[j], scale[j], steps);
       store_codes(codes, s.bits, t * w + c, q);
     }
   }
@@ -184,7 +199,8 @@ AKV_CODEC_TARGET bool encode_values(const QuantSlab& s, const std::byte* raw, st
       }
       if (!_mm256_testz_si256(bad, bad)) return false;
       const std::int64_t k = t * (w / run) + g / run;
-      const GroupParams p = fit_params(hmin(lo) + 0.0f, hmax(hi) + 0.0f, s.bits, out + k * static_cast<std::int64_t>(kParamBytes));
+      const GroupParams p = fit_params(hmin(lo) + 0.0f, hmax(hi) + 0.0f, s.bits,
+                                       out + k * static_cast<std::int64_t>(kParamBytes));
       const __m256 min = _mm256_set1_ps(p.min), scale = _mm256_set1_ps(p.scale);
       for (std::int64_t c = g; c < g + run; c += 32) {
         __m256i q[4];
@@ -206,15 +222,18 @@ AKV_CODEC_TARGET void decode_slab(const QuantSlab& s, const std::byte* in, std::
     for (std::int64_t c = 0; c < w; c += 8) {
       __m256i word;  // the 8 elements' parameters
       if (s.keys) {
-        word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c * static_cast<std::int64_t>(kParamBytes)));
+        word = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(in + c * static_cast<std::int64_t>(kParamBytes)));
       } else {
         std::int32_t p;
         std::memcpy(&p, in + (t * (w / run) + c / run) * static_cast<std::int64_t>(kParamBytes), 4);
         word = _mm256_set1_epi32(p);
       }
       const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(word, 16));
-      const __m256 min = _mm256_castsi256_ps(_mm256_and_si256(word, i32(static_cast<int>(0xFFFF0000u))));
-      const __m256 x = _mm256_add_ps(min, _mm256_mul_ps(scale, load_codes(codes, s.bits, t * w + c)));
+      const __m256 min =
+          _mm256_castsi256_ps(_mm256_and_si256(word, i32(static_cast<int>(0xFFFF0000u))));
+      const __m256 x =
+          _mm256_add_ps(min, _mm256_mul_ps(scale, load_codes(codes, s.bits, t * w + c)));
       store8<T>(raw, t * w + c, x);
     }
 }
@@ -232,10 +251,14 @@ bool encode_as(const QuantSlab& s, const std::byte* raw, std::byte* out) {
 bool encode(const QuantSlab& s, const std::byte* raw, std::byte* out) {
   if (!takes(s)) return false;
   switch (s.dtype) {
-    case DType::F32: return encode_as<DType::F32>(s, raw, out);
-    case DType::BF16: return encode_as<DType::BF16>(s, raw, out);
-    case DType::F16: return encode_as<DType::F16>(s, raw, out);
-    default: return false;
+    case DType::F32:
+      return encode_as<DType::F32>(s, raw, out);
+    case DType::BF16:
+      return encode_as<DType::BF16>(s, raw, out);
+    case DType::F16:
+      return encode_as<DType::F16>(s, raw, out);
+    default:
+      return false;
   }
 }
 
@@ -254,10 +277,17 @@ bool params_finite(const QuantSlab& s, const std::byte* in) {
 bool decode(const QuantSlab& s, const std::byte* in, std::byte* raw) {
   if (!takes(s) || !params_finite(s, in)) return false;
   switch (s.dtype) {
-    case DType::F32: decode_slab<DType::F32>(s, in, raw); return true;
-    case DType::BF16: decode_slab<DType::BF16>(s, in, raw); return true;
-    case DType::F16: decode_slab<DType::F16>(s, in, raw); return true;
-    default: return false;
+    case DType::F32:
+      decode_slab<DType::F32>(s, in, raw);
+      return true;
+    case DType::BF16:
+      decode_slab<DType::BF16>(s, in, raw);
+      return true;
+    case DType::F16:
+      decode_slab<DType::F16>(s, in, raw);
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -18,15 +18,19 @@ namespace akv {
 using disk_store_detail::kMaxEncodedAheadBytes;
 
 bool DiskStore::needs_encode(const Job& job) const {
-  if (job.kind != Job::Kind::Block || job.state) return false;
+  // A codec that keeps the raw form writes the raw bytes as they are.
+  if (job.kind != Job::Kind::Block || job.state ||
+      codec_is_raw(options_.codec, options_.shape.dtype))
+    return false;
   // A lent block in the store's codec is written as it is; any other is in its raw form.
-  return job.lent.bytes.empty() ? options_.codec != SpillCodec::Native : job.lent.codec != options_.codec;
+  return job.lent.bytes.empty() || job.lent.codec != options_.codec;
 }
 
 DiskStore::Job* DiskStore::next_to_encode_locked() {
   if (n_encode_waiting_ == 0) return nullptr;
   const std::size_t block = encoded_block_bytes();
-  if (n_encoding_ > 0 && encoded_ahead_bytes_ + static_cast<std::size_t>(n_encoding_ + 1) * block > kMaxEncodedAheadBytes)
+  if (n_encoding_ > 0 && encoded_ahead_bytes_ + static_cast<std::size_t>(n_encoding_ + 1) * block >
+                             kMaxEncodedAheadBytes)
     return nullptr;
   for (std::deque<std::unique_ptr<Job>>* q : {&first_, &queue_})
     for (std::unique_ptr<Job>& job : *q)
@@ -47,7 +51,8 @@ void DiskStore::encode_loop() {
   std::unique_lock lock(mu_);
   while (true) {
     Job* job = nullptr;
-    encode_wake_.wait(lock, [&] { return stop_encoders_ || (job = next_to_encode_locked()) != nullptr; });
+    encode_wake_.wait(lock,
+                      [&] { return stop_encoders_ || (job = next_to_encode_locked()) != nullptr; });
     if (job == nullptr) return;
     job->encode = Job::Encode::Running;
     --n_encode_waiting_;
@@ -62,10 +67,13 @@ void DiskStore::encode_loop() {
     lock.unlock();
     const auto t0 = Clock::now();
     out.resize(encoded_block_bytes());
-    encode_block(options_.codec, options_.shape, lent ? job->lent.bytes : std::span<const std::byte>(job->raw), out);
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    encode_block(options_.codec, options_.shape,
+                 lent ? job->lent.bytes : std::span<const std::byte>(job->raw), out);
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
     if (lent)  // the bytes are not read again
-      if (const std::function<void()> release = std::exchange(job->lent.release, nullptr)) release();
+      if (const std::function<void()> release = std::exchange(job->lent.release, nullptr))
+        release();
     lock.lock();
     job->encoded = std::move(out);
     job->encode = Job::Encode::Done;

@@ -46,8 +46,9 @@ bool DiskStore::take_work_locked(std::vector<std::unique_ptr<Job>>& batch) {
     // A block is ready to write once encoded (or when it needs none, or the IO thread encodes:
     // no workers). One a worker encodes is waited for; one none took yet is encoded here, alone.
     const auto ready = [&](const Job& job) {
-      return job.kind != Job::Kind::Block || job.encode == Job::Encode::None || job.encode == Job::Encode::Done ||
-             (job.encode == Job::Encode::Waiting && encoders_.empty());
+      using E = Job::Encode;
+      return job.kind != Job::Kind::Block || job.encode == E::None || job.encode == E::Done ||
+             (job.encode == E::Waiting && encoders_.empty());
     };
     const Job& front = *queue.front();
     if (front.kind == Job::Kind::Block && front.encode == Job::Encode::Running) return false;
@@ -59,8 +60,8 @@ bool DiskStore::take_work_locked(std::vector<std::unique_ptr<Job>>& batch) {
       batch.push_back(std::move(queue.front()));
       queue.pop_front();
     } while (!encode_here && batch.front()->kind == Job::Kind::Block && !queue.empty() &&
-             queue.front()->kind == Job::Kind::Block && ready(*queue.front()) && batch.size() < kMaxBatchBlocks &&
-             bytes + queue.front()->raw.size() <= kMaxBatchBytes);
+             queue.front()->kind == Job::Kind::Block && ready(*queue.front()) &&
+             batch.size() < kMaxBatchBlocks && bytes + queue.front()->raw.size() <= kMaxBatchBytes);
     return true;
   }
   const std::int64_t now = now_ms();
@@ -187,7 +188,8 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
     // Encoded by a worker; native: the raw bytes as they are; a lent block in the store's codec:
     // its bytes as they are; else encoded here (no workers, or they were behind).
     const bool lent = !job.lent.bytes.empty();
-    std::span<const std::byte> payload = lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
+    std::span<const std::byte> payload =
+        lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
     if (job.encode == Job::Encode::Done) {
       payload = job.encoded;
     } else if (needs_encode(job)) {
@@ -195,8 +197,9 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       payload_.resize(payload_bytes);
       encode_block(options_.codec, options_.shape, payload, payload_);  // from the raw form
       payload = payload_;
-      const auto us =
-          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
       std::lock_guard lock(mu_);
       ++stats_.n_encoded;
       ++stats_.n_encoded_on_io;

@@ -26,7 +26,8 @@ using test::ScratchDir;
 
 // An 8B-shaped block, fewer layers and heads: 2 layers x [K, V] x 16 tokens x 256, bf16.
 constexpr std::int64_t kTokens = 16;
-const BlockShape kShape{.n_rows = 2 * 2 * kTokens, .row_width = 256, .dtype = DType::BF16, .block_size = kTokens};
+const BlockShape kShape{
+    .n_rows = 2 * 2 * kTokens, .row_width = 256, .dtype = DType::BF16, .block_size = kTokens};
 constexpr std::int64_t kBurst = 48;
 constexpr std::size_t kMaxLent = 4;
 
@@ -38,7 +39,9 @@ std::vector<std::byte> kv_block(std::uint32_t seed) {
   for (std::int64_t r = 0; r < kShape.n_rows; ++r)
     for (std::int64_t c = 0; c < kShape.row_width; ++c) {
       const bool key = r / kTokens % 2 == 0;
-      const float v = key ? 0.5f * static_cast<float>(c % 5) + (c % 9 == 4 ? 20.0f : 1.0f) * noise(rng) : noise(rng);
+      const float v =
+          key ? 0.5f * static_cast<float>(c % 5) + (c % 9 == 4 ? 20.0f : 1.0f) * noise(rng)
+              : noise(rng);
       const std::uint16_t h = f32_to_bf16(v);
       std::memcpy(raw.data() + 2 * (r * kShape.row_width + c), &h, 2);
     }
@@ -75,7 +78,8 @@ void expect_within_int8_error(std::span<const std::byte> x, std::span<const std:
       for (std::int64_t j = 0; j < n; ++j) {
         const auto [r, c] = at(j);
         const double a = element(x, r, c), b = element(back, r, c);
-        ASSERT_LE(std::fabs(a - b), step / 2 * 1.0001 + std::fabs(a) / 256 + 1e-7) << "row " << r << " col " << c;
+        ASSERT_LE(std::fabs(a - b), step / 2 * 1.0001 + std::fabs(a) / 256 + 1e-7)
+            << "row " << r << " col " << c;
       }
     }
   }
@@ -84,10 +88,13 @@ void expect_within_int8_error(std::span<const std::byte> x, std::span<const std:
 // The host tier's side: block i's slot bytes, and whether the disk released it.
 struct Lender {
   Lender() {
-    for (std::int64_t i = 0; i < kBurst; ++i) slots.push_back(kv_block(static_cast<std::uint32_t>(100 + i)));
+    for (std::int64_t i = 0; i < kBurst; ++i)
+      slots.push_back(kv_block(static_cast<std::uint32_t>(100 + i)));
   }
   LentBlock lend(std::int64_t i) {
-    return {.bytes = slots[static_cast<std::size_t>(i)], .codec = SpillCodec::Native, .release = [this, i] {
+    return {.bytes = slots[static_cast<std::size_t>(i)],
+            .codec = SpillCodec::Native,
+            .release = [this, i] {
               std::lock_guard lock(mu);
               ++n_released[static_cast<std::size_t>(i)];
               cv.notify_all();
@@ -95,7 +102,8 @@ struct Lender {
   }
   bool wait_released(std::int64_t i) {
     std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return n_released[static_cast<std::size_t>(i)] > 0; });
+    return cv.wait_for(lock, std::chrono::seconds(30),
+                       [&] { return n_released[static_cast<std::size_t>(i)] > 0; });
   }
   std::vector<std::vector<std::byte>> slots;
   std::mutex mu;
@@ -143,7 +151,8 @@ std::vector<RestoreJob::Block> chain_of(const BlockKeyer& keys) {
   for (std::int32_t i = 0; i < kBurst; ++i) {
     const std::vector<std::int32_t> tokens(kTokens, i);
     const Hash128 key = keys.next(parent, tokens);
-    chain.push_back({.key = key, .parent = parent, .tokens_hash = keys.tokens_hash(tokens), .depth = i});
+    chain.push_back(
+        {.key = key, .parent = parent, .tokens_hash = keys.tokens_hash(tokens), .depth = i});
     parent = key;
   }
   return chain;
@@ -160,8 +169,10 @@ void put_burst_behind_a_busy_disk(DiskStore& store, Lender& lender, Gate& gate,
   ASSERT_TRUE(put(0));
   gate.wait_entered();
   for (std::int64_t i = 1; i < kBurst; ++i) {
-    ASSERT_TRUE(put(i)) << "block " << i << " dropped: " << store.stats().n_dropped_queue_full << " so far";
-    ASSERT_TRUE(lender.wait_released(i)) << "block " << i << " was not encoded while the disk was busy";
+    ASSERT_TRUE(put(i)) << "block " << i << " dropped: " << store.stats().n_dropped_queue_full
+                        << " so far";
+    ASSERT_TRUE(lender.wait_released(i))
+        << "block " << i << " was not encoded while the disk was busy";
   }
 }
 
@@ -182,9 +193,11 @@ TEST(DiskCodec, EncodeWorkersTakeABurstWithoutDroppingAndARestartRestoresItWithi
     EXPECT_EQ(s.n_dropped, 0);
     EXPECT_EQ(s.n_written, kBurst);
     EXPECT_EQ(s.n_encoded, kBurst);
-    EXPECT_LE(s.n_encoded_on_io, 1) << "only the first block can reach the IO thread before a worker";
+    EXPECT_LE(s.n_encoded_on_io, 1)
+        << "only the first block can reach the IO thread before a worker";
     EXPECT_EQ(s.encode_threads, 2);
-    for (std::int64_t i = 0; i < kBurst; ++i) EXPECT_EQ(lender.n_released[static_cast<std::size_t>(i)], 1) << i;
+    for (std::int64_t i = 0; i < kBurst; ++i)
+      EXPECT_EQ(lender.n_released[static_cast<std::size_t>(i)], 1) << i;
   }
   // A restart: the restorer's threads read and decode the chain.
   auto store = DiskStore::open_or_throw(int8_options(dir.path, 2));
@@ -192,11 +205,14 @@ TEST(DiskCodec, EncodeWorkersTakeABurstWithoutDroppingAndARestartRestoresItWithi
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  Restorer restorer(store.get(), [&] {
-    std::lock_guard lock(mu);
-    done = true;
-    cv.notify_all();
-  }, Restorer::kDefaultMaxBytes, /*n_threads=*/3);
+  Restorer restorer(
+      store.get(),
+      [&] {
+        std::lock_guard lock(mu);
+        done = true;
+        cv.notify_all();
+      },
+      Restorer::kDefaultMaxBytes, /*n_threads=*/3);
   auto job = std::make_shared<RestoreJob>(chain, kShape.raw_bytes());
   restorer.submit(job);
   {
@@ -210,7 +226,8 @@ TEST(DiskCodec, EncodeWorkersTakeABurstWithoutDroppingAndARestartRestoresItWithi
     encode_block_reference(SpillCodec::Int8, kShape, native, enc);
     decode_block_reference(SpillCodec::Int8, kShape, enc, want);
     const std::span<const std::byte> back = job->raw(i);
-    EXPECT_TRUE(std::equal(back.begin(), back.end(), want.begin())) << "block " << i << ": not the reference round trip";
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), want.begin()))
+        << "block " << i << ": not the reference round trip";
     expect_within_int8_error(native, back);
   }
 }
@@ -264,10 +281,12 @@ TEST(DiskCodec, DroppingLentBlocksWaitsForThoseBeingEncodedAndReadsNoLentByteAft
   store->drop_lent();
   {
     std::lock_guard lock(lender.mu);
-    for (std::int64_t i = 0; i < kBurst; ++i) EXPECT_EQ(lender.n_released[static_cast<std::size_t>(i)], 1) << i;
+    for (std::int64_t i = 0; i < kBurst; ++i)
+      EXPECT_EQ(lender.n_released[static_cast<std::size_t>(i)], 1) << i;
   }
   const std::vector<std::vector<std::byte>> originals = lender.slots;
-  for (std::vector<std::byte>& slot : lender.slots) std::fill(slot.begin(), slot.end(), std::byte{0x7F});
+  for (std::vector<std::byte>& slot : lender.slots)
+    std::fill(slot.begin(), slot.end(), std::byte{0x7F});
   opener.join();
   store->flush();
   const DiskStoreStats s = store->stats();

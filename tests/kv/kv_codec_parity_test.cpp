@@ -41,7 +41,9 @@ std::vector<float> values(const BlockShape& s, Fill fill, std::uint32_t seed) {
         x[i] = 0.3f * static_cast<float>(c % 5) + (c % 7 == 3 ? 25.0f : 1.0f) * noise(rng);
         break;
       case Fill::SignedZeros:  // zeros of both signs, often a group's minimum or maximum
-        x[i] = rng() % 3 == 0 ? 0.0f : rng() % 2 == 0 ? -0.0f : (rng() % 2 == 0 ? 1.0f : -1.0f) * noise(rng);
+        x[i] = rng() % 3 == 0   ? 0.0f
+               : rng() % 2 == 0 ? -0.0f
+                                : (rng() % 2 == 0 ? 1.0f : -1.0f) * noise(rng);
         break;
       case Fill::Constant:
         x[i] = c % 3 == 0 ? 1.5f : -2.0f;
@@ -63,7 +65,8 @@ std::vector<float> values(const BlockShape& s, Fill fill, std::uint32_t seed) {
   return x;
 }
 
-void expect_same_bytes(std::span<const std::byte> a, std::span<const std::byte> b, const char* what) {
+void expect_same_bytes(std::span<const std::byte> a, std::span<const std::byte> b,
+                       const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (std::size_t i = 0; i < a.size(); ++i)
     ASSERT_EQ(a[i], b[i]) << what << ": first difference at byte " << i << " of " << a.size();
@@ -75,13 +78,17 @@ const BlockShape kShapes[] = {
     {.n_rows = 2 * 2 * 8, .row_width = 64, .dtype = DType::F16, .block_size = 8},
     {.n_rows = 2 * 2 * 5, .row_width = 96, .dtype = DType::BF16, .block_size = 5},  // 3 int4 runs
     {.n_rows = 2 * 1 * 1, .row_width = 32, .dtype = DType::F32, .block_size = 1},
-    {.n_rows = 2 * 2 * 4, .row_width = 40, .dtype = DType::BF16, .block_size = 4},  // reference only
-    {.n_rows = 2 * 2 * 3, .row_width = 33, .dtype = DType::F16, .block_size = 3},   // reference only
+    {.n_rows = 2 * 2 * 4,
+     .row_width = 40,
+     .dtype = DType::BF16,
+     .block_size = 4},                                                             // reference only
+    {.n_rows = 2 * 2 * 3, .row_width = 33, .dtype = DType::F16, .block_size = 3},  // reference only
 };
 
 TEST(KvCodecParity, TheVectorisedKernelsRunOnThisCpu) {
   // The parity below compares the kernels with the reference only where they run.
-  if (codec_kernels_name() == "scalar") GTEST_SKIP() << "this CPU lacks AVX2/F16C: the reference runs alone";
+  if (codec_kernels_name() == "scalar")
+    GTEST_SKIP() << "this CPU lacks AVX2/F16C: the reference runs alone";
   EXPECT_EQ(codec_kernels_name(), "avx2");
 }
 
@@ -89,10 +96,11 @@ TEST(KvCodecParity, EncodeAndDecodeAreByteEqualToTheReference) {
   std::uint32_t seed = 1;
   for (const BlockShape& s : kShapes)
     for (SpillCodec codec : {SpillCodec::Int8, SpillCodec::Int4})
-      for (Fill fill : {Fill::KvLike, Fill::SignedZeros, Fill::Constant, Fill::Tiny, Fill::Wide, Fill::NotFinite}) {
-        SCOPED_TRACE(testing::Message() << spill_codec_name(codec) << " " << dtype_name(s.dtype) << " width "
-                                        << s.row_width << " block " << s.block_size << " fill "
-                                        << static_cast<int>(fill));
+      for (Fill fill : {Fill::KvLike, Fill::SignedZeros, Fill::Constant, Fill::Tiny, Fill::Wide,
+                        Fill::NotFinite}) {
+        SCOPED_TRACE(testing::Message() << spill_codec_name(codec) << " " << dtype_name(s.dtype)
+                                        << " width " << s.row_width << " block " << s.block_size
+                                        << " fill " << static_cast<int>(fill));
         const std::vector<std::byte> raw = to_raw(values(s, fill, ++seed), s.dtype);
         std::vector<std::byte> fast(encoded_bytes(codec, s)), ref(fast.size());
         encode_block(codec, s, raw, fast);
@@ -114,7 +122,8 @@ TEST(KvCodecParity, DecodingArbitraryBytesIsByteEqualToTheReference) {
         std::vector<std::byte> in(encoded_bytes(codec, s));
         for (std::byte& b : in) b = static_cast<std::byte>(rng() & 0xFF);
         if (round > 0)  // finite parameters: clear a random exponent bit of every 16-bit half
-          for (std::size_t i = 1; i < in.size(); i += 2) in[i] &= static_cast<std::byte>(round == 1 ? 0xBF : 0x3F);
+          for (std::size_t i = 1; i < in.size(); i += 2)
+            in[i] &= static_cast<std::byte>(round == 1 ? 0xBF : 0x3F);
         std::vector<std::byte> fast(s.raw_bytes()), ref(s.raw_bytes());
         decode_block(codec, s, in, fast);
         decode_block_reference(codec, s, in, ref);
