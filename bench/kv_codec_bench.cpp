@@ -2,11 +2,17 @@
 // encode and decode GB/s of raw block bytes for int8 and int4, the vectorised kernels
 // (encode_block) against the reference (encode_block_reference), on the block the server uses
 // for a llama3-8b-shaped model (32 layers, 8 KV heads x 128, --block-size tokens, bf16 KV).
-// With --threads N it also runs the encode on N threads at once (the disk tier's encode workers)
-// and reports their total GB/s.
+// With --threads N it also runs the encode on N threads at once and reports their total GB/s.
+// With --store-dir DIR it also feeds an int8 DiskStore in DIR (tmpfs keeps the disk out of it)
+// native blocks lent as a host tier's write-through lends its slots, as fast as it takes them,
+// and reports the GB/s its encode workers (--encode-threads; -1: the server's default) took.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <filesystem>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -17,6 +23,7 @@
 #include "backend/kv_codec.h"
 #include "base/check.h"
 #include "bench_util.h"
+#include "kv/disk_store.h"
 
 namespace {
 
@@ -84,6 +91,63 @@ double encode_gb_s_threads(akv::SpillCodec codec, const akv::BlockShape& s, int 
          seconds_since(t0);
 }
 
+// GB/s of raw bytes an int8 DiskStore takes as lent native blocks (n_slots host slots, each
+// lent again once released), until the last block is accepted; and once all are written.
+void store_intake(const akv::BlockShape& s, const std::string& dir, std::int64_t n_blocks,
+                  int encode_threads) {
+  std::filesystem::remove_all(dir);
+  constexpr std::size_t kSlots = 64;
+  std::vector<std::vector<std::byte>> slots;
+  for (std::size_t i = 0; i < kSlots; ++i)
+    slots.push_back(kv_like_block(s, 200 + static_cast<std::uint32_t>(i)));
+  std::mutex mu;
+  std::condition_variable freed;
+  std::vector<std::size_t> free_slots;
+  for (std::size_t i = 0; i < kSlots; ++i) free_slots.push_back(i);
+  akv::DiskStoreOptions o;
+  o.dir = dir;
+  o.fingerprint = {1, 1};
+  o.codec = akv::SpillCodec::Int8;
+  o.shape = s;
+  o.block_size = static_cast<std::int32_t>(s.block_size);
+  o.encode_threads = encode_threads;
+  o.max_lent_blocks = kSlots;
+  auto store = akv::DiskStore::open_or_throw(o);
+  const auto t0 = Clock::now();
+  for (std::int64_t i = 0; i < n_blocks; ++i) {
+    std::size_t slot = 0;
+    {
+      std::unique_lock lock(mu);
+      freed.wait(lock, [&] { return !free_slots.empty(); });
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    const akv::LentBlock lent{
+        .bytes = slots[slot], .codec = akv::SpillCodec::Native, .release = [&, slot] {
+          std::lock_guard lock(mu);
+          free_slots.push_back(slot);
+          freed.notify_one();
+        }};
+    const auto k = static_cast<std::uint64_t>(i);
+    AKV_CHECK(store->put_lent({k, k + 1}, {}, {}, lent),
+              "the store dropped a lent block with room for it");
+  }
+  const double taken_s = seconds_since(t0);
+  store->flush();
+  const double written_s = seconds_since(t0);
+  const akv::DiskStoreStats st = store->stats();
+  const double gb = static_cast<double>(s.raw_bytes()) * static_cast<double>(n_blocks) / 1e9;
+  std::printf(
+      "store: %lld blocks (%.2f GB raw) taken at %.2f GB/s, written at %.2f GB/s; %d encode "
+      "workers, "
+      "%.2f s of encode, %lld encoded on the IO thread, %lld dropped\n",
+      static_cast<long long>(n_blocks), gb, gb / taken_s, gb / written_s, st.encode_threads,
+      static_cast<double>(st.encode_us) / 1e6, static_cast<long long>(st.n_encoded_on_io),
+      static_cast<long long>(st.n_dropped));
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,6 +163,12 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "live KV dtype: bf16, f16, f32");
   app.add_option("--seconds", seconds, "per measurement");
   app.add_option("--threads", n_threads, "also encode on this many threads at once");
+  std::string store_dir;
+  std::int64_t store_mb = 2048;
+  int encode_threads = -1;
+  app.add_option("--store-dir", store_dir, "also measure an int8 DiskStore's intake here (tmpfs)");
+  app.add_option("--store-mb", store_mb, "raw MiB put into the store");
+  app.add_option("--encode-threads", encode_threads, "the store's encode workers (-1: default)");
   CLI11_PARSE(app, argc, argv);
 
   const akv::DType live = dtype == "f32"   ? akv::DType::F32
@@ -134,5 +204,10 @@ int main(int argc, char** argv) {
       std::printf("       encode on %d threads at once: %.2f GB/s in all\n", n_threads,
                   encode_gb_s_threads(codec, s, n_threads, seconds));
   }
+  if (!store_dir.empty())
+    store_intake(
+        s, store_dir,
+        std::max<std::int64_t>(1, (store_mb << 20) / static_cast<std::int64_t>(s.raw_bytes())),
+        encode_threads);
   return 0;
 }

@@ -71,23 +71,29 @@ void DiskStore::encode_loop() {
                  lent ? job->lent.bytes : std::span<const std::byte>(job->raw), out);
     const auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
-    if (lent)  // the bytes are not read again
-      if (const std::function<void()> release = std::exchange(job->lent.release, nullptr))
-        release();
     lock.lock();
-    job->encoded = std::move(out);
-    job->encode = Job::Encode::Done;
+    // A lent block becomes the store's own: its bytes are not read again, and it leaves the lent
+    // count before its lender hears of it (as a written one does).
+    std::function<void()> release;
     if (lent) {
+      release = std::exchange(job->lent.release, nullptr);
       job->lent.bytes = {};
       --queued_lent_;
-      --n_lent_encoding_;
-      encoded_.notify_all();
     }
+    job->encoded = std::move(out);
+    job->encode = Job::Encode::Done;  // the IO thread's from here: not touched again
     --n_encoding_;
-    encoded_ahead_bytes_ += job->encoded.size();
+    encoded_ahead_bytes_ += encoded_block_bytes();
     ++stats_.n_encoded;
     stats_.encode_us += us;
     wake_.notify_one();  // the IO thread may wait for this one
+    if (lent) {
+      lock.unlock();
+      if (release) release();
+      lock.lock();
+      --n_lent_encoding_;
+      encoded_.notify_all();
+    }
   }
 }
 
