@@ -257,6 +257,26 @@ TEST(DiskCodec, WithoutEncodeWorkersTheSameBurstIsDroppedBehindABusyDisk) {
   EXPECT_EQ(store->stats().encode_threads, 0);
 }
 
+TEST(DiskCodec, ALentBlocksRoomIsBackWhenItsLenderHearsOfIt) {
+  // A lender that lends again from its release (a host tier's next spill) finds the room.
+  for (const SpillCodec codec : {SpillCodec::Native, SpillCodec::Int8}) {
+    SCOPED_TRACE(spill_codec_name(codec));
+    ScratchDir dir;
+    DiskStoreOptions o = int8_options(dir.path, /*encode_threads=*/2);
+    o.codec = codec;
+    o.max_lent_blocks = 1;
+    auto store = DiskStore::open_or_throw(o);
+    const std::vector<std::byte> bytes = kv_block(1);
+    std::atomic<std::int64_t> room_at_release{-1};
+    ASSERT_TRUE(store->put_lent({1, 1}, {}, {},
+                                {.bytes = bytes, .codec = SpillCodec::Native, .release = [&] {
+                                   room_at_release = static_cast<std::int64_t>(store->n_lent_room());
+                                 }}));
+    store->flush();
+    EXPECT_EQ(room_at_release, 1);
+  }
+}
+
 TEST(DiskCodec, DroppingLentBlocksWaitsForThoseBeingEncodedAndReadsNoLentByteAfter) {
   // The lender goes away (drop_lent) while the workers encode its blocks and the disk is busy:
   // every block is released by then, those not encoded are dropped, and the encoded ones are
