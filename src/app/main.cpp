@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   serve->add_option("--state-snapshot-bytes", srv.state_snapshot_bytes,
                     "Hybrid models: host memory for recurrent-state snapshots (0: no prefix reuse)")
       ->capture_default_str();
+  serve->add_option("--kv-state-codec", srv.kv_state_codec,
+                    "Hybrid models: state snapshots in memory, on disk and in Redis: exact | bf16 (any is read)")
+      ->capture_default_str();
   serve->add_option("--state-snapshot-interval", srv.state_snapshot_interval,
                     "Hybrid models: a state snapshot every this many prompt tokens (and at each request's end)")
       ->capture_default_str()

@@ -277,6 +277,7 @@ int run_serve(const ServeOptions& o) {
       static_cast<std::size_t>(std::max<std::int64_t>(1, parse_byte_size(o.kv_restore_bytes, "--kv-restore-bytes")));
   engine_config.state_snapshot_bytes = parse_byte_size(o.state_snapshot_bytes, "--state-snapshot-bytes");
   engine_config.state_snapshot_interval = o.state_snapshot_interval;
+  engine_config.state_codec = resolve_state_codec(o.kv_state_codec);
   Engine engine(std::move(model), *backend, engine_config);
 
   if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));

@@ -34,6 +34,7 @@ struct ServeOptions {
   // (EngineConfig::state_snapshot_bytes, state_snapshot_interval).
   std::string state_snapshot_bytes = "1G";
   std::int32_t state_snapshot_interval = 1024;
+  std::string kv_state_codec = "exact";  // snapshots in memory, on disk and in Redis: exact | bf16
   std::string kv_remote;                  // remote tier: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] ("" : none)
   std::string kv_remote_bytes = "0";      // remote tier budget for this model: bytes or K/M/G/T; 0: unlimited
   std::string kv_remote_password_file;    // the Redis password's file (its first line); "": none

@@ -23,6 +23,11 @@ SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& fla
               fmt::format("{}: expected native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
 }
 
+StateCodec resolve_state_codec(const std::string& flag) {
+  if (const std::optional<StateCodec> codec = find_state_codec(flag)) return *codec;
+  throw Error(ErrorKind::InvalidArgument, fmt::format("--kv-state-codec: expected exact or bf16, not '{}'", flag));
+}
+
 std::optional<DType> resolve_quantize(const std::string& flag) {
   if (flag.empty()) return std::nullopt;
   if (const auto t = find_quantize_type(flag)) return t;

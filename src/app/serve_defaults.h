@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/kv_codec.h"
+#include "kv/state_codec.h"
 #include "models/config.h"
 
 namespace akv {
@@ -24,6 +25,10 @@ DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 // save), and an int8 disk tier fed from a native host tier encodes on the IO thread too slowly
 // to keep up (docs/perf/serving.md, "Tier codecs").
 SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag);
+
+// --kv-state-codec: "exact" | "bf16" (hybrid models' state snapshots; exact by default: bf16
+// halves their bytes at the error docs/perf/hybrid.md measures). Throws Error naming the flag.
+StateCodec resolve_state_codec(const std::string& flag);
 
 // --quantize: "" -> none; "q8_0" | "q6_k" | "q4_k" -> the block type. Throws Error naming
 // --quantize for anything else.

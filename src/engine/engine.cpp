@@ -83,7 +83,7 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
       seed_base_(std::random_device{}()) {
   event_.top_logprobs.reserve(64);
   if (is_hybrid(model_->config().family) && config_.state_snapshot_bytes > 0) {
-    snapshots_ = std::make_unique<StateSnapshots>(config_.state_snapshot_bytes);
+    snapshots_ = std::make_unique<StateSnapshots>(config_.state_snapshot_bytes, config_.state_codec);
     resume_ = std::make_unique<SnapshotResume>(*snapshots_, backend_, kv_storage_, &kv_);
     scheduler_.set_state_resume(resume_.get());
   }

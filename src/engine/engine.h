@@ -46,6 +46,9 @@ struct EngineConfig {
   // 0 bytes: no snapshots, every hybrid prompt is computed from token 0.
   std::int64_t state_snapshot_bytes = 1ll << 30;
   std::int32_t state_snapshot_interval = 1024;
+  // How snapshots are kept in memory and written as state blocks (kv/state_codec.h; exact by
+  // default). State blocks of any codec are read.
+  StateCodec state_codec = StateCodec::Exact;
   // Load a prefix found on disk on restore threads while other sequences decode (else at
   // admission, on the engine thread: tests only). Host-tier blocks need no load.
   bool background_restore = true;

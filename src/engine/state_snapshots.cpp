@@ -14,18 +14,23 @@ Hash128 StateSnapshots::key_of(std::string_view ns, std::span<const std::int32_t
 }
 
 void StateSnapshots::erase(std::list<Entry>::iterator it) {
-  bytes_ -= static_cast<std::int64_t>(it->state.size() * sizeof(float));
+  bytes_ -= it->bytes();
   index_.erase(it->key);
   lru_.erase(it);
 }
 
 void StateSnapshots::put(std::string_view ns, std::span<const std::int32_t> tokens,
                          std::int32_t pos, std::vector<float> state) {
-  const auto size = static_cast<std::int64_t>(state.size() * sizeof(float));
+  const auto size = static_cast<std::int64_t>(encoded_state_bytes(codec_, static_cast<std::int64_t>(state.size())));
   if (pos <= 0 || size > max_bytes_) return;
   const Hash128 key = key_of(ns, tokens, pos);
   if (auto it = index_.find(key); it != index_.end()) erase(it->second);
-  lru_.push_front({.key = key, .ns = std::string(ns), .pos = pos, .state = std::move(state)});
+  Entry e{.key = key, .ns = std::string(ns), .pos = pos, .exact = {}, .encoded = {}};
+  if (codec_ == StateCodec::Exact)
+    e.exact = std::move(state);
+  else
+    e.encoded = encode_state(codec_, state);
+  lru_.push_front(std::move(e));
   index_[key] = lru_.begin();
   bytes_ += size;
   while (bytes_ > max_bytes_) erase(std::prev(lru_.end()));
@@ -44,12 +49,20 @@ std::int32_t StateSnapshots::deepest(std::string_view ns, std::span<const std::i
   return best->pos;
 }
 
-const std::vector<float>* StateSnapshots::find(std::string_view ns,
-                                               std::span<const std::int32_t> tokens,
-                                               std::int32_t pos) const {
-  if (pos <= 0 || pos > static_cast<std::int32_t>(tokens.size())) return nullptr;
+bool StateSnapshots::contains(std::string_view ns, std::span<const std::int32_t> tokens, std::int32_t pos) const {
+  return pos > 0 && pos <= static_cast<std::int32_t>(tokens.size()) && index_.contains(key_of(ns, tokens, pos));
+}
+
+std::span<const float> StateSnapshots::find(std::string_view ns, std::span<const std::int32_t> tokens,
+                                            std::int32_t pos, std::vector<float>& scratch) const {
+  if (pos <= 0 || pos > static_cast<std::int32_t>(tokens.size())) return {};
   const auto it = index_.find(key_of(ns, tokens, pos));
-  return it == index_.end() ? nullptr : &it->second->state;
+  if (it == index_.end()) return {};
+  const Entry& e = *it->second;
+  if (codec_ == StateCodec::Exact) return e.exact;
+  scratch.resize(e.encoded.size() / encoded_state_bytes(codec_, 1));
+  decode_state(codec_, e.encoded, scratch);
+  return scratch;
 }
 
 std::int32_t SnapshotResume::resume_point(const Sequence& seq, std::int32_t matched) {
@@ -59,7 +72,7 @@ std::int32_t SnapshotResume::resume_point(const Sequence& seq, std::int32_t matc
   const std::int32_t on_disk = tiers_->load_state(seq.kv, seq.tokens, in_memory, matched, loaded_);
   if (on_disk <= in_memory) return in_memory;
   snapshots_.put(seq.ns, seq.tokens, on_disk, loaded_);  // restore() reads it from there
-  return snapshots_.find(seq.ns, seq.tokens, on_disk) != nullptr ? on_disk : in_memory;
+  return snapshots_.contains(seq.ns, seq.tokens, on_disk) ? on_disk : in_memory;
 }
 
 std::int32_t SnapshotResume::held_point(const Sequence& seq) {
@@ -68,10 +81,9 @@ std::int32_t SnapshotResume::held_point(const Sequence& seq) {
 }
 
 void SnapshotResume::restore(const Sequence& seq, std::int32_t pos) {
-  const std::vector<float>* state = snapshots_.find(seq.ns, seq.tokens, pos);
-  AKV_CHECK(state != nullptr && seq.state_slot >= 0,
-            "restore of a resume point without its snapshot");
-  write_state_slot(backend_, kv_, seq.state_slot, *state);
+  const std::span<const float> state = snapshots_.find(seq.ns, seq.tokens, pos, decoded_);
+  AKV_CHECK(!state.empty() && seq.state_slot >= 0, "restore of a resume point without its snapshot");
+  write_state_slot(backend_, kv_, seq.state_slot, state);
 }
 
 void SnapshotResume::read(const Sequence& seq, std::vector<float>& state) {

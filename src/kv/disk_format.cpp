@@ -99,7 +99,7 @@ std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& 
   w.put(h.key);
   w.put(h.parent);
   w.put(h.tokens_hash);
-  w.put(state ? kStateBlockTag : static_cast<std::uint32_t>(h.codec));
+  w.put(state ? state_codec_id(h.state_codec) : static_cast<std::uint32_t>(h.codec));
   w.put(h.n_tokens);
   w.put(h.payload_bytes);
   w.put(h.payload_checksum);
@@ -125,6 +125,7 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   out.parent = r.hash();
   out.tokens_hash = r.hash();
   const auto codec = r.get<std::uint32_t>();
+  out.codec_id = codec;
   out.n_tokens = r.get<std::uint32_t>();
   out.payload_bytes = r.get<std::uint64_t>();
   out.payload_checksum = r.get<std::uint64_t>();
@@ -134,9 +135,14 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
   // The fingerprint covers the codec: a codec id this build no longer knows (a retired layout)
   // is another model's file, kept; an unknown id under our fingerprint is damage.
   if (out.fingerprint != fingerprint) return FileCheck::ForeignModel;
+  // A state codec is not in the fingerprint (a store is read under any --kv-state-codec): an
+  // unknown one under our fingerprint is a newer writer's, not damage.
   if (out.kind == BlockKind::State) {
     out.codec = SpillCodec::Native;
-    return codec == kStateBlockTag ? FileCheck::Ok : FileCheck::Corrupt;
+    const std::optional<StateCodec> state_codec = state_codec_from_id(codec);
+    if (!state_codec) return FileCheck::UnknownCodec;
+    out.state_codec = *state_codec;
+    return FileCheck::Ok;
   }
   const std::optional<SpillCodec> known = spill_codec_from_id(codec);
   if (!known) return FileCheck::Corrupt;
@@ -149,7 +155,7 @@ std::span<const std::byte> verified_block_payload(std::span<const std::byte> fil
   if (parse_block_header(file, want.fingerprint, h) != FileCheck::Ok) return {};
   if (h.kind != want.kind || h.key != want.key || h.parent != want.parent ||
       h.tokens_hash != want.tokens_hash ||
-      h.codec != want.codec || h.payload_bytes != want.payload_bytes ||
+      h.codec != want.codec || h.state_codec != want.state_codec || h.payload_bytes != want.payload_bytes ||
       file.size() != kBlockHeaderBytes + want.payload_bytes)
     return {};
   const std::span<const std::byte> body = file.subspan(kBlockHeaderBytes);

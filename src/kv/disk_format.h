@@ -6,9 +6,11 @@
 //   keyed tokens hash (four Hash128) | u32 codec | u32 tokens per block | u64 payload bytes |
 //   u64 XXH3-64 of the payload | u64 XXH3-64 of the header bytes before it | zero padding.
 // State block (hybrid models' recurrent-state snapshot at the end of a KV block), the same file
-//   and header with version 2 and the codec field holding kStateBlockTag: key = the keyer's
-//   state_key, parent = the key of the KV block it ends on, tokens hash = the keyed hash of the
-//   whole prefix; the payload is the exact f32 state. Version 1 readers leave such files alone.
+//   and header with version 2 and the codec field holding its state codec's id (state_codec.h:
+//   "STAT" exact f32, "STBF" bf16): key = the keyer's state_key, parent = the key of the KV
+//   block it ends on, tokens hash = the keyed hash of the whole prefix; the payload is the state
+//   in that codec. Version 1 readers leave such files alone; a state codec id this build does
+//   not know (a newer writer's) is FileCheck::UnknownCodec: never used, never deleted.
 // Manifest    agents/<keyed hash of tenant and agent>.agent: a 48-byte header, then a body.
 //   magic "AKVAGENT" | u32 version | u32 0 | fingerprint | u64 body bytes | u64 XXH3-64 of body;
 //   body: tenant, agent (u32 length + bytes each), u8 pinned, i64 tokens, u64 requests, hits,
@@ -26,12 +28,12 @@
 #include "kv/agent_index.h"
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
+#include "kv/state_codec.h"
 
 namespace akv {
 
 inline constexpr std::uint32_t kDiskFormatVersion = 1;
 inline constexpr std::uint32_t kStateFormatVersion = 2;  // state blocks; manifests naming them
-inline constexpr std::uint32_t kStateBlockTag = 0x54415453;  // "STAT" in a state block's codec field
 inline constexpr std::size_t kBlockHeaderBytes = 128;
 inline constexpr std::size_t kManifestHeaderBytes = 48;
 
@@ -43,19 +45,22 @@ struct BlockHeader {
   Hash128 key;
   Hash128 parent;
   Hash128 tokens_hash;
-  SpillCodec codec = SpillCodec::Native;
+  SpillCodec codec = SpillCodec::Native;       // Native for state blocks
+  StateCodec state_codec = StateCodec::Exact;  // state blocks
+  std::uint32_t codec_id = 0;  // the codec field as stored (parse_block_header; for messages)
   std::uint32_t n_tokens = 0;
   std::uint64_t payload_bytes = 0;
   std::uint64_t payload_checksum = 0;
 };
 
-enum class FileCheck { Ok, Corrupt, BadVersion, ForeignModel };
+enum class FileCheck { Ok, Corrupt, BadVersion, ForeignModel, UnknownCodec };
 
 std::uint64_t payload_checksum(std::span<const std::byte> payload);
 
 std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& h);
 // Checks magic, version and the header checksum; ForeignModel when the fingerprint differs. A
-// state block comes back with kind State and codec Native.
+// state block comes back with kind State, codec Native and its state codec (UnknownCodec: an id
+// this build does not know; the rest of `out` is filled).
 FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fingerprint,
                              BlockHeader& out);
 
@@ -63,11 +68,12 @@ FileCheck parse_block_header(std::span<const std::byte> bytes, const Hash128& fi
 struct BlockExpect {
   Hash128 fingerprint, key, parent, tokens_hash;
   SpillCodec codec = SpillCodec::Native;  // Native for state blocks
+  StateCodec state_codec = StateCodec::Exact;  // state blocks
   std::uint64_t payload_bytes = 0;
   BlockKind kind = BlockKind::Kv;
 };
-// The payload of a whole block file when its header, size, key, parent, tokens hash, codec and
-// payload checksum (and the kind) all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
+// The payload of a whole block file when its header, size, key, parent, tokens hash, codec (state
+// codec for a state block) and payload checksum (and the kind) all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
 // told apart here: the caller only loads.
 std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want);
 

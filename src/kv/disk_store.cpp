@@ -260,6 +260,11 @@ void DiskStore::reject(FileCheck check, int dir_fd, const std::string& name) {
     case FileCheck::BadVersion:
       ++stats_.rejected_version;
       return;
+    case FileCheck::UnknownCodec:  // a newer writer's state block: not ours to delete
+      ++stats_.rejected_version;
+      log_warn("KV disk tier: {}/{} is a state block of a state codec unknown to this build (a newer "
+               "writer's?); not used, left in place", options_.dir + "/blocks", name);
+      return;
     case FileCheck::Corrupt:
       ++stats_.rejected_corrupt;
       ::unlinkat(dir_fd, name.c_str(), 0);  // damaged: never used, so removed
@@ -523,7 +528,7 @@ std::int64_t DiskStore::stored_bytes(const std::vector<Hash128>& chain) const {
 }
 
 bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
-                          std::vector<std::byte> bytes) {
+                          std::vector<std::byte> bytes, StateCodec codec) {
   bool queued = false;
   {
     std::lock_guard lock(mu_);
@@ -533,6 +538,7 @@ bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash1
       if (!count_drop_locked(paused)) return false;
     } else {
       queue_.push_back(block_job_locked(key, parent, prefix_hash, bytes, {}, /*state=*/true));
+      queue_.back()->state_codec = codec;
       queued = true;
     }
   }
@@ -541,27 +547,41 @@ bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash1
 }
 
 bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
-                           std::span<std::byte> out) {
+                           std::span<float> out) {
   if (options_.before_load) options_.before_load(true);
   const bool local = on_disk(key);
   if (!local && options_.remote == nullptr) return false;
-  const BlockExpect want{.fingerprint = options_.fingerprint,
-                         .key = key,
-                         .parent = parent,
-                         .tokens_hash = prefix_hash,
-                         .codec = SpillCodec::Native,
-                         .payload_bytes = out.size(),
-                         .kind = BlockKind::State};
   std::vector<std::byte> bytes;
   bool ok = false;
   if (local) {
     ok = read_file_into(block_path(key), bytes);
   } else {
-    if (options_.remote->state_value_bytes() != kBlockHeaderBytes + out.size()) return false;
-    bytes.resize(kBlockHeaderBytes + out.size());
-    ok = options_.remote->get_state(key, bytes, {});
+    // Any codec's value, up to the largest (exact) one.
+    if (options_.remote->state_value_bytes() != kBlockHeaderBytes + out.size_bytes()) return false;
+    ok = options_.remote->get_state(key, bytes);
     if (!ok) return false;  // not there, or Redis unavailable: a miss
   }
+  // The header names the codec, and so the payload's size.
+  BlockHeader h;
+  const FileCheck check = ok ? parse_block_header(bytes, options_.fingerprint, h) : FileCheck::Corrupt;
+  if (check == FileCheck::UnknownCodec) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.rejected_version;
+    }
+    log_warn("KV {} tier: state block {} has state codec id {:#010x}, unknown to this build (a newer "
+             "writer's?); not used, left in place, its tokens will be recomputed",
+             local ? "disk" : "remote", local ? block_path(key) : key.hex(), h.codec_id);
+    return false;
+  }
+  const BlockExpect want{.fingerprint = options_.fingerprint,
+                         .key = key,
+                         .parent = parent,
+                         .tokens_hash = prefix_hash,
+                         .codec = SpillCodec::Native,
+                         .state_codec = h.state_codec,
+                         .payload_bytes = encoded_state_bytes(h.state_codec, static_cast<std::int64_t>(out.size())),
+                         .kind = BlockKind::State};
   const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want) : std::span<const std::byte>{};
   if (body.empty()) {
     if (!local) {
@@ -575,7 +595,7 @@ bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash
     if (ok || ::access(block_path(key).c_str(), F_OK) == 0) drop_bad(key);
     return false;
   }
-  std::memcpy(out.data(), body.data(), out.size());
+  decode_state(h.state_codec, body, out);
   const std::int64_t now = now_unix_ms();
   {
     std::lock_guard lock(mu_);

@@ -109,7 +109,7 @@ struct DiskStoreStats {
   std::int64_t max_bytes = 0;  // DiskStoreOptions::max_bytes (0: unlimited)
   std::int64_t n_manifests = 0;
   std::int64_t rejected_foreign = 0;  // another model, tokenizer, template, layout or codec
-  std::int64_t rejected_version = 0;
+  std::int64_t rejected_version = 0;  // another format version, or a state codec this build lacks
   std::int64_t rejected_corrupt = 0;  // bad header, size or checksum (at start-up or on load)
   std::int64_t n_written = 0;
   std::int64_t n_loaded = 0;
@@ -210,20 +210,23 @@ class DiskStore {
             std::span<std::byte> raw);
   // State blocks (hybrid models' recurrent-state snapshots, disk_format.h): `key` is the keyer's
   // state_key of the KV block `parent` they end on, `prefix_hash` the keyed tokens hash of the
-  // whole prefix. Stored exactly; queued and written like blocks (same batches, budget and
+  // whole prefix. `bytes`: the state encoded with `codec` (state_codec.h), stored as they are
+  // with the codec's id in the header. Queued and written like blocks (same batches, budget and
   // leaf-first retention: a state file names its KV block as parent, so it goes before that
   // block and never outlives it). Each written file also goes to the remote tier (its own key
   // domain there, RemoteStore::put_state). put_state: false when dropped (paused, queue full) or
   // already stored/queued; never waits for IO.
   bool put_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
-                 std::vector<std::byte> bytes);
+                 std::vector<std::byte> bytes, StateCodec codec = StateCodec::Exact);
   // Reads and verifies (header, kind, key, parent, prefix hash, size, checksum) a state block of
-  // exactly out.size() bytes into `out`, from disk or, when not there, from the remote tier.
-  // False when missing or bad; a bad file is counted in rejected_corrupt and removed, a bad
-  // remote value is counted there and left (its tokens are recomputed). Reads on the caller's
+  // out.size() floats, in whatever codec its header names, from disk or, when not there, from
+  // the remote tier, and decodes it into `out`. False when missing or bad; a bad file is counted
+  // in rejected_corrupt and removed, a bad remote value is counted there and left (its tokens
+  // are recomputed); one of a state codec this build does not know is counted in
+  // rejected_version, logged with its file (or Redis) name, and left. Reads on the caller's
   // thread.
   bool load_state(const Hash128& key, const Hash128& parent, const Hash128& prefix_hash,
-                  std::span<std::byte> out);
+                  std::span<float> out);
   // load_state may find it: on disk, or a remote tier is attached. Cheap: never asks Redis.
   bool may_load_state(const Hash128& key) const { return may_load(key); }
   // For each state block key: on disk, or held by the remote tier (one round trip for those

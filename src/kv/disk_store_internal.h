@@ -22,8 +22,9 @@ struct DiskStore::Job {
   }
   enum class Kind { Block, Manifest, Erase, CollectGarbage } kind = Kind::Block;
   Hash128 key, parent, tokens_hash;
-  std::vector<std::byte> raw;  // a block's raw bytes (a state block's exact bytes), empty when lent
+  std::vector<std::byte> raw;  // a block's raw bytes (a state block's encoded bytes), empty when lent
   bool state = false;          // Block: a state block (disk_format.h), written as it is
+  StateCodec state_codec = StateCodec::Exact;  // a state block's codec, named in its header
   LentBlock lent;  // empty once encoded: its bytes were released then
   // Block: None: written as it is (native, state, or lent in the store's codec); Waiting for an
   // encode worker; Running (a worker encodes it: nobody else touches the job); Done: `encoded`

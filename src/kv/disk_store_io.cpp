@@ -211,6 +211,7 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
                         .parent = job.parent,
                         .tokens_hash = job.tokens_hash,
                         .codec = options_.codec,
+                        .state_codec = job.state_codec,
                         .n_tokens = static_cast<std::uint32_t>(options_.block_size),
                         .payload_bytes = payload.size(),
                         .payload_checksum = payload_checksum(payload)};

@@ -24,6 +24,7 @@
 #include "kv/host_store.h"
 #include "kv/prefix_index.h"
 #include "kv/retention.h"
+#include "kv/state_codec.h"
 
 namespace akv {
 
@@ -189,10 +190,14 @@ class KvManager {
   // --- state blocks of hybrid models (kv_states.cpp) -------------------------------------------
   // A recurrent-state snapshot at the end of seq's block pos / block_size - 1 is a state block
   // keyed like that KV block (BlockKeyer::state_key of its tier key: tenant, model and prefix
-  // included), stored exactly. Its host copy is the engine's snapshot store; the disk tier
-  // gets it here, written behind. Both do nothing without a disk tier.
+  // included), stored in the state codec (exact unless set_state_codec). Its host copy is the
+  // engine's snapshot store; the disk tier gets it here, written behind. Both do nothing
+  // without a disk tier.
   // The size of one state (StateLayout::slot_floats; 0: the model has none, the default).
   void set_state_floats(std::int64_t n) { state_floats_ = n; }
+  // How put_state encodes state blocks (--kv-state-codec; exact by default). Loads decode the
+  // codec each block's header names.
+  void set_state_codec(StateCodec codec) { state_codec_ = codec; }
   // Queues the state after tokens[0, pos) of seq (pos a multiple of the block size, its blocks
   // indexed) for the disk; an agent recorded from seq later names it.
   void put_state(KvSequence& seq, std::span<const std::int32_t> tokens, std::int32_t pos,
@@ -317,6 +322,7 @@ class KvManager {
   DiskStore* disk_ = nullptr;
   Restorer* restorer_ = nullptr;
   std::int64_t state_floats_ = 0;  // set_state_floats
+  StateCodec state_codec_ = StateCodec::Exact;
   KvBlockIo io_;
   std::unique_ptr<BlockKeyer> own_keyer_;  // without a disk tier (no secret to share)
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached

@@ -2,7 +2,6 @@
 // tier (and from there to the remote tier) and loaded back from either, keyed like the KV block
 // each ends on (kv_manager.h).
 #include <algorithm>
-#include <cstring>
 
 #include "base/check.h"
 #include "kv/disk_store.h"
@@ -19,10 +18,8 @@ void KvManager::put_state(KvSequence& seq, std::span<const std::int32_t> tokens,
   const Hash128 key = keyer_->state_key(seq.keys_[i]);
   seq.state_key_ = key;
   seq.state_pos_ = pos;
-  std::vector<std::byte> bytes(state.size_bytes());
-  std::memcpy(bytes.data(), state.data(), bytes.size());
   disk_->put_state(key, seq.keys_[i], keyer_->tokens_hash(tokens.first(static_cast<std::size_t>(pos))),
-                   std::move(bytes));
+                   encode_state(state_codec_, state), state_codec_);
 }
 
 std::int32_t KvManager::load_state(const KvSequence& seq, std::span<const std::int32_t> tokens,
@@ -51,7 +48,7 @@ std::int32_t KvManager::load_state(const KvSequence& seq, std::span<const std::i
     const std::int32_t b = blocks[i], pos = b * bs;
     const Hash128& block_key = seq.keys_[static_cast<std::size_t>(b - 1)];
     const Hash128 prefix_hash = keyer_->tokens_hash(tokens.first(static_cast<std::size_t>(pos)));
-    if (disk_->load_state(keys[i], block_key, prefix_hash, std::as_writable_bytes(state))) return pos;
+    if (disk_->load_state(keys[i], block_key, prefix_hash, state)) return pos;
   }
   return 0;
 }

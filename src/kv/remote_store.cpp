@@ -148,7 +148,7 @@ bool RemoteStore::put_block(const Hash128& key, std::span<const std::byte> heade
 
 bool RemoteStore::put_state(const Hash128& key, std::span<const std::byte> header,
                             std::span<const std::byte> payload) {
-  AKV_CHECK(options_.state_value_bytes > 0 && header.size() + payload.size() == options_.state_value_bytes,
+  AKV_CHECK(options_.state_value_bytes > 0 && header.size() + payload.size() <= options_.state_value_bytes,
             "remote put: state block file size");
   return put_value(Job::Kind::State, key, header, payload);
 }
@@ -205,14 +205,15 @@ bool RemoteStore::get_block(const Hash128& key, std::span<std::byte> head, std::
   return get_value(block_name(key), prefix_ + "blocks", key, head, tail, false);
 }
 
-bool RemoteStore::get_state(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail) {
-  AKV_CHECK(options_.state_value_bytes > 0 && head.size() + tail.size() == options_.state_value_bytes,
-            "get_state: not one state block's bytes");
-  return get_value(state_name(key), prefix_ + "states", key, head, tail, true);
+bool RemoteStore::get_state(const Hash128& key, std::vector<std::byte>& out) {
+  AKV_CHECK(options_.state_value_bytes > 0, "get_state: the model has no state blocks");
+  out.resize(options_.state_value_bytes);
+  return get_value(state_name(key), prefix_ + "states", key, out, {}, true, &out);
 }
 
 bool RemoteStore::get_value(const std::string& name, const std::string& recency, const Hash128& key,
-                            std::span<std::byte> head, std::span<std::byte> tail, bool state) {
+                            std::span<std::byte> head, std::span<std::byte> tail, bool state,
+                            std::vector<std::byte>* shorter) {
   std::unique_ptr<RedisConnection> conn = take_connection();
   if (conn == nullptr) return false;
   // GETRANGE bounds the reply: a longer value shows as one byte more than expected.
@@ -235,7 +236,14 @@ bool RemoteStore::get_value(const std::string& name, const std::string& recency,
     ++(state ? stats_.n_states_loaded : stats_.n_loaded);
     return true;
   }
-  if (reply_string(other.get()).empty())
+  const std::string_view value = reply_string(other.get());
+  if (shorter != nullptr && !value.empty() && value.size() < head.size() + tail.size()) {
+    shorter->resize(value.size());  // head (may be *shorter) is not used past here
+    std::memcpy(shorter->data(), value.data(), value.size());
+    ++(state ? stats_.n_states_loaded : stats_.n_loaded);
+    return true;
+  }
+  if (value.empty())
     ++stats_.n_missing;
   else
     ++stats_.n_bad;

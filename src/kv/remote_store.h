@@ -95,8 +95,9 @@ class RemoteStore {
 
   // Queues a block file's bytes (header, then payload; copied). False when dropped (queue full).
   bool put_block(const Hash128& key, std::span<const std::byte> header, std::span<const std::byte> payload);
-  // Queues a state block file's bytes (header, then payload; copied; state_value_bytes in all)
-  // under its own name (akv:<fp>:state:<key>). False when dropped (queue full).
+  // Queues a state block file's bytes (header, then payload; copied; at most state_value_bytes
+  // in all: a bf16 state is smaller) under its own name (akv:<fp>:state:<key>). False when
+  // dropped (queue full).
   bool put_state(const Hash128& key, std::span<const std::byte> header, std::span<const std::byte> payload);
   // Queues an agent's manifest bytes (replacing its previous one) behind the blocks queued so far.
   void put_manifest(const Hash128& agent_hash, std::vector<std::byte> bytes, std::int64_t last_use_ms);
@@ -112,9 +113,10 @@ class RemoteStore {
   bool get_block(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail);
   // get_block into `out`, resized to value_bytes.
   bool get_block(const Hash128& key, std::vector<std::byte>& out);
-  // get_block for a state block: state_value_bytes into `head` and `tail`, same bounds and
-  // failures. The caller verifies the bytes.
-  bool get_state(const Hash128& key, std::span<std::byte> head, std::span<std::byte> tail);
+  // A state block's value into `out` (resized to its size: at most state_value_bytes, less for a
+  // state codec smaller than exact; at most state_value_bytes + 1 bytes are read), marked used.
+  // False when missing, empty, larger, or Redis is unavailable. The caller verifies the bytes.
+  bool get_state(const Hash128& key, std::vector<std::byte>& out);
   // For each key, whether Redis holds that state block (one round trip; all false while Redis
   // is unavailable). Any thread.
   std::vector<bool> has_states(std::span<const Hash128> keys);
@@ -143,10 +145,12 @@ class RemoteStore {
   // put_block/put_state: queues a block-like job of these bytes. False when dropped.
   bool put_value(Job::Kind kind, const Hash128& key, std::span<const std::byte> header,
                  std::span<const std::byte> payload);
-  // get_block/get_state: reads `name`'s value (head.size() + tail.size() bytes) and marks `key`
-  // used in the sorted set `recency`.
+  // get_block/get_state: reads `name`'s value (head.size() + tail.size() bytes; with `shorter`,
+  // a shorter non-empty value is accepted into it) and marks `key` used in the sorted set
+  // `recency`.
   bool get_value(const std::string& name, const std::string& recency, const Hash128& key,
-                 std::span<std::byte> head, std::span<std::byte> tail, bool state);
+                 std::span<std::byte> head, std::span<std::byte> tail, bool state,
+                 std::vector<std::byte>* shorter = nullptr);
   std::string agent_name(const Hash128& agent_hash) const;
   std::int64_t now_unix_ms() const;
   // A connection from the pool (or a new one); null while Redis is unavailable.

@@ -75,8 +75,17 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return false;
     std::shared_ptr<RestoreJob>& front = queue_.front();
-    if (front->cancelled_.load(std::memory_order_relaxed))
-      front->limit_ = std::min(front->limit_, front->next_);
+    const bool cancelled = front->cancelled_.load(std::memory_order_relaxed);
+    if (cancelled) front->limit_ = std::min(front->limit_, front->next_);
+    // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages. A
+    // job with a state block to load takes its memory even with no block to load.
+    const bool needs_memory =
+        !front->has_memory_ && (front->next_ < front->limit_ || (front->wants_state() && !cancelled));
+    if (needs_memory && !take_memory(*front)) {
+      // Memory comes back when a job is destroyed (on the engine thread): look again soon.
+      wake_.wait_for(lock, std::chrono::milliseconds(5));
+      continue;
+    }
     if (front->next_ >=
         front->limit_) {  // nothing left to hand out: whoever loads its last block ends it
       std::shared_ptr<RestoreJob> drained = std::move(front);
@@ -90,12 +99,6 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
       }
       continue;
     }
-    // Here, not on the engine thread: a long prefix is hundreds of megabytes of fresh pages.
-    if (!front->has_memory_ && !take_memory(*front)) {
-      // Memory comes back when a job is destroyed (on the engine thread): look again soon.
-      wake_.wait_for(lock, std::chrono::milliseconds(5));
-      continue;
-    }
     job = front;
     index = front->next_++;
     ++front->in_flight_;
@@ -106,19 +109,26 @@ bool Restorer::claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<Restore
 bool Restorer::take_memory(RestoreJob& job) {
   std::lock_guard lock(budget_->mu);
   RestoreBudget& b = *budget_;
+  const std::size_t state = job.state_bytes();
   std::size_t n = static_cast<std::size_t>(job.limit_);
-  if (b.used_bytes + n * job.block_bytes_ > b.max_bytes) {
+  if (b.used_bytes + n * job.block_bytes_ + state > b.max_bytes) {
     if (b.used_bytes > 0) return false;  // wait for the jobs before it
-    n = std::max<std::size_t>(1, b.max_bytes / job.block_bytes_);
-    job.limit_ = std::min(job.limit_, static_cast<std::int32_t>(n));
-    n = static_cast<std::size_t>(job.limit_);
+    // Alone: its state, and its leading blocks that fit beside it (at least one).
+    const std::size_t room = b.max_bytes > state ? b.max_bytes - state : 0;
+    n = std::min(n, std::max<std::size_t>(1, room / job.block_bytes_));
+    job.limit_ = static_cast<std::int32_t>(n);
   }
-  job.held_bytes_ = n * job.block_bytes_;
+  job.held_bytes_ = n * job.block_bytes_ + state;
   b.used_bytes += job.held_bytes_;
   job.budget_ = budget_;
   job.has_memory_ = true;
+  // Kept buffers beyond what the budget leaves beside the jobs' blocks and states go.
+  const auto trim_kept = [&] {
+    while (!b.kept.empty() && b.used_bytes + b.kept.size() * b.buffer_bytes > b.max_bytes) b.kept.pop_back();
+  };
   if (host_ != nullptr) {  // the blocks go to host-tier slots: the budget bounds what they pin
     job.host_ = host_;
+    trim_kept();
     return true;
   }
   // Kept buffers first; new ones only past them, so kept + used stays within the budget.
@@ -131,6 +141,7 @@ bool Restorer::take_memory(RestoreJob& job) {
     job.buffers_.push_back(std::move(b.kept.back()));
     b.kept.pop_back();
   }
+  trim_kept();
   while (job.buffers_.size() < n) job.buffers_.push_back(std::make_unique_for_overwrite<std::byte[]>(job.block_bytes_));
   return true;
 }
@@ -203,7 +214,7 @@ void Restorer::load_state(RestoreJob& job) {
     if (!stored[i]) continue;
     const RestoreJob::StateCandidate& c = *usable[i];
     const Hash128 prefix = disk_->keyer().tokens_hash(std::span(job.state_tokens_).first(static_cast<std::size_t>(c.pos)));
-    if (disk_->load_state(c.key, c.parent, prefix, std::as_writable_bytes(std::span(job.state_)))) {
+    if (disk_->load_state(c.key, c.parent, prefix, job.state_)) {
       job.state_pos_ = c.pos;
       return;
     }

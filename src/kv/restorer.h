@@ -9,13 +9,14 @@
 // With a host tier, blocks are loaded into host-tier slots instead (page-locked on CUDA, so the
 // match's batched write reads them in place, and the tier keeps them for later returns): each
 // is published there and stays pinned by its job until the job is destroyed.
-// Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks until it is
-// destroyed (after the match and the device's copies of them), and a job that does not fit
-// beside the others waits; alone, a job larger than the budget loads only its leading blocks
-// that fit (the rest is recomputed). Each block is loaded into a buffer of one block's size; a
-// destroyed job's buffers are kept for the next jobs (no fresh pages, nothing to unmap on the
-// engine thread), so buffers held by jobs and kept together stay within `max_bytes` too: a
-// server keeps the most its restores ever held at once.
+// Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks (and its state
+// block, if it wants one) until it is destroyed (after the match and the device's copies of
+// them), and a job whose blocks and state together do not fit beside the others waits; alone,
+// a job larger than the budget keeps its state and loads only its leading blocks that fit
+// beside it (at least one; the rest is recomputed). Each block is loaded into a buffer of one
+// block's size; a destroyed job's buffers are kept for the next jobs (no fresh pages, nothing
+// to unmap on the engine thread), so buffers held by jobs and kept together stay within
+// `max_bytes` too: a server keeps the most its restores ever held at once.
 // A job may also carry a hybrid model's state block (RestoreJob::want_state): once its blocks
 // are loaded, the restorer loads the deepest state block whose KV the sequence then has (the
 // candidates the job's loaded blocks cover), from disk or Redis, verified; the job is done only
@@ -87,6 +88,10 @@ class RestoreJob {
   void want_state(std::vector<StateCandidate> candidates, std::vector<std::int32_t> tokens,
                   std::int32_t walk_end, std::int32_t block_size, std::int64_t n_floats);
   bool wants_state() const { return !state_candidates_.empty(); }
+  // What the job's state counts in the restore budget: its decoded floats (0 without one).
+  std::size_t state_bytes() const {
+    return wants_state() ? static_cast<std::size_t>(state_floats_) * sizeof(float) : 0;
+  }
   // Once done(): the position of the state block loaded (0: none), and its floats (taken).
   std::int32_t state_pos() const { return state_pos_; }
   std::vector<float> take_state() { return std::move(state_); }
@@ -100,8 +105,8 @@ class RestoreJob {
   bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
   HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
-  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ are counted, and go back to
-  std::size_t held_bytes_ = 0;
+  std::shared_ptr<RestoreBudget> budget_;  // where buffers_ and the state are counted
+  std::size_t held_bytes_ = 0;             // loaded blocks' bytes + state_bytes()
   // Under the restorer's mutex:
   std::int32_t next_ = 0;       // next block to hand to a thread
   std::int32_t limit_ = 0;      // blocks_.size(), or the first block that failed
@@ -120,9 +125,9 @@ class RestoreJob {
   std::chrono::steady_clock::time_point submitted_;  // for the restore-time histogram
 };
 
-// Bytes of loaded blocks held by jobs, and the block buffers kept for the next jobs; shared
-// with the jobs (which may outlive the restorer). used_bytes + kept buffers <= max_bytes (or one
-// block, when a block is larger).
+// Bytes of loaded blocks and state blocks held by jobs, and the block buffers kept for the next
+// jobs; shared with the jobs (which may outlive the restorer). used_bytes + kept buffers <=
+// max_bytes, except for a job alone past the budget (its state and one block).
 struct RestoreBudget {
   std::mutex mu;
   std::size_t max_bytes = 0, used_bytes = 0;
@@ -135,7 +140,8 @@ class Restorer {
   static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
   static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
-  // `max_bytes`: loaded blocks held across jobs at most (at least one block is always allowed).
+  // `max_bytes`: loaded blocks and state blocks held across jobs at most (a job alone is always
+  // allowed its state and one block).
   // `host`: load into the host tier's slots (null: into each job's block buffers).
   Restorer(DiskStore* disk, std::function<void()> on_done,
            std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
@@ -146,7 +152,7 @@ class Restorer {
   Restorer& operator=(const Restorer&) = delete;
 
   void submit(std::shared_ptr<RestoreJob> job);
-  // Bytes held by jobs now (tests).
+  // Bytes held by jobs now, state blocks included (tests).
   std::size_t used_bytes() const;
   // Bytes of block buffers kept for the next jobs (tests).
   std::size_t kept_bytes() const;
@@ -155,7 +161,8 @@ class Restorer {
   // Takes the next block of the oldest job with one left; false when stopping.
   bool claim(std::unique_lock<std::mutex>& lock, std::shared_ptr<RestoreJob>& job,
              std::int32_t& index);
-  // Gives `job` its memory if it fits the budget (truncating a job alone past it); false: wait.
+  // Gives `job` its memory (its blocks' and its state's) if it fits the budget (truncating the
+  // blocks of a job alone past it); false: wait.
   bool take_memory(RestoreJob& job);
   void loop();
   // Records block `index` of `job` (loaded or not); true when the caller is to finish the job.

@@ -5,7 +5,9 @@
 # An agent's turn on replica A; A is killed (SIGKILL) once its spills reached Redis; the same
 # turn on replica B, which never saw the agent, resumes from the deepest state snapshot in Redis
 # with the KV of the same prefix: cache_read_input_tokens = that snapshot's position, the same
-# greedy text. Another tenant's same prompt on B reuses none of it.
+# greedy text. A writes its state blocks with --kv-state-codec bf16 (half the bytes), B runs the
+# default (exact): B reads A's bf16 blocks by the codec their headers name. Another tenant's
+# same prompt on B reuses none of it.
 set -euo pipefail
 agentkv="$1"
 testdata="$2"
@@ -26,16 +28,16 @@ start_redis
 n_keys() { redis-cli -p "$redis_port" --raw eval "return #redis.call('keys', ARGV[1])" 0 "$1"; }
 
 declare -A rpid rport
-start_replica() {  # name
+start_replica() {  # name, state codec
   "$agentkv" serve --model "$model" --port 0 --backend cpu --threads 1 --block-size 16 \
     --state-snapshot-interval 32 --kv-dir "$tmp/kv-$1" --api-key key-A --api-key key-B \
-    --kv-remote "redis://127.0.0.1:$redis_port/0" >"$tmp/$1.log" 2>&1 &
+    --kv-state-codec "$2" --kv-remote "redis://127.0.0.1:$redis_port/0" >"$tmp/$1.log" 2>&1 &
   rpid[$1]=$!
   pids+=("${rpid[$1]}")
   await_port "$1"
 }
-start_replica a
-start_replica b
+start_replica a bf16
+start_replica b exact
 
 system='You are a careful storyteller. Once upon a time there was a little girl named Lily who loved to play outside in the park with her friends and her dog.'
 task='Tell me about the dog and the kite. The dog has a hat, the kite is red, and a small green frog sings by the pond.'
@@ -62,6 +64,9 @@ want_cached=$(( kv_blocks * 16 / 32 * 32 ))
 
 wait_for "a's spills to reach Redis" settled a; sleep 0.3; wait_for "a's spills to reach Redis" settled a
 expect "a's state blocks are in Redis" "$(( $(n_keys 'akv:*:state:*') >= want_cached / 32 ))" 1
+# 3 linear layers x (3 x 128 + 4 x 16 x 16) floats, 2 bytes each in bf16, and the 128-byte header.
+state_key="$(redis-cli -p "$redis_port" --raw keys 'akv:*:state:*' | head -1)"
+expect "a's state blocks are bf16" "$(redis-cli -p "$redis_port" --raw strlen "$state_key")" $(( 128 + 3 * (3 * 128 + 4 * 16 * 16) * 2 ))
 kill -9 "${rpid[a]}"; wait "${rpid[a]}" 2>/dev/null || true
 
 on_b="$(turn key-A b)" || fail "the same turn on b"

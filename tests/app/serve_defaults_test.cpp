@@ -51,6 +51,18 @@ TEST(ServeDefaults, TierCodecFlagsNameTheFlagWhenBad) {
   }
 }
 
+TEST(ServeDefaults, StateCodecFlagIsExactOrBf16) {
+  EXPECT_EQ(resolve_state_codec("exact"), StateCodec::Exact);
+  EXPECT_EQ(resolve_state_codec("bf16"), StateCodec::Bf16);
+  try {
+    resolve_state_codec("native");
+    FAIL() << "native is a KV tier codec, not a state codec";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-state-codec"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("'native'"), std::string::npos);
+  }
+}
+
 TEST(ServeDefaults, StepSizesDependOnTheBackendUnlessGiven) {
   const ReferenceBackend cpu;
   const FakeDevice gpu({.free_bytes = 60 * kGiB, .total_bytes = 80 * kGiB});

@@ -7,7 +7,10 @@
 // state block is read by the restorer's threads: the engine keeps stepping meanwhile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -56,6 +59,7 @@ struct Options {
   std::int32_t snapshot_interval = 1024;
   std::int64_t snapshot_bytes = 1ll << 30;
   std::function<void(bool state)> before_load{};  // DiskStoreOptions::before_load
+  StateCodec state_codec = StateCodec::Exact;
 };
 
 // A hybrid model in test::ServedEngine, with snapshots; snapshot_bytes 0: the cold reference (no
@@ -69,6 +73,7 @@ struct Served : test::ServedEngine {
                       .scheduler = {.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 4},
                       .snapshot_bytes = opt.snapshot_bytes,
                       .snapshot_interval = opt.snapshot_interval,
+                      .state_codec = opt.state_codec,
                       .tune_disk = [before_load = opt.before_load](DiskStoreOptions& o) { o.before_load = before_load; }}) {}
   Result run(Ids prompt, int n, const std::string& agent, const std::string& ns = "") {
     return ServedEngine::run(std::move(prompt), n, agent, ns, 5);
@@ -249,6 +254,53 @@ TEST_P(HybridMemory, DamagedSnapshotIsRefusedAndRecomputed) {
   EXPECT_EQ(r2.usage.cached_tokens, 0) << "KV without its snapshot claims nothing";
   EXPECT_EQ(s.store->stats().rejected_corrupt, 1);
   expect_like_cold(r2, prompt, 6);
+}
+
+// --kv-state-codec bf16: the snapshot is written in half the bytes (its header names the codec);
+// after a restart under either flag the agent resumes from it, with the cold run's greedy
+// tokens and top logprobs close to it (bf16 state rounding; hybrid_state_codec_test.cpp
+// measures the logits).
+TEST_P(HybridMemory, Bf16SnapshotResumesAfterARestartUnderEitherCodec) {
+  constexpr double kBf16LogprobTolerance = 1e-2;  // measured <= 2.7e-3
+  std::uintmax_t exact_bytes = 0;
+  {
+    ScratchDir exact_dir;
+    Served s(model(), exact_dir.path);
+    s.run(first_turn(), 12, "a");
+    s.stop_gracefully();
+    const std::vector<fs::path> files = state_files(exact_dir.path);
+    ASSERT_EQ(files.size(), 1u);
+    exact_bytes = fs::file_size(files[0]) - kBlockHeaderBytes;
+  }
+  for (StateCodec restart_codec : {StateCodec::Exact, StateCodec::Bf16}) {
+    ScratchDir dir;
+    Result r1;
+    {
+      Served s(model(), dir.path, {.state_codec = StateCodec::Bf16});
+      r1 = s.run(first_turn(), 12, "a");
+      s.stop_gracefully();
+    }
+    const std::vector<fs::path> files = state_files(dir.path);
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ((fs::file_size(files[0]) - kBlockHeaderBytes) * 2, exact_bytes) << "bf16: half the bytes";
+    Served s(model(), dir.path, {.state_codec = restart_codec});
+    const Ids prompt = second_turn(r1);
+    const Result r2 = s.run(prompt, 6, "a");
+    EXPECT_EQ(r2.usage.cached_tokens, kResumeAt) << state_codec_name(restart_codec);
+    EXPECT_EQ(s.store->stats().rejected_corrupt, 0);
+    EXPECT_EQ(r2.tokens, greedy_alone(model(), prompt, 6));
+    const Result c = cold(prompt, 6);
+    ASSERT_EQ(r2.top.size(), c.top.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < r2.top.size(); ++i)
+      for (std::size_t j = 0; j < std::min(r2.top[i].size(), c.top[i].size()); ++j) {
+        EXPECT_EQ(r2.top[i][j].id, c.top[i][j].id);
+        worst = std::max(worst, std::abs(static_cast<double>(r2.top[i][j].logprob) - c.top[i][j].logprob));
+      }
+    EXPECT_LT(worst, kBf16LogprobTolerance);
+    std::printf("[state codec] %s: bf16 snapshot, restart under %s: max |dlogprob| (top 5, 6 tokens) %.3g\n",
+                GetParam().c_str(), std::string(state_codec_name(restart_codec)).c_str(), worst);
+  }
 }
 
 TEST_P(HybridMemory, TenantNeverGetsAnotherTenantsSnapshot) {

@@ -32,6 +32,7 @@ struct ServedOptions {
   SchedulerConfig scheduler{.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8};
   std::int64_t snapshot_bytes = EngineConfig{}.state_snapshot_bytes;  // hybrid models
   std::int32_t snapshot_interval = EngineConfig{}.state_snapshot_interval;
+  StateCodec state_codec = StateCodec::Exact;
   std::function<void(DiskStoreOptions&)> tune_disk{};  // last word on the disk tier's options
 };
 
@@ -52,7 +53,8 @@ struct ServedEngine {
                      .n_blocks = opt.n_blocks,
                      .scheduler = opt.scheduler,
                      .state_snapshot_bytes = opt.snapshot_bytes,
-                     .state_snapshot_interval = opt.snapshot_interval};
+                     .state_snapshot_interval = opt.snapshot_interval,
+                     .state_codec = opt.state_codec};
     if (opt.host_blocks > 0) {
       HostStoreOptions h;
       h.max_bytes = opt.host_blocks * o.shape.raw_bytes();

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace akv {
 namespace {
 
@@ -24,9 +27,11 @@ TEST(StateSnapshots, DeepestMatchingPrefixInItsNamespace) {
   std::vector<std::int32_t> b = a;
   b[4] = 99;  // differs inside the 6-token prefix, not the 2-token one
   EXPECT_EQ(s.deepest("", b, 8), 2);
-  ASSERT_NE(s.find("", a, 6), nullptr);
-  EXPECT_EQ(*s.find("", a, 6), state(6));
-  EXPECT_EQ(s.find("", b, 6), nullptr);
+  std::vector<float> scratch;
+  ASSERT_TRUE(s.contains("", a, 6));
+  EXPECT_TRUE(std::ranges::equal(s.find("", a, 6, scratch), state(6)));
+  EXPECT_FALSE(s.contains("", b, 6));
+  EXPECT_TRUE(s.find("", b, 6, scratch).empty());
 }
 
 TEST(StateSnapshots, ByteBudgetDropsLeastRecentlyUsed) {
@@ -37,11 +42,27 @@ TEST(StateSnapshots, ByteBudgetDropsLeastRecentlyUsed) {
   s.put("", a, 4, state(4));          // drops 2, the least recently used
   EXPECT_EQ(s.size(), 3u);
   EXPECT_EQ(s.bytes(), 48);
-  EXPECT_NE(s.find("", a, 1), nullptr);
-  EXPECT_EQ(s.find("", a, 2), nullptr);
+  EXPECT_TRUE(s.contains("", a, 1));
+  EXPECT_FALSE(s.contains("", a, 2));
   s.put("", a, 5, std::vector<float>(100));  // larger than the budget: not kept
-  EXPECT_EQ(s.find("", a, 5), nullptr);
+  EXPECT_FALSE(s.contains("", a, 5));
   EXPECT_EQ(s.size(), 3u);
+}
+
+// bf16: half the bytes in the budget, each value back within bf16's rounding (2^-8 relative).
+TEST(StateSnapshots, Bf16KeepsHalfTheBytesWithinItsRounding) {
+  StateSnapshots s(48, StateCodec::Bf16);  // six 8-byte snapshots of 4 floats
+  const std::vector<std::int32_t> a{1, 2, 3, 4, 5, 6, 7};
+  const std::vector<float> v{1.0f, -3.14159265f, 1e-3f, 12345.678f};
+  for (std::int32_t pos = 1; pos <= 7; ++pos) s.put("", a, pos, v);
+  EXPECT_EQ(s.size(), 6u);
+  EXPECT_EQ(s.bytes(), 48);
+  std::vector<float> scratch;
+  const std::span<const float> back = s.find("", a, 7, scratch);
+  ASSERT_EQ(back.size(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(back[i], v[i], std::abs(v[i]) / 256) << i;
+  EXPECT_NE(back[1], v[1]) << "rounded";
+  EXPECT_EQ(back[0], 1.0f);
 }
 
 }  // namespace

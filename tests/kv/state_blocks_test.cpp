@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <algorithm>
 
 #include "kv/disk_format.h"
 #include "kv/disk_store.h"
@@ -19,7 +20,8 @@ using test::block_content;
 using test::ScratchDir;
 
 const BlockShape kShape{.n_rows = 2 * 2 * 4, .row_width = 16, .dtype = DType::F32};
-constexpr std::size_t kStateBytes = 1000 * sizeof(float);  // not a KV block's size
+constexpr std::size_t kStateFloats = 1000;
+constexpr std::size_t kStateBytes = kStateFloats * sizeof(float);  // not a KV block's size
 
 DiskStoreOptions options(const std::string& dir) {
   DiskStoreOptions o;
@@ -75,9 +77,9 @@ TEST(StateBlocks, SurviveReopenExactlyAndNeverLoadAsKv) {
   EXPECT_EQ(s.n_blocks, 2);
   EXPECT_EQ(s.n_states, 1);
   EXPECT_EQ(s.rejected_corrupt, 0);
-  std::vector<std::byte> out(kStateBytes);
+  std::vector<float> out(kStateFloats);
   ASSERT_TRUE(store->load_state(state, k1, prefix, out));
-  EXPECT_EQ(out, state_content(3));
+  EXPECT_TRUE(std::ranges::equal(std::as_bytes(std::span(out)), state_content(3)));
   // A file under a key whose check fails is damage (the key is derived from what the check
   // verifies): refused, counted and removed; each refusal below gets a fresh copy.
   const auto refused = [&](const std::function<bool()>& load) {
@@ -93,7 +95,7 @@ TEST(StateBlocks, SurviveReopenExactlyAndNeverLoadAsKv) {
       << "the prefix hash must match";
   EXPECT_TRUE(refused([&] { return store->load_state(state, Hash128{9, 9}, prefix, out); }))
       << "the parent must match";
-  std::vector<std::byte> small(kStateBytes - 4);
+  std::vector<float> small(kStateFloats - 1);
   EXPECT_TRUE(refused([&] { return store->load_state(state, k1, prefix, small); })) << "the size must match";
   std::vector<std::byte> raw(kShape.raw_bytes());
   EXPECT_TRUE(refused([&] { return store->load(state, k1, prefix, raw); })) << "a state block is not a KV block";
@@ -123,7 +125,7 @@ TEST(StateBlocks, HeaderIsVersionTwoAndADamagedOneIsRemoved) {
     f.seekp(kBlockHeaderBytes + 100);
     f.put('\x5a' ^ static_cast<char>(state_content(5)[100]));
   }
-  std::vector<std::byte> out(kStateBytes);
+  std::vector<float> out(kStateFloats);
   EXPECT_FALSE(store->load_state(c.state, c.k1, c.prefix, out));
   EXPECT_EQ(store->stats().rejected_corrupt, 1);
   store->flush();
