@@ -214,6 +214,13 @@ void flush_disk_tier(Engine& engine, DiskStore& disk, RemoteStore* remote, doubl
       drained.n_dropped + spill.n_late,
       drained.in_time && spill.n_late == 0 ? "" : " (--kv-flush-timeout-s ran out or spilling was paused)",
       spill.n_missing, drained.n_manifests_lost, drained.n_agents_whole, drained.n_agents);
+  const DiskStoreStats all = disk.stats();
+  log_info(
+      "KV disk tier since start: {} blocks written, {} dropped ({} queue full, {} paused, {} at "
+      "stop); {} encoded to {} in {:.1f} s of thread time ({} encode workers; {} by the IO thread)",
+      all.n_written, all.n_dropped, all.n_dropped_queue_full, all.n_dropped_paused,
+      all.n_dropped_at_stop, all.n_encoded, spill_codec_name(disk.codec()),
+      static_cast<double>(all.encode_us) / 1e6, all.encode_threads, all.n_encoded_on_io);
   if (remote == nullptr) return;
   const bool written = remote->flush(deadline);
   log_info("KV remote tier: {} at stop ({} blocks written in all)",

@@ -4,13 +4,21 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
+#include "backend/kv_codec_quant.h"
 #include "base/check.h"
 
 namespace akv {
 
 namespace {
+
+using kv_codec_detail::fit_params;
+using kv_codec_detail::GroupParams;
+using kv_codec_detail::kParamBytes;
+using kv_codec_detail::QuantSlab;
+using kv_codec_detail::QuantSlabKernels;
 
 float load_elem(const std::byte* row, DType t, std::int64_t i) {
   switch (t) {
@@ -116,58 +124,34 @@ std::int64_t slab_tokens(const BlockShape& s) {
   return t;
 }
 
-// A group's parameters: bf16 scale, bf16 minimum.
-constexpr std::size_t kParamBytes = 4;
-
 std::size_t slab_bytes(const QuantSpec& q, const SlabGrid& g) {
   const auto n = static_cast<std::size_t>(g.n_tokens * g.width);
   return static_cast<std::size_t>(g.n_groups()) * kParamBytes +
          (n * static_cast<std::size_t>(q.bits) + 7) / 8;
 }
 
-// The smallest bf16 >= x and the largest bf16 <= x (finite x), so rounding the stored
-// parameters never shrinks a group's range.
-std::uint16_t bf16_at_least(float x) {
-  const auto b = std::bit_cast<std::uint32_t>(x);
-  const auto t = static_cast<std::uint16_t>(b >> 16);
-  if (bf16_to_f32(t) >= x) return t;
-  return static_cast<std::uint16_t>(t + 1);  // positive x truncated below it: one ulp up
-}
-std::uint16_t bf16_at_most(float x) {
-  return bf16_at_least(-x) ^ 0x8000;
-}
-
-struct GroupParams {
-  float scale = 0.0f;
-  float min = 0.0f;
-};
-
 int max_code(const QuantSpec& q) {
   return (1 << q.bits) - 1;
 }
 
 // Fits every group of slab x [n_tokens, width] and writes the bf16 parameters to `params`;
-// returns them as stored (rounded).
+// returns them as stored (rounded). A group's range ignores NaNs (a group of NaNs only gets NaN
+// parameters) and counts -0 as +0, so any order of reduction gives the same bytes.
 std::vector<GroupParams> fit_groups(const QuantSpec& q, const SlabGrid& g, std::span<const float> x,
                                     std::byte* params) {
-  std::vector<float> lo(g.n_groups(), 0.0f), hi(g.n_groups(), 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> lo(g.n_groups(), inf), hi(g.n_groups(), -inf);
   for (std::int64_t t = 0; t < g.n_tokens; ++t)
     for (std::int64_t c = 0; c < g.width; ++c) {
       const std::int64_t k = g.group_of(t, c);
       const float v = x[t * g.width + c];
-      const bool first = t % g.group_tokens == 0 && c % g.group_channels == 0;
-      lo[k] = first ? v : std::fmin(lo[k], v);
-      hi[k] = first ? v : std::fmax(hi[k], v);
+      if (v < lo[k]) lo[k] = v;
+      if (v > hi[k]) hi[k] = v;
     }
   std::vector<GroupParams> out(g.n_groups());
-  const auto steps = static_cast<float>(max_code(q));
   for (std::size_t k = 0; k < out.size(); ++k) {
-    std::uint16_t stored[2];
-    stored[1] = bf16_at_most(lo[k]);
-    out[k].min = bf16_to_f32(stored[1]);
-    stored[0] = bf16_at_least((hi[k] - out[k].min) / steps);
-    out[k].scale = bf16_to_f32(stored[0]);
-    std::memcpy(params + k * kParamBytes, stored, kParamBytes);
+    if (lo[k] > hi[k]) lo[k] = hi[k] = std::numeric_limits<float>::quiet_NaN();  // all NaN
+    out[k] = fit_params(lo[k] + 0.0f, hi[k] + 0.0f, q.bits, params + k * kParamBytes);
   }
   return out;
 }
@@ -238,36 +222,104 @@ std::size_t quantized_bytes(const QuantSpec& q, const BlockShape& s) {
          (slab_bytes(q, slab_grid(q, s, 0)) + slab_bytes(q, slab_grid(q, s, 1)));
 }
 
+// The vectorised kernels' view of slab `i` (kv_codec_quant.h).
+QuantSlab quant_slab(const QuantSpec& q, const BlockShape& s, std::int64_t i) {
+  const SlabGrid g = slab_grid(q, s, i);
+  return {.bits = q.bits,
+          .keys = i % 2 == 0,
+          .n_tokens = g.n_tokens,
+          .width = g.width,
+          .value_channels = g.group_channels,
+          .dtype = s.dtype};
+}
+
+// The kernels this CPU runs (null: the reference only).
+const QuantSlabKernels* fast_kernels() {
+  static const QuantSlabKernels* k = kv_codec_detail::find_quant_slab_kernels_avx2();
+  return k;
+}
+
+// Slab by slab: the vectorised kernel where it takes the slab, else the reference.
 void encode_quantized(const QuantSpec& q, const BlockShape& s, std::span<const std::byte> raw,
-                      std::span<std::byte> out) {
+                      std::span<std::byte> out, const QuantSlabKernels* fast) {
   const std::int64_t n_slabs = s.n_rows / slab_tokens(s);
   const std::int64_t n = slab_tokens(s) * s.row_width;
   const std::size_t raw_slab = static_cast<std::size_t>(n) * dtype_size(s.dtype);
-  std::vector<float> x(static_cast<std::size_t>(n));
+  std::vector<float> x;
   std::byte* dst = out.data();
   for (std::int64_t i = 0; i < n_slabs; ++i) {
     const std::byte* src = raw.data() + i * raw_slab;
-    for (std::int64_t e = 0; e < n; ++e) x[e] = load_elem(src, s.dtype, e);
     const SlabGrid g = slab_grid(q, s, i);
-    std::fill_n(dst, slab_bytes(q, g), std::byte{0});
-    encode_slab(q, g, x, dst);
+    if (fast == nullptr || !fast->encode(quant_slab(q, s, i), src, dst)) {
+      x.resize(static_cast<std::size_t>(n));
+      for (std::int64_t e = 0; e < n; ++e) x[e] = load_elem(src, s.dtype, e);
+      std::fill_n(dst, slab_bytes(q, g), std::byte{0});
+      encode_slab(q, g, x, dst);
+    }
     dst += slab_bytes(q, g);
   }
 }
 
 void decode_quantized(const QuantSpec& q, const BlockShape& s, std::span<const std::byte> in,
-                      std::span<std::byte> raw) {
+                      std::span<std::byte> raw, const QuantSlabKernels* fast) {
   const std::int64_t n_slabs = s.n_rows / slab_tokens(s);
   const std::int64_t n = slab_tokens(s) * s.row_width;
   const std::size_t raw_slab = static_cast<std::size_t>(n) * dtype_size(s.dtype);
-  std::vector<float> x(static_cast<std::size_t>(n));
+  std::vector<float> x;
   const std::byte* src = in.data();
   for (std::int64_t i = 0; i < n_slabs; ++i) {
     const SlabGrid g = slab_grid(q, s, i);
-    decode_slab(q, g, src, x);
-    src += slab_bytes(q, g);
     std::byte* dst = raw.data() + i * raw_slab;
-    for (std::int64_t e = 0; e < n; ++e) store_elem(dst, s.dtype, e, x[e]);
+    if (fast == nullptr || !fast->decode(quant_slab(q, s, i), src, dst)) {
+      x.resize(static_cast<std::size_t>(n));
+      decode_slab(q, g, src, x);
+      for (std::int64_t e = 0; e < n; ++e) store_elem(dst, s.dtype, e, x[e]);
+    }
+    src += slab_bytes(q, g);
+  }
+}
+
+void encode_with(SpillCodec codec, const BlockShape& s, std::span<const std::byte> raw,
+                 std::span<std::byte> out, const QuantSlabKernels* fast) {
+  AKV_CHECK(raw.size() == s.raw_bytes() && out.size() == encoded_bytes(codec, s),
+            "encode_block sizes");
+  const std::int64_t n = s.n_rows * s.row_width;
+  switch (codec) {
+    case SpillCodec::Native:
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return;
+    case SpillCodec::F32:
+      convert(raw, s.dtype, out, DType::F32, n);
+      return;
+    case SpillCodec::BF16:
+      convert(raw, s.dtype, out, DType::BF16, n);
+      return;
+    case SpillCodec::Int8:
+    case SpillCodec::Int4:
+      encode_quantized(*quant_spec(codec), s, raw, out, fast);
+      return;
+  }
+}
+
+void decode_with(SpillCodec codec, const BlockShape& s, std::span<const std::byte> in,
+                 std::span<std::byte> raw, const QuantSlabKernels* fast) {
+  AKV_CHECK(raw.size() == s.raw_bytes() && in.size() == encoded_bytes(codec, s),
+            "decode_block sizes");
+  const std::int64_t n = s.n_rows * s.row_width;
+  switch (codec) {
+    case SpillCodec::Native:
+      std::memcpy(raw.data(), in.data(), in.size());
+      return;
+    case SpillCodec::F32:
+      convert(in, DType::F32, raw, s.dtype, n);
+      return;
+    case SpillCodec::BF16:
+      convert(in, DType::BF16, raw, s.dtype, n);
+      return;
+    case SpillCodec::Int8:
+    case SpillCodec::Int4:
+      decode_quantized(*quant_spec(codec), s, in, raw, fast);
+      return;
   }
 }
 
@@ -321,46 +373,26 @@ std::size_t encoded_bytes(SpillCodec codec, const BlockShape& s) {
 
 void encode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> raw,
                   std::span<std::byte> out) {
-  AKV_CHECK(raw.size() == s.raw_bytes() && out.size() == encoded_bytes(codec, s),
-            "encode_block sizes");
-  const std::int64_t n = s.n_rows * s.row_width;
-  switch (codec) {
-    case SpillCodec::Native:
-      std::memcpy(out.data(), raw.data(), raw.size());
-      return;
-    case SpillCodec::F32:
-      convert(raw, s.dtype, out, DType::F32, n);
-      return;
-    case SpillCodec::BF16:
-      convert(raw, s.dtype, out, DType::BF16, n);
-      return;
-    case SpillCodec::Int8:
-    case SpillCodec::Int4:
-      encode_quantized(*quant_spec(codec), s, raw, out);
-      return;
-  }
+  encode_with(codec, s, raw, out, fast_kernels());
 }
 
 void decode_block(SpillCodec codec, const BlockShape& s, std::span<const std::byte> in,
                   std::span<std::byte> raw) {
-  AKV_CHECK(raw.size() == s.raw_bytes() && in.size() == encoded_bytes(codec, s),
-            "decode_block sizes");
-  const std::int64_t n = s.n_rows * s.row_width;
-  switch (codec) {
-    case SpillCodec::Native:
-      std::memcpy(raw.data(), in.data(), in.size());
-      return;
-    case SpillCodec::F32:
-      convert(in, DType::F32, raw, s.dtype, n);
-      return;
-    case SpillCodec::BF16:
-      convert(in, DType::BF16, raw, s.dtype, n);
-      return;
-    case SpillCodec::Int8:
-    case SpillCodec::Int4:
-      decode_quantized(*quant_spec(codec), s, in, raw);
-      return;
-  }
+  decode_with(codec, s, in, raw, fast_kernels());
+}
+
+void encode_block_reference(SpillCodec codec, const BlockShape& s, std::span<const std::byte> raw,
+                            std::span<std::byte> out) {
+  encode_with(codec, s, raw, out, nullptr);
+}
+
+void decode_block_reference(SpillCodec codec, const BlockShape& s, std::span<const std::byte> in,
+                            std::span<std::byte> raw) {
+  decode_with(codec, s, in, raw, nullptr);
+}
+
+std::string_view codec_kernels_name() {
+  return fast_kernels() != nullptr ? fast_kernels()->name : "scalar";
 }
 
 bool codec_is_raw(SpillCodec codec, DType live) {

@@ -61,10 +61,20 @@ inline BlockShape block_shape_of(const KvLayout& l) {
 // Bytes of the encoded form.
 std::size_t encoded_bytes(SpillCodec codec, const BlockShape& shape);
 // raw.size() == shape.raw_bytes(); out.size() == encoded_bytes(codec, shape).
+// int8/int4 run vectorised (AVX2, picked at run time) where the CPU and the shape allow (a row
+// width that is a multiple of 32, finite elements; else that slab takes the reference path),
+// byte-equal to the reference. Single-threaded; callers spread blocks over their own threads.
 void encode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> raw,
                   std::span<std::byte> out);
 void decode_block(SpillCodec codec, const BlockShape& shape, std::span<const std::byte> in,
                   std::span<std::byte> raw);
+// The plain scalar path the vectorised one proves itself against (parity tests, benchmarks).
+void encode_block_reference(SpillCodec codec, const BlockShape& shape,
+                            std::span<const std::byte> raw, std::span<std::byte> out);
+void decode_block_reference(SpillCodec codec, const BlockShape& shape,
+                            std::span<const std::byte> in, std::span<std::byte> raw);
+// The kernels encode_block/decode_block run on this CPU: "avx2" or "scalar".
+std::string_view codec_kernels_name();
 
 // True when the codec's encoded form is the raw form itself (native, or f32/bf16 of that live
 // dtype): the block's bytes go to and from the tier as they are.

@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "base/check.h"
@@ -133,6 +135,13 @@ DiskStore::DiskStore(DiskStoreOptions options) : options_(std::move(options)) {
       options_.max_bytes > 0 ? std::to_string(options_.max_bytes >> 20) + " MiB" : "unlimited",
       spill_codec_name(options_.codec), stats_.n_manifests, stats_.rejected_foreign,
       stats_.rejected_version, stats_.rejected_corrupt, stats_.n_gc, stats_.n_evicted);
+  int n_encoders = options_.encode_threads;
+  if (n_encoders < 0)
+    n_encoders = codec_is_raw(options_.codec, options_.shape.dtype)
+                     ? 0
+                     : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  stats_.encode_threads = n_encoders;
+  for (int i = 0; i < n_encoders; ++i) encoders_.emplace_back([this] { encode_loop(); });
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -142,7 +151,13 @@ DiskStore::~DiskStore() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (io_.joinable()) io_.join();
+  if (io_.joinable()) io_.join();  // writes what is queued (the encoders still help)
+  {
+    std::lock_guard lock(mu_);
+    stop_encoders_ = true;
+  }
+  encode_wake_.notify_all();
+  for (std::thread& t : encoders_) t.join();
   for (int fd : {blocks_fd_, agents_fd_, lock_fd_})
     if (fd >= 0) ::close(fd);
 }
@@ -338,18 +353,24 @@ std::unique_ptr<DiskStore::Job> DiskStore::block_job_locked(const Hash128& key,
                                                             const Hash128& parent,
                                                             const Hash128& tokens_hash,
                                                             std::vector<std::byte>& raw,
-                                                            LentBlock lent) {
+                                                            LentBlock lent, bool state) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Block;
   job->key = key;
   job->parent = parent;
   job->tokens_hash = tokens_hash;
+  job->state = state;
   queued_bytes_ += raw.size();
   ++queued_blocks_;
   if (!lent.bytes.empty()) ++queued_lent_;
   job->raw = std::move(raw);
   job->lent = std::move(lent);
   pending_.insert(key);
+  if (needs_encode(*job)) {
+    job->encode = Job::Encode::Waiting;
+    ++n_encode_waiting_;
+    encode_wake_.notify_one();
+  }
   return job;
 }
 
@@ -516,8 +537,7 @@ bool DiskStore::put_state(const Hash128& key, const Hash128& parent, const Hash1
     if (paused || queued_bytes_ + bytes.size() > options_.max_queue_bytes) {
       if (!count_drop_locked(paused)) return false;
     } else {
-      queue_.push_back(block_job_locked(key, parent, prefix_hash, bytes));
-      queue_.back()->state = true;
+      queue_.push_back(block_job_locked(key, parent, prefix_hash, bytes, {}, /*state=*/true));
       queue_.back()->state_codec = codec;
       queued = true;
     }

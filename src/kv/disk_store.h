@@ -2,6 +2,8 @@
 // agents is stored once) and one small manifest per agent, under one directory:
 //   <dir>/secret   the key secret (block_key.h)      <dir>/lock  held while a store is open
 //   <dir>/blocks/<key>.kvb                           <dir>/agents/<agent hash>.agent
+// Blocks in a codec that is not their raw form (int8, int4) are encoded ahead of the IO thread by
+// a few encode workers, in queue order and within a bound of bytes; the IO thread only writes.
 // Files are written by one IO thread in batches (durable_batch.h: temp files, one syncfs,
 // renames, one directory fsync per batch), so a crash leaves either the old state or the
 // new file whole. A manifest is written after the blocks queued before it (a graceful stop's
@@ -60,6 +62,10 @@ struct DiskStoreOptions {
   // Raw bytes waiting; more are dropped (a graceful stop's own blocks may take as much again).
   std::size_t max_queue_bytes = std::size_t{256} << 20;
   std::size_t max_lent_blocks = 8192;  // lent blocks waiting (they hold no memory of the store's)
+  // Threads that encode blocks into a codec that is not their raw form (int8, int4), ahead of
+  // the IO thread, which then only writes (disk_store_encode.cpp). -1: a quarter of the cores,
+  // 1 to 4 (none when nothing needs encoding); 0: the IO thread encodes each block it writes.
+  int encode_threads = -1;
   std::int32_t pause_after_error_ms = 30000;
   // Block file bytes kept (0: unlimited). Past it the IO thread deletes blocks down to
   // low_water * max_bytes: blocks no manifest names first, then least recently used (written or
@@ -122,6 +128,13 @@ struct DiskStoreStats {
   std::int64_t n_over_budget = 0;  // of n_dropped: max_bytes full of blocks that must stay
   std::int64_t n_evicted = 0;      // block files deleted to keep max_bytes
   std::int64_t n_gc = 0;           // block files no manifest names, deleted for age
+  // Encoding into the store's codec (not the raw form): blocks encoded, of them those the IO
+  // thread encoded itself (the encode workers were behind, or there are none), and the time
+  // spent on them (summed over the threads).
+  std::int64_t n_encoded = 0;
+  std::int64_t n_encoded_on_io = 0;
+  std::int64_t encode_us = 0;
+  std::int32_t encode_threads = 0;  // encode workers running
   bool paused = false;
 };
 
@@ -286,6 +299,16 @@ class DiskStore {
   void scan_manifests();
   // Counts a file that failed its check at start-up; a damaged one is deleted.
   void reject(FileCheck check, int dir_fd, const std::string& name);
+  // Encode workers (disk_store_encode.cpp): each takes the oldest block waiting to be encoded
+  // (the stop's queue first), within kMaxEncodedAheadBytes of encoded blocks not yet taken by
+  // the IO thread, encodes it without the lock, releases a lent block's bytes at once and marks
+  // it done for the IO thread.
+  void encode_loop();
+  Job* next_to_encode_locked();
+  // The job is a block that must be encoded into the store's codec before it is written.
+  bool needs_encode(const Job& job) const;
+  // The IO thread took a block job out of the queue (caller holds mu_): the encode accounting.
+  void taken_from_queue_locked(Job& job);
   // IO thread (disk_store_io.cpp).
   void io_loop();
   // Moves the next work into `batch`: consecutive block jobs from the front of the queue (one
@@ -307,7 +330,7 @@ class DiskStore {
   // A block job, counted as queued (caller holds mu_, checked room and pushes it to a queue).
   std::unique_ptr<Job> block_job_locked(const Hash128& key, const Hash128& parent,
                                         const Hash128& tokens_hash, std::vector<std::byte>& raw,
-                                        LentBlock lent = {});
+                                        LentBlock lent = {}, bool state = false);
   // A manifest job; the record becomes the agent's for retention (caller holds mu_ and pushes it).
   std::unique_ptr<Job> manifest_job_locked(const AgentRecord& record);
   // Takes the block jobs `which` selects out of both queues into `dropped`, counted as dropped
@@ -362,6 +385,15 @@ class DiskStore {
   std::unordered_map<std::string, ManifestRetry> retries_;  // by manifest file name
   bool retry_now_ = false;  // a drain ran out of time: retry at once
   std::vector<std::vector<std::byte>> spare_raw_;  // written blocks' buffers, for take_raw_buffer
+  std::vector<std::vector<std::byte>> spare_encoded_;  // written blocks' encoded buffers
+  // Encoding: block jobs waiting for an encoder, being encoded (of them lent), and the bytes of
+  // encoded blocks the IO thread has not taken yet.
+  std::int64_t n_encode_waiting_ = 0;
+  std::int32_t n_encoding_ = 0, n_lent_encoding_ = 0;
+  std::size_t encoded_ahead_bytes_ = 0;
+  bool stop_encoders_ = false;
+  std::condition_variable encode_wake_;  // a block to encode, room ahead, or the stop
+  std::condition_variable encoded_;      // a lent block's encode finished (drop_lent waits)
   bool busy_ = false, stop_ = false;
   std::uint64_t n_work_done_ = 0;  // batches and jobs the IO thread finished (drop_lent waits)
   std::int64_t paused_until_ms_ = 0;
@@ -371,6 +403,7 @@ class DiskStore {
   std::vector<std::byte> payload_;  // the encoded block being written (non-native codecs)
   std::int64_t logged_dropped_ = 0, last_drop_log_ms_ = 0;  // written under mu_
 
+  std::vector<std::thread> encoders_;
   std::thread io_;  // last: starts after everything above exists
 };
 

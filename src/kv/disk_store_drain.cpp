@@ -58,11 +58,13 @@ void DiskStore::drop_blocks_locked(const std::function<bool(const Job&)>& which,
     std::size_t n_kept = 0;
     for (std::size_t i = 0; i < q->size(); ++i) {
       std::unique_ptr<Job>& job = (*q)[i];
-      if (job->kind != Job::Kind::Block || !which(*job)) {
+      // A block being encoded is its worker's until done; it is written after that.
+      if (job->kind != Job::Kind::Block || job->encode == Job::Encode::Running || !which(*job)) {
         if (n_kept++ != i) (*q)[n_kept - 1] = std::move(job);
         continue;
       }
       pending_.erase(job->key);
+      taken_from_queue_locked(*job);
       queued_bytes_ -= job->raw.size();
       --queued_blocks_;
       if (!job->lent.bytes.empty()) --queued_lent_;
@@ -80,6 +82,8 @@ void DiskStore::drop_lent() {
   {
     std::unique_lock lock(mu_);
     drop_blocks_locked([](const Job& job) { return !job.lent.bytes.empty(); }, dropped);
+    // A lent block being encoded releases its bytes when done (it is then the store's own).
+    encoded_.wait(lock, [&] { return n_lent_encoding_ == 0; });
     if (busy_) {  // the batch in flight may read lent bytes: wait for it
       const std::uint64_t n = n_work_done_;
       idle_.wait(lock, [&] { return n_work_done_ != n; });

@@ -25,7 +25,12 @@ struct DiskStore::Job {
   std::vector<std::byte> raw;  // a block's raw bytes (a state block's encoded bytes), empty when lent
   bool state = false;          // Block: a state block (disk_format.h), written as it is
   StateCodec state_codec = StateCodec::Exact;  // a state block's codec, named in its header
-  LentBlock lent;
+  LentBlock lent;  // empty once encoded: its bytes were released then
+  // Block: None: written as it is (native, state, or lent in the store's codec); Waiting for an
+  // encode worker; Running (a worker encodes it: nobody else touches the job); Done: `encoded`
+  // holds the payload.
+  enum class Encode : std::uint8_t { None, Waiting, Running, Done } encode = Encode::None;
+  std::vector<std::byte> encoded;
   AgentRecord record;           // Manifest; Erase uses tenant and agent
   std::int32_t n_attempts = 0;  // Manifest: writes tried before this one
   std::vector<Hash128> blocks;  // Erase
@@ -35,6 +40,8 @@ struct DiskStore::Job {
 namespace disk_store_detail {
 
 inline constexpr std::size_t kMaxSpareBuffers = 32;
+// Encoded blocks the IO thread has not taken yet, at most (the encode workers wait past it).
+inline constexpr std::size_t kMaxEncodedAheadBytes = std::size_t{64} << 20;
 
 // Steady clock, ms (pauses, retries, log intervals).
 inline std::int64_t now_ms() {

@@ -43,14 +43,25 @@ bool DiskStore::take_work_locked(std::vector<std::unique_ptr<Job>>& batch) {
   batch.clear();
   std::deque<std::unique_ptr<Job>>& queue = first_.empty() ? queue_ : first_;  // a stop's first
   if (!queue.empty()) {
+    // A block is ready to write once encoded (or when it needs none, or the IO thread encodes:
+    // no workers). One a worker encodes is waited for; one none took yet is encoded here, alone.
+    const auto ready = [&](const Job& job) {
+      using E = Job::Encode;
+      return job.kind != Job::Kind::Block || job.encode == E::None || job.encode == E::Done ||
+             (job.encode == E::Waiting && encoders_.empty());
+    };
+    const Job& front = *queue.front();
+    if (front.kind == Job::Kind::Block && front.encode == Job::Encode::Running) return false;
+    const bool encode_here = !ready(front);
     std::size_t bytes = 0;
     do {
       bytes += queue.front()->raw.size();
+      taken_from_queue_locked(*queue.front());
       batch.push_back(std::move(queue.front()));
       queue.pop_front();
-    } while (batch.front()->kind == Job::Kind::Block && !queue.empty() &&
-             queue.front()->kind == Job::Kind::Block && batch.size() < kMaxBatchBlocks &&
-             bytes + queue.front()->raw.size() <= kMaxBatchBytes);
+    } while (!encode_here && batch.front()->kind == Job::Kind::Block && !queue.empty() &&
+             queue.front()->kind == Job::Kind::Block && ready(*queue.front()) &&
+             batch.size() < kMaxBatchBlocks && bytes + queue.front()->raw.size() <= kMaxBatchBytes);
     return true;
   }
   const std::int64_t now = now_ms();
@@ -76,7 +87,8 @@ void DiskStore::io_loop() {
   std::unique_lock lock(mu_);
   while (true) {
     if (!take_work_locked(batch)) {
-      if (stop_) break;  // queue empty, retries taken at once while stopping
+      // Queue empty (retries are taken at once while stopping), not a block being encoded.
+      if (stop_ && first_.empty() && queue_.empty()) break;
       // Sleep until new work, the next collection, a retry or the next drop report is due.
       Clock::time_point until = gc_on ? next_gc : Clock::now() + std::chrono::hours(1);
       for (const auto& [name, r] : retries_) until = std::min(until, steady_at(r.due_ms));
@@ -173,13 +185,25 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       over_budget = true;
       break;
     }
-    // Native: the raw bytes as they are; a lent block in the store's codec: its bytes as they are.
+    // Encoded by a worker; native: the raw bytes as they are; a lent block in the store's codec:
+    // its bytes as they are; else encoded here (no workers, or they were behind).
     const bool lent = !job.lent.bytes.empty();
-    std::span<const std::byte> payload = lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
-    if (!job.state && (lent ? job.lent.codec != options_.codec : options_.codec != SpillCodec::Native)) {
+    std::span<const std::byte> payload =
+        lent ? job.lent.bytes : std::span<const std::byte>(job.raw);
+    if (job.encode == Job::Encode::Done) {
+      payload = job.encoded;
+    } else if (needs_encode(job)) {
+      const auto t0 = std::chrono::steady_clock::now();
       payload_.resize(payload_bytes);
       encode_block(options_.codec, options_.shape, payload, payload_);  // from the raw form
       payload = payload_;
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+      std::lock_guard lock(mu_);
+      ++stats_.n_encoded;
+      ++stats_.n_encoded_on_io;
+      stats_.encode_us += us;
     }
     const BlockHeader h{.kind = job.state ? BlockKind::State : BlockKind::Kv,
                         .fingerprint = options_.fingerprint,
@@ -229,6 +253,8 @@ void DiskStore::write_blocks(std::vector<std::unique_ptr<Job>>& batch) {
       --queued_blocks_;
       if (!job.lent.bytes.empty()) --queued_lent_;
       keep_buffer_locked(job.raw);
+      if (!job.encoded.empty() && spare_encoded_.size() < disk_store_detail::kMaxSpareBuffers)
+        spare_encoded_.push_back(std::move(job.encoded));
       if (written[i]) {
         const BlockFile f{.bytes = static_cast<std::int64_t>(file_bytes_of(job)),
                           .last_use_ms = now,

@@ -118,6 +118,16 @@ void append_tier_metrics(const HostStoreStats* host, const DiskStoreStats* disk,
     metric(out, "counter", "agentkv_kv_disk_dropped_at_stop_total",
            "blocks still queued when the graceful stop ran out of time",
            d(disk->n_dropped_at_stop));
+    metric(out, "counter", "agentkv_kv_disk_encoded_blocks_total",
+           "blocks encoded into the disk codec (int8, int4: not the raw form)", d(disk->n_encoded));
+    metric(out, "counter", "agentkv_kv_disk_encoded_on_io_thread_total",
+           "of them, encoded by the IO thread (the encode workers were behind)",
+           d(disk->n_encoded_on_io));
+    metric(out, "counter", "agentkv_kv_disk_encode_seconds_total",
+           "thread time spent encoding blocks for the disk",
+           static_cast<double>(disk->encode_us) / 1e6);
+    metric(out, "gauge", "agentkv_kv_disk_encode_threads", "the disk tier's encode workers",
+           d(disk->encode_threads));
     metric(out, "gauge", "agentkv_kv_disk_queue_blocks", "blocks waiting to be written",
            d(disk->queued_blocks));
     metric(out, "gauge", "agentkv_kv_disk_queue_bytes", "raw bytes of the blocks waiting",
