@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   serve->add_option("--max-batch-tokens", srv.max_batch_tokens, "Token budget per engine step (0: 8192 on a GPU, 512 on the CPU)")->capture_default_str();
   serve->add_option("--prefill-chunk", srv.prefill_chunk, "Most prompt tokens per sequence per step (0: 8192 on a GPU, 256 on the CPU)")->capture_default_str();
   serve->add_option("--kv-dir", srv.kv_dir, "Directory of the KV disk tier (agents survive restarts); none: off");
-  serve->add_option("--kv-spill-codec", srv.kv_spill_codec, "KV blocks on disk: native | f32 | bf16 | int8 | int4")
+  serve->add_option("--kv-spill-codec", srv.kv_spill_codec, "KV blocks on disk: auto (int8 on a GPU, native on the CPU) | native | f32 | bf16 | int8 | int4")
       ->capture_default_str();
   serve->add_option("--kv-disk-bytes", srv.kv_disk_bytes, "Disk tier budget: bytes or K/M/G/T (e.g. 40G); 0: unlimited")
       ->capture_default_str();

@@ -263,7 +263,7 @@ int run_serve(const ServeOptions& o) {
   // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
   // blocks lent from host slots (DiskStore::put_lent) until it stops.
   std::unique_ptr<HostStore> host;
-  const SpillCodec disk_codec = resolve_tier_codec("--kv-spill-codec", o.kv_spill_codec);
+  const SpillCodec disk_codec = resolve_disk_codec(o.kv_spill_codec, *backend);
   KvStores stores = open_disk_tier(o, config, engine_config, disk_codec,
                                    prompt_options.template_override.value_or(""), disk_unavailable);
   std::unique_ptr<DiskStore>& disk = stores.disk;

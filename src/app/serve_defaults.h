@@ -20,11 +20,17 @@ namespace akv {
 DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 
 // A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors).
-// Both default to native: on the H100/H200 an int8 host tier made returns from it and another
-// agent's cold prompt slower (device-side encode and decode cost more than the PCIe bytes they
-// save), and an int8 disk tier fed from a native host tier encodes on the IO thread too slowly
-// to keep up (docs/perf/serving.md, "Tier codecs").
+// The host tier defaults to native: on the H100/H200 an int8 host tier made returns from it and
+// another agent's cold prompt slower (device-side encode and decode cost more than the PCIe
+// bytes they save; docs/perf/serving.md, "Tier codecs").
 SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag);
+
+// --kv-spill-codec: "auto" (the default) -> int8 on a device backend, native on the CPU; any
+// other value as resolve_tier_codec. On the H200 an int8 disk tier (encoded by the disk's encode
+// workers, off the IO thread) brought an agent back after a restart with a cold page cache in
+// 0.57x the native tier's time, at 1.15x with the files still cached (docs/perf/serving.md,
+// "The disk return with an int8 disk tier"); on the CPU the KV is restored bit for bit.
+SpillCodec resolve_disk_codec(const std::string& flag, const Backend& backend);
 
 // --kv-state-codec: "exact" | "bf16" (hybrid models' state snapshots; exact by default: bf16
 // halves their bytes at the error docs/perf/hybrid.md measures). Throws Error naming the flag.

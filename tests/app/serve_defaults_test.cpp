@@ -39,6 +39,21 @@ TEST(ServeDefaults, KvDtypeAutoIsTheBackendsPreferredOne) {
   }
 }
 
+TEST(ServeDefaults, DiskCodecAutoIsInt8OnADeviceAndNativeOnTheCpu) {
+  const ReferenceBackend cpu;
+  const FakeDevice gpu({.free_bytes = 60 * kGiB, .total_bytes = 80 * kGiB});
+  EXPECT_EQ(resolve_disk_codec("auto", cpu), SpillCodec::Native);
+  EXPECT_EQ(resolve_disk_codec("auto", gpu), SpillCodec::Int8);
+  EXPECT_EQ(resolve_disk_codec("native", gpu), SpillCodec::Native);
+  EXPECT_EQ(resolve_disk_codec("int4", cpu), SpillCodec::Int4);
+  try {
+    resolve_disk_codec("fp8", gpu);
+    FAIL() << "fp8 is no tier codec";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-spill-codec"), std::string::npos);
+  }
+}
+
 TEST(ServeDefaults, TierCodecFlagsNameTheFlagWhenBad) {
   EXPECT_EQ(resolve_tier_codec("--kv-host-codec", "native"), SpillCodec::Native);
   EXPECT_EQ(resolve_tier_codec("--kv-spill-codec", "int4"), SpillCodec::Int4);

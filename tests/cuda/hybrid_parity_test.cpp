@@ -5,6 +5,7 @@
 // device through Backend::moe). The output gate also in its one-gate-per-row form (a MoE
 // block's shared expert).
 #include "models/model.h"
+#include "../engine/engine_test_util.h"
 #include "parity_util.h"
 
 namespace akv::test {
@@ -162,12 +163,7 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridOnCuda,
                          ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         fixture_test_name);
 
 }  // namespace
 }  // namespace akv::test

@@ -20,6 +20,13 @@
 
 namespace akv::test {
 
+// A gtest name for a fixture directory named as in ../shared/testdata ('-' is not allowed there).
+inline std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
 using Ids = std::vector<std::int32_t>;
 
 // Collects every request's events; wait() blocks until a request has finished.

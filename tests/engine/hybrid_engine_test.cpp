@@ -167,12 +167,7 @@ TEST_P(HybridEngine, ResumeFromEverySnapshotPositionEqualsAColdRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridEngine, ::testing::Values("qwen3_5-text", "qwen3-next"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::fixture_test_name);
 
 }  // namespace
 }  // namespace akv

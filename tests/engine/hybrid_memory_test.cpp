@@ -323,12 +323,7 @@ TEST_P(HybridMemory, TenantNeverGetsAnotherTenantsSnapshot) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridMemory,
                          ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::fixture_test_name);
 
 }  // namespace
 }  // namespace akv

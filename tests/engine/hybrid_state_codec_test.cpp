@@ -15,6 +15,7 @@
 #include "backend/cpu/reference_backend.h"
 #include "kv/state_codec.h"
 #include "models/model.h"
+#include "engine_test_util.h"
 
 namespace akv {
 namespace {
@@ -140,12 +141,7 @@ TEST_P(HybridStateCodec, Bf16SnapshotsResumeCloseToTheColdRun) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridStateCodec,
                          ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::fixture_test_name);
 
 }  // namespace
 }  // namespace akv

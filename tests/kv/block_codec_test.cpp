@@ -2,6 +2,7 @@
 // documented groups (keys per channel, values per token), encoded sizes, odd shapes, codec ids,
 // and a restore on stories260K that keeps the greedy tokens.
 #include "kv/block_codec.h"
+#include "tier_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -37,19 +38,6 @@ std::vector<float> to_floats(std::span<const std::byte> raw, DType t) {
   return f;
 }
 
-std::vector<std::byte> from_floats(std::span<const float> f, DType t) {
-  std::vector<std::byte> raw(f.size() * dtype_size(t));
-  for (std::size_t i = 0; i < f.size(); ++i) {
-    if (t == DType::F32) {
-      std::memcpy(raw.data() + 4 * i, &f[i], 4);
-      continue;
-    }
-    const std::uint16_t h = t == DType::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-    std::memcpy(raw.data() + 2 * i, &h, 2);
-  }
-  return raw;
-}
-
 std::int64_t tokens_of(const BlockShape& s) {
   return s.block_size > 0 ? s.block_size : s.n_rows / 2;
 }
@@ -70,11 +58,11 @@ std::vector<float> kv_like(const BlockShape& s, std::uint32_t seed) {
     for (std::int64_t c = 0; c < s.row_width; ++c)
       x[r * s.row_width + c] = key ? offset[c] + gain[c] * noise(rng) : noise(rng);
   }
-  return to_floats(from_floats(x, s.dtype), s.dtype);
+  return to_floats(test::raw_from_floats(x, s.dtype), s.dtype);
 }
 
 std::vector<float> round_trip(SpillCodec codec, const BlockShape& s, std::span<const float> x) {
-  const std::vector<std::byte> raw = from_floats(x, s.dtype);
+  const std::vector<std::byte> raw = test::raw_from_floats(x, s.dtype);
   std::vector<std::byte> enc(encoded_bytes(codec, s)), dec(s.raw_bytes());
   encode_block(codec, s, raw, enc);
   decode_block(codec, s, enc, dec);

@@ -22,6 +22,7 @@
 namespace akv {
 namespace {
 
+using test::Gate;
 using test::ScratchDir;
 
 // An 8B-shaped block, fewer layers and heads: 2 layers x [K, V] x 16 tokens x 256, bf16.
@@ -111,27 +112,6 @@ struct Lender {
   std::vector<int> n_released = std::vector<int>(kBurst, 0);
 };
 
-// Holds the IO thread before each batch until opened (a busy disk).
-struct Gate {
-  void wait() {
-    std::unique_lock lock(mu);
-    entered = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return open; });
-  }
-  void wait_entered() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return entered; });
-  }
-  void release() {
-    std::lock_guard lock(mu);
-    open = true;
-    cv.notify_all();
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool entered = false, open = false;
-};
 
 DiskStoreOptions int8_options(const std::string& dir, int encode_threads) {
   DiskStoreOptions o;

@@ -23,6 +23,7 @@ namespace akv {
 namespace {
 
 using test::block_content;
+using test::Gate;
 using test::ScratchDir;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -38,33 +39,6 @@ DiskStoreOptions options(const std::string& dir) {
   return o;
 }
 
-// Holds the IO thread in its first batch until opened (a disk that is busy).
-struct Gate {
-  void wait() {
-    std::unique_lock lock(mu);
-    entered = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return open; });
-  }
-  void wait_entered() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return entered; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu);
-      open = true;
-    }
-    cv.notify_all();
-  }
-  void close() {
-    std::lock_guard lock(mu);
-    open = entered = false;
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool entered = false, open = false;
-};
 
 bool put_block(DiskStore& s, std::uint64_t i) {
   return s.put({i, i}, {}, {}, block_content(kShape, i));

@@ -10,22 +10,10 @@
 #include <vector>
 
 #include "kv/block_codec.h"
+#include "tier_test_util.h"
 
 namespace akv {
 namespace {
-
-std::vector<std::byte> to_raw(std::span<const float> f, DType t) {
-  std::vector<std::byte> raw(f.size() * dtype_size(t));
-  for (std::size_t i = 0; i < f.size(); ++i) {
-    if (t == DType::F32) {
-      std::memcpy(raw.data() + 4 * i, &f[i], 4);
-      continue;
-    }
-    const std::uint16_t h = t == DType::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-    std::memcpy(raw.data() + 2 * i, &h, 2);
-  }
-  return raw;
-}
 
 enum class Fill { KvLike, SignedZeros, Constant, Tiny, Wide, NotFinite };
 
@@ -101,7 +89,7 @@ TEST(KvCodecParity, EncodeAndDecodeAreByteEqualToTheReference) {
         SCOPED_TRACE(testing::Message() << spill_codec_name(codec) << " " << dtype_name(s.dtype)
                                         << " width " << s.row_width << " block " << s.block_size
                                         << " fill " << static_cast<int>(fill));
-        const std::vector<std::byte> raw = to_raw(values(s, fill, ++seed), s.dtype);
+        const std::vector<std::byte> raw = test::raw_from_floats(values(s, fill, ++seed), s.dtype);
         std::vector<std::byte> fast(encoded_bytes(codec, s)), ref(fast.size());
         encode_block(codec, s, raw, fast);
         encode_block_reference(codec, s, raw, ref);

@@ -3,14 +3,18 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
+#include "tensor/dtype.h"
 
 namespace akv::test {
 
@@ -39,6 +43,49 @@ inline std::vector<std::byte> block_content(const BlockShape& s, std::uint64_t s
   for (std::size_t i = 0; i + 4 <= raw.size(); i += 4) {
     const float f = d(rng);
     std::memcpy(raw.data() + i, &f, 4);
+  }
+  return raw;
+}
+
+// Holds a disk store's IO thread (DiskStoreOptions::before_write calls wait()) until opened: a
+// busy disk. wait_entered() returns once the thread is held; close() holds the next batch again.
+struct Gate {
+  void wait() {
+    std::unique_lock lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void wait_entered() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mu);
+    open = entered = false;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, open = false;
+};
+
+// `f` as the raw bytes of a `t` tensor (bf16 and f16 rounded to nearest even).
+inline std::vector<std::byte> raw_from_floats(std::span<const float> f, DType t) {
+  std::vector<std::byte> raw(f.size() * dtype_size(t));
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(raw.data() + 4 * i, &f[i], 4);
+      continue;
+    }
+    const std::uint16_t h = t == DType::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+    std::memcpy(raw.data() + 2 * i, &h, 2);
   }
   return raw;
 }
