@@ -2,6 +2,7 @@
 
 #include "chat/reasoning_effort.h"
 
+#include "server/api_error.h"
 #include "server/json_fields.h"
 
 namespace akv {
@@ -191,6 +192,12 @@ ChatRequest parse_common(const json& body) {
 }  // namespace
 
 ChatRequest parse_anthropic_messages(const json& body) {
+  // A server-side thread (the SDK's tool runner sends only the new turn and the previous
+  // message's id) needs the conversation stored under that id: refused in the form the SDK
+  // answers by resending the whole conversation, never answered from the new turn alone.
+  if (has(body, "thread") && !body["thread"].is_null() && body["thread"] != false)
+    throw DetailedRequestError("thread: this server keeps no threads; send the whole conversation",
+                               {{"error_code", "thread_unsupported_request"}, {"unsupported", {"thread"}}});
   ChatRequest r = parse_common(body);
   r.max_tokens = require_int(body, "max_tokens", "", 0, 1'000'000'000);
   r.stream = opt_bool(body, "stream", "").value_or(false);

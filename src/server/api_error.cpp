@@ -48,6 +48,11 @@ ApiError api_error(int status, std::string message) {
 }
 
 ApiError api_error_from(const Error& e) {
+  if (const auto* detailed = dynamic_cast<const DetailedRequestError*>(&e)) {
+    ApiError err = api_error(400, e.what());
+    err.details = detailed->details();
+    return err;
+  }
   switch (e.kind()) {
     case ErrorKind::InvalidArgument:
     case ErrorKind::BadFormat:
@@ -66,9 +71,9 @@ ApiError api_error_from(const Error& e) {
 
 nlohmann::ordered_json error_body(const ApiError& e, Dialect dialect, const std::string& request_id) {
   if (dialect == Dialect::Anthropic) {
-    return {{"type", "error"},
-            {"error", {{"type", e.anthropic_type}, {"message", e.message}}},
-            {"request_id", request_id}};
+    nlohmann::ordered_json error = {{"type", e.anthropic_type}, {"message", e.message}};
+    if (!e.details.is_null()) error["details"] = e.details;
+    return {{"type", "error"}, {"error", std::move(error)}, {"request_id", request_id}};
   }
   return nlohmann::ordered_json{{"error",
            {{"message", e.message},

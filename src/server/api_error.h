@@ -19,14 +19,29 @@ struct ApiError {
   std::string openai_type;     // invalid_request_error, authentication_error, ...
   std::string message;
   std::string openai_code;     // e.g. model_not_found; empty for null
+  nlohmann::ordered_json details;  // Anthropic `error.details` (machine-readable); null: none
 };
 
-// The HTTP status and types for an akv::Error raised while handling a request.
+// A rejected request whose Anthropic error carries `error.details` that clients act on, e.g.
+// {"error_code": "thread_unsupported_request", "unsupported": ["thread"]}: the Anthropic SDK then
+// sends the turn again with the whole conversation. A 400 (invalid_request_error).
+class DetailedRequestError : public Error {
+ public:
+  DetailedRequestError(const std::string& message, nlohmann::ordered_json details)
+      : Error(ErrorKind::Unsupported, message), details_(std::move(details)) {}
+  const nlohmann::ordered_json& details() const { return details_; }
+
+ private:
+  nlohmann::ordered_json details_;
+};
+
+// The HTTP status and types (and a DetailedRequestError's details) for an akv::Error raised while
+// handling a request.
 ApiError api_error_from(const Error& e);
 // `message` may hold any bytes: invalid UTF-8 becomes U+FFFD, so error_body() always dumps.
 ApiError api_error(int status, std::string message);
 
-// The error body in a dialect: Anthropic {"type":"error","error":{type,message},"request_id"},
+// The error body in a dialect: Anthropic {"type":"error","error":{type,message[,details]},"request_id"},
 // OpenAI {"error":{message,type,param,code}}.
 nlohmann::ordered_json error_body(const ApiError& e, Dialect dialect, const std::string& request_id);
 

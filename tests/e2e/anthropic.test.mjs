@@ -3,6 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
+import { betaTool } from '@anthropic-ai/sdk/helpers/beta/json-schema';
 import { startServer, readSse, TESTDATA } from './server.mjs';
 
 let server;
@@ -267,4 +268,26 @@ test('E6 an invalid agent id header is a 400 naming the header', async () => {
   await assert.rejects(
     client.messages.create({ model, max_tokens: 1, messages: user('x') }, { headers: { 'x-agent-id': '../../etc/passwd' } }),
     (err) => err.status === 400 && /x-agent-id/.test(err.message));
+});
+
+test('A-thread the tool runner\'s default threading is refused as the SDK expects, and it resends unthreaded', async () => {
+  // The runner's first turn carries thread: {type: "create"}; agentkv keeps no threads and
+  // answers 400 with error.details {error_code: "thread_unsupported_request"}, on which the SDK
+  // drops the thread and sends every turn whole. Before, a continue turn was answered from its
+  // new messages alone.
+  const echo = betaTool({ name: 'echo', description: 'Echo the text back',
+    inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+    run: (input) => input.text });
+  const runner = client.beta.messages.toolRunner({ model, max_tokens: 8, temperature: 0, tools: [echo],
+    messages: user('Once upon a time'), max_iterations: 2 });
+  const final = await runner.done();
+  assert.equal(final.type, 'message');
+  assert.ok(final.content.length >= 1);
+  const raw = await fetch(`${server.url}/v1/messages`, { method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': 'test-key', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model, max_tokens: 4, messages: user('hi'), thread: { type: 'create' } }) });
+  assert.equal(raw.status, 400);
+  const err = await raw.json();
+  assert.equal(err.error.type, 'invalid_request_error');
+  assert.deepEqual(err.error.details, { error_code: 'thread_unsupported_request', unsupported: ['thread'] });
 });

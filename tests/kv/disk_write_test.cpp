@@ -219,7 +219,9 @@ TEST(DiskWrite, AStopMovesAnAgentsQueuedBlocksAheadOfTheBacklogWithItsManifestBe
     EXPECT_EQ(s.n_written, 6);
     EXPECT_EQ(s.n_encoded, codec == SpillCodec::Native ? 0 : 6);
     // Encoded blocks are batched as they are ready; native ones as queued.
-    if (codec == SpillCodec::Native) EXPECT_EQ(s.n_batches, 4) << "the moved blocks are one batch, the backlog's two runs two more";
+    if (codec == SpillCodec::Native) {
+      EXPECT_EQ(s.n_batches, 4) << "the moved blocks are one batch, the backlog's two runs two more";
+    }
   }
 }
 

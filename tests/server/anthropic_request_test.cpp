@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "server/api_error.h"
 
 namespace akv {
 namespace {
@@ -85,6 +86,28 @@ TEST(AnthropicRequest, MissingOrMistypedFieldsNameTheirPath) {
             std::string::npos);
   EXPECT_NE(error_of(json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"temperature":"hot"})")).find("temperature"),
             std::string::npos);
+}
+
+// The Anthropic SDK's tool runner threads by default: a turn carries only the new messages and
+// `thread: {type: "continue", previous_message_id}`. Answering that from the new turn alone was a
+// made-up reply; the refusal carries the details on which the SDK resends the whole conversation.
+TEST(AnthropicRequest, AThreadIsRefusedWithTheDetailsTheSdkResendsOn) {
+  json body = json::parse(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})");
+  body["thread"] = json::parse(R"({"type":"continue","previous_message_id":"msg_01"})");
+  try {
+    parse_anthropic_messages(body);
+    FAIL() << "a thread was accepted";
+  } catch (const DetailedRequestError& e) {
+    const ApiError err = api_error_from(e);
+    EXPECT_EQ(err.status, 400);
+    const json out = error_body(err, Dialect::Anthropic, "req_1");
+    EXPECT_EQ(out["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(out["error"]["details"]["error_code"], "thread_unsupported_request");
+    EXPECT_EQ(out["error"]["details"]["unsupported"], json::array({"thread"}));
+    EXPECT_FALSE(error_body(api_error(400, "x"), Dialect::Anthropic, "r")["error"].contains("details"));
+  }
+  body["thread"] = nullptr;
+  EXPECT_EQ(parse_anthropic_messages(body).max_tokens, 5);
 }
 
 }  // namespace
