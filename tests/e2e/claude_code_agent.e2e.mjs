@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './server.mjs';
+import { untilNoMiss } from './agent_util.mjs';
 
 const claude = new URL('./claude-code/node_modules/@anthropic-ai/claude-code-linux-x64/claude', import.meta.url).pathname;
 const MODEL = process.env.AGENTKV_AGENT_MODEL;
@@ -71,18 +72,6 @@ async function runClaude(args) {
   assert.equal(result.usage.cache_read_input_tokens, sum((r) => r.cached), context);
   assert.equal(result.usage.output_tokens, sum((r) => r.output), context);
   return { result, reqs, context };
-}
-
-// Runs `turn` until it returns no miss (a string saying what the model got wrong), at most 3 times.
-async function untilNoMiss(name, turn) {
-  const misses = [];
-  for (let run = 1; run <= 3; run++) {
-    const miss = await turn();
-    if (!miss) return;
-    misses.push(`run ${run}: ${miss}`);
-    console.log(`# ${name}: the model missed (run ${run}): ${miss.slice(0, 300)}`);
-  }
-  assert.fail(`${name}: the model missed 3 times\n${misses.join('\n')}`);
 }
 
 // The tool_result turn extends the call turn's prompt: it is read from the cache.

@@ -30,6 +30,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { betaTool } from '@anthropic-ai/sdk/helpers/beta/json-schema';
 import OpenAI from 'openai';
 import { startServer } from './server.mjs';
+import { untilNoMiss } from './agent_util.mjs';
 
 const CC = JSON.parse(readFileSync(new URL('../../tools/agent_model/claude_code_request.json', import.meta.url), 'utf8'));
 const MODEL = process.env.AGENTKV_AGENT_MODEL;
@@ -202,18 +203,6 @@ async function runLoop(sdk, work, prompt) {
   // The tool_result turn extends the call turn's prompt: it is read from the cache.
   if (reqs.length >= 2) assert.ok(reqs[1].cached >= 0.9 * reqs[1].prompt, `${JSON.stringify(reqs[1])}\n${context}`);
   return { replies, calls: box.calls, reqs, context };
-}
-
-// Runs `loop` until it returns no miss (a string saying what the model got wrong), at most 3 times.
-async function untilNoMiss(name, loop) {
-  const misses = [];
-  for (let run = 1; run <= 3; run++) {
-    const miss = await loop();
-    if (!miss) return;
-    misses.push(`run ${run}: ${miss}`);
-    console.log(`# ${name}: the model missed (run ${run}): ${miss.slice(0, 300)}`);
-  }
-  assert.fail(`${name}: the model missed 3 times\n${misses.join('\n')}`);
 }
 
 // The model's part of a tool loop: one call of `tool` with `input`, then the turn ends.
