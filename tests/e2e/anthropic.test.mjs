@@ -280,7 +280,8 @@ test('A-thread the tool runner\'s default threading is refused as the SDK expect
     run: (input) => input.text });
   const runner = client.beta.messages.toolRunner({ model, max_tokens: 8, temperature: 0, tools: [echo],
     messages: user('Once upon a time'), max_iterations: 2 });
-  const final = await runner.done();
+  let final;
+  for await (const message of runner) final = message;
   assert.equal(final.type, 'message');
   assert.ok(final.content.length >= 1);
   const raw = await fetch(`${server.url}/v1/messages`, { method: 'POST',
