@@ -175,7 +175,21 @@ OpenAiChatRequest parse_openai_chat(const json& body) {
   r.model = require_string(body, "model", "");
   const json& messages = require_array(body, "messages", "");
   if (messages.empty()) fail("messages", "at least one message is required");
-  for (std::size_t i = 0; i < messages.size(); ++i) r.messages.push_back(parse_message(messages[i], join("messages", i)));
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    ChatMessage msg = parse_message(messages[i], join("messages", i));
+    // The leading system/developer messages are the system prompt (as Anthropic's `system`), so
+    // the template renders them as its system turn and both dialects share that prefix; a later
+    // one is a mid-conversation reminder (prompt_normalizer.h, rule 3).
+    if (msg.role == ChatRole::System && r.messages.empty()) {
+      for (ContentBlock& b : msg.blocks) r.system.push_back(std::move(b));
+      continue;
+    }
+    r.messages.push_back(std::move(msg));
+  }
+  if (r.messages.empty()) {  // system messages alone: they are the turn to answer (rule 3)
+    r.messages.push_back(ChatMessage{.role = ChatRole::System, .blocks = std::move(r.system)});
+    r.system.clear();
+  }
   parse_tools(body, r);
   parse_tool_choice(body, r);
   parse_sampling(body, r);

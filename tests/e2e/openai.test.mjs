@@ -95,3 +95,21 @@ test('O8 seeded sampling is reproducible', async () => {
   const b = await client.chat.completions.create(body);
   assert.equal(a.choices[0].message.content, b.choices[0].message.content);
 });
+
+test('O-system a leading system message is the system prompt: an Anthropic request with it as `system` renders the same prompt', async () => {
+  // stories260K's fallback template renders the system turn; before, an OpenAI system message
+  // became a <system-reminder> in the user turn, so the two dialects never shared a prompt.
+  const system = 'Once upon a time there was a little dog named Tim who liked to run in the park.';
+  const text = 'One day Tim saw a big red ball.';
+  const anthropicOnce = () => fetch(`${server.url}/v1/messages`, { method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': 'k', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model, max_tokens: 1, temperature: 0, system, messages: user(text) }) }).then((r) => r.json());
+  const anthropic = await anthropicOnce();
+  const openai = await client.chat.completions.create({ model, max_tokens: 1, temperature: 0,
+    messages: [{ role: 'system', content: system }, { role: 'user', content: text }] });
+  assert.equal(openai.usage.prompt_tokens, anthropic.usage.input_tokens + anthropic.usage.cache_read_input_tokens);
+  // The OpenAI request reads from the Anthropic request's KV what a repeat of it reads.
+  const repeat = await anthropicOnce();
+  assert.ok(repeat.usage.cache_read_input_tokens > 0);
+  assert.equal(openai.usage.prompt_tokens_details.cached_tokens, repeat.usage.cache_read_input_tokens);
+});

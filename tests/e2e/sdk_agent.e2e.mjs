@@ -15,11 +15,8 @@
 //
 // The Anthropic runner keeps its default (threaded): agentkv refuses its `thread` field with
 // error.details {error_code: "thread_unsupported_request"}, and the SDK sends every turn whole
-// (the cache assert fails if a turn arrives without its history). The OpenAI request's system message is
-// folded into the first user turn as a <system-reminder> (chat/prompt_normalizer.h, rule 3), so
-// its prompt shares only `<|im_start|>system\n` with the Anthropic one it was made from (11,568
-// tokens against 11,558 for the Write task); the model still makes the exact Write call on it as
-// often as on the Anthropic prompt (30 of 30 against 29 of 30 at temperature 1).
+// (the cache assert fails if a turn arrives without its history). The OpenAI request's leading
+// system message is the system prompt, as Anthropic's `system` (server/openai_request.cpp).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';

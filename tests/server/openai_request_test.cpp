@@ -21,12 +21,33 @@ TEST(OpenAiRequest, ToolCallsAndToolResults) {
   EXPECT_TRUE(r.chat.stream);
   EXPECT_EQ(r.chat.max_tokens, 9);
   EXPECT_EQ(r.chat.tool_choice.type, ToolChoiceType::Any);
-  ASSERT_EQ(r.chat.messages.size(), 4u);
-  EXPECT_EQ(r.chat.messages[0].role, ChatRole::System);
-  const ContentBlock& call = r.chat.messages[2].blocks.at(0);
+  ASSERT_EQ(r.chat.messages.size(), 3u);  // the leading developer message is the system prompt
+  ASSERT_EQ(r.chat.system.size(), 1u);
+  EXPECT_EQ(r.chat.system[0].text, "be brief");
+  const ContentBlock& call = r.chat.messages[1].blocks.at(0);
   EXPECT_EQ(call.type, BlockType::ToolUse);
   EXPECT_EQ(call.input.dump(), R"({"b":1,"a":2})");  // key order kept
-  EXPECT_EQ(r.chat.messages[3].blocks.at(0).tool_use_id, "call_1");
+  EXPECT_EQ(r.chat.messages[2].blocks.at(0).tool_use_id, "call_1");
+}
+
+// Leading system/developer messages are the system prompt (the template's system turn, shared with
+// an Anthropic request's `system`); a later one stays a mid-conversation system message; system
+// messages alone are the turn to answer.
+TEST(OpenAiRequest, LeadingSystemMessagesAreTheSystemPrompt) {
+  const OpenAiChatRequest r = parse_openai_chat(json::parse(R"({"model":"m","messages":[
+    {"role":"system","content":"one"},{"role":"developer","content":[{"type":"text","text":"two"}]},
+    {"role":"user","content":"hi"},{"role":"system","content":"later"}]})"));
+  ASSERT_EQ(r.chat.system.size(), 2u);
+  EXPECT_EQ(r.chat.system[0].text, "one");
+  EXPECT_EQ(r.chat.system[1].text, "two");
+  ASSERT_EQ(r.chat.messages.size(), 2u);
+  EXPECT_EQ(r.chat.messages[0].role, ChatRole::User);
+  EXPECT_EQ(r.chat.messages[1].role, ChatRole::System);
+  const OpenAiChatRequest alone =
+      parse_openai_chat(json::parse(R"({"model":"m","messages":[{"role":"system","content":"hello"}]})"));
+  EXPECT_TRUE(alone.chat.system.empty());
+  ASSERT_EQ(alone.chat.messages.size(), 1u);
+  EXPECT_EQ(alone.chat.messages[0].blocks.at(0).text, "hello");
 }
 
 TEST(OpenAiRequest, BadArgumentsAndRolesAreNamed) {
