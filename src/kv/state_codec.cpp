@@ -59,15 +59,8 @@ std::vector<std::byte> encode_state(StateCodec codec, std::span<const float> sta
 void decode_state(StateCodec codec, std::span<const std::byte> in, std::span<float> out) {
   AKV_CHECK(in.size() == encoded_state_bytes(codec, static_cast<std::int64_t>(out.size())),
             "decode_state: input size");
-  if (codec == StateCodec::Exact) {
-    if (!out.empty()) std::memcpy(out.data(), in.data(), in.size());
-    return;
-  }
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    std::uint16_t h = 0;
-    std::memcpy(&h, in.data() + 2 * i, 2);
-    out[i] = bf16_to_f32(h);
-  }
+  if (out.empty()) return;
+  convert_to_f32(codec == StateCodec::Bf16 ? DType::BF16 : DType::F32, in.data(), out.data(), out.size());
 }
 
 }  // namespace akv
