@@ -6,14 +6,15 @@
 // 32K tokens. --prefill-only 1 measures only the prefill, its per-op table and the cold TTFT;
 // --decode-only 1 only the 8- and 32-sequence decode (logits copied back, then greedy ids picked
 // on the device, alternating in one run). --chunk-attention 1 measures only chunks of 1, 10, 64,
-// 351 and 512 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
+// 351, 512, 533, 576 and 640 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
 // whole forward (the time to the last token's logits), with the chunk attention paths off (one
 // token a split-K block, unsplit prefill tiles) and on, side by side. --quant-gemv 1 measures only
 // the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp). --moe 1
 // measures only one MoE layer of the Qwen3-30B-A3B and GPT-OSS-20B shapes, decode and prefill,
-// old and new kernels (cuda_moe_bench.cpp).
+// old and new kernels (cuda_moe_bench.cpp). --tier-copy 1 measures only the host tier's copies
+// of 8B-shaped KV blocks next to the PCIe link's DMA rate (cuda_tier_bench.cpp).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
-//                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1]
+//                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1] [--tier-copy 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -38,6 +39,7 @@ namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
 int run_quant_gemv_bench(double copy_bw);
 int run_moe_bench(double copy_bw);
+int run_tier_bench();
 }
 
 namespace akv {
@@ -409,8 +411,9 @@ std::vector<std::int32_t> ids_at(std::int64_t start, std::int64_t n, std::int64_
   return ids;
 }
 
-// Chunk lengths --chunk-attention measures.
-constexpr std::array<std::int64_t, 5> kChunkSizes = {1, 10, 64, 351, 512};
+// Chunk lengths --chunk-attention measures (ascending): a served next turn is 512 new tokens plus
+// the template's and the previous reply's, so sizes just above 512 too.
+constexpr std::array<std::int64_t, 8> kChunkSizes = {1, 10, 64, 351, 512, 533, 576, 640};
 
 // --chunk-attention: each chunk of kChunkSizes after `context` cached tokens (filled by one
 // prefill first), timed with the chunk attention paths off and on: layer 0's attention alone
@@ -469,7 +472,7 @@ struct DecodeTime {
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
-  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0;
+  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -483,6 +486,7 @@ int run(int argc, char** argv) {
     else if (a == "--chunk-context") chunk_context = v;
     else if (a == "--quant-gemv") quant_gemv = v;
     else if (a == "--moe") moe = v;
+    else if (a == "--tier-copy") tier_copy = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -492,6 +496,7 @@ int run(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.1f GiB; CUDA driver API %d, runtime %d\n", prop.name, prop.multiProcessorCount,
               double(prop.totalGlobalMem) / double(1 << 30), driver, runtime);
 
+  if (tier_copy != 0) return bench::run_tier_bench();
   const double bw = copy_bandwidth();
   if (quant_gemv != 0) {
     std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);

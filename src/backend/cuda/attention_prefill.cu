@@ -350,10 +350,30 @@ int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int s
   }
 #endif
   const std::int64_t blocks = std::int64_t{b.n_tiles} * (a.n_heads / heads);
-  const std::int64_t waves = 2 * std::int64_t{sm_count} * resident;  // two waves of resident blocks
-  const std::int64_t want = (waves + blocks - 1) / std::max<std::int64_t>(blocks, 1);
-  const std::int64_t most = std::max(1, b.max_keys / kMinPrefillSplitKeys);
-  return static_cast<int>(std::clamp<std::int64_t>(want, 1, std::min<std::int64_t>(most, 65535)));
+  const std::int64_t slots = std::int64_t{sm_count} * resident;
+  if (blocks >= 2 * slots) return 1;  // the tiles alone fill the GPU twice over
+  // The split count with the least modelled time, in units of one block's pass over one 64-key
+  // tile: the waves of blocks times the key tiles (plus one for the block's own start and end)
+  // each block walks, plus the merge's traffic (every split writes and the merge reads a
+  // (head_dim + 2)-float row per query row and head: ~1.5M such floats cost about one tile
+  // pass). Waves are counted whole: a grid just past a multiple of the resident blocks pays a
+  // whole extra wave, which rounding "about two waves" up did not see (512 query rows after 16K
+  // keys: 5 splits, 2.4 waves, where 2 splits run in one).
+  const std::int64_t key_tiles = (std::int64_t{b.max_keys} + kPrefillSplitAlign - 1) / kPrefillSplitAlign;
+  const double merge_per_split = double(b.n_tokens) * a.n_heads * (a.head_dim + 2) / 1.5e6;
+  const std::int64_t most = std::min<std::int64_t>(std::max(1, b.max_keys / kMinPrefillSplitKeys), 65535);
+  int best = 1;
+  double best_cost = 0;
+  for (std::int64_t s = 1; s <= most; ++s) {
+    const std::int64_t waves = (blocks * s + slots - 1) / slots;
+    const std::int64_t tiles = (key_tiles + s - 1) / s;
+    const double cost = double(waves) * double(tiles + 1) + (s > 1 ? merge_per_split * double(s) : 0.0);
+    if (s == 1 || cost < best_cost) {
+      best = static_cast<int>(s);
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,

@@ -168,9 +168,10 @@ inline std::int64_t split_token_groups(const DeviceBatch& b, int group_tokens) {
 bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim);
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                               int n_splits, float* partial, TensorRef out, Stream s);
-// Splits that bring a prefill launch to about two waves of resident blocks when its tiles x
-// head groups are fewer (short chunks over long contexts), keeping at least kMinPrefillSplitKeys
-// keys a split; 1 when the tiles alone fill the GPU. Reads b.max_keys (set by the caller).
+// Splits for a prefill launch whose tiles x head groups leave SMs idle (short chunks over long
+// contexts): the count with the least modelled time (whole waves of resident blocks times the
+// keys each walks, plus the merge's traffic), keeping at least kMinPrefillSplitKeys keys a split;
+// 1 when the tiles alone fill the GPU twice. Reads b.max_keys and b.n_tokens (set by the caller).
 inline constexpr int kMinPrefillSplitKeys = 512;
 int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count);
 
