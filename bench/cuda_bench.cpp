@@ -7,7 +7,8 @@
 // --decode-only 1 only the 8- and 32-sequence decode (logits copied back, then greedy ids picked
 // on the device, alternating in one run). --chunk-attention 1 measures only chunks of 1, 10, 64,
 // 351, 512, 533, 576 and 640 tokens after --chunk-context (16,000) cached ones: one layer's attention alone and a
-// whole forward (the time to the last token's logits), with the chunk attention paths off (one
+// whole forward (the time to the last token's logits; 512 and 533 tokens also after 0-500 ms of
+// idle GPU, as a served next turn starts), with the chunk attention paths off (one
 // token a split-K block, unsplit prefill tiles) and on, side by side. --quant-gemv 1 measures only
 // the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp). --moe 1
 // measures only one MoE layer of the Qwen3-30B-A3B and GPT-OSS-20B shapes, decode and prefill,
@@ -28,6 +29,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -463,7 +465,21 @@ void measure_chunks(CudaBackend& be, const ModelConfig& c, KvStorage& kv, const 
     std::printf("| %lld tokens | %.3f ms | %.3f ms | %.2f ms | %.2f ms |\n", static_cast<long long>(n), attn_ms[0],
                 attn_ms[1], fwd_ms[0], fwd_ms[1]);
   }
-  be.set_chunk_attention(true);
+  // A served next turn starts after the GPU has idled (the client reads the reply and sends the
+  // next request): the 512- and 533-token forwards again, each after an idle gap.
+  std::printf("\n| forward after an idle gap (chunk paths on) | 0 ms | 20 ms | 100 ms | 500 ms |\n| --- | --- | --- | --- | --- |\n");
+  for (const std::int64_t n : {std::int64_t{512}, std::int64_t{533}}) {
+    std::printf("| %lld tokens |", static_cast<long long>(n));
+    for (const int idle_ms : {0, 20, 100, 500}) {
+      std::vector<double> t;
+      for (int i = 0; i < 5; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+        t.push_back(step(context, n));
+      }
+      std::printf(" %.2f ms |", 1e3 * median(t));
+    }
+    std::printf("\n");
+  }
 }
 
 struct DecodeTime {
