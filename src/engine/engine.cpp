@@ -103,7 +103,8 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
     kv_.attach_tiers({.agents = config_.agents,
                       .host = config_.host,
                       .disk = config_.disk,
-                      .restorer = restorer_.get()},
+                      .restorer = restorer_.get(),
+                      .host_write_through = backend_.device_memory().has_value()},
                      KvBlockIo::for_backend(backend_, kv_storage_));
   thread_ = std::thread([this] { loop(); });
 }

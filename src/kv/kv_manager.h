@@ -118,6 +118,11 @@ struct KvTiers {
   HostStore* host = nullptr;
   DiskStore* disk = nullptr;
   Restorer* restorer = nullptr;  // loads from `disk` in the background; null: match loads
+  // With a host tier and no disk: copy each newly indexed block into the host tier behind the
+  // steps (the spill queue), so that evicting it later copies nothing. For a device backend,
+  // where a returning agent's restore would otherwise first demote every block it takes; the
+  // CPU backend's pool is host memory already (a second copy would only take room).
+  bool host_write_through = false;
 };
 
 class KvManager {
@@ -177,7 +182,8 @@ class KvManager {
   // indexed and finished once at the end of match, allocate and commit, so a restore into a full
   // pool does not wait for the GPU per block; between calls nothing is pending.
   void attach_tiers(KvTiers tiers, KvBlockIo io);
-  // Write-behind to the disk tier: commit queues each newly indexed block here instead of
+  // Write-behind to the disk tier (or, with a host tier and no disk, write-through to the host
+  // tier): commit queues each newly indexed block here instead of
   // copying it out at once (a 16K-token prompt is 1,000 blocks of 2 MiB for an 8B model: copying
   // them inside its steps would double its prefill), and the engine drains the queue between
   // steps, at most `max_blocks` per call (the copies of one call finished before it returns).
@@ -295,8 +301,12 @@ class KvManager {
   // Queues the host tier's copy of a block for the disk (DiskStore::put_lent), pinned until
   // the disk tier has written or dropped it.
   void lend_to_disk(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash);
-  // Spills the disk queue would take now (lent blocks when the host tier feeds the disk).
+  // Spills the disk queue would take now (lent blocks when the host tier feeds the disk); with
+  // a host tier and no disk, no bound (host_writes_through).
   std::size_t spill_room() const;
+  // KvTiers::host_write_through with a host tier, no disk tier and slot demotions: a spill is a
+  // copy into the host tier (the same copy as a demotion, with the block kept on the device).
+  bool host_writes_through() const;
   void queue_spill(BlockId block);
   // Spills seq's indexed blocks the disk lacks, up to the disk queue's room (remember_agent).
   void spill_missing(const KvSequence& seq);
@@ -328,6 +338,7 @@ class KvManager {
   const BlockKeyer* keyer_ = nullptr;      // non-null once tiers are attached
   std::vector<TierMeta> block_meta_;  // [n_blocks] of an indexed block, with tiers (key 0: none)
   bool demote_on_evict_ = true;       // evict_keys turns it off: those blocks leave memory
+  bool host_write_through_ = false;   // KvTiers::host_write_through
   // With both tiers, when the host copy is exact or in the disk's codec: spills go through the
   // host tier (write-through) and the disk writes the host copy (DiskStore::put_lent).
   bool host_feeds_disk_ = false;

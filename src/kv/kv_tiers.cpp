@@ -4,6 +4,7 @@
 // key. Agents' chains and the agents API: kv_agents.cpp.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "base/check.h"
 #include "kv/agent_index.h"
@@ -63,6 +64,7 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   host_ = tiers.host;
   disk_ = tiers.disk;
   restorer_ = tiers.restorer;
+  host_write_through_ = tiers.host_write_through;
   io_ = std::move(io);
   if (!io_.start_read) io_.start_read = io_.read;  // read at once: finished already
   if (!io_.finish_reads) io_.finish_reads = [] {};
@@ -173,14 +175,18 @@ void KvManager::lend_to_disk(const Hash128& key, const Hash128& parent,
                   {.bytes = bytes, .codec = host_->codec(), .release = [host, key] { host->unpin(key); }});
 }
 
+bool KvManager::host_writes_through() const {
+  return host_write_through_ && disk_ == nullptr && host_ != nullptr && host_slot_demotions();
+}
+
 void KvManager::queue_spill(BlockId block) {
-  if (disk_ == nullptr || spill_waiting_[block]) return;
+  if ((disk_ == nullptr && !host_writes_through()) || spill_waiting_[block]) return;
   spill_waiting_[block] = true;
   spill_queue_.push_back(block);
 }
 
 std::size_t KvManager::spill_room() const {
-  if (disk_ == nullptr) return 0;
+  if (disk_ == nullptr) return host_writes_through() ? std::numeric_limits<std::size_t>::max() : 0;
   return host_feeds_disk_ ? disk_->n_lent_room() : disk_->n_queue_room();
 }
 
@@ -204,7 +210,16 @@ std::int32_t KvManager::spill_queued(std::int32_t max_blocks) {
 }
 
 void KvManager::spill(BlockId block, const TierMeta& meta) {
-  if (disk_ == nullptr || disk_->has(meta.key)) return;
+  if (disk_ == nullptr) {
+    // Host tier only: write through to it, so evicting the block later copies nothing (a
+    // returning agent's restore then takes device blocks without first demoting them).
+    if (!host_writes_through()) return;
+    const HostBlockMeta host_meta = host_meta_of(block, meta);
+    if (host_->touch(meta.key, host_meta) || demoting(meta.key)) return;
+    demote_into_slot(block, meta.key, host_meta, /*to_disk=*/false);
+    return;
+  }
+  if (disk_->has(meta.key)) return;
   if (host_feeds_disk_) {
     // Write-through: the disk writes the block's host copy (made now if it has none), so the
     // device copies it out once and its eviction later copies nothing.

@@ -642,6 +642,41 @@ TEST(KvTiers, SpillsWaitForRoomInTheDiskQueueInsteadOfBeingDropped) {
 // With a host tier whose copy is exact, spills go through it: the disk writes the host copy
 // (lent, pinned until written), so each block leaves the device once, and evicting it later
 // copies nothing; both tiers then restore it with its content.
+// A device backend with a host tier and no disk (KvTiers::host_write_through): committed blocks
+// are copied into the host tier behind the steps, so an eviction copies nothing and a returning
+// agent's restore takes device blocks without demoting them first. Off, the host tier only
+// receives evicted blocks.
+TEST(KvTiers, HostWriteThroughCopiesCommittedBlocksSoEvictionCopiesNothing) {
+  for (const bool through : {true, false}) {
+    SCOPED_TRACE(through ? "write-through" : "demote on eviction");
+    HostStore host(host_options(32));
+    Device d(8);
+    KvBlockIo io = d.deferred_io();
+    std::int32_t n_reads = 0;
+    io.start_read = [&n_reads, inner = io.start_read](BlockId b, std::span<std::byte> out) {
+      ++n_reads;
+      inner(b, out);
+    };
+    d.kv.attach_tiers({.host = &host, .host_write_through = through}, io);
+    const Tokens a = iota_tokens(4 * kBs + 1, 10);  // 4 full blocks and one token
+    d.run(a);  // commits and drains the spill queue
+    EXPECT_EQ(n_reads, through ? 4 : 0);
+    EXPECT_EQ(host.stats().n_blocks, through ? 4u : 0u);
+    EXPECT_EQ(d.kv.n_spills_queued(), 0u);
+    // Another prompt takes the whole pool: a's blocks are evicted.
+    const std::int32_t before = n_reads;
+    d.run(iota_tokens(7 * kBs + 1, 500));
+    EXPECT_EQ(n_reads - before, through ? 7 : 4)
+        << (through ? "the new prompt's 7 blocks written through; a's evicted with no copy" : "a's 4 blocks demoted");
+    const std::int32_t before_return = n_reads;
+    EXPECT_EQ(d.run(a), 4 * kBs) << "a returns from the host tier, with its content";
+    EXPECT_EQ(d.last_host_restored, 4);
+    // The restore took 4 device blocks of the other prompt: already in the host tier when
+    // written through, else demoted now.
+    EXPECT_EQ(n_reads - before_return, through ? 0 : 4);
+  }
+}
+
 TEST(KvTiers, SpillsGoThroughTheHostTierAndEvictionCopiesNothingMore) {
   test::ScratchDir dir;
   DiskStoreOptions o = disk_options(dir.path);
