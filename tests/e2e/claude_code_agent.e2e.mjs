@@ -61,7 +61,8 @@ function cliEnv(baseUrl) {
     // the training request's, whatever HOME and cwd are (the CLI creates it).
     CLAUDE_COWORK_MEMORY_PATH_OVERRIDE: TRAINED_MEMORY_DIR,
     // Telemetry, error reports and updates off one by one rather than with
-    // CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, which changes the prompt. No
+    // CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, which changes the prompt; so does DISABLE_TELEMETRY
+    // (the training request was sent with it: without it two paragraphs of the system prompt go). No
     // CLAUDE_CODE_MAX_CONTEXT_TOKENS: any value shortens the skills list (the last skills lose
     // their descriptions), and without them the model answers text tasks with tools.
     DISABLE_TELEMETRY: '1', DISABLE_ERROR_REPORTING: '1', DISABLE_AUTOUPDATER: '1',
