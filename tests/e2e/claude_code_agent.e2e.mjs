@@ -4,9 +4,9 @@
 // tool; a Bash turn runs its command; a --continue turn reads >= 90% of its prompt from the KV
 // cache; the CLI's usage totals equal the server's per-request numbers. First (A0), the CLI's
 // prompt in this environment must be the training request but for what the training data varies:
-// the model's choices depend on the rest of it. Run by agent_e2e.sh,
-// which skips it (exit 77) while the model's weights are absent. (Not named *.test.mjs: run.sh
-// runs those against the random model.)
+// the model's choices depend on the rest of it. Run by agent_e2e.sh, which skips it (exit 77)
+// while the model's weights are absent. (Not named *.test.mjs: run.sh runs those against the
+// random model.)
 //
 // The model copies a random path or text exactly in ~90% of turns (its held-out accuracy,
 // tools/agent_model/README.md), and Claude Code samples at temperature 1. So what the model wrote
