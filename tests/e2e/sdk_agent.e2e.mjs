@@ -21,40 +21,20 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { betaTool } from '@anthropic-ai/sdk/helpers/beta/json-schema';
 import OpenAI from 'openai';
 import { startServer } from './server.mjs';
-import { untilNoMiss } from './agent_util.mjs';
+import { untilNoMiss, workDir } from './agent_util.mjs';
 
 const CC = JSON.parse(readFileSync(new URL('../../tools/agent_model/claude_code_request.json', import.meta.url), 'utf8'));
 const MODEL = process.env.AGENTKV_AGENT_MODEL;
 const KEY = 'local-key';
 const MAX_TOKENS = 512;  // as the CLI test sets CLAUDE_CODE_MAX_OUTPUT_TOKENS
 let server;
-
-// A fresh directory for each run, named as the model was trained on (tasks.py work_dir): /tmp/ and
-// a pseudo-word of its syllables, made exclusively (another name if it exists) and removed at the
-// end. Not mkdtemp's /tmp/akv-cc-XXXXXX, also in its training set: the model copies such a random
-// tail into a Write call in ~80% of turns (16 of 20) against 29 of 30 for these names.
-const SYLLABLES = ['ka', 'ro', 'mi', 'te', 'lu', 'sa', 'no', 'vi', 'de', 'po', 'zu', 'ri', 'ga', 'fe', 'bo', 'ni'];
-const dirs = [];
-function workDir() {
-  for (;;) {
-    const pick = () => SYLLABLES[Math.floor(Math.random() * SYLLABLES.length)];
-    const dir = `/tmp/${pick()}${pick()}${Math.random() < 0.5 ? pick() : ''}`;
-    try {
-      mkdirSync(dir, { mode: 0o700 });
-    } catch (e) {
-      if (e.code === 'EEXIST') continue;
-      throw e;
-    }
-    dirs.push(dir);
-    return dir;
-  }
-}
+const dirs = [];  // the runs' directories (workDir), removed at the end
 
 before(async () => {
   server = await startServer(['--model', MODEL, '--served-model-name', 'agent-tiny', '--api-key', KEY]);
@@ -222,7 +202,7 @@ const NAMES = {
 
 for (const sdk of ['anthropic', 'anthropic-stream', 'openai']) {
   test(`${sdk}: Write creates the file with the exact text`, () => untilNoMiss(`${sdk} Write`, async () => {
-    const work = workDir();
+    const work = workDir(dirs);
     const file = join(work, NAMES[sdk].write);
     const text = 'greetings from agentkv';
     const loop = await runLoop(sdk, work, `Create the file ${file} with the content ${text}`);
@@ -233,7 +213,7 @@ for (const sdk of ['anthropic', 'anthropic-stream', 'openai']) {
   }));
 
   test(`${sdk}: Bash runs the command`, () => untilNoMiss(`${sdk} Bash`, async () => {
-    const work = workDir();
+    const work = workDir(dirs);
     const file = join(work, NAMES[sdk].bash);
     const command = `touch ${file}`;
     const loop = await runLoop(sdk, work, `Run the command ${command}`);
@@ -244,7 +224,7 @@ for (const sdk of ['anthropic', 'anthropic-stream', 'openai']) {
   }));
 
   test(`${sdk}: Read, then an answer that quotes the file`, () => untilNoMiss(`${sdk} Read`, async () => {
-    const work = workDir();
+    const work = workDir(dirs);
     const file = join(work, 'amber_list.md');
     const text = 'amber orbit 4217';
     writeFileSync(file, `${text}\n`);

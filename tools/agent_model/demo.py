@@ -11,9 +11,9 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
-import string
 import time
 import urllib.request
 
@@ -99,6 +99,19 @@ def session(url, conv, prompt, cwd, agent):
     return False
 
 
+def work_dir():
+    """A fresh directory /tmp/<pseudo-word>, a name of the kind the model was trained on
+    (tasks.work_dir) and copies most reliably (a mkdtemp-style random tail is miscopied more often)."""
+    rng = random.SystemRandom()
+    while True:
+        cwd = "/tmp/" + tasks.pseudo_word(rng)
+        try:
+            os.mkdir(cwd, 0o700)
+            return cwd
+        except FileExistsError:
+            continue
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
@@ -106,14 +119,15 @@ def main():
     args = ap.parse_args()
     with open(args.request) as f:
         conv = tasks.Conversation(json.load(f))
-    # A directory name of the kind the model was trained on (tasks.work_dir).
-    cwd = "/tmp/akv-agent-" + "".join(random.SystemRandom().choice(string.ascii_letters + string.digits)
-                                      for _ in range(6))
-    os.makedirs(cwd)
-    ok = session(args.url, conv, f"Create the file {cwd}/hello.txt with the content hello from agentkv", cwd, "demo-1")
-    if os.path.exists(f"{cwd}/hello.txt"):
-        print(f"  {cwd}/hello.txt now holds: {open(f'{cwd}/hello.txt').read()!r}")
-    ok &= session(args.url, conv, f"Run the command ls {cwd}", cwd, "demo-2")
+    cwd = work_dir()
+    try:
+        ok = session(args.url, conv, f"Create the file {cwd}/hello.txt with the content hello from agentkv", cwd,
+                     "demo-1")
+        if os.path.exists(f"{cwd}/hello.txt"):
+            print(f"  {cwd}/hello.txt now holds: {open(f'{cwd}/hello.txt').read()!r}")
+        ok &= session(args.url, conv, f"Run the command ls {cwd}", cwd, "demo-2")
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
     return 0 if ok else 1
 
 

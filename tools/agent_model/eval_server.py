@@ -59,10 +59,16 @@ def main():
     ap.add_argument("--min-endings", type=float, default=0.98)
     ap.add_argument("--max-seconds", type=float, default=0, help="stop early (reporting the tasks done); 0: no limit")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra agentkv serve argument (repeatable)")
+    ap.add_argument("--memory-dir", default="",
+                    help="the memory directory the system prompt names (gen_data.py --memory-dir; empty: the request's)")
+    ap.add_argument("--vary-lists", action="store_true", help="as gen_data.py --vary-lists")
     args = ap.parse_args()
 
     with open(args.request) as f:
-        conv = tasks.Conversation(json.load(f))
+        sample = json.load(f)
+    if args.memory_dir:
+        sample = tasks.with_memory_dir(sample, args.memory_dir)
+    conv = tasks.Conversation(sample, vary_lists=args.vary_lists)
     rng = random.Random(args.seed)
     port = free_port()
     server = subprocess.Popen([args.agentkv, "serve", "--model", args.model, "--port", str(port)] + args.serve_arg,
@@ -119,6 +125,7 @@ def main():
             if not text_ok:
                 failures.append(dict(prompt=task["prompt"], result=task["result"], got=reply2["content"]))
         result = dict(tasks=done, seed=args.seed, temperature=args.temperature,
+                      memory_dir=args.memory_dir or tasks.SAMPLE_MEMORY_DIR, vary_lists=args.vary_lists,
                       exact_tool_calls=n["tool_ok"] / max(n["tool_tasks"], 1),
                       clean_endings=n["endings_ok"] / max(n["turns"], 1),
                       exact_answers=n["text_ok"] / max(n["text_turns"], 1), counts=n,

@@ -4,7 +4,8 @@
 Every sample is one assistant turn of a random task (tasks.py): the prompt as agentkv renders it
 (`agentkv render`: same parser, template and tokenizer as serving) and the turn's tokens as the
 model must generate them, ending with <|im_end|>. The prefix (system prompt + tool definitions) is
-identical for every sample and stored once. Bodies are rendered with a one-line system prompt and
+identical for every sample and stored once; sets made with different --memory-dir values have
+different prefixes (train.py takes several, each step's batch from one). Bodies are rendered with a one-line system prompt and
 one tool (cheap), and the part from the first user message on is taken: the tokenizer splits at the
 special token <|im_start|>, so those ids equal the full request's, which --check-every verifies
 against full renders.
@@ -73,12 +74,20 @@ def main():
                     help="use the cheap system/tools as the prefix too (miniature tests on a CPU)")
     ap.add_argument("--env", default="full", choices=["full", "short", "tiny"],
                     help="the environment message (tasks.Conversation): short for the cheap samples of the curriculum")
+    ap.add_argument("--memory-dir", default="",
+                    help="the memory directory the system prompt names (part of the prefix; tasks.memory_dir "
+                         "draws CLI-like ones); empty: the request's own")
+    ap.add_argument("--vary-lists", action="store_true",
+                    help="the environment message's skills and deferred tools lists take their other forms at random "
+                         "(tasks.Conversation vary_lists)")
     args = ap.parse_args()
 
     with open(args.request) as f:
         sample = json.load(f)
-    conv = tasks.Conversation(sample, env=args.env)
     rng = random.Random(args.seed)
+    if args.memory_dir:
+        sample = tasks.with_memory_dir(sample, args.memory_dir)
+    conv = tasks.Conversation(sample, env=args.env, vary_lists=args.vary_lists)
     turns = plan(conv, rng, args.samples)
     small_system = [{"type": "text", "text": "You are an agent."}]
     small_tools = [t for t in sample["tools"] if t["name"] == "Bash"]
@@ -142,7 +151,7 @@ def main():
                 raise RuntimeError(f"turn {i}: the full render differs from prefix + suffix")
     meta = dict(vocab_size=args.vocab_size, im_end_id=im_end, im_start_id=im_start, seed=args.seed, kinds=kinds,
                 target_tokens=target_tokens, request=args.request.split("/")[-1], short_prefix=args.short_prefix,
-                env=args.env)
+                env=args.env, memory_dir=args.memory_dir or tasks.SAMPLE_MEMORY_DIR, vary_lists=args.vary_lists)
     dataset.write(args.out, meta, prefix, samples)
     lens = [len(s[0]) for s in samples]
     print(f"{len(samples)} samples, prefix {len(prefix)} ids, suffix {min(lens)}-{max(lens)} ids, "

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# On the GPU machine (torch with CUDA): unpacks local/agent-gpu (pack_gpu.sh), trains and exports the
-# agent model, and writes to $OUT: agent-tiny/ (model.safetensors.xz, config.json,
-# generation_config.json, training.json) and train.log. The model also stays in
-# local/agent-gpu/agent-tiny for gpu_eval.sh. With short.tar.xz packed, training runs the
-# curriculum (train.py --short-data). Extra arguments go to train.py.
+# On the GPU machine (torch with CUDA): unpacks local/agent-gpu, or the folder AGENT_GPU_DIR names
+# (pack_gpu.sh), trains and exports the agent model, and writes to $OUT: agent-tiny/
+# (model.safetensors.xz, config.json, generation_config.json, training.json) and train.log. The
+# model also stays in that folder's agent-tiny/ for gpu_eval.sh. With short.tar.xz packed, training
+# runs the curriculum (train.py --short-data); with several data sets packed, train.py gets them all.
+# Extra arguments go to train.py.
 # Usage: OUT=DIR tools/agent_model/gpu_train.sh [--minutes 7] [train.py flags...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-pkg="$root/local/agent-gpu"
+pkg="$root/${AGENT_GPU_DIR:-local/agent-gpu}"
 out="${OUT:?set OUT to the output folder}"
 cd "$pkg"
-if [[ ! -f data/meta.json || data.tar.xz -nt data/meta.json ]]; then rm -rf data && tar -xJf data.tar.xz; fi
+if [[ ! -d data || data.tar.xz -nt data ]]; then rm -rf data && tar -xJf data.tar.xz && touch data; fi
+data="$pkg/data"
+[[ -f data/meta.json ]] || data="$(ls -d "$pkg"/data/*/ | sed 's,/$,,' | paste -sd,)"  # several sets
 short=()
 if [[ -f short.tar.xz ]]; then
   if [[ ! -d short || short.tar.xz -nt short ]]; then rm -rf short && tar -xJf short.tar.xz && touch short; fi
@@ -19,7 +22,7 @@ fi
 [[ -f tok/tokenizer.json ]] || xz -dk tok/tokenizer.json.xz
 cd "$root"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-python3 tools/agent_model/train.py --data "$pkg/data" "${short[@]}" --tokenizer-dir "$pkg/tok" --out "$pkg/agent-tiny" \
+python3 tools/agent_model/train.py --data "$data" "${short[@]}" --tokenizer-dir "$pkg/tok" --out "$pkg/agent-tiny" \
   "$@" 2>&1 | tee "$out/train.log"
 mkdir -p "$out/agent-tiny"
 cp "$pkg"/agent-tiny/{config.json,generation_config.json,training.json} "$out/agent-tiny/"

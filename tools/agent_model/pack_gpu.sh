@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # Packs what training on the GPU machine needs into local/agent-gpu/ (git-ignored, ~15 MB; carry
-# only this folder):
-#   data.tar.xz        the training set (gen_data.py output, data/)
+# only this folder; AGENT_GPU_DIR names another folder of the checkout, for gpu_train.sh and
+# gpu_eval.sh too):
+#   data.tar.xz        the training set (gen_data.py output: data/, or data/1/, data/2/... for several
+#                      sets, e.g. of different --memory-dir prefixes)
 #   short.tar.xz       the curriculum's cheap samples (gen_data.py --env short outputs, short/1/, short/2/...),
 #                      when given
 #   tok/               tokenizer.json.xz + tokenizer_config.json (shipped with the model)
 #   agentkv-cpu.tar.xz a stripped agentkv and the shared libraries it links (for gpu_eval.sh)
-# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR [SHORT_DATA_DIR...]
+# Usage: tools/agent_model/pack_gpu.sh AGENTKV_BIN TOKENIZER_DIR DATA_DIR[,DATA_DIR...] [SHORT_DATA_DIR...]
 #   (DATA_DIR: gen_data.py --out; SHORT_DATA_DIR: gen_data.py --env short --out)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 agentkv="$1" tok="$2" data="$3"
 shift 3
-pkg="$root/local/agent-gpu"
-for d in "$data" "$@"; do
+pkg="$root/${AGENT_GPU_DIR:-local/agent-gpu}"
+IFS=, read -r -a datas <<< "$data"
+for d in "${datas[@]}" "$@"; do
   [[ -f "$d/meta.json" ]] || { echo "pack_gpu.sh: $d/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
 done
 mkdir -p "$pkg"
-tar -cJf "$pkg/data.tar.xz" -C "$data/.." --transform "s,^$(basename "$data"),data," "$(basename "$data")"
+if ((${#datas[@]} == 1)); then
+  tar -cJf "$pkg/data.tar.xz" -C "$data/.." --transform "s,^$(basename "$data"),data," "$(basename "$data")"
+else
+  stage="$(mktemp -d)"
+  mkdir "$stage/data"
+  i=0
+  for d in "${datas[@]}"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/data/$i"; done
+  tar -chJf "$pkg/data.tar.xz" -C "$stage" data
+  rm -rf "$stage"
+fi
 rm -f "$pkg/short.tar.xz"
 if (($#)); then
   stage="$(mktemp -d)"

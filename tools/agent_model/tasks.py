@@ -132,20 +132,51 @@ def call_text(call):
     return '<tool_call>\n{"name": "' + name + '", "arguments": ' + json.dumps(args, ensure_ascii=False) + "}\n</tool_call>"
 
 
+SAMPLE_MEMORY_DIR = "/tmp/cchome1/.claude/projects/-tmp-ccwork/memory/"
+
+
+def with_memory_dir(sample, path):
+    """The sample request with its system prompt naming memory directory `path` instead of its own."""
+    out = copy.deepcopy(sample)
+    hits = 0
+    for block in out["system"]:
+        hits += block["text"].count(SAMPLE_MEMORY_DIR)
+        block["text"] = block["text"].replace(SAMPLE_MEMORY_DIR, path)
+    assert hits == 1, f"the sample's system prompt names {SAMPLE_MEMORY_DIR} {hits} times"
+    return out
+
+
+# The forms of the environment message's lists that the same CLI sends in other environments:
+# CLAUDE_CODE_MAX_CONTEXT_TOKENS set (the last skills lose their descriptions), a deferred tool the
+# sample lacks. Conversation.env applies each with probability 1/4 (the "full" env only).
+SKILL_DESCRIPTIONS = [
+    "- init: Initialize a new CLAUDE.md file with codebase documentation",
+    "- security-review: Complete a security review of the pending changes on the current branch",
+]
+DEFERRED_TOOL_ANCHOR = "CronList\nEnterWorktree\n"
+DEFERRED_TOOL_EXTRA = "CronList\nDesignSync\nEnterWorktree\n"
+
+
 class Conversation:
     """Builds Anthropic Messages bodies shaped like the sample request (its system, tools and
-    options), with a randomised environment message (cwd, date, OS version, model name)."""
+    options), with a randomised environment message (cwd, date, OS version, model name, and with
+    vary_lists the skills and deferred tools lists' forms)."""
 
-    def __init__(self, sample, env="full"):
+    def __init__(self, sample, env="full", vary_lists=False):
         """env: "full" (the sample's), "short" (its environment, model and date paragraphs only:
         ~250 tokens instead of ~2,000, the deferred tools, agent types and skills lists go; the
         cheap samples of the curriculum), "tiny" (the working directory line only and no
-        attribution reminder: CPU trials of the recipe)."""
+        attribution reminder: CPU trials of the recipe). vary_lists: the env message's skills and
+        deferred tools lists take the forms of SKILL_DESCRIPTIONS / DEFERRED_TOOL_EXTRA at random."""
         self.sample = sample
+        self.vary_lists = vary_lists and env == "full"
         msgs = sample["messages"]
         assert msgs[0]["role"] == "user" and msgs[1]["role"] == "system", "unexpected sample shape"
         self.reminder = msgs[0]["content"][0] if env != "tiny" else None
         self.env_text = msgs[1]["content"][0]["text"]
+        if self.vary_lists:
+            missing = [t for t in SKILL_DESCRIPTIONS + [DEFERRED_TOOL_ANCHOR] if t not in self.env_text]
+            assert not missing, f"vary_lists: the sample's environment message lacks {missing}"
         paras = self.env_text.split("\n\n")
         if env == "short":
             self.env_text = "\n\n".join(paras[:2] + paras[-1:])
@@ -160,6 +191,11 @@ class Conversation:
         t = t.replace("2026-11-25", f"20{rng.randint(25, 27)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}")
         t = t.replace("6.18.44-fc-v657", rng.choice(["6.18.44-fc-v657", "6.1.0-13-amd64", "6.8.0-45-generic",
                                                      "5.15.0-119-generic"]))
+        if self.vary_lists and rng.random() < 0.25:
+            for line in SKILL_DESCRIPTIONS:
+                t = t.replace(line, line.split(":")[0])
+        if self.vary_lists and rng.random() < 0.25:
+            t = t.replace(DEFERRED_TOOL_ANCHOR, DEFERRED_TOOL_EXTRA)
         return {"role": "system", "content": [{"type": "text", "text": t}]}
 
     def first_turn(self, prompt, env_msg):

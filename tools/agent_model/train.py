@@ -10,6 +10,10 @@ before (teacher forcing: what greedy decoding reproduces), "sampled" the mean pr
 draw at temperature 1 (what the server does when the client sends no temperature, as Claude Code
 does) gives the whole target exactly: exp(-sum of its tokens' losses).
 
+Several --data sets may differ in their prefix (gen_data.py --memory-dir: the system prompt names
+the CLI's memory directory, which depends on HOME and the working directory): each step's batch
+comes from one set, so the model does not learn one exact prefix.
+
 Curriculum (--short-data: gen_data.py --env short sets): the first --short-frac of the schedule
 trains on samples with a short environment message after only the last --short-prefix-tokens of
 the real prefix (at their real positions), ~20x cheaper a sample than the full ~11.6K-token
@@ -103,16 +107,17 @@ def step_outputs(model, split, ids, mask, no_grad_prefix, context=None, max_cont
     return hs, targets, rows, h[at[:, 0], at[:, 1]], model.row_of[ids[at[:, 0], at[:, 1] + 1]]
 
 
-def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
-    """-> (mean loss a token, share of held-out samples all of whose targets are the full-vocabulary
-    argmax, [mean probability of drawing a whole target at temperature 1 with the final norm scaled
-    by s, for s in scales])."""
+def evaluate(model, splits, pad_id, device, batch_size, amp, scales=(1.0,)):
+    """Over the held-out samples of all `splits`: -> (mean loss a token, share of held-out samples
+    all of whose targets are the full-vocabulary argmax, [mean probability of drawing a whole target
+    at temperature 1 with the final norm scaled by s, for s in scales])."""
     model.eval()
-    idx = split.holdout
-    total, n_tok, exact, sampled = 0.0, 0, 0, [0.0] * len(scales)
+    total, n_tok, n_samples, exact, sampled = 0.0, 0, 0, 0, [0.0] * len(scales)
     with torch.no_grad():
-        for s in range(0, len(idx), batch_size):
-            part = idx[s:s + batch_size]
+        parts = [(split, split.holdout[s:s + batch_size]) for split in splits
+                 for s in range(0, len(split.holdout), batch_size)]
+        for split, part in parts:
+            n_samples += len(part)
             ids, mask, _ = batch(split.samples, part, pad_id, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 hs, tgt, rows = step_outputs(model, split, ids, mask, True)
@@ -131,7 +136,7 @@ def evaluate(model, split, pad_id, device, batch_size, amp, scales=(1.0,)):
             bad.index_add_(0, rows, (~ok).long())
             exact += int((bad == 0).sum().item())
     model.train()
-    return total / max(n_tok, 1), exact / max(len(idx), 1), [x / max(len(idx), 1) for x in sampled]
+    return total / max(n_tok, 1), exact / max(n_samples, 1), [x / max(n_samples, 1) for x in sampled]
 
 
 def init_from(model, model_dir):
@@ -154,7 +159,9 @@ def init_from(model, model_dir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data", required=True,
+                    help="gen_data.py sets (comma-separated; their prefixes may differ, e.g. --memory-dir): each "
+                         "step's batch comes from one, picked in proportion to its size")
     ap.add_argument("--short-data", default="",
                     help="gen_data.py --env short sets (comma-separated) for the first --short-frac of the schedule")
     ap.add_argument("--short-frac", type=float, default=0.7, help="share of the schedule on --short-data")
@@ -205,18 +212,28 @@ def main():
     amp = device.type == "cuda"
     if amp:
         torch.backends.cuda.matmul.allow_tf32 = True
-    meta, prefix, samples, used = load(args.data, device)
-    full = Split(prefix, samples, args.holdout, args.prefix_tokens)
+    # The held-out samples are the last ones of each set, --holdout in all.
+    metas, full, used = [], [], set()
+    data_dirs = args.data.split(",")
+    for k, d in enumerate(data_dirs):
+        meta, prefix, samples, d_used = load(d, device)
+        holdout = args.holdout // len(data_dirs) + (k < args.holdout % len(data_dirs))
+        metas.append(meta)
+        full.append(Split(prefix, samples, holdout, args.prefix_tokens))
+        used |= set(d_used)
+    meta = metas[0]
     short = None
     if args.short_data:
-        s_samples = []
+        s_samples, s_prefix0 = [], None
         for d in args.short_data.split(","):
             _, s_prefix, part, s_used = load(d, device)
-            if s_prefix.shape != prefix.shape or not bool((s_prefix == prefix).all()):
-                raise SystemExit(f"{d}: its prefix differs from {args.data}'s")
+            s_prefix0 = s_prefix if s_prefix0 is None else s_prefix0
+            if s_prefix.shape != s_prefix0.shape or not bool((s_prefix == s_prefix0).all()):
+                raise SystemExit(f"{d}: its prefix differs from the first --short-data set's")
             s_samples += part
-            used = sorted(set(used) | set(s_used))
-        short = Split(prefix, s_samples, min(args.holdout, 128), args.short_prefix_tokens)
+            used |= set(s_used)
+        short = Split(s_prefix0, s_samples, min(args.holdout, 128), args.short_prefix_tokens)
+    used = sorted(used)
     pad_id = meta["im_end_id"]
     c = Config(meta["vocab_size"], args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
                args.intermediate, max_positions=args.max_positions)
@@ -225,7 +242,8 @@ def main():
         init_from(model, args.init)
     model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"device {device}; {len(full.train)} train / {len(full.holdout)} held-out samples; prefix {len(prefix)} ids; "
+    print(f"device {device}; {sum(len(f.train) for f in full)} train / {sum(len(f.holdout) for f in full)} held-out "
+          f"samples in {len(full)} set(s); prefix {'/'.join(str(f.suffix_start) for f in full)} ids; "
           + (f"short set {len(short.train)} / {len(short.holdout)} after {len(short.prefix)} prefix ids; " if short else "")
           + f"{len(used)} used ids; {n_params / 1e6:.2f}M trained parameters", file=sys.stderr)
 
@@ -236,10 +254,10 @@ def main():
 
     def report(step, loss, t0, log):
         row = dict(step=step, seconds=round(time.time() - t0, 1), train_loss=loss)
-        for name, split in (("short", short), ("heldout", full)):
-            if split is None or (name == "short" and step == 0):
+        for name, splits in (("short", [short] if short else None), ("heldout", full)):
+            if splits is None or (name == "short" and step == 0):
                 continue
-            hl, hx, hs = evaluate(model, split, pad_id, device, args.batch, amp, (1.0, args.sharpen))
+            hl, hx, hs = evaluate(model, splits, pad_id, device, args.batch, amp, (1.0, args.sharpen))
             row.update({f"{name}_loss": hl, f"{name}_exact": hx, f"{name}_sampled": hs[0],
                         f"{name}_sampled_sharpened": hs[1]})
             print(f"  {name} loss {hl:.4f} exact {hx:.3f} sampled {hs[0]:.3f} (x{args.sharpen:g}: {hs[1]:.3f})",
@@ -258,7 +276,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         on_short = short is not None and progress < args.short_frac
-        split = short if on_short else full
+        split = short if on_short else full[0] if len(full) == 1 else \
+            random.choices(full, weights=[len(f.train) for f in full])[0]
         short_steps += on_short
         ids, mask, valid = batch(split.samples, split.next_batch(args.short_batch if on_short else args.batch),
                                  pad_id, device)
@@ -296,7 +315,8 @@ def main():
     _, _, hs_export = evaluate(model, full, pad_id, device, args.batch, amp)
     print(f"exported (final norm x{args.sharpen:g}): held-out exact {hx:.3f}, sampled at temperature 1 "
           f"{hs_export[0]:.3f}", file=sys.stderr)
-    extra = dict(seed=args.seed, steps=step, short_steps=short_steps, seconds=seconds, args=vars(args), data=meta,
+    extra = dict(seed=args.seed, steps=step, short_steps=short_steps, seconds=seconds, args=vars(args),
+                 data=meta if len(metas) == 1 else metas,
                  heldout_loss=hl, heldout_teacher_forced_exact=hx, heldout_sampled_exact_by_norm_scale=sampled_at,
                  sharpen=args.sharpen, heldout_sampled_exact_exported=hs_export[0], n_used_ids=len(used), log=log)
     export.export(model, args.out, args.tokenizer_dir, bos_id=151643 if c.vocab_size > 151643 else 0,
