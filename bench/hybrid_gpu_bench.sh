@@ -14,9 +14,12 @@
 # --llama-src: a llama.cpp source tree (needs python3 with torch, numpy and transformers for its
 #   convert_hf_to_gguf.py); without it only agentkv runs. The llama.cpp build starts first, in
 #   the background (niced), while agentkv runs.
+# Defaults: --preset qwen3.5-9b --layers 8 --tokens 16384 --system-tokens 2048 --next-tokens 512
+#   --next-turns 3 --evict-agents 2 --intervals "1024 8192" --pool-agents 1.5 --deadline-s 540
+#   (each flag is described where it is parsed, below).
 # CPU dry run of the whole agentkv path (tiny model, no llama.cpp):
 #   bench/hybrid_gpu_bench.sh --agentkv build/agentkv --testdata ../shared/testdata --work W --out O \
-#     --backend cpu --tokens 1024 --system-tokens 256 --next-tokens 64 --intervals "256 512" \
+#     --backend cpu --tokens 1024 --system-tokens 256 --next-tokens 64 --intervals "256 512" --deadline-s 900 \
 #     --model-args "--hidden 128 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 \
 #       --linear-k-heads 2 --linear-v-heads 4 --linear-head-dim 32" --preset small --layers 4
 set -u
@@ -24,8 +27,8 @@ cd "$(dirname "$0")/.." || exit 2
 
 AGENTKV='' TESTDATA='' WORK='' OUT='' LLAMA_SRC='' BACKEND=cuda PRESET=qwen3.5-9b LAYERS=8 MODEL_ARGS=''
 TOKENS=16384 SYSTEM_TOKENS=2048 NEXT_TOKENS=512 NEXT_TURNS=3 EVICT=2 INTERVALS="1024 8192"
-POOL_AGENTS=1.5 KV_CACHE_MB='' PORT=8190 JOBS=12 BUDGET_S=470 TIMEOUT_S=120 THREADS=0
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+POOL_AGENTS=1.5 KV_CACHE_MB='' PORT=8190 JOBS=12 DEADLINE_S=540 RUN_S=170 TIMEOUT_S=60 THREADS=0
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --agentkv) AGENTKV=$2 ;;            # agentkv binary (built with CUDA for --backend cuda)
@@ -48,7 +51,8 @@ while [ $# -gt 0 ]; do
     --kv-cache-mb) KV_CACHE_MB=$2 ;;    # or the pool in MiB
     --port) PORT=$2 ;;                  # this and the next ones
     --jobs) JOBS=$2 ;;                  # llama.cpp build jobs
-    --budget-s) BUDGET_S=$2 ;;          # llama-server is skipped when it would start later than this
+    --deadline-s) DEADLINE_S=$2 ;;      # everything ends by then (seconds from the start)
+    --run-s) RUN_S=$2 ;;                # most seconds of one agentkv run
     --timeout-s) TIMEOUT_S=$2 ;;        # per request
     -h|--help) usage ;;
     *) echo "unknown flag $1" >&2; usage ;;
@@ -61,6 +65,7 @@ mkdir -p "$WORK" "$OUT"
 WORK=$(cd "$WORK" && pwd) OUT=$(cd "$OUT" && pwd)
 T0=$(date +%s)
 t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }  # seconds left before the deadline
 BUILD_PID='' CONVERT_PID=''  # background jobs, each its own process group (setsid)
 cleanup() { for p in $BUILD_PID $CONVERT_PID; do kill -- -"$p" 2> /dev/null; done; }
 alive() { [ -n "$1" ] && kill -0 "$1" 2> /dev/null; }
@@ -112,10 +117,12 @@ P=$PORT
 for IV in $INTERVALS; do
   KV=$WORK/kv-iv$IV; rm -rf "$KV"
   SERVER="$AGENTKV serve --model $M --port $P --backend $BACKEND --threads $THREADS --kv-cache-mb $KV_CACHE_MB \
-    --kv-host-bytes 16G --kv-dir $KV --state-snapshot-interval $IV --state-snapshot-bytes 16G"
+    --kv-host-bytes 4G --kv-dir $KV --state-snapshot-interval $IV --state-snapshot-bytes 16G"
   echo "== agentkv, snapshot interval $IV: $SERVER"
+  LIMIT=$(( $(left) - 30 )); if [ "$LIMIT" -gt "$RUN_S" ]; then LIMIT=$RUN_S; fi
+  [ "$LIMIT" -gt 30 ] || { t "no time left for interval $IV"; break; }
   # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout -s INT $(( 60 + 12 * TIMEOUT_S )) python3 bench/serve_bench.py --label "agentkv-iv$IV" \
+  PYTHONUNBUFFERED=1 timeout -s INT "$LIMIT" python3 bench/serve_bench.py --label "agentkv-iv$IV" \
     --url "http://127.0.0.1:$P" --json "$OUT/agentkv-iv$IV.json" --server-log "$OUT/agentkv-iv$IV.log" \
     --server-cmd "$SERVER" --scenarios cold,next_turn,host_return,disk_return --evict-agents "$EVICT" \
     $BENCH_FLAGS > "$OUT/agentkv-iv$IV.txt" 2>&1
@@ -127,15 +134,15 @@ done
 # 4. llama-server on the same weights, when its build and the conversion finish in time.
 if [ -n "$LLAMA_SRC" ]; then
   # Wait while either is still on its way (its job alive) and time is left.
-  while [ $(( $(date +%s) - T0 )) -lt "$BUDGET_S" ] && \
+  while [ "$(left)" -gt 90 ] && \
     { { [ ! -x "$LLAMA_BIN" ] && alive "$BUILD_PID"; } || { [ ! -f "$GGUF" ] && alive "$CONVERT_PID"; }; }; do
     sleep 2
   done
-  if [ -x "$LLAMA_BIN" ] && [ -f "$GGUF" ]; then
+  if [ -x "$LLAMA_BIN" ] && [ -f "$GGUF" ] && [ "$(left)" -gt 90 ]; then
     t "llama.cpp ready ($(du -sh "$GGUF" | cut -f1) GGUF)"
     NGL=99; [ "$BACKEND" = cuda ] || NGL=0
     # shellcheck disable=SC2086
-    PYTHONUNBUFFERED=1 timeout -s INT $(( 60 + 8 * TIMEOUT_S )) python3 bench/serve_bench.py --label llama-server \
+    PYTHONUNBUFFERED=1 timeout -s INT $(( $(left) - 15 )) python3 bench/serve_bench.py --label llama-server \
       --url "http://127.0.0.1:$P" --json "$OUT/llama-server.json" --server-log "$OUT/llama-server.log" \
       --server-cmd "$LLAMA_BIN -m $GGUF -ngl $NGL -fa on -c $(( TOKENS * 2 + 8192 )) -np 1 --port $P" \
       --scenarios cold,next_turn,host_return --evict-agents 1 $BENCH_FLAGS > "$OUT/llama-server.txt" 2>&1

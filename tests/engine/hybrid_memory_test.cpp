@@ -174,16 +174,21 @@ TEST_P(HybridMemory, SecondAgentSharingAPrefixResumesAtItsDeepestSnapshot) {
 // no interval snapshot below 1024 they would start over.
 TEST_P(HybridMemory, TurnSharingThePromptButItsEndResumesAtThePromptSnapshot) {
   constexpr std::int32_t kPromptSnapshot = 24;
-  ScratchDir dir;
-  Ids rerendered = first_turn();
-  rerendered.resize(42);
-  for (std::int32_t t : random_ids(16, 14)) rerendered.push_back(t);
   {
+    ScratchDir dir;
+    Ids rerendered = first_turn();
+    rerendered.resize(42);
+    for (std::int32_t t : random_ids(16, 14)) rerendered.push_back(t);
     Served s(model(), dir.path);
     s.run(first_turn(), 12, "a");
     const Result r = s.run(rerendered, 6, "a");
     EXPECT_EQ(r.usage.cached_tokens, kPromptSnapshot);
     expect_like_cold(r, rerendered, 6);
+  }
+  ScratchDir dir;
+  {
+    Served s(model(), dir.path);
+    s.run(first_turn(), 12, "a");
     s.stop_gracefully();
   }
   Served s(model(), dir.path);
