@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
     --next-turns) NEXT_TURNS=$2 ;;
     --evict-agents) EVICT=$2 ;;         # agents between the host-return agent's two requests
     --intervals) INTERVALS=$2 ;;        # --state-snapshot-interval values, one agentkv run each
-    --pool-agents) POOL_AGENTS=$2 ;;    # device KV pool, in prompts of --tokens (+2K)
+    --pool-agents) POOL_AGENTS=$2 ;;    # device KV pool, in prompts of --tokens (+15% for the next turns)
     --kv-cache-mb) KV_CACHE_MB=$2 ;;    # or the pool in MiB
     --port) PORT=$2 ;;                  # this and the next ones
     --jobs) JOBS=$2 ;;                  # llama.cpp build jobs
@@ -108,7 +108,7 @@ if [ -z "$KV_CACHE_MB" ]; then
   KV_CACHE_MB=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1] + '/config.json'))
 full = c['layer_types'].count('full_attention')
 per_token = full * 2 * c['num_key_value_heads'] * c['head_dim'] * int(sys.argv[2])
-print(int(float(sys.argv[3]) * (int(sys.argv[4]) + 2048) * per_token / 2**20) + 1)" "$M" "$KV_BYTES" "$POOL_AGENTS" "$TOKENS")
+print(int(float(sys.argv[3]) * 1.15 * int(sys.argv[4]) * per_token / 2**20) + 1)" "$M" "$KV_BYTES" "$POOL_AGENTS" "$TOKENS")
 fi
 BENCH_FLAGS="--tokens $TOKENS --system-tokens $SYSTEM_TOKENS --next-tokens $NEXT_TOKENS --next-turns $NEXT_TURNS \
   --reply-tokens 16 --timeout $TIMEOUT_S --start-timeout 300 --settle-s 20"
