@@ -76,6 +76,8 @@ trap cleanup EXIT
 LLAMA_BIN=$WORK/llama-build/bin/llama-server
 if [ -n "$LLAMA_SRC" ] && [ ! -x "$LLAMA_BIN" ]; then
   CUDA_FLAG=ON; [ "$BACKEND" = cuda ] || CUDA_FLAG=OFF
+  # The toolkit's usual place (style.md), when nvcc is not on PATH.
+  command -v nvcc > /dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || PATH=/usr/local/cuda/bin:$PATH
   setsid nice -n 19 bash -c "cmake -S '$LLAMA_SRC' -B '$WORK/llama-build' -G Ninja -DGGML_CUDA=$CUDA_FLAG \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
