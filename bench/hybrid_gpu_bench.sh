@@ -16,6 +16,7 @@
 #   the background (niced), while agentkv runs.
 # Defaults: --preset qwen3.5-9b --layers 8 --tokens 16384 --system-tokens 2048 --next-tokens 512
 #   --next-turns 3 --evict-agents 2 --intervals "1024 8192" --pool-agents 1.5 --deadline-s 540
+#   --reply-tokens 16 --llama-reply-tokens 1
 #   (each flag is described where it is parsed, below).
 # CPU dry run of the whole agentkv path (tiny model, no llama.cpp):
 #   bench/hybrid_gpu_bench.sh --agentkv build/agentkv --testdata ../shared/testdata --work W --out O \
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 AGENTKV='' TESTDATA='' WORK='' OUT='' LLAMA_SRC='' BACKEND=cuda PRESET=qwen3.5-9b LAYERS=8 MODEL_ARGS=''
 TOKENS=16384 SYSTEM_TOKENS=2048 NEXT_TOKENS=512 NEXT_TURNS=3 EVICT=2 INTERVALS="1024 8192"
-POOL_AGENTS=1.5 KV_CACHE_MB='' PORT=8190 JOBS=12 DEADLINE_S=540 RUN_S=170 TIMEOUT_S=60 THREADS=0
+REPLY=16 LLAMA_REPLY=1 POOL_AGENTS=1.5 KV_CACHE_MB='' PORT=8190 JOBS=12 DEADLINE_S=540 RUN_S=170 TIMEOUT_S=60 THREADS=0
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +47,9 @@ while [ $# -gt 0 ]; do
     --next-tokens) NEXT_TOKENS=$2 ;;
     --next-turns) NEXT_TURNS=$2 ;;
     --evict-agents) EVICT=$2 ;;         # agents between the host-return agent's two requests
+    --reply-tokens) REPLY=$2 ;;         # max_tokens of agentkv's requests
+    --llama-reply-tokens) LLAMA_REPLY=$2 ;;  # of llama-server's: its output parser for this
+                                        # template answers 500 to some random outputs
     --intervals) INTERVALS=$2 ;;        # --state-snapshot-interval values, one agentkv run each
     --pool-agents) POOL_AGENTS=$2 ;;    # device KV pool, in prompts of --tokens (+15% for the next turns)
     --kv-cache-mb) KV_CACHE_MB=$2 ;;    # or the pool in MiB
@@ -86,17 +90,24 @@ if [ -n "$LLAMA_SRC" ] && [ ! -x "$LLAMA_BIN" ]; then
   t "llama.cpp build started"
 fi
 
-# 2. The model (bf16 on the GPU), then its GGUF conversion in the background.
+# 2. The model (bf16 on the GPU), then its GGUF conversion in the background; both kept in WORK
+# for a later run with the same model flags.
 M=$WORK/model
 DTYPE=bf16; [ "$BACKEND" = cuda ] || DTYPE=f32
-# shellcheck disable=SC2086  # MODEL_ARGS is a list of flags
-python3 bench/make_hybrid_bench_model.py --out "$M" --tokenizer-from "$TESTDATA/tokenizers/qwen3" \
-  --chat-template "$TESTDATA/chat-templates/templates/llama.cpp-2026/Qwen3.5-4B.jinja" \
-  --preset "$PRESET" --layers "$LAYERS" --dtype "$DTYPE" $MODEL_ARGS || { echo "model: failed"; exit 1; }
-t "model written ($(du -sh "$M" | cut -f1))"
+MODEL_FLAGS="--preset $PRESET --layers $LAYERS --dtype $DTYPE $MODEL_ARGS"
 GGUF=$WORK/model.gguf
-if [ -n "$LLAMA_SRC" ]; then
-  rm -f "$GGUF"
+if [ "$(cat "$M/made-with" 2> /dev/null)" = "$MODEL_FLAGS" ]; then
+  t "model kept from an earlier run ($MODEL_FLAGS)"
+else
+  rm -rf "$M" "$GGUF"
+  # shellcheck disable=SC2086  # MODEL_FLAGS is a list of flags
+  python3 bench/make_hybrid_bench_model.py --out "$M" --tokenizer-from "$TESTDATA/tokenizers/qwen3" \
+    --chat-template "$TESTDATA/chat-templates/templates/llama.cpp-2026/Qwen3.5-4B.jinja" $MODEL_FLAGS \
+    || { echo "model: failed"; exit 1; }
+  echo "$MODEL_FLAGS" > "$M/made-with"
+  t "model written ($(du -sh "$M" | cut -f1))"
+fi
+if [ -n "$LLAMA_SRC" ] && [ ! -f "$GGUF" ]; then
   setsid nice -n 10 bash -c "PYTHONPATH='$LLAMA_SRC/gguf-py' python3 '$LLAMA_SRC/convert_hf_to_gguf.py' '$M' \
     --outtype $DTYPE --no-mtp --outfile '$GGUF.part' && mv '$GGUF.part' '$GGUF'" > "$OUT/convert.log" 2>&1 < /dev/null &
   CONVERT_PID=$!
@@ -113,7 +124,7 @@ per_token = full * 2 * c['num_key_value_heads'] * c['head_dim'] * int(sys.argv[2
 print(int(float(sys.argv[3]) * 1.15 * int(sys.argv[4]) * per_token / 2**20) + 1)" "$M" "$KV_BYTES" "$POOL_AGENTS" "$TOKENS")
 fi
 BENCH_FLAGS="--tokens $TOKENS --system-tokens $SYSTEM_TOKENS --next-tokens $NEXT_TOKENS --next-turns $NEXT_TURNS \
-  --reply-tokens 16 --timeout $TIMEOUT_S --start-timeout 300 --settle-s 20"
+  --timeout $TIMEOUT_S --start-timeout 300 --settle-s 20"
 TABLE_ARGS=()
 P=$PORT
 for IV in $INTERVALS; do
@@ -127,7 +138,7 @@ for IV in $INTERVALS; do
   PYTHONUNBUFFERED=1 timeout -s INT "$LIMIT" python3 bench/serve_bench.py --label "agentkv-iv$IV" \
     --url "http://127.0.0.1:$P" --json "$OUT/agentkv-iv$IV.json" --server-log "$OUT/agentkv-iv$IV.log" \
     --server-cmd "$SERVER" --scenarios cold,next_turn,host_return,disk_return --evict-agents "$EVICT" \
-    $BENCH_FLAGS > "$OUT/agentkv-iv$IV.txt" 2>&1
+    --reply-tokens "$REPLY" $BENCH_FLAGS > "$OUT/agentkv-iv$IV.txt" 2>&1
   t "agentkv interval $IV: exit $?"; grep -E "^(cold|next|return|error)" "$OUT/agentkv-iv$IV.txt"
   TABLE_ARGS+=("$OUT/agentkv-iv$IV.json=$KV")
   P=$(( P + 1 ))
@@ -147,8 +158,12 @@ if [ -n "$LLAMA_SRC" ]; then
     PYTHONUNBUFFERED=1 timeout -s INT $(( $(left) - 15 )) python3 bench/serve_bench.py --label llama-server \
       --url "http://127.0.0.1:$P" --json "$OUT/llama-server.json" --server-log "$OUT/llama-server.log" \
       --server-cmd "$LLAMA_BIN -m $GGUF -ngl $NGL -fa on -c $(( TOKENS * 2 + 8192 )) -np 1 --port $P" \
-      --scenarios cold,next_turn,host_return --evict-agents 1 $BENCH_FLAGS > "$OUT/llama-server.txt" 2>&1
+      --scenarios cold,next_turn,host_return --evict-agents 1 --reply-tokens "$LLAMA_REPLY" $BENCH_FLAGS \
+      > "$OUT/llama-server.txt" 2>&1
     t "llama-server: exit $?"; grep -E "^(cold|next|return|error)" "$OUT/llama-server.txt"
+    if [ "$(stat -c %s "$OUT/llama-server.log")" -gt 2000000 ]; then  # its log's end is enough
+      tail -c 500000 "$OUT/llama-server.log" > "$OUT/llama-server.log.end" && rm "$OUT/llama-server.log"
+    fi
   else
     t "llama.cpp not ready (build: $(tail -c 300 "$OUT/llama-build.log" 2>/dev/null | tail -1); convert: $(tail -1 "$OUT/convert.log" 2>/dev/null))"
   fi
