@@ -33,6 +33,7 @@ struct Engine::Active : Sequence {
   // Hybrid models with snapshots: the state at its last block boundary, kept as its end snapshot.
   std::vector<float> boundary_state;
   std::int32_t boundary_pos = 0;
+  std::int32_t kept_pos = -1;  // the position of its last snapshot kept while it ran
 };
 
 namespace {
@@ -359,8 +360,14 @@ bool Engine::step() {
         if (resume_ != nullptr && a.n_computed % config_.block_size == 0) {
           resume_->read(a, a.boundary_state);
           a.boundary_pos = a.n_computed;
+          // Every interval, and at the prompt's snapshot point: the end snapshot lies past the
+          // prefix a next turn (re-rendering the generation prompt and reply) or a repeat shares.
           const std::int32_t every = config_.scheduler.snapshot_interval;
-          if (every > 0 && a.n_computed % every == 0) resume_->keep(a, a.n_computed, a.boundary_state);
+          const bool prompt_point = a.n_computed == prompt_snapshot_point(a, config_.block_size, config_.scheduler);
+          if ((every > 0 && a.n_computed % every == 0) || prompt_point) {
+            resume_->keep(a, a.n_computed, a.boundary_state);
+            a.kept_pos = a.n_computed;
+          }
         }
         clock.lap_into(ph.commit_ms);
         if (a.remaining() == 0) {
@@ -442,7 +449,7 @@ bool Engine::emit(Active& a, const EngineEvent& e) {
 
 void Engine::finish(Active& a, FinishReason reason, std::string_view error) {
   // Its state at its last block boundary: the next turn of the conversation resumes there.
-  if (resume_ != nullptr && a.boundary_pos > 0 && reason != FinishReason::Error)
+  if (resume_ != nullptr && a.boundary_pos > 0 && a.boundary_pos != a.kept_pos && reason != FinishReason::Error)
     resume_->keep(a, a.boundary_pos, std::move(a.boundary_state));
   // Before Finished goes out, so a client that sees the end also sees the agent's new state.
   if (!a.request.agent.empty() && !a.agent_deleted)

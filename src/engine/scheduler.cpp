@@ -151,6 +151,8 @@ std::int32_t Scheduler::fit_chunk(const Sequence& seq, std::int32_t want) const 
   if (resume_ == nullptr || n <= 1) return n;
   const std::int32_t every = config_.snapshot_interval;
   if (every > 0) n = std::min(n, (seq.n_computed / every + 1) * every - seq.n_computed);  // next snapshot
+  const std::int32_t at = prompt_snapshot_point(seq, bs, config_);
+  if (at > seq.n_computed) n = std::min(n, at - seq.n_computed);
   // A chunk that reaches the end stops first at the last block boundary: the state there is what
   // the request leaves as its end snapshot (the KV can only resume at whole blocks).
   const std::int32_t end = seq.n_computed + n, boundary = end / bs * bs;

@@ -37,7 +37,20 @@ struct SchedulerConfig {
   // chunk that would reach the end of a sequence's tokens stops at the last block boundary
   // first. 0: no interval.
   std::int32_t snapshot_interval = 0;
+  // With a StateResume: a chunk also stops at the prompt's snapshot point
+  // (prompt_snapshot_point), where the engine keeps a snapshot: a later turn renders the
+  // generation prompt that ends this prompt differently (templates drop an open <think>, ...),
+  // so the prefix it shares ends a few tokens before this prompt's end.
+  std::int32_t prompt_snapshot_tail = 16;
 };
+
+// The last block boundary at least config.prompt_snapshot_tail tokens before the end of seq's
+// prompt (0: none).
+inline std::int32_t prompt_snapshot_point(const Sequence& seq, std::int32_t block_size,
+                                          const SchedulerConfig& config) {
+  const std::int32_t p = seq.n_prompt - config.prompt_snapshot_tail;
+  return p > 0 ? p / block_size * block_size : 0;
+}
 
 // Hybrid models with state snapshots: how far a sequence can resume on its cached KV prefix, and
 // putting the state there into its slot. Called on the engine thread inside schedule().

@@ -103,7 +103,10 @@ TensorRef DecoderModel::run_to_logits(const ForwardBatch& batch, KvStorage& kv, 
 }
 
 KvLayout kv_layout_for(const ModelConfig& c, std::int64_t n_blocks, std::int64_t block_size, DType dtype) {
-  return {.n_layers = c.n_layers,
+  // Hybrid models keep KV for their full-attention layers only (the others hold recurrent state).
+  const std::vector<bool>& linear = c.hybrid.linear.layer_is_linear;
+  const std::int64_t n_linear = std::count(linear.begin(), linear.end(), true);
+  return {.n_layers = c.n_layers - n_linear,
           .n_blocks = n_blocks,
           .block_size = block_size,
           .n_kv_heads = c.n_kv_heads,

@@ -100,7 +100,7 @@ void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, Hybri
 }
 
 void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, HybridWorkspace& hw,
-                         TensorRef xn) {
+                         TensorRef xn, std::int64_t kv_layer) {
   Backend& be = ctx.backend;
   const AttentionParams& p = ctx.attention;
   const std::int64_t q_dim = p.n_heads * p.head_dim, kv_dim = p.n_kv_heads * p.head_dim;
@@ -113,8 +113,8 @@ void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, Hybr
   be.rms_norm(q, w.q_norm, ctx.qk_norm_eps, ctx.norm_offset, q);
   be.rms_norm(k, w.k_norm, ctx.qk_norm_eps, ctx.norm_offset, k);
   be.rope(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), p.head_dim, ctx.rope, ctx.batch.positions);
-  be.store_kv(ctx.kv, ctx.layer, k, v, ctx.batch);
-  be.attention(q, ctx.kv, ctx.layer, ctx.batch, p, ctx.ws.attn);
+  be.store_kv(ctx.kv, kv_layer, k, v, ctx.batch);
+  be.attention(q, ctx.kv, kv_layer, ctx.batch, p, ctx.ws.attn);
   be.sigmoid_mul(ctx.ws.attn, hw.gate);
   be.matmul(ctx.ws.attn, w.o, nullptr, ctx.ws.y);
 }

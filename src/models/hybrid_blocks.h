@@ -56,8 +56,9 @@ class HybridWorkspace {
 // ws.y[n, hidden] = the Gated DeltaNet layer on xn; `linear_layer` indexes the state arrays.
 void run_gated_delta_net(const GatedDeltaNetWeights& w, LayerContext& ctx, HybridWorkspace& hw,
                          TensorRef xn, std::int64_t linear_layer);
-// ws.y[n, hidden] = gated attention on xn for ctx.layer.
+// ws.y[n, hidden] = gated attention on xn; `kv_layer` indexes the KV arrays (which hold the
+// full-attention layers only: kv_layout_for).
 void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, HybridWorkspace& hw,
-                         TensorRef xn);
+                         TensorRef xn, std::int64_t kv_layer);
 
 }  // namespace akv

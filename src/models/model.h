@@ -31,7 +31,8 @@ class Model {
 };
 
 // The KV layout a model needs for `n_blocks` blocks of `block_size` positions in `dtype` (the
-// caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()).
+// caller decides: serve takes --kv-dtype, by default the backend's preferred_kv_dtype()): one
+// K and one V array per layer, for hybrid models per full-attention layer only.
 KvLayout kv_layout_for(const ModelConfig& config, std::int64_t n_blocks, std::int64_t block_size, DType dtype);
 // The recurrent state of hybrid models with `n_slots` slots (one per sequence run at once);
 // n_layers 0 for other models.

@@ -16,6 +16,7 @@ namespace {
 struct HybridLayer {
   WeightRef attn_norm, mlp_norm;   // input_layernorm, post_attention_layernorm
   std::int64_t linear_index = -1;  // >= 0: a Gated DeltaNet layer, its index among them
+  std::int64_t kv_index = -1;      // >= 0: a full-attention layer, its index among them (KV arrays)
   GatedDeltaNetWeights linear;
   GatedAttentionWeights attn;
   bool sparse = false;
@@ -30,7 +31,7 @@ class HybridModel final : public DecoderModel {
         derived_(reader(), b),
         hybrid_ws_(b) {
     const ModelConfig& cfg = config_;
-    std::int64_t n_linear = 0;
+    std::int64_t n_linear = 0, n_full = 0;
     for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
       const std::string p = layer_prefix(l);
       HybridLayer layer;
@@ -40,6 +41,7 @@ class HybridModel final : public DecoderModel {
         layer.linear_index = n_linear++;
         layer.linear = load_gated_delta_net(loader(), derived_, p, cfg, fused_qkvz);
       } else {
+        layer.kv_index = n_full++;
         layer.attn = load_gated_attention(loader(), derived_, p, cfg);
       }
       layer.sparse = cfg.moe.n_experts > 0 && cfg.moe.layer_is_moe[l];
@@ -60,7 +62,7 @@ class HybridModel final : public DecoderModel {
     if (w.linear_index >= 0)
       run_gated_delta_net(w.linear, ctx, hybrid_ws_, ctx.ws.xn, w.linear_index);
     else
-      run_gated_attention(w.attn, ctx, hybrid_ws_, ctx.ws.xn);
+      run_gated_attention(w.attn, ctx, hybrid_ws_, ctx.ws.xn, w.kv_index);
     norm_before_mlp(ctx, w.mlp_norm, 1.0f);
     if (w.sparse)
       run_moe(w.moe, ctx, ctx.ws.xn);

@@ -85,13 +85,14 @@ TEST_P(HybridEngine, PreemptionRecomputesTheStateAndKeepsOutputsExact) {
   EXPECT_GT(t.engine.metrics().totals.preemptions, 0u);
 }
 
-// The first request leaves snapshots at 59 (its end) only: the second shares 45 tokens of KV
-// but no snapshot within them, so it must start over.
+// The first request leaves snapshots at 32 (its prompt's snapshot point, 16 tokens before the
+// end) and 56 (its end) only: the second shares 30 tokens of KV but no snapshot within them, so
+// it must start over.
 TEST_P(HybridEngine, CachedKvPrefixWithoutItsStateIsRecomputed) {
   const std::string dir = fixture(GetParam());
   std::mt19937 rng(9);
   const Ids first = random_ids(rng, 50);
-  Ids second(first.begin(), first.begin() + 45);
+  Ids second(first.begin(), first.begin() + 30);
   for (std::int32_t tok : random_ids(rng, 12)) second.push_back(tok);
   EngineUnderTest t(dir, small_steps());
   t.out.wait(t.greedy(first, 10));

@@ -128,6 +128,25 @@ TEST_P(Hybrid, TokenByTokenMatchesFp64Reference) {
   EXPECT_LE(err, kRelTolerance);
 }
 
+// The KV arrays (and so KV blocks in every tier) hold the full-attention layers only; the
+// fidelity tests above run on that layout, so each attention layer finds its own array.
+TEST_P(Hybrid, KvHoldsTheFullAttentionLayersOnly) {
+  const auto& [name, backend_name] = GetParam();
+  Fixture f = load(name, backend_name);
+  const ModelConfig& c = f.model->config();
+  std::ifstream in(kDir + name + "/config.json");
+  const auto config = nlohmann::json::parse(in);
+  std::int64_t n_full = 0;
+  for (const auto& t : config["layer_types"]) n_full += t == "full_attention" ? 1 : 0;
+  ASSERT_GT(n_full, 0);
+  ASSERT_LT(n_full, c.n_layers);
+  const KvLayout layout = kv_layout_for(c, 4, 16, DType::F32);
+  EXPECT_EQ(layout.n_layers, n_full);
+  EXPECT_EQ(layout.block_bytes(), 2 * n_full * 16 * c.n_kv_heads * c.head_dim * 4);
+  const KvStorage kv = alloc_model_kv(*f.backend, c, 4, 16, DType::F32);
+  EXPECT_EQ(static_cast<std::int64_t>(kv.k.size()), n_full);
+}
+
 TEST_P(Hybrid, GreedyContinuationMatchesReferenceIds) {
   const auto& [name, backend_name] = GetParam();
   Fixture f = load(name, backend_name);
