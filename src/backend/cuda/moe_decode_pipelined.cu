@@ -1,7 +1,9 @@
 // The MoE decode kernels of moe_decode.cu (same grids, outputs and per-lane summation order)
 // arranged to hide DRAM latency, the cost of a batch-1 step whose k experts' rows are short:
 // each warp issues its first expert-row loads (and their MXFP4 scales) before the block stages x
-// or the activations in shared memory, so the staging runs under the loads; while a warp computes
+// or the activations in shared memory, so the staging runs under the loads (the down launch even
+// before gate/up has finished: gate/up lets it start only once the route is complete, and it
+// reads the route before its own wait); while a warp computes
 // on one chunk column it keeps the next ones in flight (a ring of registers); the staging is
 // float4 and division-free; MXFP4 nibbles index the E2M1 table by byte offset, and x is read once
 // per chunk for all rows that share it. The two-launch kernels stay as the baseline.
@@ -91,8 +93,8 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpMinBlocks<T>)
   float* xs = reinterpret_cast<float*>(smem);  // [hidden]
   __shared__ float lut[16];
   fill_lut(lut);
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();  // after the wait: the down launch reads the route (complete by now) before its own wait
   const int a = blockIdx.y, token = a / m.top_k, choice = a % m.top_k;
   const int expert = static_cast<int>(route[token * route_stride + choice]);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -161,11 +163,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   __shared__ float weights[32];
   fill_lut(lut);
   pdl_trigger();
-  pdl_wait();
+  // The route comes from the launch before gate/up, which triggers this one only after its own
+  // wait: it is complete, so the experts and each warp's first row loads need not wait for
+  // gate/up (read from L2: this multiprocessor's L1 may hold the previous layer's route).
   const int t = blockIdx.y;
   if (threadIdx.x < m.top_k) {
-    experts[threadIdx.x] = static_cast<int>(route[t * route_stride + threadIdx.x]);
-    weights[threadIdx.x] = route[t * route_stride + m.top_k + threadIdx.x];
+    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
+    weights[threadIdx.x] = __ldcg(route + t * route_stride + m.top_k + threadIdx.x);
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
@@ -192,7 +196,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     while (next_col >= per_row && next_k < m.top_k) next_col -= per_row, ++next_k;
   };
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d) issue(d);  // in flight during the staging
+  for (int d = 0; d < kDepth; ++d) issue(d);  // in flight while gate/up finishes and during the staging
+  pdl_wait();  // gate/up's activations
   for (int k = 0; k < m.top_k; ++k)
     stage(act + (std::int64_t{t} * m.top_k + k) * act_stride, acts + k * m.inter, m.inter, act_vec, weights[k]);
   __syncthreads();
