@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
   void set_moe_kernels(MoeKernels k);
   // The decode kernels (when MoeKernels is not PerPair): the two launches of moe_decode.cu, or
   // (the default) the same work arranged to hide DRAM latency (moe_decode_pipelined.cu).
+  // AGENTKV_CUDA_MOE_DECODE=two_launch in the environment starts the backend with the former.
   enum class MoeDecodeKernels { TwoLaunch, Pipelined };
   void set_moe_decode_kernels(MoeDecodeKernels k) { moe_decode_kernels_ = k; }
   // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
