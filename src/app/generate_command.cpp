@@ -54,14 +54,18 @@ void generate_once(const GenerateOptions& o, Model& model, Backend& backend, con
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);  // echo the prompt, as llama2.c does
     std::fflush(stdout);
   }
+  // Greedy picks on the backend (only the id comes back, as in the served path); draws on the host.
+  auto step = [&](std::span<const std::int32_t> tokens) {
+    if (o.temperature <= 0) return runner.append_greedy(tokens);
+    return pick_token(runner.append(tokens), o.temperature, rng);
+  };
   const auto t_prefill = Clock::now();
-  std::span<const float> logits = runner.append(prompt);
+  std::int32_t next = step(prompt);
   const double prefill_s = seconds_since(t_prefill);
 
   const auto t_decode = Clock::now();
   int n_generated = 0;
   while (n_generated < o.max_tokens) {
-    const std::int32_t next = pick_token(logits, o.temperature, rng);
     ++n_generated;
     if (is_eos(config, next)) break;
     if (detok) {
@@ -72,7 +76,7 @@ void generate_once(const GenerateOptions& o, Model& model, Backend& backend, con
     }
     std::fflush(stdout);
     if (n_generated == o.max_tokens || runner.n_tokens() >= runner.max_tokens()) break;
-    logits = runner.append({&next, 1});
+    next = step({&next, 1});
   }
   if (detok) {
     const std::string rest = detok->flush();

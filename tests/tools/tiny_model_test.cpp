@@ -152,6 +152,12 @@ TEST(TinyModel, Qwen3MoeWritesPerExpertTensorsTheLoaderRuns) {
   std::span<const float> logits = runner.append(ids);
   ASSERT_EQ(static_cast<std::int64_t>(logits.size()), 64);
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  // The greedy form picks the same id where the logits are, prefill and decode step alike.
+  const std::int32_t want = argmax_row(logits);
+  SequenceRunner greedy(*model, backend, 16);
+  EXPECT_EQ(greedy.append_greedy(ids), want);
+  EXPECT_EQ(greedy.append_greedy({&want, 1}), argmax_row(runner.append({&want, 1})));
+  EXPECT_EQ(greedy.n_tokens(), 5);
 
   spec.moe.top_k = 7;
   EXPECT_THROW(resolve_tiny_model_spec(spec), Error);
