@@ -3,8 +3,9 @@
 // experts, top 4, width 2880, MXFP4 with biases): batch-1 decode time per layer with the bytes of
 // the chosen experts read per second against the device copy bandwidth (the decode bound), and
 // a 4096-token prefill in TFLOP/s, each with the per-pair kernels (the first CUDA MoE) and the
-// fast paths side by side in one run. Several copies of the layer and fresh router logits per
-// call keep the chosen experts out of the L2 cache, as in a forward over many layers.
+// fast paths side by side in one run (decode: the two-launch kernels and their pipelined form).
+// Several copies of the layer and fresh router logits per call keep the chosen experts out of
+// the L2 cache, as in a forward over many layers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -140,11 +141,18 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
     const char* path = k == Kernels::PerPair      ? "old (per-pair kernels)"
                        : k == Kernels::ExpertLoop ? "new, a GEMM per expert"
                                                   : "new, grouped GEMM";
-    if (k != Kernels::Grouped) {  // decode does not depend on the prefill GEMMs
+    using Decode = CudaBackend::MoeDecodeKernels;
+    for (const Decode dk : {Decode::TwoLaunch, Decode::Pipelined}) {  // decode does not depend on the prefill GEMMs
+      if (k == Kernels::Grouped || (k == Kernels::PerPair && dk == Decode::Pipelined)) continue;
+      be.set_moe_decode_kernels(dk);
       const double t1 = seconds_per_call(be, 64, [&](int i) { call(1, i); });
-      std::printf("| %s | 1 | %.1f us | %.0f | %.1f%% | - |\n", path, t1 * 1e6, decode_bytes / t1 * 1e-9,
-                  100.0 * decode_bytes / t1 / copy_bw);
+      std::printf("| %s | 1 | %.1f us | %.0f | %.1f%% | - |\n",
+                  k == Kernels::PerPair      ? path
+                  : dk == Decode::TwoLaunch ? "new, decode: two launches (before)"
+                                            : "new, decode: pipelined (the default)",
+                  t1 * 1e6, decode_bytes / t1 * 1e-9, 100.0 * decode_bytes / t1 / copy_bw);
     }
+    be.set_moe_decode_kernels(CudaBackend::MoeDecodeKernels::Pipelined);
     const std::int64_t grouped_before = be.moe_grouped_gemm_launches();
     const double tp = seconds_per_call(be, k == Kernels::PerPair ? 1 : 4, [&](int i) { call(max_n, i); });
     const bool grouped_ran = be.moe_grouped_gemm_launches() > grouped_before;

@@ -1,5 +1,6 @@
 // make_tiny_model: writes a deterministic random HF checkpoint (config.json + safetensors) of a
-// supported family, from a few-KB test model up to an 8B-sized benchmark model.
+// supported family, from a few-KB test model up to an 8B-sized benchmark model (or a
+// Qwen3-30B-A3B-shaped mixture of experts at any depth).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -17,8 +18,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Write a deterministic random model directory (config.json + safetensors)."};
   app.add_option("--out", out, "output directory")->required();
-  app.add_option("--family", spec.family, "llama | mistral | qwen2 | qwen3 | gemma3 | phi3");
-  app.add_option("--preset", preset, "smollm2-135m | llama3-8b (flags given override it)");
+  app.add_option("--family", spec.family, "llama | mistral | qwen2 | qwen3 | qwen3_moe | gemma3 | phi3");
+  app.add_option("--preset", preset, "smollm2-135m | llama3-8b | qwen3-30b-a3b (flags given override it)");
   app.add_option("--hidden", hidden, "hidden size");
   app.add_option("--intermediate", intermediate, "MLP intermediate size");
   app.add_option("--layers", layers, "number of layers");
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads, "key/value heads");
   app.add_option("--head-dim", head_dim, "head dimension (default hidden / heads)");
   app.add_option("--vocab", vocab, "vocabulary size");
+  std::int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
+  app.add_option("--experts", experts, "qwen3_moe: routed experts a layer");
+  app.add_option("--experts-per-token", experts_per_token, "qwen3_moe: experts chosen a token (top-k)");
+  app.add_option("--expert-intermediate", expert_intermediate, "qwen3_moe: one expert's hidden width");
   app.add_option("--dtype", dtype, "f32 | bf16 | f16");
   app.add_option("--seed", spec.seed, "random seed");
   app.add_option("--rope-theta", rope_theta, "RoPE base (default per family)");
@@ -53,6 +58,9 @@ int main(int argc, char** argv) {
     else if (!preset.empty() && (hidden || heads))
       spec.head_dim = 0;
     if (vocab) spec.vocab = vocab;
+    if (experts) spec.moe.n_experts = experts;
+    if (experts_per_token) spec.moe.top_k = experts_per_token;
+    if (expert_intermediate) spec.moe.expert_intermediate = expert_intermediate;
     if (rope_theta > 0) spec.rope_theta = rope_theta;
     if (sliding_window) spec.sliding_window = sliding_window;
     if (max_position < 0) throw akv::Error(akv::ErrorKind::InvalidArgument, "--max-position must be positive");

@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"};
+const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3"};
 
 [[noreturn]] void bad_spec(const std::string& what) {
   throw Error(ErrorKind::InvalidArgument, "make_tiny_model: " + what);
@@ -54,6 +54,19 @@ struct Planned {
   Fill fill;
 };
 
+// Qwen3-MoE's router and experts in the transformers 4.x layout (one tensor per expert and
+// projection), which both agentkv and llama.cpp's converter read.
+void add_experts(const std::string& p, std::vector<Planned>& out, const TinyModelSpec& s) {
+  const std::int64_t h = s.hidden, w = s.moe.expert_intermediate;
+  out.push_back({{p + "mlp.gate.weight", s.dtype, {s.moe.n_experts, h}}, matrix_fill(h)});
+  for (std::int64_t e = 0; e < s.moe.n_experts; ++e) {
+    const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+    out.push_back({{ep + "gate_proj.weight", s.dtype, {w, h}}, matrix_fill(h)});
+    out.push_back({{ep + "up_proj.weight", s.dtype, {w, h}}, matrix_fill(h)});
+    out.push_back({{ep + "down_proj.weight", s.dtype, {h, w}}, matrix_fill(w)});
+  }
+}
+
 std::vector<Planned> plan_tensors(const TinyModelSpec& s) {
   const std::int64_t h = s.hidden, hd = s.head_dim, q = s.heads * hd, kv = s.kv_heads * hd;
   const bool gemma = s.family == "gemma3";
@@ -81,7 +94,7 @@ std::vector<Planned> plan_tensors(const TinyModelSpec& s) {
       }
     }
     add(p + "self_attn.o_proj.weight", {h, q}, matrix_fill(q));
-    if (s.family == "qwen3" || gemma) {
+    if (s.family == "qwen3" || s.family == "qwen3_moe" || gemma) {
       add(p + "self_attn.q_norm.weight", {hd}, norm);
       add(p + "self_attn.k_norm.weight", {hd}, norm);
     }
@@ -90,13 +103,16 @@ std::vector<Planned> plan_tensors(const TinyModelSpec& s) {
       add(p + "pre_feedforward_layernorm.weight", {h}, norm);
       add(p + "post_feedforward_layernorm.weight", {h}, norm);
     }
-    if (s.family == "phi3") {
+    if (s.family == "qwen3_moe") {
+      add_experts(p, out, s);
+    } else if (s.family == "phi3") {
       add(p + "mlp.gate_up_proj.weight", {2 * s.intermediate, h}, matrix_fill(h));
     } else {
       add(p + "mlp.gate_proj.weight", {s.intermediate, h}, matrix_fill(h));
       add(p + "mlp.up_proj.weight", {s.intermediate, h}, matrix_fill(h));
     }
-    add(p + "mlp.down_proj.weight", {h, s.intermediate}, matrix_fill(s.intermediate));
+    if (s.family != "qwen3_moe")
+      add(p + "mlp.down_proj.weight", {h, s.intermediate}, matrix_fill(s.intermediate));
   }
   add("model.norm.weight", {h}, norm);
   if (!*s.tied) add("lm_head.weight", {s.vocab, h}, matrix_fill(h));
@@ -199,15 +215,21 @@ void apply_tiny_model_preset(const std::string& preset, TinyModelSpec& s) {
     s.head_dim = 128, s.vocab = 128256, s.tied = false, s.rope_theta = 500000.0;
     s.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192};
     s.max_position_embeddings = 131072, s.bos_token_id = 128000, s.eos_token_id = 128001;
+  } else if (preset == "qwen3-30b-a3b") {
+    s.family = "qwen3_moe";
+    s.hidden = 2048, s.intermediate = 6144, s.layers = 48, s.heads = 32, s.kv_heads = 4;
+    s.head_dim = 128, s.vocab = 151936, s.tied = false, s.rope_theta = 1000000.0;
+    s.moe = {.n_experts = 128, .top_k = 8, .expert_intermediate = 768};
+    s.max_position_embeddings = 40960, s.bos_token_id = 151643, s.eos_token_id = 151645;
   } else {
-    bad_spec("unknown preset '" + preset + "' (smollm2-135m, llama3-8b)");
+    bad_spec("unknown preset '" + preset + "' (smollm2-135m, llama3-8b, qwen3-30b-a3b)");
   }
 }
 
 TinyModelSpec resolve_tiny_model_spec(const TinyModelSpec& in) {
   TinyModelSpec s = in;
   if (std::find(std::begin(kFamilies), std::end(kFamilies), s.family) == std::end(kFamilies))
-    bad_spec("unknown family '" + s.family + "' (llama, mistral, qwen2, qwen3, gemma3, phi3)");
+    bad_spec("unknown family '" + s.family + "' (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, phi3)");
   for (auto [name, v] : {std::pair{"hidden", s.hidden},
                          {"intermediate", s.intermediate},
                          {"layers", s.layers},
@@ -217,6 +239,12 @@ TinyModelSpec resolve_tiny_model_spec(const TinyModelSpec& in) {
                          {"max-position-embeddings", s.max_position_embeddings}})
     if (v <= 0) bad_spec(std::string(name) + " must be positive");
   if (s.head_dim < 0) bad_spec("head-dim must not be negative");
+  if (s.family == "qwen3_moe") {
+    if (s.moe.n_experts <= 0 || s.moe.expert_intermediate <= 0)
+      bad_spec("experts and expert-intermediate must be positive");
+    if (s.moe.top_k <= 0 || s.moe.top_k > s.moe.n_experts)
+      bad_spec("experts-per-token must be in [1, experts]");
+  }
   if (s.heads % s.kv_heads != 0) bad_spec("heads must be a multiple of kv-heads");
   if (s.head_dim == 0) {
     if (s.hidden % s.heads != 0) bad_spec("hidden must be a multiple of heads (or give head-dim)");
@@ -248,6 +276,7 @@ std::string tiny_model_config_json(const TinyModelSpec& s) {
       {"mistral", {"MistralForCausalLM", "mistral"}},
       {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+      {"qwen3_moe", {"Qwen3MoeForCausalLM", "qwen3_moe"}},
       {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}},
       {"phi3", {"Phi3ForCausalLM", "phi3"}},
   };
@@ -287,10 +316,16 @@ std::string tiny_model_config_json(const TinyModelSpec& s) {
           {"original_max_position_embeddings", s.rope_scaling->original_max_position_embeddings}};
   } else if (s.family == "mistral") {
     c["sliding_window"] = *s.sliding_window;
-  } else if (s.family == "qwen2" || s.family == "qwen3") {
+  } else if (s.family == "qwen2" || s.family == "qwen3" || s.family == "qwen3_moe") {
     c["rms_norm_eps"] = 1e-6, c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr, c["max_window_layers"] = s.layers;
-    if (s.family == "qwen3") c["attention_bias"] = false;
+    if (s.family != "qwen2") c["attention_bias"] = false;
+    if (s.family == "qwen3_moe") {
+      c["num_experts"] = s.moe.n_experts, c["num_experts_per_tok"] = s.moe.top_k;
+      c["moe_intermediate_size"] = s.moe.expert_intermediate, c["norm_topk_prob"] = true;
+      c["decoder_sparse_step"] = 1, c["mlp_only_layers"] = json::array();
+      c["output_router_logits"] = false, c["router_aux_loss_coef"] = 0.001;
+    }
   } else if (s.family == "gemma3") {
     c.erase("hidden_act");
     c["hidden_activation"] = "gelu_pytorch_tanh", c["rms_norm_eps"] = 1e-6;

@@ -21,10 +21,17 @@ struct Llama3RopeScaling {
   std::int64_t original_max_position_embeddings = 8192;
 };
 
+// The routed experts of family qwen3_moe (every layer sparse, softmax top-k, renormalised).
+struct TinyMoeSpec {
+  std::int64_t n_experts = 8;
+  std::int64_t top_k = 2;
+  std::int64_t expert_intermediate = 32;  // moe_intermediate_size: one expert's hidden width
+};
+
 struct TinyModelSpec {
-  std::string family = "llama";  // llama | mistral | qwen2 | qwen3 | gemma3 | phi3
+  std::string family = "llama";  // llama | mistral | qwen2 | qwen3 | qwen3_moe | gemma3 | phi3
   std::int64_t hidden = 64;
-  std::int64_t intermediate = 128;
+  std::int64_t intermediate = 128;  // the dense MLP's width (qwen3_moe: written to the config only)
   std::int64_t layers = 2;
   std::int64_t heads = 4;
   std::int64_t kv_heads = 2;
@@ -39,14 +46,15 @@ struct TinyModelSpec {
   std::optional<std::int64_t> sliding_window;  // mistral, gemma3; unset: 4096 / 512
   std::int64_t bos_token_id = 1;
   std::int64_t eos_token_id = 2;
+  TinyMoeSpec moe;  // qwen3_moe only
   std::uint64_t max_shard_bytes = 4ull << 30;  // larger checkpoints are split with an index
 };
 
-// Applies a named preset (smollm2-135m, llama3-8b) over `spec`. Throws Error{InvalidArgument}.
+// Applies a named preset (smollm2-135m, llama3-8b, qwen3-30b-a3b) over `spec`. Throws Error{InvalidArgument}.
 void apply_tiny_model_preset(const std::string& preset, TinyModelSpec& spec);
 
-// Checks the spec (known family, positive sizes, heads divisible by kv_heads, float dtype) and
-// fills the family defaults. Throws Error{InvalidArgument} naming the field.
+// Checks the spec (known family, positive sizes, heads divisible by kv_heads, float dtype, for
+// qwen3_moe 0 < top_k <= n_experts) and fills the family defaults. Throws Error{InvalidArgument} naming the field.
 TinyModelSpec resolve_tiny_model_spec(const TinyModelSpec& spec);
 
 // The tensors the checkpoint holds, in file order, with HF names and [out, in] shapes.

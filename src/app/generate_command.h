@@ -1,5 +1,5 @@
 // `agentkv generate`: load a model directory, run one prompt, stream the text to stdout and
-// print prefill and decode speed to stderr.
+// print prefill and decode speed to stderr (once a run; --repeat runs it again from an empty sequence).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@ struct GenerateOptions {
   int threads = 0;
   bool print_ids = false;                // stream token ids instead of text
   std::string quantize;                  // "" | q8_0 | q6_k | q4_k: quantize the weights at load
+  int repeat = 1;                        // run the prompt this many times, each from an empty sequence
 };
 
 // Returns the process exit code. Throws Error for bad input (caught by main).

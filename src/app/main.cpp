@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   generate->add_option("--quantize", gen.quantize, "quantize a safetensors checkpoint's matrices at load: q8_0 | q6_k | q4_k");
   generate->add_option("--threads", gen.threads, "CPU threads (0: all cores)")->capture_default_str();
   generate->add_flag("--print-ids", gen.print_ids, "Stream token ids instead of text");
+  generate->add_option("--repeat", gen.repeat, "Run the prompt this many times (each from an empty sequence; "
+                       "the later runs time the steady state)")->capture_default_str();
 
   akv::ServeOptions srv;
   CLI::App* serve = app.add_subcommand("serve", "Serve the Anthropic Messages and OpenAI APIs over HTTP");

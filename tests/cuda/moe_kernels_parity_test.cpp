@@ -1,9 +1,10 @@
 // The moe op on the CUDA backend against the scalar reference backend: Qwen3-MoE rules (softmax
 // over all experts, top-k, norm_topk_prob on and off) and GPT-OSS rules (top-k then softmax,
 // expert biases, clamped SwiGLU, interleaved gate/up), F32/BF16/F16/MXFP4 experts, 1 to 300
-// tokens: the decode kernels (at most CudaBackend::kMoeDecodeMaxRows rows), the grouped prefill
-// beyond (with experts no token picks and one nearly every token picks), the per-pair baseline,
-// shapes only the fallbacks take, and decode steps recorded and replayed as CUDA graphs.
+// tokens: the decode kernels (at most CudaBackend::kMoeDecodeMaxRows rows; pipelined, and the
+// two-launch baseline), the grouped prefill beyond (with experts no token picks and one nearly
+// every token picks), the per-pair baseline, shapes only the fallbacks take, and decode steps
+// recorded and replayed as CUDA graphs.
 #include <numeric>
 #include <ostream>
 #include <string>
@@ -129,12 +130,15 @@ struct MoeCase {
   bool mxfp4;
   std::int64_t n;
   CudaBackend::MoeKernels kernels = CudaBackend::MoeKernels::Grouped;
+  CudaBackend::MoeDecodeKernels decode = CudaBackend::MoeDecodeKernels::Pipelined;
 };
 
 using Kernels = CudaBackend::MoeKernels;
+using Decode = CudaBackend::MoeDecodeKernels;
 
 std::string kernels_suffix(const MoeCase& c) {
-  return c.kernels == Kernels::PerPair ? "_per_pair" : c.kernels == Kernels::ExpertLoop ? "_loop" : "";
+  return std::string(c.kernels == Kernels::PerPair ? "_per_pair" : c.kernels == Kernels::ExpertLoop ? "_loop" : "") +
+         (c.decode == Decode::TwoLaunch ? "_two_launch" : "");
 }
 std::string case_name(const MoeCase& c) {
   return std::string(c.shape->name) + "_" + (c.mxfp4 ? "mxfp4" : std::string(dtype_name(c.dtype))) + "_n" +
@@ -144,7 +148,8 @@ void PrintTo(const MoeCase& c, std::ostream* os) { *os << case_name(c); }
 
 std::string path_name(const MoeCase& c) {
   if (c.kernels == Kernels::PerPair) return "per-pair baseline";
-  if (c.n <= CudaBackend::kMoeDecodeMaxRows) return "decode kernels";
+  if (c.n <= CudaBackend::kMoeDecodeMaxRows)
+    return c.decode == Decode::TwoLaunch ? "decode kernels (two launches)" : "decode kernels (pipelined)";
   return c.kernels == Kernels::Grouped ? "grouped prefill (grouped GEMM)" : "grouped prefill (GEMM per expert)";
 }
 
@@ -167,8 +172,10 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
   backends().ref.moe(io.x.cpu, io.logits.cpu, l.weights(false), l.p, io.scratch(false), io.out.cpu);
   const std::int64_t grouped_before = backends().gpu.moe_grouped_gemm_launches();
   backends().gpu.set_moe_kernels(c.kernels);
+  backends().gpu.set_moe_decode_kernels(c.decode);
   backends().gpu.moe(io.x.gpu, io.logits.gpu, l.weights(true), l.p, io.scratch(true), io.out.gpu);
   backends().gpu.set_moe_kernels(Kernels::Grouped);
+  backends().gpu.set_moe_decode_kernels(Decode::Pipelined);
   // Float experts with 16-byte aligned rows take the grouped GEMM (gate/up and down) in prefill.
   // With odd widths each GEMM's operands are aligned or not by where its experts' rows start
   // (the routing), so either path may run there: only the results are checked.
@@ -208,6 +215,13 @@ std::vector<MoeCase> moe_cases() {
     v.push_back({&kQwen3, DType::BF16, false, n, Kernels::PerPair});
     v.push_back({&kGptOss, DType::F32, true, n, Kernels::PerPair});
   }
+  for (std::int64_t n : {1, 3, 8}) {  // the decode kernels the pipelined ones replaced
+    v.push_back({&kQwen3, DType::BF16, false, n, Kernels::Grouped, Decode::TwoLaunch});
+    v.push_back({&kGptOss, DType::F32, true, n, Kernels::Grouped, Decode::TwoLaunch});
+  }
+  v.push_back({&kQwen3, DType::F32, false, 1});  // the pipelined decode over every float dtype
+  v.push_back({&kQwen3, DType::F16, false, 1});
+  v.push_back({&kGptOss, DType::BF16, false, 1});
   for (std::int64_t n : {67, 300}) {
     v.push_back({&kQwen3, DType::BF16, false, n, Kernels::ExpertLoop});
     v.push_back({&kGptOss, DType::F32, false, n, Kernels::ExpertLoop});

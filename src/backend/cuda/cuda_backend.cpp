@@ -111,6 +111,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   AKV_CUDA_CHECK(cudaMemset(skinny_counters_, 0, cuda::kSkinnyCounters * sizeof(unsigned)));
   const char* graphs = std::getenv("AGENTKV_CUDA_GRAPHS");
   graphs_on_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
+  const char* moe_decode = std::getenv("AGENTKV_CUDA_MOE_DECODE");  // side-by-side model runs
+  if (moe_decode != nullptr && std::strcmp(moe_decode, "two_launch") == 0)
+    moe_decode_kernels_ = MoeDecodeKernels::TwoLaunch;
   slots_.resize(kUploadSlots);
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }

@@ -126,6 +126,11 @@ class CudaBackend final : public Backend {
   // operands are 16-byte aligned; MXFP4 experts and other shapes go one GEMM per expert).
   enum class MoeKernels { PerPair, ExpertLoop, Grouped };
   void set_moe_kernels(MoeKernels k);
+  // The decode kernels (when MoeKernels is not PerPair): the two launches of moe_decode.cu, or
+  // (the default) the same work arranged to hide DRAM latency (moe_decode_pipelined.cu).
+  // AGENTKV_CUDA_MOE_DECODE=two_launch in the environment starts the backend with the former.
+  enum class MoeDecodeKernels { TwoLaunch, Pipelined };
+  void set_moe_decode_kernels(MoeDecodeKernels k) { moe_decode_kernels_ = k; }
   // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
   std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
@@ -325,6 +330,7 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = true;
   bool chunk_attention_ = true;
   MoeKernels moe_kernels_ = MoeKernels::Grouped;
+  MoeDecodeKernels moe_decode_kernels_ = MoeDecodeKernels::Pipelined;
   bool moe_grouped_gemm_unsupported_ = false;  // cuBLAS answered NOT_SUPPORTED once
   std::int64_t moe_grouped_gemm_launches_ = 0;
   std::vector<std::int32_t> moe_offsets_;      // moe_grouped: the experts' first rows, read back

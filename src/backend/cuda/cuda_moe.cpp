@@ -1,5 +1,5 @@
-// CudaBackend::moe: Backend::moe on the device (kernels in moe_route.cu, moe_decode.cu,
-// moe_prefill.cu, and the per-pair baseline in moe.cu). Decode (at most kMoeDecodeMaxRows rows,
+// CudaBackend::moe: Backend::moe on the device (kernels in moe_route.cu, moe_decode_pipelined.cu
+// or moe_decode.cu, moe_prefill.cu, and the per-pair baseline in moe.cu). Decode (at most kMoeDecodeMaxRows rows,
 // and every recorded step) routes and runs the experts without a host round trip; larger eager
 // batches sort the (token, choice) pairs by expert and multiply each expert's rows on the tensor
 // cores through cuBLAS, after one host wait for the experts' row counts.
@@ -50,7 +50,8 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
                     .u(static_cast<std::uint64_t>(p.inter)).u(static_cast<std::uint64_t>(p.gating))
                     .u(p.norm_topk_prob).u(static_cast<std::uint64_t>(p.act)).f(p.swiglu_limit).f(p.swiglu_alpha)
                     .u(p.interleaved_gate_up).t(scratch.route).t(scratch.gate_up).t(scratch.act).t(scratch.down)
-                    .t(out).u(static_cast<std::uint64_t>(moe_kernels_)).h))
+                    .t(out).u(static_cast<std::uint64_t>(moe_kernels_))
+                    .u(static_cast<std::uint64_t>(moe_decode_kernels_)).h))
     return;
   const bool grouped = !recording() && x.rows > kMoeDecodeMaxRows && grouped_supported(w, p);
   const bool decode = !grouped && p.n_experts <= cuda::kMoeMaxExperts && cuda::moe_decode_supported(x, w, p);
@@ -61,6 +62,8 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
   cuda::launch_moe_route(router_logits, p, scratch.route, stream());
   if (grouped) {
     moe_grouped(x, w, p, scratch, out);
+  } else if (moe_decode_kernels_ == MoeDecodeKernels::Pipelined) {
+    cuda::launch_moe_decode_pipelined(x, w, p, scratch, out, stream());
   } else {
     cuda::launch_moe_decode(x, w, p, scratch, out, stream());
   }

@@ -36,6 +36,12 @@ void launch_moe_route(TensorRef logits, const MoeParams& p, TensorRef route, Str
 bool moe_decode_supported(TensorRef x, const MoeWeights& w, const MoeParams& p);
 void launch_moe_decode(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                        TensorRef out, Stream s);
+// moe_decode_pipelined.cu: the same two launches, grids and results (the same per-lane order of
+// operations), arranged to hide DRAM latency: each warp's first expert-row loads are issued
+// before x or the activations are staged in shared memory, later loads stay several chunks
+// ahead of the sums, and MXFP4 values index the E2M1 table by byte offset. The default.
+void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
+                                 TensorRef out, Stream s);
 
 // moe_prefill.cu: tokens grouped by expert. The (token, choice) pairs a = t * top_k + k of n
 // tokens, sorted by expert: pairs of expert e are sorted[offsets[e], offsets[e + 1]), and

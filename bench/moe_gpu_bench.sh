@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# A Qwen3-30B-A3B-shaped mixture of experts (random bf16 weights at reduced depth) on the GPU, next
+# to llama.cpp on the same weights converted with its own converter: batch-1 decode (256 tokens
+# after a short and after a 4K prompt) and the 4K prefill (agentkv generate --backend cuda against
+# llama-bench -p 4096 -n 128), plus cuda_bench --moe 1 (one layer against the copy bandwidth).
+# Prints one table. Builds nothing of agentkv (the binaries are given); builds llama-bench when
+# the given llama.cpp build folder has none. Per-token times scale with the depth; the ratios
+# between the engines do not. docs/perf/cuda.md ("Mixture of experts") says how to read it.
+#
+# Usage: bench/moe_gpu_bench.sh --bin DIR --llama-src DIR --llama-build DIR --tokenizer DIR
+#          --work DIR --out DIR [--layers 12] [--prompt 4096] [--gen 256] [--backend cuda]
+#          [--model-args "..."] [--jobs N] [--converter SCRIPT] [--reps 3] [--bin-libs DIRS]
+#   --bin          agentkv, make_tiny_model and (with --backend cuda) cuda_bench
+#   --bin-libs     folders (a:b) of the shared libraries those need, for them only
+#   --llama-src    llama.cpp source (convert_hf_to_gguf.py, gguf-py, and what its build needs)
+#   --llama-build  llama.cpp build folder: bin/llama-bench is used, or built there when absent
+#   --tokenizer    Qwen3 tokenizer folder (tokenizer.json or tokenizer.json.xz, tokenizer_config.json)
+#   --work         scratch space (the model and its GGUF: ~16 GB at 12 layers); kept, and reused
+#                  by a later run with the same model arguments
+#   --out          logs and the table (table.md)
+#   --model-args   extra make_tiny_model flags (a small model for a CPU dry run)
+#   --backend      cuda, or cpu for a dry run without a GPU (no cuda_bench; llama-bench on the CPU)
+#   --converter    the converter script (default: --llama-src's convert_hf_to_gguf.py)
+set -euo pipefail
+
+BIN="" LLAMA_SRC="" LLAMA_BUILD="" TOKENIZER="" WORK="" OUT="" LAYERS=12 PROMPT=4096 GEN=256
+BACKEND=cuda MODEL_ARGS="" JOBS=$(nproc) CONVERTER="" REPS=3 BIN_LIBS=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin) BIN="$2" ;;
+    --llama-src) LLAMA_SRC="$2" ;;
+    --llama-build) LLAMA_BUILD="$2" ;;
+    --tokenizer) TOKENIZER="$2" ;;
+    --work) WORK="$2" ;;
+    --out) OUT="$2" ;;
+    --layers) LAYERS="$2" ;;
+    --prompt) PROMPT="$2" ;;
+    --gen) GEN="$2" ;;
+    --backend) BACKEND="$2" ;;
+    --model-args) MODEL_ARGS="$2" ;;
+    --jobs) JOBS="$2" ;;
+    --converter) CONVERTER="$2" ;;
+    --reps) REPS="$2" ;;
+    --bin-libs) BIN_LIBS="$2" ;;
+    *) echo "moe_gpu_bench: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+for v in BIN LLAMA_SRC LLAMA_BUILD TOKENIZER WORK OUT; do
+  [[ -n "${!v}" ]] || { echo "moe_gpu_bench: --$(echo $v | tr 'A-Z_' 'a-z-') is required" >&2; exit 2; }
+done
+[[ "$BACKEND" == cuda || "$BACKEND" == cpu ]] || { echo "moe_gpu_bench: --backend cuda or cpu" >&2; exit 2; }
+CONVERTER="${CONVERTER:-$LLAMA_SRC/convert_hf_to_gguf.py}"
+mkdir -p "$WORK" "$OUT"
+WORK="$(cd "$WORK" && pwd)" OUT="$(cd "$OUT" && pwd)" LLAMA_SRC="$(cd "$LLAMA_SRC" && pwd)"
+MODEL="$WORK/model" GGUF="$WORK/model-bf16.gguf"
+T0=$(date +%s)
+t() { echo "[$(($(date +%s) - T0)) s] $*"; }
+akv() { LD_LIBRARY_PATH="$BIN_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }  # agentkv's binaries
+
+# 1. llama-bench, built in the background when absent (niced: the timed runs go first).
+BUILD_PID=""
+if [[ ! -x "$LLAMA_BUILD/bin/llama-bench" ]]; then
+  CUDA_FLAGS="-DGGML_CUDA=OFF"
+  [[ "$BACKEND" == cuda ]] && CUDA_FLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+  GEN_FLAG=""
+  command -v ninja > /dev/null && GEN_FLAG="-G Ninja"
+  (nice -n 10 cmake -S "$LLAMA_SRC" -B "$LLAMA_BUILD" $GEN_FLAG $CUDA_FLAGS -DCMAKE_BUILD_TYPE=Release \
+     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF &&
+   nice -n 10 cmake --build "$LLAMA_BUILD" -j "$JOBS" --target llama-bench) > "$OUT/llama-build.log" 2>&1 &
+  BUILD_PID=$!
+  t "building llama-bench in $LLAMA_BUILD (log: llama-build.log)"
+fi
+
+# 2. The model (reused when the same arguments wrote it), the real Qwen3 tokenizer beside it.
+SPEC="--preset qwen3-30b-a3b --layers $LAYERS --dtype bf16 $MODEL_ARGS"
+if [[ "$(cat "$MODEL/.spec" 2> /dev/null)" != "$SPEC" ]]; then
+  rm -rf "$MODEL" "$GGUF"
+  # shellcheck disable=SC2086  # MODEL_ARGS is a list of flags
+  akv "$BIN/make_tiny_model" $SPEC --out "$MODEL" | tee "$OUT/make_model.log"
+  if [[ -f "$TOKENIZER/tokenizer.json.xz" ]]; then
+    xz -dc "$TOKENIZER/tokenizer.json.xz" > "$MODEL/tokenizer.json"
+  else
+    cp "$TOKENIZER/tokenizer.json" "$MODEL/"
+  fi
+  cp "$TOKENIZER/tokenizer_config.json" "$MODEL/"
+  echo "$SPEC" > "$MODEL/.spec"
+fi
+t "model ready: $SPEC"
+
+# 3. The GGUF with llama.cpp's converter, in the background (niced).
+CONVERT_PID=""
+if [[ ! -s "$GGUF" ]]; then
+  (PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" nice -n 5 python3 "$CONVERTER" "$MODEL" \
+     --outtype bf16 --outfile "$GGUF.part" && mv "$GGUF.part" "$GGUF") > "$OUT/convert.log" 2>&1 &
+  CONVERT_PID=$!
+  t "converting to $GGUF (log: convert.log)"
+fi
+
+# 4. agentkv: one MoE layer (cuda_bench), then the model. Each generate runs twice (--repeat 2) and
+# the second run counts: the first pays one-time set-up (cuBLAS handles, graph recording).
+if [[ "$BACKEND" == cuda ]]; then
+  akv "$BIN/cuda_bench" --moe 1 > "$OUT/cuda_bench_moe.txt" 2>&1 || echo "cuda_bench --moe 1 failed (rc $?)"
+  t "cuda_bench --moe 1"
+  cat "$OUT/cuda_bench_moe.txt"
+fi
+ids() { python3 -c "import sys; n = int(sys.argv[1]); print(','.join(str(1000 + (i * 7919) % 100000) for i in range(n)))" "$1"; }
+for run in short:16 long:$PROMPT; do
+  name="${run%%:*}" n="${run##*:}"
+  akv "$BIN/agentkv" generate --model "$MODEL" --backend "$BACKEND" --prompt-ids "$(ids "$n")" --max-tokens "$GEN" \
+    --print-ids --repeat 2 > "$OUT/agentkv-$name.ids" 2> "$OUT/agentkv-$name.log" ||
+    echo "agentkv generate ($name) failed (rc $?): $(tail -3 "$OUT/agentkv-$name.log")"
+  t "agentkv $name prompt ($n tokens): $(grep 'agentkv: prefill' "$OUT/agentkv-$name.log" | tail -1)"
+done
+
+# 5. llama.cpp on the same weights.
+if [[ -n "$CONVERT_PID" ]]; then
+  wait "$CONVERT_PID" || { echo "conversion failed:"; tail -20 "$OUT/convert.log"; }
+  t "converted: $(du -h "$GGUF" 2> /dev/null | cut -f1)"
+fi
+if [[ -n "$BUILD_PID" ]]; then
+  wait "$BUILD_PID" || { echo "llama-bench build failed:"; grep -E -A5 "error|FAILED" "$OUT/llama-build.log" | head -30; }
+  t "llama-bench built"
+fi
+if [[ -x "$LLAMA_BUILD/bin/llama-bench" && -s "$GGUF" ]]; then
+  "$LLAMA_BUILD/bin/llama-bench" -m "$GGUF" -ngl 99 -fa 1 -p "$PROMPT" -n 128 -d "0,$PROMPT" -r "$REPS" -o json \
+    > "$OUT/llama-bench.json" 2> "$OUT/llama-bench.log" || echo "llama-bench failed: $(tail -5 "$OUT/llama-bench.log")"
+  t "llama-bench"
+fi
+
+# 6. The table.
+python3 - "$MODEL/config.json" "$OUT" "$PROMPT" "$GEN" "$BACKEND" << 'EOF' | tee "$OUT/table.md"
+import json, os, re, sys
+
+config_path, out, prompt, gen, backend = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+c = json.load(open(config_path))
+h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+hd = c.get("head_dim") or h // c["num_attention_heads"]
+q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+experts, k, w = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+
+
+def read(name):
+    path = os.path.join(out, name)
+    return open(path).read() if os.path.exists(path) else ""
+
+
+def bytes_per_token(context):
+    """bf16 bytes a batch-1 decode step reads: attention, router, the k chosen experts, the KV of
+    `context` positions (bf16) on every layer, and the output head."""
+    layer = 2 * (2 * q * h + 2 * kv * h + experts * h + k * 3 * w * h + 2 * kv * context)
+    return layers * layer + 2 * vocab * h
+
+
+m = re.search(r"\(([0-9.]+) GB/s read \+ write\)", read("cuda_bench_moe.txt"))
+copy_bw = float(m.group(1)) * 1e9 if m else None
+
+
+def agentkv(name):
+    lines = re.findall(r"agentkv: prefill (\d+) tokens in [0-9.]+ s \(([0-9.]+) tok/s\); "
+                       r"decode (\d+) tokens in [0-9.]+ s \(([0-9.]+) tok/s\)", read(f"agentkv-{name}.log"))
+    return tuple(float(x) for x in lines[-1]) if lines else None
+
+
+def llama(n_prompt, n_gen, depth):
+    try:
+        runs = json.loads(read("llama-bench.json"))
+    except ValueError:
+        return None
+    for r in runs:
+        if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen and r.get("n_depth", 0) == depth:
+            return r["avg_ts"]
+    return None
+
+
+short, long_ = agentkv("short"), agentkv("long")
+rows = [  # what, agentkv tok/s, llama.cpp tok/s, context for the bound (None: prefill)
+    (f"decode, {gen} tokens after 16 (llama.cpp: tg128)", short and short[3], llama(0, 128, 0), 16 + gen / 2),
+    (f"decode, {gen} tokens after {prompt} (llama.cpp: tg128 at depth {prompt})", long_ and long_[3],
+     llama(0, 128, prompt), prompt + gen / 2),
+    (f"prefill {prompt} tokens (llama.cpp: pp{prompt})", long_ and long_[1], llama(prompt, 0, 0), None),
+]
+print(f"\n## Qwen3-30B-A3B shape, {layers} of 48 layers, bf16, backend {backend}")
+print(f"hidden {h}, {experts} experts top {k}, expert width {w}, {c['num_attention_heads']}/"
+      f"{c['num_key_value_heads']} heads of {hd}, vocab {vocab}; copy bandwidth "
+      + (f"{copy_bw / 1e9:.0f} GB/s" if copy_bw else "not measured") + "\n")
+print("| | agentkv tok/s | llama.cpp tok/s | agentkv / llama.cpp | agentkv of bound | llama.cpp of bound |")
+print("| --- | --- | --- | --- | --- | --- |")
+for what, a, b, context in rows:
+    def of_bound(x):
+        if x is None or context is None or copy_bw is None:
+            return "-"
+        return f"{100 * x * bytes_per_token(context) / copy_bw:.1f}%"
+    ratio = f"{a / b:.2f}x" if a and b else "-"
+    print(f"| {what} | {a or '-'} | {b and round(b, 1) or '-'} | {ratio} | {of_bound(a)} | {of_bound(b)} |")
+print(f"\nDecode bound: bf16 bytes a token reads ({bytes_per_token(16) / 1e9:.2f} GB after 16 tokens: "
+      f"attention, router, {k} experts a layer, KV, output head) at the copy bandwidth.")
+for name, r in (("short", short), ("long", long_)):
+    if r and r[2] < gen:
+        print(f"note: agentkv {name}: decode stopped at {int(r[2])} tokens (end of sequence)")
+EOF
+t done
