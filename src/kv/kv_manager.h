@@ -291,6 +291,9 @@ class KvManager {
   // to the host tier and the disk tier.
   void on_device_evict(BlockId block);
   void spill(BlockId block, const TierMeta& meta);
+  // Whether the host tier holds `block`'s bytes, is receiving them, or now starts copying them
+  // into a slot (demote_into_slot); false when it can do none of these.
+  bool copy_to_host(BlockId block, const TierMeta& meta);
   HostBlockMeta host_meta_of(BlockId block, const TierMeta& meta) const;
   // Whether demotions copy straight into a reserved host slot (the host codec keeps the raw
   // form, or the backend encodes on the way out).

@@ -128,18 +128,23 @@ void KvManager::on_device_evict(BlockId block) {
     by_key_.erase(it);
   if (agents_ != nullptr) agents_->set_resident(meta.key, false);
   if (host_ == nullptr || !demote_on_evict_) return;
-  const HostBlockMeta host_meta = host_meta_of(block, meta);
-  // Restored from there earlier, spilled through it, or being copied there: no copy.
-  if (host_->touch(meta.key, host_meta) || demoting(meta.key)) return;
-  // The block is reused as soon as this returns: the copy takes its bytes as they are now.
-  if (demote_into_slot(block, meta.key, host_meta, /*to_disk=*/false)) return;
+  // The block is reused as soon as this returns: a copy takes its bytes as they are now.
+  if (copy_to_host(block, meta)) return;
   if (host_slot_demotions()) return;  // every slot is pinned or reserved: the block is not kept
+  const HostBlockMeta host_meta = host_meta_of(block, meta);
   if (n_demote_buffers_ == max_pending_) finish_tier_reads();
   if (demote_buffers_.size() == n_demote_buffers_) demote_buffers_.emplace_back(io_.block_bytes);
   io_.start_read(block, demote_buffers_[n_demote_buffers_]);
   demoting_.push_back({.key = meta.key,
                        .meta = host_meta,
                        .buffer = static_cast<std::int32_t>(n_demote_buffers_++)});
+}
+
+bool KvManager::copy_to_host(BlockId block, const TierMeta& meta) {
+  const HostBlockMeta host_meta = host_meta_of(block, meta);
+  // Restored from there earlier, spilled through it, or being copied there: no copy.
+  if (host_->touch(meta.key, host_meta) || demoting(meta.key)) return true;
+  return demote_into_slot(block, meta.key, host_meta, /*to_disk=*/false);
 }
 
 HostBlockMeta KvManager::host_meta_of(BlockId block, const TierMeta& meta) const {
@@ -213,10 +218,7 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
   if (disk_ == nullptr) {
     // Host tier only: write through to it, so evicting the block later copies nothing (a
     // returning agent's restore then takes device blocks without first demoting them).
-    if (!host_writes_through()) return;
-    const HostBlockMeta host_meta = host_meta_of(block, meta);
-    if (host_->touch(meta.key, host_meta) || demoting(meta.key)) return;
-    demote_into_slot(block, meta.key, host_meta, /*to_disk=*/false);
+    if (host_writes_through()) copy_to_host(block, meta);
     return;
   }
   if (disk_->has(meta.key)) return;

@@ -225,16 +225,22 @@ TEST(TinyModel, Bf16IsTheF32ModelRounded) {
   EXPECT_EQ(load_model_config(bf16).dtype, DType::BF16);
 }
 
+// Parameters in the checkpoint a spec describes.
+std::uint64_t parameters_of(const TinyModelSpec& spec) {
+  std::uint64_t total = 0;
+  for (const TensorSpec& t : tiny_model_tensors(spec)) {
+    std::uint64_t n = 1;
+    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
+    total += n;
+  }
+  return total;
+}
+
 TEST(TinyModel, PresetsHaveTheRealShapes) {
   TinyModelSpec spec;
   apply_tiny_model_preset("llama3-8b", spec);
   spec = resolve_tiny_model_spec(spec);
-  std::uint64_t n_params = 0;
-  for (const TensorSpec& t : tiny_model_tensors(spec)) {
-    std::uint64_t n = 1;
-    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
-    n_params += n;
-  }
+  const std::uint64_t n_params = parameters_of(spec);
   EXPECT_EQ(n_params, 8030261248u);  // Llama 3.1 8B
   const ModelConfig c = parse_model_config(tiny_model_config_json(spec), "llama3-8b");
   EXPECT_EQ(c.rope.type, RopeType::Llama3);
@@ -247,23 +253,13 @@ TEST(TinyModel, PresetsHaveTheRealShapes) {
   smol = resolve_tiny_model_spec(smol);
   EXPECT_TRUE(*smol.tied);
   EXPECT_EQ(smol.head_dim, 64);
-  std::uint64_t smol_params = 0;
-  for (const TensorSpec& t : tiny_model_tensors(smol)) {
-    std::uint64_t n = 1;
-    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
-    smol_params += n;
-  }
+  const std::uint64_t smol_params = parameters_of(smol);
   EXPECT_EQ(smol_params, 134515008u);  // SmolLM2-135M
 
   TinyModelSpec moe;
   apply_tiny_model_preset("qwen3-30b-a3b", moe);
   moe = resolve_tiny_model_spec(moe);
-  std::uint64_t moe_params = 0;
-  for (const TensorSpec& t : tiny_model_tensors(moe)) {
-    std::uint64_t n = 1;
-    for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
-    moe_params += n;
-  }
+  const std::uint64_t moe_params = parameters_of(moe);
   EXPECT_EQ(moe_params, 30532122624u);  // Qwen3-30B-A3B
   const ModelConfig mc = parse_model_config(tiny_model_config_json(moe), "qwen3-30b-a3b");
   EXPECT_EQ(mc.family, Family::Qwen3Moe);

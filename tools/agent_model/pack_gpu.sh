@@ -19,26 +19,24 @@ IFS=, read -r -a datas <<< "$data"
 for d in "${datas[@]}" "$@"; do
   [[ -f "$d/meta.json" ]] || { echo "pack_gpu.sh: $d/meta.json is absent (gen_data.py --out)" >&2; exit 1; }
 done
+# pack_sets NAME DIR...: $pkg/NAME.tar.xz holds the sets as NAME/1, NAME/2, ...
+pack_sets() {
+  local name="$1" stage i=0 d
+  shift
+  stage="$(mktemp -d)"
+  mkdir "$stage/$name"
+  for d in "$@"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/$name/$i"; done
+  tar -chJf "$pkg/$name.tar.xz" -C "$stage" "$name"
+  rm -rf "$stage"
+}
 mkdir -p "$pkg"
 if ((${#datas[@]} == 1)); then
   tar -cJf "$pkg/data.tar.xz" -C "$data/.." --transform "s,^$(basename "$data"),data," "$(basename "$data")"
 else
-  stage="$(mktemp -d)"
-  mkdir "$stage/data"
-  i=0
-  for d in "${datas[@]}"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/data/$i"; done
-  tar -chJf "$pkg/data.tar.xz" -C "$stage" data
-  rm -rf "$stage"
+  pack_sets data "${datas[@]}"
 fi
 rm -f "$pkg/short.tar.xz"
-if (($#)); then
-  stage="$(mktemp -d)"
-  mkdir "$stage/short"
-  i=0
-  for d in "$@"; do i=$((i + 1)); ln -s "$(cd "$d" && pwd)" "$stage/short/$i"; done
-  tar -chJf "$pkg/short.tar.xz" -C "$stage" short
-  rm -rf "$stage"
-fi
+if (($#)); then pack_sets short "$@"; fi
 mkdir -p "$pkg/tok"
 xz -9 -c "$tok/tokenizer.json" > "$pkg/tok/tokenizer.json.xz"
 cp "$tok/tokenizer_config.json" "$pkg/tok/"
