@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/cuda/cuda_check.h"
 #include "bench_util.h"
 #include "models/blocks.h"
@@ -130,170 +131,6 @@ ModelConfig llama31_8b(std::int64_t n_layers) {
   c.dtype = DType::BF16;
   return c;
 }
-
-// A Backend that forwards to the CUDA backend and brackets every op with device events: the GPU
-// time of each op kind per decode step (gaps between kernels included in the step total only).
-class OpTimer final : public Backend {
- public:
-  explicit OpTimer(CudaBackend& b) : b_(b) {
-    marks_.resize(4096);
-    for (Mark& m : marks_) {
-      AKV_CUDA_CHECK(cudaEventCreate(&m.begin));
-      AKV_CUDA_CHECK(cudaEventCreate(&m.end));
-    }
-  }
-  std::string_view name() const override { return "cuda-timed"; }
-  DType preferred_kv_dtype() const override { return b_.preferred_kv_dtype(); }
-  std::optional<DeviceMemory> device_memory() const override { return b_.device_memory(); }
-  WeightRef upload_weight(const TensorInfo& t) override { return b_.upload_weight(t); }
-  std::unique_ptr<DeviceBuffer> alloc(DType d, std::int64_t r, std::int64_t c) override { return b_.alloc(d, r, c); }
-  KvStorage alloc_kv(const KvLayout& l) override { return b_.alloc_kv(l); }
-  void download(TensorRef x, std::span<float> h) override {
-    Scope s(*this, "download");
-    b_.download(x, h);
-  }
-  void upload(std::span<const float> h, TensorRef x) override { b_.upload(h, x); }
-  void copy_kv_block(KvStorage& kv, std::int32_t a, std::int32_t d) override { b_.copy_kv_block(kv, a, d); }
-  void read_kv_block(const KvStorage& kv, std::int32_t b, std::span<std::byte> h) override { b_.read_kv_block(kv, b, h); }
-  void start_read_kv_block(const KvStorage& kv, std::int32_t b, std::span<std::byte> h) override {
-    b_.start_read_kv_block(kv, b, h);
-  }
-  void finish_reads() override { b_.finish_reads(); }
-  void write_kv_block(KvStorage& kv, std::int32_t b, std::span<const std::byte> h) override {
-    b_.write_kv_block(kv, b, h);
-  }
-  std::unique_ptr<HostMemory> alloc_host(std::size_t n) override { return b_.alloc_host(n); }
-  std::uint64_t write_kv_blocks(KvStorage& kv, std::span<const EncodedKvBlock> blocks) override {
-    return b_.write_kv_blocks(kv, blocks);
-  }
-  bool kv_writes_done(std::uint64_t fence) override { return b_.kv_writes_done(fence); }
-  void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t b, SpillCodec c, std::span<std::byte> h) override {
-    b_.start_read_kv_block_encoded(kv, b, c, h);
-  }
-  void embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) override {
-    Scope s(*this, "embed");
-    b_.embed(t, ids, sc, o);
-  }
-  void rms_norm(TensorRef x, const WeightRef& w, float e, float off, TensorRef o) override {
-    Scope s(*this, "rms_norm");
-    b_.rms_norm(x, w, e, off, o);
-  }
-  void matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef o) override {
-    Scope s(*this, w.rows >= 14336 ? "matmul m>=14336" : w.rows >= 4096 ? "matmul m=4096" : "matmul m<4096");
-    b_.matmul(x, w, bias, o);
-  }
-  void matmul_multi(TensorRef x, std::span<const MatmulTarget> t) override {
-    Scope s(*this, t.size() == 3 ? "matmul q/k/v (one call)" : "matmul gate/up (one call)");
-    b_.matmul_multi(x, t);
-  }
-  void add(TensorRef a, TensorRef x) override {
-    Scope s(*this, "add");
-    b_.add(a, x);
-  }
-  void add_rms_norm(TensorRef a, TensorRef x, const WeightRef& w, float e, float off, TensorRef o) override {
-    Scope s(*this, "add_rms_norm");
-    b_.add_rms_norm(a, x, w, e, off, o);
-  }
-  void rope(TensorRef x, std::int64_t hd, const RopeParams& r, std::span<const std::int32_t> p) override {
-    Scope s(*this, "rope");
-    b_.rope(x, hd, r, p);
-  }
-  void store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef v, const ForwardBatch& b) override {
-    Scope s(*this, "store_kv");
-    b_.store_kv(kv, l, k, v, b);
-  }
-  void attention(TensorRef q, const KvStorage& kv, std::int64_t l, const ForwardBatch& b, const AttentionParams& p,
-                 TensorRef o) override {
-    Scope s(*this, "attention");
-    b_.attention(q, kv, l, b, p, o);
-  }
-  void glu(TensorRef g, TensorRef u, GluActivation a, TensorRef o) override {
-    Scope s(*this, "glu");
-    b_.glu(g, u, a, o);
-  }
-  // One row for the whole MLP: without this forward the default would run the unfused ops.
-  void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation a, TensorRef gu, TensorRef act,
-                 TensorRef o) override {
-    Scope s(*this, "gated_mlp");
-    b_.gated_mlp(x, w, a, gu, act, o);
-  }
-  void moe(TensorRef x, TensorRef r, const MoeWeights& w, const MoeParams& p, const MoeScratch& sc,
-           TensorRef o) override {
-    Scope s(*this, "moe");
-    b_.moe(x, r, w, p, sc, o);
-  }
-  void sigmoid_mul(TensorRef x, TensorRef g) override {
-    Scope s(*this, "sigmoid_mul");
-    b_.sigmoid_mul(x, g);
-  }
-  void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t l, const ForwardBatch& b) override {
-    Scope s(*this, "causal_conv1d");
-    b_.causal_conv1d(x, w, kv, l, b);
-  }
-  void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
-                        KvStorage& kv, std::int64_t l, const ForwardBatch& batch, TensorRef o) override {
-    Scope s(*this, "gated_delta_rule");
-    b_.gated_delta_rule(qkv, a, b, a_log, dt_bias, kv, l, batch, o);
-  }
-  void softcap(TensorRef x, float c) override { b_.softcap(x, c); }
-  void gather_rows(TensorRef x, std::span<const std::int32_t> r, TensorRef o) override {
-    Scope s(*this, "gather_rows");
-    b_.gather_rows(x, r, o);
-  }
-  // Without this forward the default would download the logits and draw on the host.
-  void sample_rows(TensorRef x, std::span<const float> t, std::span<const double> u,
-                   std::span<std::int32_t> ids) override {
-    Scope s(*this, "sample_rows + ids download");
-    b_.sample_rows(x, t, u, ids);
-  }
-
-  // Adds the step's event times (the step ended with a download, so all events completed).
-  void collect_step() {
-    for (std::size_t i = 0; i < used_; ++i) {
-      float ms = 0;
-      AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i].begin, marks_[i].end));
-      total_ms_[marks_[i].op] += ms;
-      calls_[marks_[i].op] += 1;
-    }
-    used_ = 0;
-    ++steps_;
-  }
-  void reset() {
-    total_ms_.clear();
-    calls_.clear();
-    steps_ = 0;
-  }
-  void print(const char* what) const {
-    std::printf("\n| %s | calls | GPU time |\n| --- | --- | --- |\n", what);
-    double sum = 0;
-    for (const auto& [op, ms] : total_ms_) {
-      std::printf("| %s | %.0f | %.1f us |\n", op.c_str(), double(calls_.at(op)) / steps_, ms * 1e3 / steps_);
-      sum += ms;
-    }
-    std::printf("| sum of ops | | %.1f us |\n", sum * 1e3 / steps_);
-  }
-
- private:
-  struct Mark {
-    const char* op = nullptr;
-    cudaEvent_t begin = nullptr, end = nullptr;
-  };
-  struct Scope {
-    Scope(OpTimer& t, const char* op) : t_(t), m_(t.marks_.at(t.used_++)) {
-      m_.op = op;
-      AKV_CUDA_CHECK(cudaEventRecord(m_.begin, t_.b_.stream()));
-    }
-    ~Scope() { AKV_CUDA_CHECK(cudaEventRecord(m_.end, t_.b_.stream())); }
-    OpTimer& t_;
-    Mark& m_;
-  };
-  CudaBackend& b_;
-  std::vector<Mark> marks_;
-  std::size_t used_ = 0;
-  std::int64_t steps_ = 0;
-  std::map<std::string, double> total_ms_;
-  std::map<std::string, std::int64_t> calls_;
-};
 
 struct Layer {
   WeightRef attn_norm, mlp_norm;
@@ -564,7 +401,7 @@ int run(int argc, char** argv) {
     return 0;
   }
 
-  OpTimer timer(be);
+  CudaOpTimer timer(be);
   // n_seqs sequences decoding together after 1K-token prompts (each its own scattered blocks):
   // tok/s and the ratio to the bound (weights once per step + every sequence's KV).
   struct Multi {
@@ -636,7 +473,6 @@ int run(int argc, char** argv) {
     timer.reset();
     for (int i = 0; i < 8; ++i) {
       batch_step(multi_ctx + 8 + steps + i, 1);
-      timer.collect_step();
     }
     const std::string what = std::to_string(n_seqs) + "-sequence decode op (per step)";
     timer.print(what.c_str());
@@ -646,7 +482,6 @@ int run(int argc, char** argv) {
       timer.reset();
       for (int i = 0; i < 8; ++i) {
         batch_step(multi_ctx + 8 + steps + i, 1);
-        timer.collect_step();
       }
       timer.print((what + label).c_str());
     }
@@ -704,10 +539,8 @@ int run(int argc, char** argv) {
   if (prefill_only != 0) {
     model.set_ops(timer);
     step(0, prefill);
-    timer.collect_step();
     timer.reset();  // the first pass is warm-up
     step(0, prefill);
-    timer.collect_step();
     timer.print("prefill op (4K tokens)");
     model.set_ops(be);
     const auto ttft = measure_ttft();
@@ -741,7 +574,6 @@ int run(int argc, char** argv) {
   model.set_ops(timer);
   for (int i = 0; i < 24; ++i) {
     step(200 + i, 1);
-    timer.collect_step();
     if (i == 3) timer.reset();  // the first steps are warm-up
   }
   timer.print("decode op (per step)");
@@ -749,10 +581,8 @@ int run(int argc, char** argv) {
   // Per-op GPU time of one prefill (after a warm-up with the timer).
   timer.reset();
   step(0, prefill);
-  timer.collect_step();
   timer.reset();
   step(0, prefill);
-  timer.collect_step();
   timer.print("prefill op (4K tokens)");
   model.set_ops(be);
 

@@ -1,5 +1,9 @@
 #include "app/backend_factory.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
 #include "base/error.h"
@@ -8,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/op_timer.h"
 #endif
 
 namespace akv {
@@ -35,7 +40,15 @@ std::unique_ptr<Backend> make_backend(const std::string& flag, int n_threads) {
     if (err != cudaSuccess || n_devices == 0)
       throw Error(ErrorKind::Unsupported, std::string("--backend cuda: no usable CUDA device (") +
                                               (err != cudaSuccess ? cudaGetErrorString(err) : "none found") + ")");
-    return std::make_unique<CudaBackend>();
+    auto cuda = std::make_unique<CudaBackend>();
+    // A diagnostic: each step's GPU time by op kind, one line a step (op_timer.h).
+    if (const char* path = std::getenv("AGENTKV_CUDA_OP_TIMES"); path != nullptr && *path != '\0') {
+      std::FILE* log = std::fopen(path, "a");
+      if (log == nullptr) throw Error(ErrorKind::InvalidArgument, std::string("AGENTKV_CUDA_OP_TIMES: cannot open ") + path);
+      const char* each = std::getenv("AGENTKV_CUDA_OP_TIMES_EACH");
+      return std::make_unique<CudaOpTimer>(std::move(cuda), log, 1, each != nullptr && std::strcmp(each, "1") == 0);
+    }
+    return cuda;
   }
 #endif
   if (name == "cuda")

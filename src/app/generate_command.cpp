@@ -128,6 +128,7 @@ int run_generate(const GenerateOptions& o) {
       throw Error(ErrorKind::InvalidArgument, "empty prompt and the model has no bos_token_id to start from");
     prompt.push_back(config.bos_token_id);
   }
+  backend->warm_up(static_cast<std::int64_t>(prompt.size()));
   std::fprintf(stderr, "agentkv: loaded %s (%s, %lld layers) on %s in %.2f s; prompt %zu tokens\n",
                o.model_dir.c_str(), config.architecture.c_str(), static_cast<long long>(config.n_layers),
                std::string(backend->name()).c_str(), seconds_since(t_load), prompt.size());

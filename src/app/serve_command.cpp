@@ -248,6 +248,10 @@ int run_serve(const ServeOptions& o) {
   engine_config.block_size = o.block_size;
   engine_config.kv_dtype = resolve_kv_dtype(o.kv_dtype, *backend);
   const StepSizes steps = resolve_step_sizes(o.max_batch_tokens, o.prefill_chunk, *backend);
+  const auto warm_start = std::chrono::steady_clock::now();
+  backend->warm_up(steps.max_batch_tokens);  // before the KV pool takes the free memory
+  log_info("warmed up for steps of up to {} tokens in {:.2f} s", steps.max_batch_tokens,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
   engine_config.scheduler.max_batch_tokens = steps.max_batch_tokens;
   engine_config.scheduler.max_prefill_chunk = steps.prefill_chunk;
   const std::int64_t block_bytes = kv_layout_for(config, 1, o.block_size, engine_config.kv_dtype).bytes();

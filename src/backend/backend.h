@@ -118,6 +118,12 @@ class Backend {
     return false;
   }
 
+  // Once, after the weights are uploaded and before the first step: a backend may prepare what
+  // its first steps of up to `max_rows` tokens would otherwise pay for inside them (the CUDA
+  // backend: cuBLASLt's algorithm choice and kernel loading for every class of GEMM rows, see
+  // cuda/gemm_plans.h). Default: nothing.
+  virtual void warm_up(std::int64_t max_rows) { (void)max_rows; }
+
   // --- memory -------------------------------------------------------------------------------
   // A weight usable by matmul/embed/rms_norm. The backend may keep the host bytes as they are
   // (CPU, zero copy from the mmap) or copy them to the device. The source must outlive it.

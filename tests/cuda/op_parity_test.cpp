@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "attention_util.h"
+#include "backend/cuda/gemm_plans.h"
 #include "parity_util.h"
 
 namespace akv::test {
@@ -131,6 +132,61 @@ TEST(CudaOps, MatmulSkinnyRows) {
           << "n " << n << " m " << m << " k " << k;
     }
   }
+}
+
+// Half-precision GEMMs keep cuBLASLt's algorithm per class of row counts (gemm_plans.h): the
+// counts of one class pay one heuristic query between them, and each result still matches the
+// reference (the algorithm chosen for the class's largest count computes the smaller ones).
+TEST(CudaOps, GemmRowClassesShareOneAlgorithm) {
+  AKV_SKIP_WITHOUT_CUDA();
+  using cuda::GemmPlans;
+  EXPECT_EQ(GemmPlans::class_rows(17), 17);
+  EXPECT_EQ(GemmPlans::class_rows(64), 64);
+  EXPECT_EQ(GemmPlans::class_rows(65), 80);
+  EXPECT_EQ(GemmPlans::class_rows(449), 512);
+  EXPECT_EQ(GemmPlans::class_rows(512), 512);
+  EXPECT_EQ(GemmPlans::class_rows(513), 640);
+  EXPECT_EQ(GemmPlans::class_rows(641), 768);
+  EXPECT_EQ(GemmPlans::class_rows(16425), 20480);
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::int64_t m = 389, k = 1032;  // odd rows; 2,064-byte rows: 16-byte alignment
+    auto w = WeightPair::random(t, m, k, 1.0f / std::sqrt(float(k)));
+    auto run = [&](std::int64_t n) {
+      Pair x = Pair::random(n, k, 8), out = Pair::make(n, m, 4);
+      out.poison_gpu();
+      backends().ref.matmul(x.cpu, w->cpu, nullptr, out.cpu);
+      backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
+      EXPECT_LE(out.error(), tolerance(t)) << dtype_name(t) << " n " << n;
+    };
+    const std::int64_t before = backends().gpu.gemm_heuristic_queries();
+    for (std::int64_t n : {449, 500, 512, 461}) run(n);
+    EXPECT_EQ(backends().gpu.gemm_heuristic_queries() - before, 1) << dtype_name(t) << ": one query for 449..512";
+    run(513);
+    EXPECT_EQ(backends().gpu.gemm_heuristic_queries() - before, 2) << dtype_name(t) << ": 513 starts a class";
+  }
+}
+
+// warm_up makes every class's choice ahead (one backend with one bf16 weight): the matmuls of
+// any row count up to the warmed one then query nothing, and still match the reference.
+TEST(CudaOps, WarmUpChoosesEveryGemmClass) {
+  AKV_SKIP_WITHOUT_CUDA();
+  auto w = WeightPair::random(DType::BF16, 256, 512, 1.0f / std::sqrt(512.0f));
+  CudaBackend be;
+  const WeightRef wg = be.upload_weight(w->info);
+  be.warm_up(700);
+  const std::int64_t warmed = be.gemm_heuristic_queries();
+  EXPECT_GT(warmed, 40) << "classes 9..64 one by one, then four an octave, two output types";
+  for (std::int64_t n : {9, 40, 64, 65, 300, 531, 700}) {
+    Pair x = Pair::random(n, 512), out = Pair::make(n, 256);
+    auto xg = be.alloc(DType::F32, n, 512), og = be.alloc(DType::F32, n, 256);
+    be.upload(x.get_cpu(), xg->tensor());
+    be.matmul(xg->tensor(), wg, nullptr, og->tensor());
+    backends().ref.matmul(x.cpu, w->cpu, nullptr, out.cpu);
+    std::vector<float> got(static_cast<std::size_t>(n * 256));
+    be.download(og->tensor(), got);
+    EXPECT_LE(rel_error(got, out.get_cpu()), tolerance(DType::BF16)) << "n " << n;
+  }
+  EXPECT_EQ(be.gemm_heuristic_queries(), warmed) << "a served step met a class the warm-up did not choose";
 }
 
 TEST(CudaOps, AddRmsNorm) {

@@ -13,6 +13,7 @@
 #include "backend/cuda/op_signature.h"
 #include "backend/cuda/quant_dequant.h"
 #include "backend/cuda/quant_gemv.h"
+#include "backend/cuda/gemm_plans.h"
 #include "backend/cuda/step_graph.h"
 #include "tensor/safetensors.h"
 
@@ -107,6 +108,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   AKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // no TF32 for F32 weights
   AKV_CUDA_CHECK(cudaMalloc(&blas_workspace_, kCublasWorkspaceBytes));
   AKV_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
+  gemm_plans_ = std::make_unique<cuda::GemmPlans>(blas_workspace_, kCublasWorkspaceBytes);
   AKV_CUDA_CHECK(cudaMalloc(&skinny_counters_, cuda::kSkinnyCounters * sizeof(unsigned)));
   AKV_CUDA_CHECK(cudaMemset(skinny_counters_, 0, cuda::kSkinnyCounters * sizeof(unsigned)));
   const char* graphs = std::getenv("AGENTKV_CUDA_GRAPHS");
@@ -190,6 +192,7 @@ WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
   AKV_CHECK(!dtype_is_quantized(t.dtype) || takes_quantized_weight(t.dtype), "CUDA: unsupported quantized weight");
   WeightRef w = alloc_weight(t.dtype, rows, cols);
   AKV_CHECK(t.bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(t.dtype, cols), "weight byte size");
+  note_gemm_weight(w);
   if (dtype_is_quantized(t.dtype)) {  // the prefill path's bf16 rows: allocated now, never inside a step
     const std::int64_t chunk_rows = std::min(rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / cols));
     const std::size_t need = static_cast<std::size_t>(chunk_rows * cols) * 2;
@@ -434,9 +437,56 @@ void CudaBackend::gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRe
   }
 }
 
+void CudaBackend::note_gemm_weight(const WeightRef& w) {
+  if (w.rows < 2) return;  // vectors: norms, biases
+  GemmWeight g{.data = w.data, .rows = w.rows, .cols = w.cols, .dtype = w.dtype};
+  if (dtype_is_quantized(w.dtype)) {  // matmul_dequantized: row chunks of bf16 in dequant_scratch_
+    g = {.data = nullptr, .rows = std::min(w.rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / w.cols)),
+         .cols = w.cols, .dtype = DType::BF16};
+  } else if (w.dtype != DType::BF16 && w.dtype != DType::F16) {
+    return;
+  }
+  for (const GemmWeight& seen : gemm_weights_)
+    if (seen.rows == g.rows && seen.cols == g.cols && seen.dtype == g.dtype && (seen.data == nullptr) == (g.data == nullptr))
+      return;
+  gemm_weights_.push_back(g);
+}
+
+void CudaBackend::warm_up(std::int64_t max_rows) {
+  // Every class of rows the half GEMMs take (above the GEMV's), for each weight shape; the
+  // output buffer is bounded, so a vocabulary-wide weight (the LM head: logits of a few rows)
+  // warms only its smaller classes.
+  constexpr std::int64_t kOutFloats = std::int64_t{128} << 20;  // 512 MiB
+  std::int64_t a_elems = 0, out_elems = 0;
+  auto rows_for = [&](const GemmWeight& g) {  // the top class warmed: the buffers hold it
+    return cuda::GemmPlans::class_rows(std::min(max_rows, std::max<std::int64_t>(64, kOutFloats / g.rows)));
+  };
+  for (const GemmWeight& g : gemm_weights_) {
+    a_elems = std::max(a_elems, rows_for(g) * g.cols);
+    out_elems = std::max(out_elems, rows_for(g) * g.rows);
+  }
+  if (gemm_weights_.empty() || max_rows <= cuda::kGemvMaxRows) return;
+  void *a = nullptr, *out = nullptr;
+  AKV_CUDA_CHECK(cudaMalloc(&a, static_cast<std::size_t>(a_elems) * 2));
+  AKV_CUDA_CHECK(cudaMalloc(&out, static_cast<std::size_t>(out_elems) * sizeof(float)));
+  AKV_CUDA_CHECK(cudaMemsetAsync(a, 0, static_cast<std::size_t>(a_elems) * 2, stream_));
+  for (const GemmWeight& g : gemm_weights_)
+    gemm_plans_->warm(g.data != nullptr ? g.data : dequant_scratch_, g.rows, g.cols, cuda_type(g.dtype),
+                      cuda::kGemvMaxRows + 1, rows_for(g), a, out, stream_);
+  AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaFree(a);
+  cudaFree(out);
+}
+
+std::int64_t CudaBackend::gemm_heuristic_queries() const { return gemm_plans_->heuristic_queries(); }
+
 void CudaBackend::gemm_half(const void* a, std::int64_t a_stride, std::int64_t n, const WeightRef& w, void* out,
                             DType out_dtype, std::int64_t out_stride) {
   AKV_CHECK(out_dtype == DType::F32 || out_dtype == w.dtype, "gemm_half: f32 or weight-dtype output");
+  if (n == 0) return;
+  if (gemm_plans_->run(w.data, a, a_stride, out, out_stride, w.rows, n, w.cols, cuda_type(w.dtype),
+                       cuda_type(out_dtype), stream()))
+    return;
   const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
   const float one = 1.0f, zero = 0.0f;
   AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, static_cast<int>(n), k, &one, w.data,

@@ -37,6 +37,7 @@ namespace akv {
 
 namespace cuda {
 struct StepGraph;
+class GemmPlans;
 }
 
 class CudaBackend final : public Backend {
@@ -59,6 +60,7 @@ class CudaBackend final : public Backend {
   bool takes_quantized_weight(DType t) const override;
 
   WeightRef upload_weight(const TensorInfo& t) override;
+  void warm_up(std::int64_t max_rows) override;
   std::unique_ptr<DeviceBuffer> alloc(DType dtype, std::int64_t rows, std::int64_t cols) override;
   KvStorage alloc_kv(const KvLayout& layout) override;
   void download(TensorRef x, std::span<float> host) override;
@@ -164,6 +166,8 @@ class CudaBackend final : public Backend {
     std::int64_t captured = 0, replayed = 0, eager = 0;  // steps, counted at end_step
   };
   StepStats step_stats() const { return step_stats_; }
+  // cuBLASLt heuristic queries so far: one per class of half-precision GEMM (gemm_plans.h).
+  std::int64_t gemm_heuristic_queries() const;
   // Attention for chunks over long contexts (on by default): several tokens of a short chunk per
   // split-K block, and key splits for prefill launches that do not fill the GPU. Off: one token a
   // block and unsplit prefill tiles (the earlier kernels, for before/after measurements).
@@ -299,6 +303,16 @@ class CudaBackend final : public Backend {
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;
   void* blas_workspace_ = nullptr;
+  std::unique_ptr<cuda::GemmPlans> gemm_plans_;  // half-precision GEMMs (shares blas_workspace_)
+  // The half GEMMs' weight shapes seen at upload (for warm_up); data null: a quantized weight's
+  // rows dequantized into dequant_scratch_.
+  struct GemmWeight {
+    const void* data = nullptr;
+    std::int64_t rows = 0, cols = 0;
+    DType dtype = DType::BF16;
+  };
+  std::vector<GemmWeight> gemm_weights_;
+  void note_gemm_weight(const WeightRef& w);
   std::vector<void*> weights_;              // device allocations owned by this backend
   std::int64_t weight_bytes_ = 0, progress_bytes_ = 0;
   std::vector<void*> staging_;              // pinned, for weight uploads
