@@ -170,6 +170,10 @@ class OpTimer final : public Backend {
   void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t b, SpillCodec c, std::span<std::byte> h) override {
     b_.start_read_kv_block_encoded(kv, b, c, h);
   }
+  void start_read_kv_blocks_encoded(const KvStorage& kv, std::span<const std::int32_t> b, SpillCodec c,
+                                    std::span<const std::span<std::byte>> h) override {
+    b_.start_read_kv_blocks_encoded(kv, b, c, h);
+  }
   void embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) override {
     Scope s(*this, "embed");
     b_.embed(t, ids, sc, o);
