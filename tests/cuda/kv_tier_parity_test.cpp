@@ -297,7 +297,8 @@ TEST(CudaKvTiers, StartedReadsIntoMappedMemoryKeepTheBlockAsAtTheCall) {
 
 // The whole host-tier path on the CUDA backend: device evictions demote into page-locked slots,
 // a match restores the prefix through write_kv_blocks from them, and the restored KV equals the
-// codec's round trip of what was computed (exact for native).
+// codec's round trip of what was computed (exact for native), also for the blocks that match
+// demoted from the very device blocks it restored into.
 TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
@@ -333,9 +334,9 @@ TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
       std::vector<std::int32_t> a(3 * 16 + 1), other(6 * 16);
       std::iota(a.begin(), a.end(), 100);
       std::iota(other.begin(), other.end(), 5000);
-      std::vector<std::vector<std::byte>> computed;
+      std::vector<std::vector<std::byte>> computed, computed_other;
       run(a, &computed);
-      run(other, nullptr);  // takes the whole device: a's 3 blocks go to the host tier
+      run(other, &computed_other);  // takes the whole device: a's 3 blocks go to the host tier
       ASSERT_EQ(host.stats().n_blocks, 3) << what(codec, live, 128);
       KvSequence seq;
       ASSERT_EQ(m.match(seq, a, ""), 48) << what(codec, live, 128);
@@ -349,6 +350,18 @@ TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
         EXPECT_EQ(back, want) << what(codec, live, 128) << " block " << b;
       }
       m.release(seq);
+      // That match took other's tail blocks, demoting them and restoring a into them in one call:
+      // their host copies are other's blocks.
+      KvSequence again;
+      ASSERT_EQ(m.match(again, other, ""), 80) << what(codec, live, 128);
+      EXPECT_EQ(again.n_host_restored_blocks(), 2);
+      for (int b = 3; b < 5; ++b) {
+        encode_block(codec, shape, computed_other[b], enc);
+        decode_block(codec, shape, enc, want);
+        gpu.read_kv_block(kv, again.block_table()[b], back);
+        EXPECT_EQ(back, want) << what(codec, live, 128) << " other's block " << b;
+      }
+      m.release(again);
       gpu.synchronize();
     }
 }
