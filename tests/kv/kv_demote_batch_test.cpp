@@ -1,7 +1,8 @@
 // KvManager's encoded demotions (a host tier with a quantizing codec, a backend that encodes on
-// the device): the blocks one allocation evicts go to the backend in one batched encoded read,
-// and each is read as it was at its eviction although the block is rewritten in the same call
-// (a restore's write_blocks, a partial match's copy).
+// the device): the blocks one allocation evicts, or one drain of the spill queue writes through,
+// go to the backend in one batched encoded read, and each is read as it was at its eviction
+// although the block is rewritten in the same call (a restore's write_blocks, a partial match's
+// copy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,7 +59,7 @@ HostStoreOptions host_options() {
 // read encodes the block as it is at the call and fills its slot (garbage until then) only at
 // finish_reads. Records the size of every batched call.
 struct EncodingDevice {
-  explicit EncodingDevice(std::int32_t n_blocks)
+  explicit EncodingDevice(std::int32_t n_blocks, bool host_write_through = false)
       : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
         kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }),
         host(host_options()) {
@@ -78,7 +79,7 @@ struct EncodingDevice {
       batch_sizes.push_back(blocks.size());
       for (std::size_t i = 0; i < blocks.size(); ++i) start(blocks[i], c, out[i]);
     };
-    kv.attach_tiers({.host = &host}, io);
+    kv.attach_tiers({.host = &host, .host_write_through = host_write_through}, io);
   }
   void start(BlockId b, SpillCodec c, std::span<std::byte> out) {
     std::vector<std::byte> enc(out.size());
@@ -95,6 +96,7 @@ struct EncodingDevice {
     EXPECT_TRUE(kv.allocate(seq, n));
     for (std::int32_t b = hit / kBs; b * kBs < n; ++b) mem[seq.block_table()[b]] = content(tokens[0], b);
     kv.commit(seq, tokens, n);
+    kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
     kv.release(seq);
     return hit;
   }
@@ -118,6 +120,24 @@ TEST(KvDemoteBatch, OneAllocationDemotesItsEvictedBlocksInOneBatchedRead) {
   KvSequence seq;
   ASSERT_EQ(d.kv.match(seq, a, ""), 12);
   EXPECT_EQ(seq.n_host_restored_blocks(), 3);
+  for (std::int32_t b = 0; b < 3; ++b)
+    EXPECT_EQ(d.mem[seq.block_table()[b]], round_trip(content(a[0], b))) << "block " << b;
+  d.kv.release(seq);
+}
+
+// The host write-through (a host tier, no disk): the blocks one commit indexed are copied to the
+// host tier in one batched read when the spill queue drains, and their eviction copies nothing.
+TEST(KvDemoteBatch, TheHostWriteThroughEncodesADrainedSpillQueueInOneBatchedRead) {
+  EncodingDevice d(6, /*host_write_through=*/true);
+  const Tokens a = iota_tokens(13, 100);
+  d.run(a);
+  EXPECT_EQ(d.batch_sizes, std::vector<std::size_t>{3});
+  EXPECT_EQ(d.host.stats().n_blocks, 3);
+  d.run(iota_tokens(24, 5000));  // evicts a (already in the host tier) and writes b through
+  EXPECT_EQ(d.batch_sizes, (std::vector<std::size_t>{3, 6}));
+  EXPECT_EQ(d.n_single_reads, 0);
+  KvSequence seq;
+  ASSERT_EQ(d.kv.match(seq, a, ""), 12);
   for (std::int32_t b = 0; b < 3; ++b)
     EXPECT_EQ(d.mem[seq.block_table()[b]], round_trip(content(a[0], b))) << "block " << b;
   d.kv.release(seq);
