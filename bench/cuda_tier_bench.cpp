@@ -3,10 +3,11 @@
 // the link they use. First the PCIe link itself (one pinned buffer copied host-to-device and
 // back by the copy engine, as one copy and as one copy per block); then, through the backend's
 // own calls on a scattered pool, demotions (started reads into the host tier's mapped slots: a
-// call per block, and int8 also as one batched call, and batched into pageable memory through
-// the staging ring) and restores (write_kv_blocks from them), native and int8. GB/s count the
-// host bytes moved, "of link" is that rate over the same run's DMA rate in that direction, and
-// "16K agent" scales the time to 1,024 blocks (16,384 tokens).
+// call per block; int8 also as one batched call, batched into pageable memory through the
+// staging ring, and the encode kernel alone into device memory) and restores (write_kv_blocks
+// from the slots), native and int8. GB/s count the host bytes moved, "of link" is that rate over
+// the same run's DMA rate in that direction, and "16K agent" scales the time to 1,024 blocks
+// (16,384 tokens).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_codec_args.h"
 #include "backend/kv_codec.h"
 
 namespace akv::bench {
@@ -55,6 +57,36 @@ double row(const std::string& what, std::size_t bytes, double seconds, double li
   else
     std::printf("| %s | %.1f GB/s | - | %.1f ms |\n", what.c_str(), gbs, seconds * 1e3 * 1024.0 / kBlocks);
   return gbs;
+}
+
+// Median seconds of the encode kernel alone: one launch over `ids` into device memory (no PCIe),
+// the ceiling of a batched demote.
+double encode_kernel_seconds(CudaBackend& be, const KvStorage& kv, std::span<const std::int32_t> ids,
+                             SpillCodec codec) {
+  const BlockShape shape = block_shape_of(kv.layout);
+  const std::size_t bytes = encoded_bytes(codec, shape), n = ids.size();
+  const auto n_slabs = static_cast<std::size_t>(2 * kv.layout.n_layers);
+  void* out = nullptr;
+  AKV_CUDA_CHECK(cudaMalloc(&out, n * bytes));
+  std::vector<void*> ptrs(n_slabs + n);  // [slab bases | destinations], then the block ids
+  for (std::size_t s = 0; s < n_slabs; ++s) ptrs[s] = (s % 2 == 0 ? kv.k[s / 2] : kv.v[s / 2]).data;
+  for (std::size_t i = 0; i < n; ++i) ptrs[n_slabs + i] = static_cast<char*>(out) + i * bytes;
+  char* table = nullptr;
+  AKV_CUDA_CHECK(cudaMalloc(&table, ptrs.size() * sizeof(void*) + n * sizeof(std::int32_t)));
+  AKV_CUDA_CHECK(cudaMemcpy(table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  AKV_CUDA_CHECK(cudaMemcpy(table + ptrs.size() * sizeof(void*), ids.data(), n * sizeof(std::int32_t),
+                            cudaMemcpyHostToDevice));
+  const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, shape);
+  auto* p = reinterpret_cast<void* const*>(table);
+  const double seconds = median_seconds(be, [&] {
+    cuda::launch_encode_kv_blocks(args, p + n_slabs,
+                                  reinterpret_cast<const std::int32_t*>(table + ptrs.size() * sizeof(void*)),
+                                  const_cast<const void* const*>(p), static_cast<int>(n_slabs), static_cast<int>(n),
+                                  be.stream());
+  });
+  AKV_CUDA_CHECK(cudaFree(table));
+  AKV_CUDA_CHECK(cudaFree(out));
+  return seconds;
 }
 
 }  // namespace
@@ -114,10 +146,12 @@ int run_tier_bench() {
             be.start_read_kv_blocks_encoded(kv, dst, codec, spans);
             be.finish_reads();
           }), d2h);
+      row("encode kernel alone, one launch into device memory (no PCIe), " + name, kBlocks * bytes,
+          encode_kernel_seconds(be, kv, dst, codec), d2h);
       std::vector<std::byte> pageable(kBlocks * bytes);
       std::vector<std::span<std::byte>> staged;
       for (std::int32_t i = 0; i < kBlocks; ++i) staged.push_back({pageable.data() + i * bytes, bytes});
-      row("demote, one batched call into pageable memory (staging ring), " + name, kBlocks * bytes,
+      row("demote, one batched call into pageable memory (staging ring: a launch per slot), " + name, kBlocks * bytes,
           median_seconds(be, [&] {
             be.start_read_kv_blocks_encoded(kv, dst, codec, staged);
             be.finish_reads();

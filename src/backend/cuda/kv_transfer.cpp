@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_codec_args.h"
 
 namespace akv {
 
@@ -97,21 +98,6 @@ void* mapped_device_pointer(const void* host) {
     return nullptr;
   }
   return attr.type == cudaMemoryTypeHost ? attr.devicePointer : nullptr;
-}
-
-cuda::KvCodecArgs codec_args(SpillCodec codec, const BlockShape& shape) {
-  const EncodedLayout e = encoded_layout(codec, shape);
-  return {.bits = e.bits,
-          .elem_dtype = e.elem_dtype,
-          .live_dtype = shape.dtype,
-          .slab_tokens = static_cast<int>(e.slab_tokens),
-          .row_width = static_cast<int>(e.row_width),
-          .key_bytes = e.key_bytes,
-          .value_bytes = e.value_bytes,
-          .key_group_tokens = static_cast<int>(e.key_group_tokens),
-          .key_group_channels = static_cast<int>(e.key_group_channels),
-          .value_group_tokens = static_cast<int>(e.value_group_tokens),
-          .value_group_channels = static_cast<int>(e.value_group_channels)};
 }
 
 // A decode table as launch_decode_kv_blocks reads it, at `at` (8-byte aligned):
@@ -263,7 +249,7 @@ void CudaBackend::start_read_kv_blocks_encoded(const KvStorage& kv, std::span<co
 void CudaBackend::encode_kv_blocks_mapped(const KvStorage& kv, SpillCodec codec, std::span<const void* const> dst,
                                           std::span<const std::int32_t> ids) {
   const Segments seg = segments_of(kv.layout);
-  const cuda::KvCodecArgs args = codec_args(codec, block_shape_of(kv.layout));
+  const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, block_shape_of(kv.layout));
   cudaStream_t compute = stream();
   for (std::size_t first = 0; first < ids.size(); first += kMaxBlocksPerLaunch) {
     const std::size_t n = std::min(kMaxBlocksPerLaunch, ids.size() - first);
@@ -283,7 +269,7 @@ std::size_t CudaBackend::encode_kv_blocks_staged(const KvStorage& kv, SpillCodec
                                                  std::span<const std::span<std::byte>> host,
                                                  std::span<const std::size_t> which) {
   const Segments seg = segments_of(kv.layout);
-  const cuda::KvCodecArgs args = codec_args(codec, block_shape_of(kv.layout));
+  const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, block_shape_of(kv.layout));
   const std::size_t encoded = host[which[0]].size();
   // As many blocks as fit the ring's slots as they are (one block sizes a fresh ring).
   auto slot_need = [&](std::size_t n) { return align_up(decode_table_bytes(seg.n, n)) + n * encoded; };
@@ -431,7 +417,7 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
   std::vector<const void*> src;
   std::vector<std::int32_t> ids;
   for (SpillCodec codec : codecs) {
-    const cuda::KvCodecArgs args = codec_args(codec, shape);
+    const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, shape);
     const std::size_t encoded = encoded_bytes(codec, shape);
     src.clear();
     ids.clear();
@@ -494,4 +480,22 @@ bool CudaBackend::kv_writes_done(std::uint64_t fence) {
   return fence <= kv_writes_done_;
 }
 
+namespace cuda {
+
+KvCodecArgs kv_codec_args(SpillCodec codec, const BlockShape& shape) {
+  const EncodedLayout e = encoded_layout(codec, shape);
+  return {.bits = e.bits,
+          .elem_dtype = e.elem_dtype,
+          .live_dtype = shape.dtype,
+          .slab_tokens = static_cast<int>(e.slab_tokens),
+          .row_width = static_cast<int>(e.row_width),
+          .key_bytes = e.key_bytes,
+          .value_bytes = e.value_bytes,
+          .key_group_tokens = static_cast<int>(e.key_group_tokens),
+          .key_group_channels = static_cast<int>(e.key_group_channels),
+          .value_group_tokens = static_cast<int>(e.value_group_tokens),
+          .value_group_channels = static_cast<int>(e.value_group_channels)};
+}
+
+}  // namespace cuda
 }  // namespace akv
