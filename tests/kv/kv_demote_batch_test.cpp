@@ -19,7 +19,8 @@ namespace {
 
 using Tokens = std::vector<std::int32_t>;
 constexpr std::int32_t kBs = 4;
-constexpr BlockShape kShape{.n_rows = 2 * 2 * kBs, .row_width = 64, .dtype = DType::F32, .block_size = kBs};
+constexpr BlockShape kShape{
+    .n_rows = 2 * 2 * kBs, .row_width = 64, .dtype = DType::F32, .block_size = kBs};
 constexpr SpillCodec kCodec = SpillCodec::Int8;
 
 Tokens iota_tokens(std::int32_t n, std::int32_t first) {
@@ -32,7 +33,8 @@ Tokens iota_tokens(std::int32_t n, std::int32_t first) {
 std::vector<std::byte> content(std::int32_t first, std::int32_t b) {
   std::vector<std::byte> raw(kShape.raw_bytes());
   for (std::size_t i = 0; i < raw.size() / 4; ++i) {
-    const float x = std::sin(0.1f * static_cast<float>(i + 977 * b + first)) * (i % 64 == 7 ? 30.0f : 2.0f);
+    const float x =
+        std::sin(0.1f * static_cast<float>(i + 977 * b + first)) * (i % 64 == 7 ? 30.0f : 2.0f);
     std::memcpy(raw.data() + 4 * i, &x, 4);
   }
   return raw;
@@ -63,8 +65,14 @@ struct EncodingDevice {
       : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
         kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }),
         host(host_options()) {
-    KvBlockIo io{.read = [this](BlockId b, std::span<std::byte> out) { std::memcpy(out.data(), mem[b].data(), out.size()); },
-                 .write = [this](BlockId b, std::span<const std::byte> in) { std::memcpy(mem[b].data(), in.data(), in.size()); },
+    KvBlockIo io{.read =
+                     [this](BlockId b, std::span<std::byte> out) {
+                       std::memcpy(out.data(), mem[b].data(), out.size());
+                     },
+                 .write =
+                     [this](BlockId b, std::span<const std::byte> in) {
+                       std::memcpy(mem[b].data(), in.data(), in.size());
+                     },
                  .block_bytes = kShape.raw_bytes()};
     io.finish_reads = [this] {
       for (const auto& [out, bytes] : started) std::memcpy(out.data(), bytes.data(), out.size());
@@ -94,7 +102,8 @@ struct EncodingDevice {
     const std::int32_t hit = kv.match(seq, tokens, "");
     const auto n = static_cast<std::int32_t>(tokens.size());
     EXPECT_TRUE(kv.allocate(seq, n));
-    for (std::int32_t b = hit / kBs; b * kBs < n; ++b) mem[seq.block_table()[b]] = content(tokens[0], b);
+    for (std::int32_t b = hit / kBs; b * kBs < n; ++b)
+      mem[seq.block_table()[b]] = content(tokens[0], b);
     kv.commit(seq, tokens, n);
     kv.spill_queued(1 << 20);  // the engine drains its spill queue between steps
     kv.release(seq);
@@ -112,7 +121,7 @@ struct EncodingDevice {
 TEST(KvDemoteBatch, OneAllocationDemotesItsEvictedBlocksInOneBatchedRead) {
   EncodingDevice d(6);
   const Tokens a = iota_tokens(13, 100);
-  d.run(a);                       // 3 full blocks indexed
+  d.run(a);                      // 3 full blocks indexed
   d.run(iota_tokens(24, 5000));  // takes the whole device: a's 3 blocks are evicted together
   EXPECT_EQ(d.batch_sizes, std::vector<std::size_t>{3});
   EXPECT_EQ(d.n_single_reads, 0);
@@ -149,15 +158,16 @@ TEST(KvDemoteBatch, AnEvictedBlockIsReadBeforeARestoreOverwritesIt) {
   EncodingDevice d(6);
   const Tokens a = iota_tokens(13, 100), b = iota_tokens(24, 5000);
   d.run(a);
-  d.run(b);                    // a to the host tier
-  EXPECT_EQ(d.run(a), 12);     // a restored over b's tail blocks, which go to the host tier
+  d.run(b);                 // a to the host tier
+  EXPECT_EQ(d.run(a), 12);  // a restored over b's tail blocks, which go to the host tier
   KvSequence seq;
   ASSERT_EQ(d.kv.match(seq, b, ""), 20);
   ASSERT_GE(seq.n_host_restored_blocks(), 1);
   for (std::int32_t i = 0; i < 5; ++i) {
     const bool from_host = i >= 5 - seq.n_host_restored_blocks();
     const std::vector<std::byte> want = from_host ? round_trip(content(b[0], i)) : content(b[0], i);
-    EXPECT_EQ(d.mem[seq.block_table()[i]], want) << "block " << i << (from_host ? " (host tier)" : "");
+    EXPECT_EQ(d.mem[seq.block_table()[i]], want)
+        << "block " << i << (from_host ? " (host tier)" : "");
   }
   d.kv.release(seq);
 }
