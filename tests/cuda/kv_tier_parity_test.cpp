@@ -169,29 +169,33 @@ TEST(CudaKvTiers, StartedEncodedReadsMatchTheHostEncoder) {
 
 // The batched demotion: start_read_kv_blocks_encoded of N = 1, 3 and 64 scattered blocks gives,
 // byte for byte, what N start_read_kv_block_encoded calls give and encode_block's bytes, into
-// mapped memory (one launch), pageable memory (staging slots, several blocks a slot) and both
-// mixed in one call, for blocks written right before behind queued work and overwritten right
-// after the call; with int8 and int4 every other block has a channel of -0 and one of NaNs.
+// mapped memory (one launch; also at odd addresses), pageable memory (staging slots, several
+// blocks a slot) and both mixed in one call, for blocks written right before behind queued work
+// and overwritten right after the call; with int8 and int4 every other block has a channel of -0
+// and one of NaNs.
 TEST(CudaKvTiers, BatchedEncodedReadsEqualSingleCalls) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
-  enum class Memory { Mapped, Pageable, Mixed };
+  // MappedOdd: mapped, every span 1 byte past an aligned address (the kernels' narrow stores).
+  enum class Memory { Mapped, MappedOdd, Pageable, Mixed };
   for (DType live : kLiveTypes) {
     const KvLayout l = layout_for(live, 128, 130);
     const BlockShape shape = block_shape_of(l);
     KvStorage kv = gpu.alloc_kv(l);
     for (SpillCodec codec : kCodecs)
       for (std::size_t n : {1u, 3u, 64u})
-        for (Memory memory : {Memory::Mapped, Memory::Pageable, Memory::Mixed}) {
+        for (Memory memory : {Memory::Mapped, Memory::MappedOdd, Memory::Pageable, Memory::Mixed}) {
           const std::size_t enc = encoded_bytes(codec, shape);
-          std::unique_ptr<HostMemory> pinned = gpu.alloc_host(2 * n * enc);
+          const std::size_t shift = memory == Memory::MappedOdd ? 1 : 0;
+          std::unique_ptr<HostMemory> pinned = gpu.alloc_host(2 * n * enc + shift);
           std::vector<std::byte> pageable(2 * n * enc);
           std::fill(pinned->bytes().begin(), pinned->bytes().end(), std::byte{0xEE});
           std::fill(pageable.begin(), pageable.end(), std::byte{0xDD});
           // Block i's batched bytes at 2i, its single call's at 2i + 1, in mapped or pageable memory.
           auto at = [&](std::size_t i, std::size_t which) {
-            const bool mapped = memory == Memory::Mapped || (memory == Memory::Mixed && i % 2 == which % 2);
-            std::byte* base = mapped ? pinned->bytes().data() : pageable.data();
+            const bool mapped = memory == Memory::Mapped || memory == Memory::MappedOdd ||
+                                (memory == Memory::Mixed && i % 2 == which % 2);
+            std::byte* base = mapped ? pinned->bytes().data() + shift : pageable.data();
             return std::span<std::byte>(base + (2 * i + which) * enc, enc);
           };
           std::vector<std::int32_t> ids;
@@ -212,8 +216,9 @@ TEST(CudaKvTiers, BatchedEncodedReadsEqualSingleCalls) {
           for (std::size_t i = 0; i < n; ++i) gpu.start_read_kv_block_encoded(kv, ids[i], codec, at(i, 1));
           for (std::int32_t id : ids) gpu.write_kv_block(kv, id, random_block(l));  // later writes do not show
           gpu.finish_reads();
-          const std::string where = what(codec, live, 128) + " n " + std::to_string(n) +
-                                    (memory == Memory::Mapped ? " mapped" : memory == Memory::Pageable ? " pageable" : " mixed");
+          const char* names[] = {" mapped", " mapped, odd addresses", " pageable", " mixed"};
+          const std::string where =
+              what(codec, live, 128) + " n " + std::to_string(n) + names[static_cast<int>(memory)];
           for (std::size_t i = 0; i < n; ++i) {
             ASSERT_EQ(std::memcmp(at(i, 0).data(), want[i].data(), enc), 0) << where << " block " << i << " batched";
             ASSERT_EQ(std::memcmp(at(i, 1).data(), at(i, 0).data(), enc), 0) << where << " block " << i << " single";
