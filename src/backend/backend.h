@@ -157,6 +157,14 @@ class Backend {
   // device, writing alloc_host memory in place.
   virtual void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
                                            std::span<std::byte> host);
+  // start_read_kv_block_encoded of blocks[i] into host[i] for every i, byte for byte as those
+  // calls in order (host spans do not overlap). The default makes those calls; the CUDA backend
+  // encodes every block in one launch, so a demotion of many blocks pays for one.
+  virtual void start_read_kv_blocks_encoded(const KvStorage& kv, std::span<const std::int32_t> blocks,
+                                            SpillCodec codec, std::span<const std::span<std::byte>> host) {
+    AKV_CHECK(blocks.size() == host.size(), "start_read_kv_blocks_encoded: one host span per block");
+    for (std::size_t i = 0; i < blocks.size(); ++i) start_read_kv_block_encoded(kv, blocks[i], codec, host[i]);
+  }
   // Fills the host bytes of every start_read_kv_block so far; waits for their copies.
   virtual void finish_reads() {}
   // The inverse: fills `block` from host memory in the same layout (restoring a block). May

@@ -63,6 +63,7 @@ std::int32_t KvManager::match(KvSequence& seq, std::span<const std::int32_t> tok
     if (take > 0 && n_available() > (pool_.ref_count(pm.block) == 0 ? 1 : 0)) {
       acquire(pm.block);  // so that taking a block cannot evict the source
       const BlockId dst = take_block();
+      start_encoded_reads();  // dst's old contents first
       copy_(pm.block, dst);
       drop(pm.block);
       seq.blocks_.push_back(dst);

@@ -78,6 +78,10 @@ struct KvBlockIo {
   // finish_reads: demotions with a quantizing host codec go straight into their slot. Empty:
   // a raw read, encoded by the host tier at the finish.
   std::function<void(BlockId, SpillCodec, std::span<std::byte>)> start_read_encoded = nullptr;
+  // Many start_read_encoded in one call (Backend::start_read_kv_blocks_encoded: one encode
+  // launch on the CUDA backend). Empty: start_read_encoded once per block.
+  std::function<void(std::span<const BlockId>, SpillCodec, std::span<const std::span<std::byte>>)>
+      start_reads_encoded = nullptr;
   // Restores from encoded host bytes (Backend::write_kv_blocks): returns a fence, and the bytes
   // stay untouched until writes_done(fence). Empty: decode on the host and `write` each block.
   std::function<std::uint64_t(std::span<const EncodedKvBlock>)> write_blocks = nullptr;
@@ -320,6 +324,10 @@ class KvManager {
   AgentSpill spill_chain_first(const AgentRecord& agent,
                                std::chrono::steady_clock::time_point deadline);
   void finish_tier_reads();
+  // Starts the encoded reads demote_into_slot queued (one io_.start_reads_encoded call). Called
+  // before anything writes a device block (copy_, io_.write, io_.write_blocks) and by
+  // finish_tier_reads, so a queued block is read as it was at its eviction.
+  void start_encoded_reads();
   bool demoting(const Hash128& key) const;
   // The state blocks an agent recorded from seq names (kv_states.cpp).
   std::vector<Hash128> state_keys_of(const KvSequence& seq) const;
@@ -365,6 +373,9 @@ class KvManager {
   std::vector<std::vector<std::byte>> demote_buffers_;
   std::size_t n_demote_buffers_ = 0;  // of demote_buffers_ in use by demoting_
   std::vector<PendingSpill> spilling_;
+  // Encoded demotions queued and not started yet (start_encoded_reads): their blocks and slots.
+  std::vector<BlockId> encode_blocks_;
+  std::vector<std::span<std::byte>> encode_slots_;
   std::size_t max_pending_ = 1;
   // Indexed blocks waiting to be spilled (spill_queued), oldest first; spill_queued_[b] marks
   // block b as waiting with block_meta_[b]'s key.

@@ -46,6 +46,11 @@ KvBlockIo KvBlockIo::for_backend(Backend& backend, KvStorage& kv) {
           [&backend, &kv](BlockId b, SpillCodec codec, std::span<std::byte> out) {
             backend.start_read_kv_block_encoded(kv, b, codec, out);
           },
+      .start_reads_encoded =
+          [&backend, &kv](std::span<const BlockId> blocks, SpillCodec codec,
+                          std::span<const std::span<std::byte>> out) {
+            backend.start_read_kv_blocks_encoded(kv, blocks, codec, out);
+          },
       .write_blocks = [&backend, &kv](std::span<const EncodedKvBlock> blocks) {
         return backend.write_kv_blocks(kv, blocks);
       },
@@ -68,6 +73,11 @@ void KvManager::attach_tiers(KvTiers tiers, KvBlockIo io) {
   io_ = std::move(io);
   if (!io_.start_read) io_.start_read = io_.read;  // read at once: finished already
   if (!io_.finish_reads) io_.finish_reads = [] {};
+  if (io_.start_read_encoded && !io_.start_reads_encoded)
+    io_.start_reads_encoded = [this](std::span<const BlockId> blocks, SpillCodec codec,
+                                     std::span<const std::span<std::byte>> out) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) io_.start_read_encoded(blocks[i], codec, out[i]);
+    };
   if (!io_.write_blocks)  // decode on the host and write each block: done at once
     io_.write_blocks = [this](std::span<const EncodedKvBlock> blocks) {
       for (const EncodedKvBlock& b : blocks) {
@@ -163,10 +173,12 @@ bool KvManager::demote_into_slot(BlockId block, const Hash128& key, const HostBl
   if (!host_slot_demotions()) return false;
   const std::span<std::byte> slot = host_->reserve(key, meta);
   if (slot.empty()) return false;
-  if (codec_is_raw(host_->codec(), host_->shape().dtype))
+  if (codec_is_raw(host_->codec(), host_->shape().dtype)) {
     io_.start_read(block, slot);
-  else
-    io_.start_read_encoded(block, host_->codec(), slot);
+  } else {  // started with the others of this eviction or spill round (start_encoded_reads)
+    encode_blocks_.push_back(block);
+    encode_slots_.push_back(slot);
+  }
   demoting_.push_back({.key = key, .meta = meta, .to_disk = to_disk});
   return true;
 }
@@ -244,9 +256,17 @@ void KvManager::spill(BlockId block, const TierMeta& meta) {
   io_.start_read(block, spilling_.back().raw);
 }
 
+void KvManager::start_encoded_reads() {
+  if (encode_blocks_.empty()) return;
+  io_.start_reads_encoded(encode_blocks_, host_->codec(), encode_slots_);
+  encode_blocks_.clear();
+  encode_slots_.clear();
+}
+
 void KvManager::finish_tier_reads() {
   if (demoting_.empty() && spilling_.empty()) return;
   const TierTimer timer(tier_times_.finish_s);
+  start_encoded_reads();
   io_.finish_reads();
   for (const PendingDemotion& d : demoting_) {
     if (d.buffer < 0)
@@ -352,6 +372,7 @@ std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierM
 
 void KvManager::flush_restores(const std::shared_ptr<RestoreJob>& job) {
   if (restore_batch_.empty()) return;
+  start_encoded_reads();  // the blocks taken for the batch were read as they were evicted
   const std::uint64_t fence = io_.write_blocks(restore_batch_);
   restore_batch_.clear();
   if (io_.writes_done(fence)) {  // read already (a host-side write): nothing to keep
@@ -416,10 +437,12 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
       bytes = find_in_tiers(seq, meta, from, codec, cursor);
     if (from == TierSource::None) break;
     const BlockId b = take_block();  // may evict a cached block (its demotion is started)
-    if (from == TierSource::DiskNow)
-      io_.write(b, bytes);  // buffer_ is reused by the next block
-    else
+    if (from == TierSource::DiskNow) {
+      start_encoded_reads();  // b's old contents first
+      io_.write(b, bytes);    // buffer_ is reused by the next block
+    } else {
       restore_batch_.push_back({.block = b, .codec = codec, .bytes = bytes});
+    }
     used_job = used_job || from == TierSource::Job;
     AKV_CHECK(index_.insert(seq.tail_key_, tokens.subspan(matched, bs), b) == b,
               "a restored block was already indexed");

@@ -1,9 +1,11 @@
 // The host-side defaults of the tier ops every CPU backend uses: write_kv_blocks decodes each
 // block as decode_block does and writes it (done at once: its fence has passed on return),
-// start_read_kv_block_encoded gives encode_block of the block as it was at the call, and
+// start_read_kv_block_encoded gives encode_block of the block as it was at the call (and the
+// batched start_read_kv_blocks_encoded the same bytes as one such call per block), and
 // alloc_host gives aligned memory of the size asked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -58,6 +60,43 @@ TEST(TierIo, DefaultWriteKvBlocksAndEncodedReadsMatchTheCodecs) {
       encode_block(codec, shape, want[0], expected);
       EXPECT_EQ(got, expected) << spill_codec_name(codec) << " " << dtype_name(live);
     }
+  }
+}
+
+// The default start_read_kv_blocks_encoded equals one start_read_kv_block_encoded per block, in
+// order, byte for byte: N = 1, 3 and 64 blocks of scattered ids, every codec and live dtype,
+// each block as it was at the call (a write right after does not show).
+TEST(TierIo, DefaultBatchedEncodedReadsEqualSingleCalls) {
+  ReferenceBackend backend;
+  std::mt19937 rng(11);
+  for (DType live : {DType::F32, DType::BF16, DType::F16}) {
+    const KvLayout l{.n_layers = 2, .n_blocks = 130, .block_size = 4, .n_kv_heads = 2, .head_dim = 32, .dtype = live};
+    const BlockShape shape = block_shape_of(l);
+    KvStorage kv = backend.alloc_kv(l);
+    for (SpillCodec codec : {SpillCodec::Native, SpillCodec::BF16, SpillCodec::Int8, SpillCodec::Int4})
+      for (std::size_t n : {1u, 3u, 64u}) {
+        const std::size_t enc = encoded_bytes(codec, shape);
+        std::vector<std::int32_t> ids;
+        std::vector<std::vector<std::byte>> raws;
+        for (std::size_t i = 0; i < n; ++i) {
+          ids.push_back(static_cast<std::int32_t>((i * 37 + 5) % 130));
+          raws.push_back(random_block(l, rng));
+          backend.write_kv_block(kv, ids.back(), raws.back());
+        }
+        std::vector<std::byte> batched(n * enc, std::byte{0xEE}), single(n * enc, std::byte{0xDD});
+        std::vector<std::span<std::byte>> spans;
+        for (std::size_t i = 0; i < n; ++i) spans.push_back(std::span(batched).subspan(i * enc, enc));
+        backend.start_read_kv_blocks_encoded(kv, ids, codec, spans);
+        for (std::size_t i = 0; i < n; ++i)
+          backend.start_read_kv_block_encoded(kv, ids[i], codec, std::span(single).subspan(i * enc, enc));
+        for (std::int32_t id : ids) backend.write_kv_block(kv, id, random_block(l, rng));
+        backend.finish_reads();
+        EXPECT_EQ(batched, single) << spill_codec_name(codec) << " " << dtype_name(live) << " n " << n;
+        std::vector<std::byte> want(enc);
+        encode_block(codec, shape, raws[n - 1], want);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), batched.end() - static_cast<std::ptrdiff_t>(enc)))
+            << spill_codec_name(codec) << " " << dtype_name(live) << " n " << n;
+      }
   }
 }
 

@@ -1,12 +1,13 @@
 // The CUDA backend's tier copies against the host codecs: write_kv_blocks decodes every codec
 // (native, f32, bf16, int8, int4) into every live KV dtype (F32, BF16, F16) bit for bit as
-// decode_block does, and start_read_kv_block_encoded encodes as encode_block does, to and from
-// mapped page-locked memory (alloc_host: in place) and pageable memory (staged); the write fence
-// passes; started reads into mapped memory keep the block as it was at the call; and a KvManager
-// with a host tier on the CUDA backend restores a prefix exactly.
+// decode_block does, and start_read_kv_block_encoded encodes as encode_block does (one block or
+// many in one call), to and from mapped page-locked memory (alloc_host: in place) and pageable
+// memory (staged); the write fence passes; started reads into mapped memory keep the block as it
+// was at the call; and a KvManager with a host tier on the CUDA backend restores a prefix exactly.
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <string>
@@ -42,6 +43,18 @@ std::vector<std::byte> random_block(const KvLayout& l) {
       if (c == 3) x = 0.75f;
       store_f32(raw.data(), l.dtype, i, x);
     }
+  return raw;
+}
+
+// random_block with a channel of -0 (a key group the host fits as +0) and a channel of NaNs (a
+// key group of NaNs; its values' groups keep their other channels' range).
+std::vector<std::byte> block_with_signed_zeros_and_nans(const KvLayout& l) {
+  std::vector<std::byte> raw = random_block(l);
+  const BlockShape s = block_shape_of(l);
+  for (std::int64_t r = 0; r < s.n_rows; ++r) {
+    store_f32(raw.data(), l.dtype, r * s.row_width + 4, -0.0f);
+    store_f32(raw.data(), l.dtype, r * s.row_width + 6, std::numeric_limits<float>::quiet_NaN());
+  }
   return raw;
 }
 
@@ -154,6 +167,66 @@ TEST(CudaKvTiers, StartedEncodedReadsMatchTheHostEncoder) {
     }
 }
 
+// The batched demotion: start_read_kv_blocks_encoded of N = 1, 3 and 64 scattered blocks gives,
+// byte for byte, what N start_read_kv_block_encoded calls give and encode_block's bytes, into
+// mapped memory (one launch; also at odd addresses), pageable memory (staging slots, several
+// blocks a slot) and both mixed in one call, for blocks written right before behind queued work
+// and overwritten right after the call; with int8 and int4 every other block has a channel of -0
+// and one of NaNs.
+TEST(CudaKvTiers, BatchedEncodedReadsEqualSingleCalls) {
+  AKV_SKIP_WITHOUT_CUDA();
+  CudaBackend& gpu = backends().gpu;
+  // MappedOdd: mapped, every span 1 byte past an aligned address (the kernels' narrow stores).
+  enum class Memory { Mapped, MappedOdd, Pageable, Mixed };
+  for (DType live : kLiveTypes) {
+    const KvLayout l = layout_for(live, 128, 130);
+    const BlockShape shape = block_shape_of(l);
+    KvStorage kv = gpu.alloc_kv(l);
+    for (SpillCodec codec : kCodecs)
+      for (std::size_t n : {1u, 3u, 64u})
+        for (Memory memory : {Memory::Mapped, Memory::MappedOdd, Memory::Pageable, Memory::Mixed}) {
+          const std::size_t enc = encoded_bytes(codec, shape);
+          const std::size_t shift = memory == Memory::MappedOdd ? 1 : 0;
+          std::unique_ptr<HostMemory> pinned = gpu.alloc_host(2 * n * enc + shift);
+          std::vector<std::byte> pageable(2 * n * enc);
+          std::fill(pinned->bytes().begin(), pinned->bytes().end(), std::byte{0xEE});
+          std::fill(pageable.begin(), pageable.end(), std::byte{0xDD});
+          // Block i's batched bytes at 2i, its single call's at 2i + 1, in mapped or pageable memory.
+          auto at = [&](std::size_t i, std::size_t which) {
+            const bool mapped = memory == Memory::Mapped || memory == Memory::MappedOdd ||
+                                (memory == Memory::Mixed && i % 2 == which % 2);
+            std::byte* base = mapped ? pinned->bytes().data() + shift : pageable.data();
+            return std::span<std::byte>(base + (2 * i + which) * enc, enc);
+          };
+          std::vector<std::int32_t> ids;
+          std::vector<std::vector<std::byte>> want;
+          std::vector<std::span<std::byte>> batched;
+          keep_gpu_busy();
+          for (std::size_t i = 0; i < n; ++i) {
+            ids.push_back(static_cast<std::int32_t>((i * 37 + 5) % 130));
+            const bool quantized = codec == SpillCodec::Int8 || codec == SpillCodec::Int4;
+            const std::vector<std::byte> raw =
+                quantized && i % 2 == 1 ? block_with_signed_zeros_and_nans(l) : random_block(l);
+            gpu.write_kv_block(kv, ids.back(), raw);
+            want.emplace_back(enc);
+            encode_block(codec, shape, raw, want.back());
+            batched.push_back(at(i, 0));
+          }
+          gpu.start_read_kv_blocks_encoded(kv, ids, codec, batched);
+          for (std::size_t i = 0; i < n; ++i) gpu.start_read_kv_block_encoded(kv, ids[i], codec, at(i, 1));
+          for (std::int32_t id : ids) gpu.write_kv_block(kv, id, random_block(l));  // later writes do not show
+          gpu.finish_reads();
+          const char* names[] = {" mapped", " mapped, odd addresses", " pageable", " mixed"};
+          const std::string where =
+              what(codec, live, 128) + " n " + std::to_string(n) + names[static_cast<int>(memory)];
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(std::memcmp(at(i, 0).data(), want[i].data(), enc), 0) << where << " block " << i << " batched";
+            ASSERT_EQ(std::memcmp(at(i, 1).data(), at(i, 0).data(), enc), 0) << where << " block " << i << " single";
+          }
+        }
+  }
+}
+
 // Blocks of different codecs in one call (host-tier slots and a background load's raw blocks),
 // and many blocks in one launch.
 TEST(CudaKvTiers, WriteKvBlocksMixesCodecsAndManyBlocks) {
@@ -229,7 +302,8 @@ TEST(CudaKvTiers, StartedReadsIntoMappedMemoryKeepTheBlockAsAtTheCall) {
 
 // The whole host-tier path on the CUDA backend: device evictions demote into page-locked slots,
 // a match restores the prefix through write_kv_blocks from them, and the restored KV equals the
-// codec's round trip of what was computed (exact for native).
+// codec's round trip of what was computed (exact for native), also for the blocks that match
+// demoted from the very device blocks it restored into.
 TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
@@ -265,9 +339,9 @@ TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
       std::vector<std::int32_t> a(3 * 16 + 1), other(6 * 16);
       std::iota(a.begin(), a.end(), 100);
       std::iota(other.begin(), other.end(), 5000);
-      std::vector<std::vector<std::byte>> computed;
+      std::vector<std::vector<std::byte>> computed, computed_other;
       run(a, &computed);
-      run(other, nullptr);  // takes the whole device: a's 3 blocks go to the host tier
+      run(other, &computed_other);  // takes the whole device: a's 3 blocks go to the host tier
       ASSERT_EQ(host.stats().n_blocks, 3) << what(codec, live, 128);
       KvSequence seq;
       ASSERT_EQ(m.match(seq, a, ""), 48) << what(codec, live, 128);
@@ -281,6 +355,18 @@ TEST(CudaKvTiers, KvManagerRestoresAPrefixFromTheHostTierOnTheDevice) {
         EXPECT_EQ(back, want) << what(codec, live, 128) << " block " << b;
       }
       m.release(seq);
+      // That match took other's tail blocks, demoting them and restoring a into them in one call:
+      // their host copies are other's blocks.
+      KvSequence again;
+      ASSERT_EQ(m.match(again, other, ""), 80) << what(codec, live, 128);
+      EXPECT_EQ(again.n_host_restored_blocks(), 2);
+      for (int b = 3; b < 5; ++b) {
+        encode_block(codec, shape, computed_other[b], enc);
+        decode_block(codec, shape, enc, want);
+        gpu.read_kv_block(kv, again.block_table()[b], back);
+        EXPECT_EQ(back, want) << what(codec, live, 128) << " other's block " << b;
+      }
+      m.release(again);
       gpu.synchronize();
     }
 }

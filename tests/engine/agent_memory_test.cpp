@@ -58,10 +58,11 @@ Ids random_ids(std::uint32_t seed, int n) {
 struct Served : test::ServedEngine {
   Served(const std::string& model_dir, const std::string& kv_dir, SpillCodec codec = SpillCodec::Native,
          std::int32_t n_blocks = 64, std::size_t host_blocks = 0,
-         const std::function<void(DiskStoreOptions&)>& tune_disk = nullptr)
+         const std::function<void(DiskStoreOptions&)>& tune_disk = nullptr,
+         SpillCodec host_codec = SpillCodec::Native)
       : ServedEngine(model_dir, kv_dir,
-                     {.block_size = kBlock, .n_blocks = n_blocks, .host_blocks = host_blocks, .codec = codec,
-                      .tune_disk = tune_disk}) {}
+                     {.block_size = kBlock, .n_blocks = n_blocks, .host_blocks = host_blocks,
+                      .host_codec = host_codec, .codec = codec, .tune_disk = tune_disk}) {}
 };
 
 // Holds the engine thread inside a request's Started event until released, so a test decides
@@ -331,9 +332,11 @@ TEST(AgentMemory, TenAgentsRotatingUnderADeviceBudgetOfAboutThreeAreRestoredNotR
   EXPECT_GT(s.store->stats().n_loaded, 0);
 }
 
-TEST(AgentMemory, WithAHostTierTheRotatingAgentsComeBackFromHostMemoryNotDisk) {
+// int8: the demotions go through the batched encoded reads (KvManager::start_encoded_reads);
+// a slot they reserved and never published would send the returns to disk.
+void with_a_host_tier_the_rotating_agents_come_back_from_host_memory(SpillCodec host_codec) {
   ScratchDir dir;
-  Served s(kStories, dir.path, SpillCodec::Native, /*n_blocks=*/40, /*host_blocks=*/200);
+  Served s(kStories, dir.path, SpillCodec::Native, /*n_blocks=*/40, /*host_blocks=*/200, nullptr, host_codec);
   const std::vector<std::vector<Hash128>> chains = rotate_ten_agents(s);
   EXPECT_EQ(s.store->stats().n_loaded, 0);  // every return came from the host tier
   const HostStoreStats h = s.host->stats();
@@ -347,6 +350,13 @@ TEST(AgentMemory, WithAHostTierTheRotatingAgentsComeBackFromHostMemoryNotDisk) {
   s.run(Ids(9, 7), 1, "");  // any request: the evict is done by the time it finishes
   EXPECT_EQ(s.host->stored_bytes(own), 0);
   EXPECT_EQ(s.agents.n_resident(chains[3]), 0);
+}
+
+TEST(AgentMemory, WithAHostTierTheRotatingAgentsComeBackFromHostMemoryNotDisk) {
+  for (SpillCodec host_codec : {SpillCodec::Native, SpillCodec::Int8}) {
+    SCOPED_TRACE(spill_codec_name(host_codec));
+    with_a_host_tier_the_rotating_agents_come_back_from_host_memory(host_codec);
+  }
 }
 
 TEST(AgentMemory, Int8SpillRestoresTheWholePrefix) {

@@ -28,6 +28,7 @@ struct ServedOptions {
   std::int32_t block_size = 8;
   std::int32_t n_blocks = 64;
   std::size_t host_blocks = 0;  // 0: no host tier
+  SpillCodec host_codec = SpillCodec::Native;
   SpillCodec codec = SpillCodec::Native;
   SchedulerConfig scheduler{.max_batch_tokens = 32, .max_prefill_chunk = 16, .max_running = 8};
   std::int64_t snapshot_bytes = EngineConfig{}.state_snapshot_bytes;  // hybrid models
@@ -58,6 +59,7 @@ struct ServedEngine {
     if (opt.host_blocks > 0) {
       HostStoreOptions h;
       h.max_bytes = opt.host_blocks * o.shape.raw_bytes();
+      h.codec = opt.host_codec;
       h.shape = o.shape;
       h.block_size = opt.block_size;
       h.on_disk = [this](const Hash128& key) { return store->has(key); };

@@ -74,10 +74,15 @@ class CudaBackend final : public Backend {
   // free, any copy first finishes the pending reads. Into mapped memory (alloc_host) the block is
   // gathered straight into `host` on the compute stream, and finish_reads only waits for it.
   void start_read_kv_block(const KvStorage& kv, std::int32_t block, std::span<std::byte> host) override;
-  // Encoded on the device (kv_codec.cu) straight into mapped memory, or into a staging slot
-  // copied out at finish_reads; a raw codec is start_read_kv_block.
+  // start_read_kv_blocks_encoded of the one block.
   void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
                                    std::span<std::byte> host) override;
+  // Encoded on the device (kv_codec.cu): the blocks whose host bytes lie in mapped memory with
+  // one table upload and one encode launch on the compute stream, written there in place; the
+  // others as many as fit a staging slot per launch, copied down on the KV copy stream and out
+  // at finish_reads. A raw codec is start_read_kv_block per block.
+  void start_read_kv_blocks_encoded(const KvStorage& kv, std::span<const std::int32_t> blocks, SpillCodec codec,
+                                    std::span<const std::span<std::byte>> host) override;
   void finish_reads() override;
   // Asynchronous: `host` is copied into a pinned staging slot, the KV copy stream copies it to the
   // device and the compute stream scatters it into the block after that copy (no host wait).
@@ -231,6 +236,13 @@ class CudaBackend final : public Backend {
   // Gathers `block` into a fresh slot on the compute stream and queues its copy to the slot's
   // pinned half on the KV copy stream (free[slot] recorded after it). Returns the slot.
   std::size_t gather_kv_block(const KvStorage& kv, std::int32_t block, std::size_t& data_at);
+  // start_read_kv_blocks_encoded's two paths: blocks `ids` encoded into mapped memory at the
+  // device addresses `dst`; and the leading blocks[which[j]] that fit one staging slot encoded
+  // there, their copies out to host[which[j]] left to finish_reads (returns how many).
+  void encode_kv_blocks_mapped(const KvStorage& kv, SpillCodec codec, std::span<const void* const> dst,
+                               std::span<const std::int32_t> ids);
+  std::size_t encode_kv_blocks_staged(const KvStorage& kv, SpillCodec codec, std::span<const std::int32_t> blocks,
+                                      std::span<const std::span<std::byte>> host, std::span<const std::size_t> which);
 
   // Recorded steps (step_graph.cpp).
   enum class StepMode { Eager, Capture, Replay };
@@ -298,7 +310,7 @@ class CudaBackend final : public Backend {
   std::deque<KvWriteEvent> kv_write_events_;
   std::vector<CUevent_st*> kv_spare_events_;
   std::uint64_t kv_write_fence_ = 0, kv_writes_done_ = 0;
-  std::vector<std::byte> decode_table_;     // write_kv_blocks' table, kept to avoid allocation
+  std::vector<std::byte> decode_table_;     // the codec kernels' table, kept to avoid allocation
   CUevent_st* weights_copied_ = nullptr;
   bool weights_pending_ = false;
   cublasContext* blas_ = nullptr;

@@ -132,9 +132,33 @@ __device__ __forceinline__ unsigned short bf16_at_most(float x) {
   return static_cast<unsigned short>(bf16_at_least(-x) ^ 0x8000u);
 }
 
+// A group's stored parameters from the range of its non-NaN values (lo, hi; NaN where it has
+// none), as the host's fit_groups: -0 counts as +0, and a group of NaNs gets what the host's fit
+// of its quiet NaN stores (0x7fc1 for both: the device's NaN arithmetic would give other bits).
+__device__ __forceinline__ float2 fit_group(float lo, float hi, float steps) {
+  if (isnan(lo)) return make_float2(bf16_bits_to_f32(0x7fc1u), bf16_bits_to_f32(0x7fc1u));
+  lo = __fadd_rn(lo, 0.0f);
+  hi = __fadd_rn(hi, 0.0f);
+  const float min_v = bf16_bits_to_f32(bf16_at_most(lo));
+  return make_float2(bf16_bits_to_f32(bf16_at_least(__fdiv_rn(__fsub_rn(hi, min_v), steps))), min_v);
+}
+
+// A group's 4 parameter bytes as one little-endian word: bf16 scale, then bf16 minimum.
+__device__ __forceinline__ std::uint32_t param_word(float2 p) {
+  return __float_as_uint(p.x) >> 16 | (__float_as_uint(p.y) >> 16) << 16;
+}
+
+__device__ __forceinline__ std::uint32_t quantize(float v, float2 p, float steps) {
+  if (!(p.x > 0.0f)) return 0;  // a constant group (or NaN parameters)
+  const float r = rintf(__fdiv_rn(__fsub_rn(v, p.y), p.x));
+  return static_cast<std::uint32_t>(fminf(fmaxf(r, 0.0f), steps));
+}
+
 // The inverse of decode_kv_kernel: one CUDA block per (slab, KV block), block src_block[y]'s
-// slab x encoded into dst[y] at the slab's offset. Quantized slabs: a warp per group finds its
-// range, then a thread per code byte.
+// slab x encoded into dst[y] at the slab's offset. Quantized slabs: first every group's range
+// (a thread per group where a group is one channel, keys: the loads coalesce across threads;
+// else a warp per group), then the parameters and the codes, written 4 and 16 bytes a store
+// where aligned (the destination may be mapped host memory: wide writes cross PCIe whole).
 __global__ void encode_kv_kernel(KvCodecArgs a, u8* const* dst, const std::int32_t* src_block,
                                  const u8* const* slab_base) {
   extern __shared__ float2 params[];  // per group: (scale, min) as stored
@@ -149,17 +173,26 @@ __global__ void encode_kv_kernel(KvCodecArgs a, u8* const* dst, const std::int32
   pdl_wait();  // the kernels that wrote the block are done
 
   if (a.bits == 0) {
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(out);
     for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const float x = load_elem(in, a.live_dtype, i);
       if (a.elem_dtype == a.live_dtype) {
         for (std::size_t k = 0; k < live; ++k) out[i * live + k] = in[i * live + k];
       } else if (a.elem_dtype == DType::F32) {
         const std::uint32_t b = __float_as_uint(x);
-        for (int k = 0; k < 4; ++k) out[i * 4 + k] = static_cast<u8>(b >> (8 * k));
+        if (at % 4 == 0) {
+          reinterpret_cast<std::uint32_t*>(out)[i] = b;
+        } else {
+          for (int k = 0; k < 4; ++k) out[i * 4 + k] = static_cast<u8>(b >> (8 * k));
+        }
       } else {
         const unsigned short h = a.elem_dtype == DType::BF16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
-        out[i * 2] = static_cast<u8>(h);
-        out[i * 2 + 1] = static_cast<u8>(h >> 8);
+        if (at % 2 == 0) {
+          reinterpret_cast<unsigned short*>(out)[i] = h;
+        } else {
+          out[i * 2] = static_cast<u8>(h);
+          out[i * 2 + 1] = static_cast<u8>(h >> 8);
+        }
       }
     }
     return;
@@ -171,59 +204,89 @@ __global__ void encode_kv_kernel(KvCodecArgs a, u8* const* dst, const std::int32
   const int n_cg = (a.row_width + gc - 1) / gc;
   const int n_groups = (a.slab_tokens + gt - 1) / gt * n_cg;
   const float steps = static_cast<float>((1 << a.bits) - 1);
-  const int lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-  for (int g = threadIdx.x / 32; g < n_groups; g += n_warps) {
-    const int t0 = g / n_cg * gt, c0 = g % n_cg * gc;
-    const int tn = min(gt, a.slab_tokens - t0), cn = min(gc, a.row_width - c0);
-    float lo = 0.0f, hi = 0.0f;
-    bool any = false;
-    for (int k = lane; k < tn * cn; k += 32) {
-      const float v = load_elem(in, a.live_dtype, static_cast<std::int64_t>(t0 + k / cn) * a.row_width + c0 + k % cn);
-      lo = any ? fminf(lo, v) : v;
-      hi = any ? fmaxf(hi, v) : v;
-      any = true;
+  // fminf/fmaxf like the host's scan: NaNs skipped, a NaN only where every value is NaN.
+  if (gc == 1) {
+    for (int g = threadIdx.x; g < n_groups; g += blockDim.x) {
+      const int t0 = g / n_cg * gt, c = g % n_cg;
+      const int tn = min(gt, a.slab_tokens - t0);
+      float lo = load_elem(in, a.live_dtype, static_cast<std::int64_t>(t0) * a.row_width + c), hi = lo;
+      for (int t = 1; t < tn; ++t) {
+        const float v = load_elem(in, a.live_dtype, static_cast<std::int64_t>(t0 + t) * a.row_width + c);
+        lo = fminf(lo, v);
+        hi = fmaxf(hi, v);
+      }
+      params[g] = fit_group(lo, hi, steps);
     }
-    // fmin/fmax like the host's scan: a NaN only where every value is NaN.
-    for (int o = 16; o > 0; o >>= 1) {
-      const float olo = __shfl_xor_sync(0xffffffffu, lo, o), ohi = __shfl_xor_sync(0xffffffffu, hi, o);
-      const bool oany = __shfl_xor_sync(0xffffffffu, any, o);
-      if (oany) {
-        lo = any ? fminf(lo, olo) : olo;
-        hi = any ? fmaxf(hi, ohi) : ohi;
+  } else {
+    const int lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    for (int g = threadIdx.x / 32; g < n_groups; g += n_warps) {
+      const int t0 = g / n_cg * gt, c0 = g % n_cg * gc;
+      const int tn = min(gt, a.slab_tokens - t0), cn = min(gc, a.row_width - c0);
+      float lo = 0.0f, hi = 0.0f;
+      bool any = false;
+      for (int k = lane; k < tn * cn; k += 32) {
+        const float v = load_elem(in, a.live_dtype, static_cast<std::int64_t>(t0 + k / cn) * a.row_width + c0 + k % cn);
+        lo = any ? fminf(lo, v) : v;
+        hi = any ? fmaxf(hi, v) : v;
         any = true;
       }
-    }
-    if (lane == 0) {
-      const unsigned short stored_min = bf16_at_most(lo);
-      const float min_v = bf16_bits_to_f32(stored_min);
-      const unsigned short stored_scale = bf16_at_least(__fdiv_rn(__fsub_rn(hi, min_v), steps));
-      params[g] = make_float2(bf16_bits_to_f32(stored_scale), min_v);
-      u8* p = out + static_cast<std::size_t>(g) * 4;
-      p[0] = static_cast<u8>(stored_scale);
-      p[1] = static_cast<u8>(stored_scale >> 8);
-      p[2] = static_cast<u8>(stored_min);
-      p[3] = static_cast<u8>(stored_min >> 8);
+      for (int o = 16; o > 0; o >>= 1) {
+        const float olo = __shfl_xor_sync(0xffffffffu, lo, o), ohi = __shfl_xor_sync(0xffffffffu, hi, o);
+        const bool oany = __shfl_xor_sync(0xffffffffu, any, o);
+        if (oany) {
+          lo = any ? fminf(lo, olo) : olo;
+          hi = any ? fmaxf(hi, ohi) : ohi;
+          any = true;
+        }
+      }
+      if (lane == 0) params[g] = fit_group(lo, hi, steps);
     }
   }
   __syncthreads();
+  if (reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
+    for (int g = threadIdx.x; g < n_groups; g += blockDim.x)
+      reinterpret_cast<std::uint32_t*>(out)[g] = param_word(params[g]);
+  } else {
+    for (int j = threadIdx.x; j < n_groups * 4; j += blockDim.x)
+      out[j] = static_cast<u8>(param_word(params[j / 4]) >> (8 * (j % 4)));
+  }
   u8* codes = out + static_cast<std::size_t>(n_groups) * 4;
   const std::int64_t code_bytes = (n * a.bits + 7) / 8;
   const int per_byte = a.bits == 8 ? 1 : 2;
-  for (std::int64_t j = threadIdx.x; j < code_bytes; j += blockDim.x) {
+  // The code byte of elements e, e + 1 (int4) at token t, channel c, advancing the three past it.
+  auto next_byte = [&](std::int64_t& e, int& t, int& c) {
     std::uint32_t byte = 0;
-    for (int k = 0; k < per_byte; ++k) {
-      const std::int64_t e = j * per_byte + k;
-      if (e >= n) break;
-      const std::int64_t t = e / a.row_width, c = e % a.row_width;
-      const float2 p = params[t / gt * n_cg + c / gc];
-      std::uint32_t code = 0;
-      if (p.x > 0.0f) {
-        const float r = rintf(__fdiv_rn(__fsub_rn(load_elem(in, a.live_dtype, e), p.y), p.x));
-        code = static_cast<std::uint32_t>(fminf(fmaxf(r, 0.0f), steps));
+    for (int k = 0; k < per_byte; ++k, ++e) {
+      if (e < n) byte |= quantize(load_elem(in, a.live_dtype, e), params[t / gt * n_cg + c / gc], steps) << (4 * k);
+      if (++c == a.row_width) {
+        c = 0;
+        ++t;
       }
-      byte |= code << (4 * k);
     }
-    codes[j] = static_cast<u8>(byte);
+    return byte;
+  };
+  std::int64_t first_tail = 0;
+  if (reinterpret_cast<std::uintptr_t>(codes) % 16 == 0) {  // 16 code bytes a store
+    const std::int64_t n_vec = code_bytes / 16;
+    for (std::int64_t v = threadIdx.x; v < n_vec; v += blockDim.x) {
+      std::int64_t e = v * 16 * per_byte;
+      int t = static_cast<int>(e / a.row_width), c = static_cast<int>(e % a.row_width);
+      std::uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        std::uint32_t word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) word |= next_byte(e, t, c) << (8 * b);
+        w[q] = word;
+      }
+      reinterpret_cast<uint4*>(codes)[v] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    first_tail = n_vec * 16;
+  }
+  for (std::int64_t j = first_tail + threadIdx.x; j < code_bytes; j += blockDim.x) {
+    std::int64_t e = j * per_byte;
+    int t = static_cast<int>(e / a.row_width), c = static_cast<int>(e % a.row_width);
+    codes[j] = static_cast<u8>(next_byte(e, t, c));
   }
 }
 

@@ -1,9 +1,10 @@
 // The CUDA backend's KV block copies: block to block on the device (copy_kv_block), and the tier
 // copies between a device block and host bytes (read_kv_block and its deferred form,
 // write_kv_block, write_kv_blocks). Host memory from alloc_host is page-locked and mapped, so the
-// device reads and writes it in place: a started read gathers the block straight into it, and
-// write_kv_blocks decodes every block of a call in one kernel that reads the encoded bytes over
-// PCIe. Other host memory goes through a ring of pinned staging slots and a copy stream of their
+// device reads and writes it in place: a started read gathers the block straight into it,
+// start_read_kv_blocks_encoded encodes every block of a call in one kernel that writes the
+// encoded bytes over PCIe, and write_kv_blocks decodes every block of a call in one kernel that
+// reads them. Other host memory goes through a ring of pinned staging slots and a copy stream of their
 // own: one DMA of the whole block plus one gather/scatter (or decode) kernel over the block's
 // 2 * n_layers segments (read_kv_block's layout).
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_codec_args.h"
 
 namespace akv {
 
@@ -23,6 +25,7 @@ constexpr std::size_t kKvRingBytes = 64u << 20;  // pinned, and as much device m
 constexpr std::size_t kKvRingMinSlots = 2;       // even when one block is larger than the budget
 constexpr std::size_t kKvRingMaxSlots = 64;
 constexpr std::size_t kKvAlign = 256;
+constexpr std::size_t kMaxBlocksPerLaunch = 32768;  // of a codec kernel (grid.y < 65536)
 
 std::size_t align_up(std::size_t n) {
   return (n + kKvAlign - 1) / kKvAlign * kKvAlign;
@@ -95,21 +98,6 @@ void* mapped_device_pointer(const void* host) {
     return nullptr;
   }
   return attr.type == cudaMemoryTypeHost ? attr.devicePointer : nullptr;
-}
-
-cuda::KvCodecArgs codec_args(SpillCodec codec, const BlockShape& shape) {
-  const EncodedLayout e = encoded_layout(codec, shape);
-  return {.bits = e.bits,
-          .elem_dtype = e.elem_dtype,
-          .live_dtype = shape.dtype,
-          .slab_tokens = static_cast<int>(e.slab_tokens),
-          .row_width = static_cast<int>(e.row_width),
-          .key_bytes = e.key_bytes,
-          .value_bytes = e.value_bytes,
-          .key_group_tokens = static_cast<int>(e.key_group_tokens),
-          .key_group_channels = static_cast<int>(e.key_group_channels),
-          .value_group_tokens = static_cast<int>(e.value_group_tokens),
-          .value_group_channels = static_cast<int>(e.value_group_channels)};
 }
 
 // A decode table as launch_decode_kv_blocks reads it, at `at` (8-byte aligned):
@@ -222,49 +210,99 @@ void CudaBackend::start_read_kv_block(const KvStorage& kv, std::int32_t block,
 
 void CudaBackend::start_read_kv_block_encoded(const KvStorage& kv, std::int32_t block, SpillCodec codec,
                                               std::span<std::byte> host) {
+  const std::span<std::byte> one[] = {host};
+  start_read_kv_blocks_encoded(kv, {&block, 1}, codec, one);
+}
+
+void CudaBackend::start_read_kv_blocks_encoded(const KvStorage& kv, std::span<const std::int32_t> blocks,
+                                               SpillCodec codec, std::span<const std::span<std::byte>> host) {
   const KvLayout& L = kv.layout;
   const BlockShape shape = block_shape_of(L);
-  AKV_CHECK(block >= 0 && block < L.n_blocks, "block id out of range");
-  AKV_CHECK(host.size() == encoded_bytes(codec, shape), "start_read_kv_block_encoded: host size");
-  AKV_CHECK(!in_step_, "start_read_kv_block_encoded inside a recorded step");
+  const std::size_t encoded = encoded_bytes(codec, shape);
+  AKV_CHECK(blocks.size() == host.size(), "start_read_kv_blocks_encoded: one host span per block");
+  AKV_CHECK(!in_step_, "start_read_kv_blocks_encoded inside a recorded step");
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    AKV_CHECK(blocks[i] >= 0 && blocks[i] < L.n_blocks, "block id out of range");
+    AKV_CHECK(host[i].size() == encoded, "start_read_kv_blocks_encoded: host size");
+  }
   if (codec_is_raw(codec, shape.dtype)) {
-    start_read_kv_block(kv, block, host);
+    for (std::size_t i = 0; i < blocks.size(); ++i) start_read_kv_block(kv, blocks[i], host[i]);
     return;
   }
-  const Segments seg = segments_of(L);
-  const cuda::KvCodecArgs args = codec_args(codec, shape);
+  // Mapped destinations are encoded in place; the others through staging slots.
+  std::vector<const void*> direct;
+  std::vector<std::int32_t> direct_ids;
+  std::vector<std::size_t> staged;  // indices into blocks
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (void* d = mapped_device_pointer(host[i].data())) {
+      direct.push_back(d);
+      direct_ids.push_back(blocks[i]);
+    } else {
+      staged.push_back(i);
+    }
+  }
+  if (!direct.empty()) encode_kv_blocks_mapped(kv, codec, direct, direct_ids);
+  for (std::size_t first = 0; first < staged.size();)
+    first += encode_kv_blocks_staged(kv, codec, blocks, host, std::span(staged).subspan(first));
+}
+
+void CudaBackend::encode_kv_blocks_mapped(const KvStorage& kv, SpillCodec codec, std::span<const void* const> dst,
+                                          std::span<const std::int32_t> ids) {
+  const Segments seg = segments_of(kv.layout);
+  const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, block_shape_of(kv.layout));
   cudaStream_t compute = stream();
-  if (void* direct = mapped_device_pointer(host.data())) {  // encoded straight into `host`
-    decode_table_.resize(decode_table_bytes(seg.n, 1));
-    const void* dst = direct;
-    fill_decode_table(kv, {&dst, 1}, {&block, 1}, reinterpret_cast<char*>(decode_table_.data()));
-    const DecodeTable t = decode_table_at(upload_small(decode_table_.data(), decode_table_.size()), seg.n, 1);
-    cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases,
-                                  static_cast<int>(seg.n), 1, compute);
-    if (kv_direct_read_ == nullptr)
-      AKV_CUDA_CHECK(cudaEventCreateWithFlags(&kv_direct_read_, cudaEventDisableTiming));
-    AKV_CUDA_CHECK(cudaEventRecord(kv_direct_read_, compute));
-    kv_direct_reads_pending_ = true;
-    return;
+  for (std::size_t first = 0; first < ids.size(); first += kMaxBlocksPerLaunch) {
+    const std::size_t n = std::min(kMaxBlocksPerLaunch, ids.size() - first);
+    decode_table_.resize(decode_table_bytes(seg.n, n));
+    fill_decode_table(kv, dst.subspan(first, n), ids.subspan(first, n), reinterpret_cast<char*>(decode_table_.data()));
+    const DecodeTable t = decode_table_at(upload_small(decode_table_.data(), decode_table_.size()), seg.n, n);
+    cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases, static_cast<int>(seg.n),
+                                  static_cast<int>(n), compute);
   }
-  // Encoded into a staging slot on the compute stream, then down to its pinned half on the copy
-  // stream; finish_reads copies it out, like a started raw read.
-  const std::size_t data_at = align_up(decode_table_bytes(seg.n, 1));
-  const std::size_t i = take_kv_slot(data_at + host.size());
+  if (kv_direct_read_ == nullptr) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&kv_direct_read_, cudaEventDisableTiming));
+  AKV_CUDA_CHECK(cudaEventRecord(kv_direct_read_, compute));
+  kv_direct_reads_pending_ = true;
+}
+
+std::size_t CudaBackend::encode_kv_blocks_staged(const KvStorage& kv, SpillCodec codec,
+                                                 std::span<const std::int32_t> blocks,
+                                                 std::span<const std::span<std::byte>> host,
+                                                 std::span<const std::size_t> which) {
+  const Segments seg = segments_of(kv.layout);
+  const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, block_shape_of(kv.layout));
+  const std::size_t encoded = host[which[0]].size();
+  // As many blocks as fit the ring's slots as they are (one block sizes a fresh ring).
+  auto slot_need = [&](std::size_t n) { return align_up(decode_table_bytes(seg.n, n)) + n * encoded; };
+  const std::size_t room = std::max(kv_ring_.slot_bytes, slot_need(1));
+  std::size_t n = std::min({which.size(), kMaxBlocksPerLaunch, room / encoded});
+  while (n > 1 && slot_need(n) > room) --n;
+  n = std::max<std::size_t>(n, 1);
+  const std::size_t data_at = align_up(decode_table_bytes(seg.n, n));
+  const std::size_t i = take_kv_slot(slot_need(n));
   char* h = kv_ring_.host + i * kv_ring_.slot_bytes;
   char* d = kv_ring_.device + i * kv_ring_.slot_bytes;
-  const void* dst = d + data_at;
-  fill_decode_table(kv, {&dst, 1}, {&block, 1}, h);
-  AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, decode_table_bytes(seg.n, 1), cudaMemcpyHostToDevice, compute));
-  const DecodeTable t = decode_table_at(d, seg.n, 1);
-  cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases, static_cast<int>(seg.n), 1,
-                                compute);
+  std::vector<const void*> dst(n);
+  std::vector<std::int32_t> ids(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    dst[j] = d + data_at + j * encoded;
+    ids[j] = blocks[which[j]];
+  }
+  fill_decode_table(kv, dst, ids, h);
+  // Compute stream: table up, encode into the slot. Copy stream: the encoded bytes down to the
+  // slot's pinned half; finish_reads copies each block out, like a started raw read.
+  cudaStream_t compute = stream();
+  AKV_CUDA_CHECK(cudaMemcpyAsync(d, h, decode_table_bytes(seg.n, n), cudaMemcpyHostToDevice, compute));
+  const DecodeTable t = decode_table_at(d, seg.n, n);
+  cuda::launch_encode_kv_blocks(args, const_cast<void* const*>(t.src), t.ids, t.bases, static_cast<int>(seg.n),
+                                static_cast<int>(n), compute);
   AKV_CUDA_CHECK(cudaEventRecord(kv_handoff_, compute));
   AKV_CUDA_CHECK(cudaStreamWaitEvent(kv_stream_, kv_handoff_, 0));
-  AKV_CUDA_CHECK(cudaMemcpyAsync(h + data_at, d + data_at, host.size(), cudaMemcpyDeviceToHost, kv_stream_));
+  AKV_CUDA_CHECK(cudaMemcpyAsync(h + data_at, d + data_at, n * encoded, cudaMemcpyDeviceToHost, kv_stream_));
   AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], kv_stream_));
   kv_ring_.held[i] = true;
-  kv_reads_.push_back({.slot = i, .data_at = data_at, .host = host});
+  for (std::size_t j = 0; j < n; ++j)
+    kv_reads_.push_back({.slot = i, .data_at = data_at + j * encoded, .host = host[which[j]]});
+  return n;
 }
 
 void CudaBackend::finish_reads() {
@@ -379,7 +417,7 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
   std::vector<const void*> src;
   std::vector<std::int32_t> ids;
   for (SpillCodec codec : codecs) {
-    const cuda::KvCodecArgs args = codec_args(codec, shape);
+    const cuda::KvCodecArgs args = cuda::kv_codec_args(codec, shape);
     const std::size_t encoded = encoded_bytes(codec, shape);
     src.clear();
     ids.clear();
@@ -406,9 +444,8 @@ std::uint64_t CudaBackend::write_kv_blocks(KvStorage& kv, std::span<const Encode
       cuda::launch_decode_kv_blocks(args, t.src, t.ids, t.bases, static_cast<int>(seg.n), 1, compute);
       AKV_CUDA_CHECK(cudaEventRecord(kv_ring_.free[i], compute));
     }
-    constexpr std::size_t kMaxPerLaunch = 32768;
-    for (std::size_t first = 0; first < ids.size(); first += kMaxPerLaunch) {
-      const std::size_t n = std::min(kMaxPerLaunch, ids.size() - first);
+    for (std::size_t first = 0; first < ids.size(); first += kMaxBlocksPerLaunch) {
+      const std::size_t n = std::min(kMaxBlocksPerLaunch, ids.size() - first);
       decode_table_.resize(decode_table_bytes(seg.n, n));
       fill_decode_table(kv, std::span(src).subspan(first, n), std::span(ids).subspan(first, n),
                         reinterpret_cast<char*>(decode_table_.data()));
@@ -443,4 +480,22 @@ bool CudaBackend::kv_writes_done(std::uint64_t fence) {
   return fence <= kv_writes_done_;
 }
 
+namespace cuda {
+
+KvCodecArgs kv_codec_args(SpillCodec codec, const BlockShape& shape) {
+  const EncodedLayout e = encoded_layout(codec, shape);
+  return {.bits = e.bits,
+          .elem_dtype = e.elem_dtype,
+          .live_dtype = shape.dtype,
+          .slab_tokens = static_cast<int>(e.slab_tokens),
+          .row_width = static_cast<int>(e.row_width),
+          .key_bytes = e.key_bytes,
+          .value_bytes = e.value_bytes,
+          .key_group_tokens = static_cast<int>(e.key_group_tokens),
+          .key_group_channels = static_cast<int>(e.key_group_channels),
+          .value_group_tokens = static_cast<int>(e.value_group_tokens),
+          .value_group_channels = static_cast<int>(e.value_group_channels)};
+}
+
+}  // namespace cuda
 }  // namespace akv

@@ -62,6 +62,10 @@ class CudaOpTimer final : public Backend {
   void start_read_kv_block_encoded(const KvStorage& kv, std::int32_t b, SpillCodec c, std::span<std::byte> h) override {
     b_.start_read_kv_block_encoded(kv, b, c, h);
   }
+  void start_read_kv_blocks_encoded(const KvStorage& kv, std::span<const std::int32_t> b, SpillCodec c,
+                                    std::span<const std::span<std::byte>> h) override {
+    b_.start_read_kv_blocks_encoded(kv, b, c, h);
+  }
   void finish_reads() override { b_.finish_reads(); }
   void write_kv_block(KvStorage& kv, std::int32_t b, std::span<const std::byte> h) override {
     b_.write_kv_block(kv, b, h);
