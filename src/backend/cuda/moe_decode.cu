@@ -59,16 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < kRows; ++r)
       acc[r] += dot_chunk<T>(raw[r], xq, lut) * chunk_scale<T>(scales, rows[r], m.hidden, q);
   }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
-  if (lane != 0) return;
-#pragma unroll
-  for (int o = 0; o < kOutputsPerWarp; ++o) {
-    if (!valid[2 * o]) continue;
-    const float g = acc[2 * o] + moe_bias_at(bias, bias_dtype, rows[2 * o]);
-    const float u = acc[2 * o + 1] + moe_bias_at(bias, bias_dtype, rows[2 * o + 1]);
-    act[a * act_stride + j0 + o] = moe_activation(g, u, m);
-  }
+  store_gate_up<kOutputsPerWarp>(acc, rows, valid, bias, bias_dtype, m, act + a * act_stride + j0);
 }
 
 // grid (ceil(hidden / kWarps), n); dynamic shared memory: top_k * inter floats.

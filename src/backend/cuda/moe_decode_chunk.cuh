@@ -98,4 +98,23 @@ __device__ __forceinline__ void fill_lut(float* lut) {
   if (threadIdx.x < 16) lut[threadIdx.x] = mxfp4_e2m1(static_cast<int>(threadIdx.x));
 }
 
+// The gate/up launches' end (both decode forms): the warp's gate and up sums of kOutputs
+// outputs reduced, then lane 0 adds the biases and writes act(gate, up) to act[o] for each
+// output whose rows are valid. rows/valid: gate at 2 o, up at 2 o + 1.
+template <int kOutputs>
+__device__ __forceinline__ void store_gate_up(float (&acc)[2 * kOutputs], const std::int64_t (&rows)[2 * kOutputs],
+                                              const bool (&valid)[2 * kOutputs], const void* bias, DType bias_dtype,
+                                              const DeviceMoe& m, float* act) {
+#pragma unroll
+  for (int r = 0; r < 2 * kOutputs; ++r) acc[r] = warp_sum(acc[r]);
+  if (threadIdx.x % 32 != 0) return;
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) {
+    if (!valid[2 * o]) continue;
+    const float g = acc[2 * o] + moe_bias_at(bias, bias_dtype, rows[2 * o]);
+    const float u = acc[2 * o + 1] + moe_bias_at(bias, bias_dtype, rows[2 * o + 1]);
+    act[o] = moe_activation(g, u, m);
+  }
+}
+
 }  // namespace akv::cuda
