@@ -224,27 +224,32 @@ std::vector<std::int32_t> read_ids(const SafetensorsReader& r) {
 
 class HybridOnCuda : public ::testing::TestWithParam<std::string> {};
 
-// Prefill of the first 100 tokens in one chunk, then the rest one token per step (slot 1 of 2).
-TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
-  AKV_SKIP_WITHOUT_CUDA();
-  const std::string dir = testdata_dir() + "/models/tiny-random-w2/" + GetParam();
+struct FixtureRun {
+  std::vector<float> got;     // [n_tokens, vocab] logits of every prompt position
+  std::vector<double> want;   // the fp64 reference's
+};
+
+// The fixture's prompt through the CUDA backend in chunks of `first` tokens, then `rest` tokens
+// per step (slot 1 of 2).
+FixtureRun run_fixture(const std::string& name, std::int32_t first, std::int32_t rest) {
+  const std::string dir = testdata_dir() + "/models/tiny-random-w2/" + name;
   CudaBackend& gpu = backends().gpu;
   auto model = load_model(dir, gpu);
   const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
   const std::vector<std::int32_t> ids = read_ids(ref);
   const TensorInfo& t = ref.get_or_throw("full_logits_f64");
   const auto* p = reinterpret_cast<const double*>(t.bytes.data());
-  const std::vector<double> want(p, p + t.numel());
+  FixtureRun r{.got = {}, .want = std::vector<double>(p, p + t.numel())};
   const std::int64_t vocab = model->config().vocab_size, block = 16;
   const std::int64_t n_blocks = (static_cast<std::int64_t>(ids.size()) + block - 1) / block;
   KvStorage kv = alloc_model_kv(gpu, model->config(), n_blocks, block, DType::F32, 2);
   std::vector<std::int32_t> table;
   for (std::int64_t i = 0; i < n_blocks; ++i)
     table.push_back(static_cast<std::int32_t>(n_blocks - 1 - i));
-  std::vector<float> got(ids.size() * vocab);
+  r.got.resize(ids.size() * vocab);
   std::int32_t pos = 0;
   while (pos < static_cast<std::int32_t>(ids.size())) {
-    const std::int32_t n = pos == 0 ? 100 : 1;
+    const std::int32_t n = std::min(pos == 0 ? first : rest, static_cast<std::int32_t>(ids.size()) - pos);
     const SequenceChunk chunk{
         .first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
     const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
@@ -254,12 +259,36 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
                              .positions = positions,
                              .sequences = {&chunk, 1},
                              .logit_rows = rows};
-    model->forward(batch, kv, std::span<float>(got).subspan(pos * vocab, n * vocab));
+    model->forward(batch, kv, std::span<float>(r.got).subspan(pos * vocab, n * vocab));
     pos += n;
   }
-  const double err = note_error(rel_error(got, want));
+  return r;
+}
+
+// Prefill of the first 100 tokens in one chunk (the chunked delta rule), then the rest one
+// token per step (recorded steps, token by token).
+TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const FixtureRun r = run_fixture(GetParam(), 100, 1);
+  const double err = note_error(rel_error(r.got, r.want));
   EXPECT_LE(err, 3e-4) << GetParam();  // the reference's own f32 run is ~7e-5 off its f64 one
   std::printf("%-20s rel err %.3g\n", GetParam().c_str(), err);
+}
+
+// The whole prompt (150-300 tokens) in one chunk and in chunks of 70 (states carried between
+// chunked calls, partial 64-token chunks) through the chunked delta rule, against the same
+// prompt with the delta rule token by token, and against fp64.
+TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
+  AKV_SKIP_WITHOUT_CUDA();
+  CudaBackend& gpu = backends().gpu;
+  gpu.set_delta_rule_chunk_min_tokens(INT32_MAX);
+  const FixtureRun recurrent = run_fixture(GetParam(), 1 << 20, 1 << 20);
+  gpu.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
+  for (const std::int32_t chunk : {1 << 20, 70}) {
+    const FixtureRun chunked = run_fixture(GetParam(), chunk, chunk);
+    EXPECT_LE(note_error(rel_error(chunked.got, recurrent.got)), 1e-5) << GetParam() << " chunks of " << chunk;
+    EXPECT_LE(note_error(rel_error(chunked.got, chunked.want)), 3e-4) << GetParam() << " chunks of " << chunk;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridOnCuda,
