@@ -1,8 +1,9 @@
 // cuda_bench --delta-rule 1: one Gated DeltaNet layer's delta rule (CudaBackend::gated_delta_rule)
 // at Qwen3.5-9B's shape (16 key heads, 32 value heads, k_dim = v_dim = 128) on one fresh
-// sequence of 512, 4,096 and 16,384 tokens: the token-by-token kernel against the chunked
-// kernels (delta_rule_chunked.cu), milliseconds and tokens/s per layer, and the relative
-// difference of their outputs and final states (a sanity check, not the parity test).
+// sequence of 512, 4,096 and 16,384 tokens (and 8-64, where the chunked kernels' fixed cost
+// sets cuda::kDeltaChunkMinTokens): the token-by-token kernel against the chunked kernels
+// (delta_rule_chunked.cu), milliseconds and tokens/s per layer, and the relative difference of
+// their outputs and final states (a sanity check, not the parity test).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,7 +22,7 @@ void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float 
 namespace {
 
 constexpr std::int64_t kKeyHeads = 16, kValueHeads = 32, kKeyDim = 128, kValueDim = 128;
-constexpr std::int64_t kTokens[] = {512, 4096, 16384};
+constexpr std::int64_t kTokens[] = {8, 16, 32, 64, 512, 4096, 16384};
 
 // Uniform values in [center - scale, center + scale) from a fixed-seed LCG (fast on the host).
 std::vector<float> host_uniform(std::int64_t n, std::uint64_t seed, float center, float scale) {
@@ -74,7 +75,8 @@ int run_delta_rule_bench() {
   cudaEvent_t e0, e1;
   AKV_CUDA_CHECK(cudaEventCreate(&e0));
   AKV_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("\n| delta rule, Qwen3.5-9B layer (16 k-heads, 32 v-heads of 128), 1 sequence | token by token | "
+  std::printf("\n(eager chunks of %d+ tokens take the chunked kernels in serving)\n\n", cuda::kDeltaChunkMinTokens);
+  std::printf("| delta rule, Qwen3.5-9B layer (16 k-heads, 32 v-heads of 128), 1 sequence | token by token | "
               "chunked (64) | speed-up | out / state rel diff |\n| --- | --- | --- | --- | --- |\n");
   for (const std::int64_t n : kTokens) {
     const auto n32 = static_cast<std::int32_t>(n);
@@ -86,7 +88,7 @@ int run_delta_rule_bench() {
     std::vector<float> outs[2], states[2];
     double ms[2] = {0, 0};
     for (int chunked = 0; chunked < 2; ++chunked) {
-      be.set_delta_rule_chunk_min_tokens(chunked != 0 ? cuda::kDeltaChunkMinTokens : INT32_MAX);
+      be.set_delta_rule_chunk_min_tokens(chunked != 0 ? 1 : INT32_MAX);
       std::vector<double> t;
       for (int rep = 0; rep < 4; ++rep) {  // the first is warm-up
         AKV_CUDA_CHECK(cudaEventRecord(e0, be.stream()));

@@ -21,6 +21,8 @@ constexpr int kRowsPerWarp = kC / kWarps;  // chunk rows of each warp in the sta
 constexpr int kMaxKeyDim = 128;
 constexpr int kKeyRowsPerThread = kMaxKeyDim / kWarps;  // state rows each thread advances
 static_assert(kC % 32 == 0 && kC <= kThreads && kC % kWarps == 0, "chunk rows over the warps");
+static_assert(kC == 64 && kThreads == 256, "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
+                                           "4 lanes per column");
 
 // One (window chunk, sequence, value head)'s state-independent values in scratch:
 //   t    [kC, kC]  (I + A)^-1, lower with unit diagonal, A[i][j] = beta_i e^(cum_i - cum_j) k_i.k_j
@@ -57,8 +59,10 @@ __device__ float* chunk_scratch(const ChunkedArgs& p, int seq, int window_chunk,
              kChunkFloats;
 }
 
-// Shared floats of the prepare pass: q, k [kC][k_dim + 1], A and T [kC][kC + 1], beta, cum.
-int prepare_smem_floats(int k_dim) { return 2 * kC * (k_dim + 1) + 2 * kC * (kC + 1) + 2 * kC; }
+// Shared floats of the prepare pass: q, k [kC][k_dim + 1], A [kC][kAStride], T [kC][kTStride],
+// beta, cum.
+constexpr int kAStride = kC + 16, kTStride = kC + 8;
+int prepare_smem_floats(int k_dim) { return 2 * kC * (k_dim + 1) + kC * (kAStride + kTStride) + 2 * kC; }
 
 // Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head.
 template <typename W>
@@ -68,12 +72,13 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   extern __shared__ float4 smem_prepare[];
   float* sm = reinterpret_cast<float*>(smem_prepare);
-  const int dk = p.k_dim, ks = dk + 1, as = kC + 1;  // odd row strides: column walks are conflict-free
+  // Row strides chosen for conflict-free access (see each phase): ks odd, as = kC + 16, ts = kC + 8.
+  const int dk = p.k_dim, ks = dk + 1, as = kAStride, ts = kTStride;
   float* q_s = sm;                  // [kC][ks] normalised q (scaled)
   float* k_s = q_s + kC * ks;       // [kC][ks] normalised k
   float* a_s = k_s + kC * ks;       // [kC][as] A, strictly lower
-  float* t_s = a_s + kC * as;       // [kC][as] (I + A)^-1
-  float* beta_s = t_s + kC * as;    // [kC]
+  float* t_s = a_s + kC * as;       // [kC][ts] (I + A)^-1
+  float* beta_s = t_s + kC * ts;    // [kC]
   float* cum_s = beta_s + kC;       // [kC]
   const int h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const std::int32_t* s = p.seqs + 4 * blockIdx.z;
@@ -126,44 +131,57 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // A into shared memory, p straight to scratch. Each warp holds one row i (kC is a multiple of
-  // 32): k_i, q_i are broadcasts, k_j walks down a column.
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int i = e / kC, j = e % kC;
-    float kk = 0.0f, qk = 0.0f;
-    if (j <= i) {
-      const float *ki = k_s + i * ks, *qi = q_s + i * ks, *kj = k_s + j * ks;
-      for (int c = 0; c < dk; ++c) {
-        kk += ki[c] * kj[c];
-        qk += qi[c] * kj[c];
+  // A into shared memory, p straight to scratch: thread t computes rows t / 16 + 16 y and
+  // columns t % 16 + 16 x (x, y < 4), 12 shared loads for 32 FMAs; a warp reads 2 rows i (two
+  // addresses) and 16 rows j (odd stride: distinct banks) at once.
+  {
+    const int ti = tid / 16, tj = tid % 16;
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int c = 0; c < dk; ++c) {
+      float ki[4], qi[4], kj[4];
+#pragma unroll
+      for (int y = 0; y < 4; ++y) {
+        ki[y] = k_s[(ti + 16 * y) * ks + c];
+        qi[y] = q_s[(ti + 16 * y) * ks + c];
+        kj[y] = k_s[(tj + 16 * y) * ks + c];
       }
+#pragma unroll
+      for (int y = 0; y < 4; ++y)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          kk[y][x] += ki[y] * kj[x];
+          qk[y][x] += qi[y] * kj[x];
+        }
     }
-    const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
-    a_s[i * as + j] = j < i ? beta_s[i] * decay * kk : 0.0f;
-    out[kP + e] = decay * qk;
+#pragma unroll
+    for (int y = 0; y < 4; ++y)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = ti + 16 * y, j = tj + 16 * x;
+        const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
+        a_s[i * as + j] = j < i ? beta_s[i] * decay * kk[y][x] : 0.0f;
+        out[kP + i * kC + j] = decay * qk[y][x];
+      }
   }
   __syncthreads();
 
-  // T = (I + A)^-1 by forward substitution, one thread per column c (T[j][c] = 0 for j < c):
-  // T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c]. Four partial sums shorten the chain.
-  if (tid < kC) {
-    const int c = tid;
+  // T = (I + A)^-1 by forward substitution, row by row, four lanes per column c (part q sums
+  // over j = q mod 4; T[j][c] = 0 for j < c): T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c].
+  // A column's four lanes share a warp, so a warp barrier orders its rows.
+  {
+    const int c = tid / 4, part = tid % 4;
     for (int i = 0; i < kC; ++i) {
       const float* ai = a_s + i * as;
-      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-      int j = 0;
-      for (; j + 3 < i; j += 4) {
-        s0 += ai[j] * t_s[j * as + c];
-        s1 += ai[j + 1] * t_s[(j + 1) * as + c];
-        s2 += ai[j + 2] * t_s[(j + 2) * as + c];
-        s3 += ai[j + 3] * t_s[(j + 3) * as + c];
-      }
-      for (; j < i; ++j) s0 += ai[j] * t_s[j * as + c];
-      t_s[i * as + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - ((s0 + s1) + (s2 + s3));
+      float sum = 0.0f;
+      for (int j = part; j < i; j += 4) sum += ai[j] * t_s[j * ts + c];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (part == 0) t_s[i * ts + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - sum;
+      __syncwarp();
     }
   }
   __syncthreads();
-  for (int e = tid; e < kC * kC; e += kThreads) out[kT + e] = t_s[(e / kC) * as + e % kC];
+  for (int e = tid; e < kC * kC; e += kThreads) out[kT + e] = t_s[(e / kC) * ts + e % kC];
   if (tid < kC) {
     out[kBeta + tid] = beta_s[tid];
     out[kCum + tid] = cum_s[tid];
