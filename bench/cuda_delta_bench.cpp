@@ -49,7 +49,8 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 int run_delta_rule_bench() {
   CudaBackend be;
   const std::int64_t n_max = kTokens[std::size(kTokens) - 1];
-  const std::int64_t key_dim = kKeyHeads * kKeyDim, qkv_cols = 2 * key_dim + kValueHeads * kValueDim;
+  const std::int64_t key_dim = kKeyHeads * kKeyDim,
+                     qkv_cols = 2 * key_dim + kValueHeads * kValueDim;
   KvStorage kv = be.alloc_kv(KvLayout{});
   alloc_state_arrays(be, kv,
                      {.n_layers = 1,
@@ -75,14 +76,20 @@ int run_delta_rule_bench() {
   cudaEvent_t e0, e1;
   AKV_CUDA_CHECK(cudaEventCreate(&e0));
   AKV_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("\n(eager chunks of %d+ tokens take the chunked kernels in serving)\n\n", cuda::kDeltaChunkMinTokens);
-  std::printf("| delta rule, Qwen3.5-9B layer (16 k-heads, 32 v-heads of 128), 1 sequence | token by token | "
-              "chunked (64) | speed-up | out / state rel diff |\n| --- | --- | --- | --- | --- |\n");
+  std::printf("\n(eager chunks of %d+ tokens take the chunked kernels in serving)\n\n",
+              cuda::kDeltaChunkMinTokens);
+  std::printf(
+      "| delta rule, Qwen3.5-9B layer (16 k-heads, 32 v-heads of 128), 1 sequence "
+      "| token by token | chunked (64) | speed-up | out / state rel diff |\n"
+      "| --- | --- | --- | --- | --- |\n");
   for (const std::int64_t n : kTokens) {
     const auto n32 = static_cast<std::int32_t>(n);
-    const SequenceChunk chunk{.first_row = 0, .n_tokens = n32, .start_pos = 0, .block_table = {}, .state_slot = 0};
-    const std::vector<std::int32_t> tokens(static_cast<std::size_t>(n), 1), positions(tokens.size(), 0);
-    const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = {&chunk, 1}, .logit_rows = {}};
+    const SequenceChunk chunk{
+        .first_row = 0, .n_tokens = n32, .start_pos = 0, .block_table = {}, .state_slot = 0};
+    const std::vector<std::int32_t> tokens(static_cast<std::size_t>(n), 1),
+        positions(tokens.size(), 0);
+    const ForwardBatch batch{
+        .tokens = tokens, .positions = positions, .sequences = {&chunk, 1}, .logit_rows = {}};
     const TensorRef q = qkv->tensor().rows_slice(0, n), at = a->tensor().rows_slice(0, n),
                     bt = b->tensor().rows_slice(0, n), o = out->tensor().rows_slice(0, n);
     std::vector<float> outs[2], states[2];
@@ -107,9 +114,10 @@ int run_delta_rule_bench() {
       read_state_slot(be, kv, 0, states[chunked]);
     }
     be.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
-    std::printf("| %lld tokens | %.2f ms (%.0f tok/s) | %.2f ms (%.0f tok/s) | %.1fx | %.2g / %.2g |\n",
-                static_cast<long long>(n), ms[0], double(n) / ms[0] * 1e3, ms[1], double(n) / ms[1] * 1e3,
-                ms[0] / ms[1], rel_diff(outs[1], outs[0]), rel_diff(states[1], states[0]));
+    std::printf(
+        "| %lld tokens | %.2f ms (%.0f tok/s) | %.2f ms (%.0f tok/s) | %.1fx | %.2g / %.2g |\n",
+        static_cast<long long>(n), ms[0], double(n) / ms[0] * 1e3, ms[1], double(n) / ms[1] * 1e3,
+        ms[0] / ms[1], rel_diff(outs[1], outs[0]), rel_diff(states[1], states[0]));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -133,8 +133,8 @@ TEST(HybridOps, GatedDeltaRuleChunkedMatchesOracle) {
                            HeadDims{2, 4, 32, 24}}) {
     for (const std::int32_t n : {1, 63, 64, 65, 200, 1000}) {
       for (const float shift : {0.0f, -6.0f}) {
-        SCOPED_TRACE(::testing::Message() << "k_dim " << d.k_head_dim << " v_dim " << d.v_head_dim << " n " << n
-                                          << " a shift " << shift);
+        SCOPED_TRACE(::testing::Message() << "k_dim " << d.k_head_dim << " v_dim " << d.v_head_dim
+                                          << " n " << n << " a shift " << shift);
         KvStorage cpu = state_storage(backends().ref, d), chunked = state_storage(gpu, d),
                   recurrent = state_storage(gpu, d);
         random_states(cpu, chunked, &recurrent);
@@ -145,24 +145,34 @@ TEST(HybridOps, GatedDeltaRuleChunkedMatchesOracle) {
         std::vector<float> a_values = random_floats(static_cast<std::size_t>(rows * nv));
         for (float& x : a_values) x += shift;
         a.set(a_values);
-        Pair out = Pair::make(rows, nv * st.v_head_dim, 6), out_recurrent = Pair::make(rows, nv * st.v_head_dim);
+        Pair out = Pair::make(rows, nv * st.v_head_dim, 6),
+             out_recurrent = Pair::make(rows, nv * st.v_head_dim);
         out.poison_gpu();
         const DType gate_dtype = d.k_head_dim == 64 ? DType::BF16 : DType::F32;
         auto a_log = WeightPair::random(gate_dtype, 1, nv, 1.0f, true),
              dt_bias = WeightPair::random(gate_dtype, 1, nv, 1.0f, true);
         const std::vector<SequenceChunk> seqs{
             {.first_row = 0, .n_tokens = n, .start_pos = 0, .block_table = {}, .state_slot = 2},
-            {.first_row = n, .n_tokens = n + 3, .start_pos = 300, .block_table = {}, .state_slot = 0}};
-        const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1), positions(tokens.size(), 0);
-        const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
-        backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0, batch, out.cpu);
+            {.first_row = n,
+             .n_tokens = n + 3,
+             .start_pos = 300,
+             .block_table = {},
+             .state_slot = 0}};
+        const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1),
+            positions(tokens.size(), 0);
+        const ForwardBatch batch{
+            .tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
+        backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0,
+                                        batch, out.cpu);
         gpu.set_delta_rule_chunk_min_tokens(1);
-        gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, chunked, 0, batch, out.gpu);
+        gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, chunked, 0, batch,
+                             out.gpu);
         gpu.set_delta_rule_chunk_min_tokens(INT32_MAX);
         gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, recurrent, 0, batch,
                              out_recurrent.gpu);
         gpu.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
-        const std::vector<float> want_state = all_state(backends().ref, cpu), got_state = all_state(gpu, chunked);
+        const std::vector<float> want_state = all_state(backends().ref, cpu),
+                                 got_state = all_state(gpu, chunked);
         EXPECT_LE(out.error(), 1e-5);
         EXPECT_LE(note_error(rel_error(got_state, want_state)), 1e-5);
         EXPECT_LE(note_error(rel_error(out.get_gpu(), out_recurrent.get_gpu())), 1e-5);
@@ -188,28 +198,45 @@ TEST(HybridOps, GatedDeltaRuleMixedBatchCarriesState) {
   auto a_log = WeightPair::random(DType::F32, 1, nv, 1.0f, true),
        dt_bias = WeightPair::random(DType::F32, 1, nv, 1.0f, true);
   const std::int32_t long_n = 3 * cuda::kDeltaChunkMinTokens + 5;
-  // Call 1: slot 1 fresh (long), slot 3 at 50 (1 token), slot 0 at 9 (a chunk just short of the cut).
-  // Call 2: slot 1 at long_n (long again), slot 3 at 51 (1 token). Call 3: slot 1 one token.
+  // Call 1: slot 1 fresh (long), slot 3 at 50 (1 token), slot 0 at 9 (a chunk just short of the
+  // cut). Call 2: slot 1 at long_n (long again), slot 3 at 51 (1 token). Call 3: slot 1 one token.
   const std::vector<std::vector<SequenceChunk>> calls{
       {{.first_row = 0, .n_tokens = long_n, .start_pos = 0, .block_table = {}, .state_slot = 1},
        {.first_row = long_n, .n_tokens = 1, .start_pos = 50, .block_table = {}, .state_slot = 3},
-       {.first_row = long_n + 1, .n_tokens = cuda::kDeltaChunkMinTokens - 1, .start_pos = 9, .block_table = {},
+       {.first_row = long_n + 1,
+        .n_tokens = cuda::kDeltaChunkMinTokens - 1,
+        .start_pos = 9,
+        .block_table = {},
         .state_slot = 0}},
       {{.first_row = 0, .n_tokens = 1, .start_pos = 51, .block_table = {}, .state_slot = 3},
-       {.first_row = 1, .n_tokens = long_n, .start_pos = long_n, .block_table = {}, .state_slot = 1}},
-      {{.first_row = 0, .n_tokens = 1, .start_pos = 2 * long_n, .block_table = {}, .state_slot = 1}}};
+       {.first_row = 1,
+        .n_tokens = long_n,
+        .start_pos = long_n,
+        .block_table = {},
+        .state_slot = 1}},
+      {{.first_row = 0,
+        .n_tokens = 1,
+        .start_pos = 2 * long_n,
+        .block_table = {},
+        .state_slot = 1}}};
   for (const std::vector<SequenceChunk>& seqs : calls) {
     std::int64_t rows = 0;
     for (const SequenceChunk& s : seqs) rows += s.n_tokens;
-    Pair qkv = Pair::random(rows, st.conv_channels), a = Pair::random(rows, nv), b = Pair::random(rows, nv, 0, 2.0f);
+    Pair qkv = Pair::random(rows, st.conv_channels), a = Pair::random(rows, nv),
+         b = Pair::random(rows, nv, 0, 2.0f);
     Pair out = Pair::make(rows, nv * st.v_head_dim);
     out.poison_gpu();
-    const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1), positions(tokens.size(), 0);
-    const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
-    backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0, batch, out.cpu);
-    backends().gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, gpu, 0, batch, out.gpu);
+    const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1),
+        positions(tokens.size(), 0);
+    const ForwardBatch batch{
+        .tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
+    backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0, batch,
+                                    out.cpu);
+    backends().gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, gpu, 0, batch,
+                                    out.gpu);
     EXPECT_LE(out.error(), 1e-5) << rows << " rows";
-    EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))), 1e-5);
+    EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))),
+              1e-5);
   }
 }
 
@@ -225,8 +252,8 @@ std::vector<std::int32_t> read_ids(const SafetensorsReader& r) {
 class HybridOnCuda : public ::testing::TestWithParam<std::string> {};
 
 struct FixtureRun {
-  std::vector<float> got;     // [n_tokens, vocab] logits of every prompt position
-  std::vector<double> want;   // the fp64 reference's
+  std::vector<float> got;    // [n_tokens, vocab] logits of every prompt position
+  std::vector<double> want;  // the fp64 reference's
 };
 
 // The fixture's prompt through the CUDA backend in chunks of `first` tokens, then `rest` tokens
@@ -249,7 +276,8 @@ FixtureRun run_fixture(const std::string& name, std::int32_t first, std::int32_t
   r.got.resize(ids.size() * vocab);
   std::int32_t pos = 0;
   while (pos < static_cast<std::int32_t>(ids.size())) {
-    const std::int32_t n = std::min(pos == 0 ? first : rest, static_cast<std::int32_t>(ids.size()) - pos);
+    const std::int32_t n =
+        std::min(pos == 0 ? first : rest, static_cast<std::int32_t>(ids.size()) - pos);
     const SequenceChunk chunk{
         .first_row = 0, .n_tokens = n, .start_pos = pos, .block_table = table, .state_slot = 1};
     const std::vector<std::int32_t> positions = positions_for({&chunk, 1});
@@ -286,8 +314,10 @@ TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
   gpu.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
   for (const std::int32_t chunk : {1 << 20, 70}) {
     const FixtureRun chunked = run_fixture(GetParam(), chunk, chunk);
-    EXPECT_LE(note_error(rel_error(chunked.got, recurrent.got)), 1e-5) << GetParam() << " chunks of " << chunk;
-    EXPECT_LE(note_error(rel_error(chunked.got, chunked.want)), 3e-4) << GetParam() << " chunks of " << chunk;
+    EXPECT_LE(note_error(rel_error(chunked.got, recurrent.got)), 1e-5)
+        << GetParam() << " chunks of " << chunk;
+    EXPECT_LE(note_error(rel_error(chunked.got, chunked.want)), 3e-4)
+        << GetParam() << " chunks of " << chunk;
   }
 }
 

@@ -21,8 +21,9 @@ constexpr int kRowsPerWarp = kC / kWarps;  // chunk rows of each warp in the sta
 constexpr int kMaxKeyDim = 128;
 constexpr int kKeyRowsPerThread = kMaxKeyDim / kWarps;  // state rows each thread advances
 static_assert(kC % 32 == 0 && kC <= kThreads && kC % kWarps == 0, "chunk rows over the warps");
-static_assert(kC == 64 && kThreads == 256, "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
-                                           "4 lanes per column");
+static_assert(kC == 64 && kThreads == 256,
+              "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
+              "4 lanes per column");
 
 // One (window chunk, sequence, value head)'s state-independent values in scratch:
 //   t    [kC, kC]  (I + A)^-1, lower with unit diagonal, A[i][j] = beta_i e^(cum_i - cum_j) k_i.k_j
@@ -62,7 +63,9 @@ __device__ float* chunk_scratch(const ChunkedArgs& p, int seq, int window_chunk,
 // Shared floats of the prepare pass: q, k [kC][k_dim + 1], A [kC][kAStride], T [kC][kTStride],
 // beta, cum.
 constexpr int kAStride = kC + 16, kTStride = kC + 8;
-int prepare_smem_floats(int k_dim) { return 2 * kC * (k_dim + 1) + kC * (kAStride + kTStride) + 2 * kC; }
+int prepare_smem_floats(int k_dim) {
+  return 2 * kC * (k_dim + 1) + kC * (kAStride + kTStride) + 2 * kC;
+}
 
 // Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head.
 template <typename W>
@@ -72,14 +75,14 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   extern __shared__ float4 smem_prepare[];
   float* sm = reinterpret_cast<float*>(smem_prepare);
-  // Row strides chosen for conflict-free access (see each phase): ks odd, as = kC + 16, ts = kC + 8.
+  // Row strides for conflict-free access (see each phase): ks odd, kAStride, kTStride.
   const int dk = p.k_dim, ks = dk + 1, as = kAStride, ts = kTStride;
-  float* q_s = sm;                  // [kC][ks] normalised q (scaled)
-  float* k_s = q_s + kC * ks;       // [kC][ks] normalised k
-  float* a_s = k_s + kC * ks;       // [kC][as] A, strictly lower
-  float* t_s = a_s + kC * as;       // [kC][ts] (I + A)^-1
-  float* beta_s = t_s + kC * ts;    // [kC]
-  float* cum_s = beta_s + kC;       // [kC]
+  float* q_s = sm;                // [kC][ks] normalised q (scaled)
+  float* k_s = q_s + kC * ks;     // [kC][ks] normalised k
+  float* a_s = k_s + kC * ks;     // [kC][as] A, strictly lower
+  float* t_s = a_s + kC * as;     // [kC][ts] (I + A)^-1
+  float* beta_s = t_s + kC * ts;  // [kC]
+  float* cum_s = beta_s + kC;     // [kC]
   const int h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const std::int32_t* s = p.seqs + 4 * blockIdx.z;
   const int chunk = p.window_first + static_cast<int>(blockIdx.x), n_tokens = s[1];
@@ -220,7 +223,8 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
   const std::int32_t first_row = s[0], n_tokens = s[1], start_pos = s[2], slot = s[3];
   const int kh = h / (p.n_v_heads / p.n_k_heads);
   const std::int64_t key_dim = static_cast<std::int64_t>(p.n_k_heads) * dk;
-  float* state = p.state + (static_cast<std::int64_t>(slot) * p.n_v_heads + h) * dk * dv;  // [dk, dv]
+  float* state =
+      p.state + (static_cast<std::int64_t>(slot) * p.n_v_heads + h) * dk * dv;  // [dk, dv]
   const bool fresh = p.window_first == 0 && start_pos == 0;
   for (int e = tid; e < dk * kTile; e += kThreads) {
     const int row = e / kTile, c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
@@ -231,8 +235,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
   for (int chunk = p.window_first; chunk < last; ++chunk) {
     const int n = min(kC, n_tokens - chunk * kC);
     const std::int64_t row0 = static_cast<std::int64_t>(first_row) + chunk * kC;
-    const float* f =
-        chunk_scratch(p, static_cast<int>(blockIdx.z), chunk - p.window_first, h);
+    const float* f = chunk_scratch(p, static_cast<int>(blockIdx.z), chunk - p.window_first, h);
     __syncthreads();  // the previous chunk's readers are done; S is initialised
     // Load: q, k normalised; t, p; v's columns; the per-token decays.
     for (int e = tid; e < kC * dk; e += kThreads) {
@@ -343,7 +346,9 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
 
 constexpr std::size_t kScratchBudgetBytes = std::size_t{64} << 20;
 
-int chunks_of(int tokens) { return (tokens + kC - 1) / kC; }
+int chunks_of(int tokens) {
+  return (tokens + kC - 1) / kC;
+}
 
 std::size_t window_chunk_bytes(int n_seqs, int n_v_heads) {
   return static_cast<std::size_t>(n_seqs) * static_cast<std::size_t>(n_v_heads) * kChunkFloats *
@@ -359,7 +364,8 @@ bool delta_rule_chunked_fits(int k_dim, int v_dim) {
 std::size_t delta_rule_chunked_scratch_bytes(int n_seqs, int max_tokens, int n_v_heads) {
   const std::size_t per_chunk = window_chunk_bytes(n_seqs, n_v_heads);
   const std::size_t chunks = static_cast<std::size_t>(std::max(1, chunks_of(max_tokens)));
-  return std::max(per_chunk, std::min(chunks * per_chunk, kScratchBudgetBytes / per_chunk * per_chunk));
+  return std::max(per_chunk,
+                  std::min(chunks * per_chunk, kScratchBudgetBytes / per_chunk * per_chunk));
 }
 
 void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
@@ -368,22 +374,25 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
                                      std::size_t scratch_bytes, Stream s) {
-  AKV_CHECK(delta_rule_chunked_fits(k_dim, v_dim), "gated_delta_rule chunked: k_head_dim a multiple of 4, <= 128");
+  AKV_CHECK(delta_rule_chunked_fits(k_dim, v_dim),
+            "gated_delta_rule chunked: k_head_dim a multiple of 4, <= 128");
   AKV_CHECK(a_log.dtype == dt_bias.dtype, "gated_delta_rule: A_log and dt_bias of one dtype");
   AKV_CHECK(state.stride == v_dim, "gated_delta_rule: contiguous state");
-  AKV_CHECK(n_k_heads > 0 && n_v_heads % n_k_heads == 0, "gated_delta_rule: value heads per key head");
+  AKV_CHECK(n_k_heads > 0 && n_v_heads % n_k_heads == 0,
+            "gated_delta_rule: value heads per key head");
   if (n_seqs == 0 || max_tokens <= 0) return;
   const std::size_t per_chunk = window_chunk_bytes(n_seqs, n_v_heads);
   AKV_CHECK(scratch_bytes >= per_chunk, "gated_delta_rule chunked: scratch for one chunk");
   const int n_chunks = chunks_of(max_tokens);
-  const int window = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(n_chunks),
-                                                            scratch_bytes / per_chunk));
-  const std::size_t prepare_smem = sizeof(float) * static_cast<std::size_t>(prepare_smem_floats(k_dim));
+  const int window = static_cast<int>(
+      std::min<std::size_t>(static_cast<std::size_t>(n_chunks), scratch_bytes / per_chunk));
+  const std::size_t prepare_smem =
+      sizeof(float) * static_cast<std::size_t>(prepare_smem_floats(k_dim));
   const std::size_t state_smem = sizeof(float) * static_cast<std::size_t>(state_smem_floats(k_dim));
   static bool attributes_set = false;  // the engine thread is the only caller; sized for k_dim 128
   if (!attributes_set) {
-    const int most = static_cast<int>(sizeof(float)) * std::max(prepare_smem_floats(kMaxKeyDim),
-                                                                state_smem_floats(kMaxKeyDim));
+    const int most = static_cast<int>(sizeof(float)) *
+                     std::max(prepare_smem_floats(kMaxKeyDim), state_smem_floats(kMaxKeyDim));
     AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<float>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, most));
     AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<__nv_bfloat16>,
