@@ -139,9 +139,9 @@ class CudaBackend final : public Backend {
   void sigmoid_mul(TensorRef x, TensorRef gate) override;
   void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                      const ForwardBatch& batch) override;
-  // Eager chunks of at least delta_rule_chunk_min_tokens() tokens (prefill) run the chunked
-  // kernels (delta_rule_chunked.cu) where delta_rule_chunked_fits the head dims; the others, and
-  // every chunk of a recorded step, the token-by-token kernel.
+  // Eager chunks of at least the chunk minimum (below) run the chunked kernels
+  // (delta_rule_chunked.cu) where cuda::delta_rule_chunked_fits the head dims; the others, and
+  // every chunk of a recorded step, the token-by-token kernel (linear_attention.cu).
   void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
                         KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
   // cuda::kDeltaChunkMinTokens by default; 1 sends every eager chunk to the chunked kernels, a
