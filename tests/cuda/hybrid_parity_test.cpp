@@ -185,6 +185,48 @@ TEST(HybridOps, GatedDeltaRuleChunkedMatchesOracle) {
   }
 }
 
+// Sequences longer than the chunked kernels' scratch holds at once (about 64 MiB of per-chunk
+// matrices) go in several launch pairs, the state kept in its slot in between: two sequences of
+// a few thousand tokens, the second ending one window later than the first.
+TEST(HybridOps, GatedDeltaRuleChunkedAcrossScratchWindows) {
+  AKV_SKIP_WITHOUT_CUDA();
+  const HeadDims d{2, 8, 16, 16};
+  const int nv = static_cast<int>(d.n_v_heads);
+  const std::size_t per_chunk = cuda::delta_rule_chunked_scratch_bytes(2, 1, nv);
+  const auto window =
+      static_cast<std::int32_t>(cuda::delta_rule_chunked_scratch_bytes(2, 1 << 30, nv) / per_chunk);
+  const std::int32_t n0 = window * cuda::kDeltaChunkTokens + 7,
+                     n1 = n0 + window * cuda::kDeltaChunkTokens;
+  KvStorage cpu = state_storage(backends().ref, d), gpu = state_storage(backends().gpu, d);
+  random_states(cpu, gpu);
+  const StateLayout& st = cpu.state;
+  const std::int64_t rows = n0 + n1;
+  Pair qkv = Pair::random(rows, st.conv_channels), b = Pair::random(rows, nv, 0, 2.0f);
+  Pair a = Pair::make(rows, nv);
+  std::vector<float> a_values = random_floats(static_cast<std::size_t>(rows * nv));
+  for (float& x : a_values) x -= 6.0f;  // slow decay: the state carries across the windows
+  a.set(a_values);
+  Pair out = Pair::make(rows, nv * st.v_head_dim);
+  out.poison_gpu();
+  auto a_log = WeightPair::random(DType::F32, 1, nv, 1.0f, true),
+       dt_bias = WeightPair::random(DType::F32, 1, nv, 1.0f, true);
+  const std::vector<SequenceChunk> seqs{
+      {.first_row = 0, .n_tokens = n0, .start_pos = 0, .block_table = {}, .state_slot = 3},
+      {.first_row = n0, .n_tokens = n1, .start_pos = 64, .block_table = {}, .state_slot = 1}};
+  const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1),
+      positions(tokens.size(), 0);
+  const ForwardBatch batch{
+      .tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
+  ASSERT_GT(n0, cuda::kDeltaChunkMinTokens);
+  backends().ref.gated_delta_rule(qkv.cpu, a.cpu, b.cpu, a_log->cpu, dt_bias->cpu, cpu, 0, batch,
+                                  out.cpu);
+  backends().gpu.gated_delta_rule(qkv.gpu, a.gpu, b.gpu, a_log->gpu, dt_bias->gpu, gpu, 0, batch,
+                                  out.gpu);
+  EXPECT_LE(out.error(), 1e-5) << window << " chunks a window";
+  EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))),
+            1e-5);
+}
+
 // The dispatch: in one batch a prefill chunk past kDeltaChunkMinTokens (chunked kernels) beside
 // a decode token and a short chunk (token by token), and the state carried from a chunked call
 // into later calls of either kind equals the reference.
