@@ -20,7 +20,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kC / kWarps;  // chunk rows of each warp in the state pass
 constexpr int kMaxKeyDim = 128;
 constexpr int kKeyRowsPerThread = kMaxKeyDim / kWarps;  // state rows each thread advances
+constexpr int kLoadBatch = 16;  // global loads a thread issues before storing them
 static_assert(kC % 32 == 0 && kC <= kThreads && kC % kWarps == 0, "chunk rows over the warps");
+static_assert((2 * kC * kC / 4) % kThreads == 0 && (kC * kTile) % kThreads == 0,
+              "whole load rounds");
 static_assert(kC == 64 && kThreads == 256,
               "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
               "4 lanes per column");
@@ -93,17 +96,34 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t key_dim = static_cast<std::int64_t>(p.n_k_heads) * dk;
   float* out = chunk_scratch(p, static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), h);
 
-  // q, k rows l2-normalised, one warp per row (the recurrent kernel's eps and scale).
+  // q, k rows: the raw values (kLoadBatch loads in flight per thread), then l2-normalised one
+  // warp per row (the recurrent kernel's eps and scale).
+  for (int e0 = tid; e0 < kC * dk; e0 += kThreads * kLoadBatch) {
+    float qv[kLoadBatch], kv[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int e = e0 + u * kThreads, i = e / dk;
+      const bool ok = e < kC * dk && i < n;
+      const float* r = p.qkv + (row0 + (ok ? i : 0)) * p.qkv_stride + kh * dk + (ok ? e % dk : 0);
+      qv[u] = ok ? r[0] : 0.0f;
+      kv[u] = ok ? r[key_dim] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int e = e0 + u * kThreads;
+      if (e < kC * dk) {
+        q_s[(e / dk) * ks + e % dk] = qv[u];
+        k_s[(e / dk) * ks + e % dk] = kv[u];
+      }
+    }
+  }
+  __syncthreads();
   const float q_scale = rsqrtf(static_cast<float>(dk));
   for (int i = warp; i < kC; i += kWarps) {
-    const float* r = p.qkv + (row0 + min(i, n - 1)) * p.qkv_stride + kh * dk;
     float qq = 0.0f, kk = 0.0f;
     for (int c = lane; c < dk; c += 32) {
-      const float qv = i < n ? r[c] : 0.0f, kv = i < n ? r[key_dim + c] : 0.0f;
-      q_s[i * ks + c] = qv;
-      k_s[i * ks + c] = kv;
-      qq += qv * qv;
-      kk += kv * kv;
+      qq += q_s[i * ks + c] * q_s[i * ks + c];
+      kk += k_s[i * ks + c] * k_s[i * ks + c];
     }
     const float qinv = q_scale * rsqrtf(warp_sum(qq) + 1e-6f), kinv = rsqrtf(warp_sum(kk) + 1e-6f);
     for (int c = lane; c < dk; c += 32) {
@@ -237,18 +257,45 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     const std::int64_t row0 = static_cast<std::int64_t>(first_row) + chunk * kC;
     const float* f = chunk_scratch(p, static_cast<int>(blockIdx.z), chunk - p.window_first, h);
     __syncthreads();  // the previous chunk's readers are done; S is initialised
-    // Load: q, k normalised; t, p; v's columns; the per-token decays.
-    for (int e = tid; e < kC * dk; e += kThreads) {
-      const int i = e / dk, c = e % dk;
-      const float* r = p.qkv + (row0 + min(i, n - 1)) * p.qkv_stride + kh * dk + c;
-      q_s[e] = i < n ? r[0] * f[kQinv + i] : 0.0f;
-      k_s[e] = i < n ? r[key_dim] * f[kKinv + i] : 0.0f;
+    // Load: q, k normalised; t, p; v's columns; the per-token decays. Each thread's loads go
+    // out in batches before their stores (one round trip per batch, not per element).
+    for (int e0 = tid; e0 < kC * dk; e0 += kThreads * kLoadBatch) {
+      float qv[kLoadBatch], kv[kLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int e = e0 + u * kThreads, i = e / dk;
+        const bool ok = e < kC * dk && i < n;
+        const float* r = p.qkv + (row0 + (ok ? i : 0)) * p.qkv_stride + kh * dk + (ok ? e % dk : 0);
+        qv[u] = ok ? r[0] * f[kQinv + i] : 0.0f;
+        kv[u] = ok ? r[key_dim] * f[kKinv + i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int e = e0 + u * kThreads;
+        if (e < kC * dk) {
+          q_s[e] = qv[u];
+          k_s[e] = kv[u];
+        }
+      }
     }
-    for (int e = 4 * tid; e < 2 * kC * kC; e += 4 * kThreads)
-      *reinterpret_cast<float4*>(t_s + e) = *reinterpret_cast<const float4*>(f + kT + e);
-    for (int e = tid; e < kC * kTile; e += kThreads) {
-      const int i = e / kTile, c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
-      r_s[e] = i < n && c < dv ? p.qkv[(row0 + i) * p.qkv_stride + 2 * key_dim + h * dv + c] : 0.0f;
+    {
+      constexpr int kVecs = 2 * kC * kC / 4 / kThreads, kCols = kC * kTile / kThreads;
+      float4 tp[kVecs];
+      float vv[kCols];
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u)
+        tp[u] = reinterpret_cast<const float4*>(f + kT)[tid + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < kCols; ++u) {
+        const int e = tid + u * kThreads, i = e / kTile;
+        const int c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
+        const bool ok = i < n && c < dv;
+        vv[u] = ok ? p.qkv[(row0 + i) * p.qkv_stride + 2 * key_dim + h * dv + c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) reinterpret_cast<float4*>(t_s)[tid + u * kThreads] = tp[u];
+#pragma unroll
+      for (int u = 0; u < kCols; ++u) r_s[tid + u * kThreads] = vv[u];
     }
     const float cum_last = f[kCum + n - 1];
     if (tid < kC) {
