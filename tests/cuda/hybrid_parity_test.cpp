@@ -347,7 +347,11 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
 
 // The whole prompt (150-300 tokens) in one chunk and in chunks of 70 (states carried between
 // chunked calls, partial 64-token chunks) through the chunked delta rule, against the same
-// prompt with the delta rule token by token, and against fp64.
+// prompt with the delta rule token by token, and against fp64. Tolerance between the two: both
+// are f32 runs, each ~1e-5 from fp64 (PrefillThenDecodeMatchFp64: 0.9-1.5e-5 on an H100); the
+// delta rule's forms differ by ~1e-6 at the op (GatedDeltaRuleChunkedMatchesOracle), which the
+// layers (norms, MoE routing weights) carry to up to 2.1e-5 in the logits (H100). 1e-4 sits
+// well under the 3e-4 the fp64 comparison allows; a wrong chunk moves the logits by O(1).
 TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
@@ -356,7 +360,7 @@ TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
   gpu.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
   for (const std::int32_t chunk : {1 << 20, 70}) {
     const FixtureRun chunked = run_fixture(GetParam(), chunk, chunk);
-    EXPECT_LE(note_error(rel_error(chunked.got, recurrent.got)), 1e-5)
+    EXPECT_LE(note_error(rel_error(chunked.got, recurrent.got)), 1e-4)
         << GetParam() << " chunks of " << chunk;
     EXPECT_LE(note_error(rel_error(chunked.got, chunked.want)), 3e-4)
         << GetParam() << " chunks of " << chunk;
