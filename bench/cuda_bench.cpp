@@ -13,9 +13,12 @@
 // the quantized GEMV per GGUF type against the copy bandwidth (cuda_quant_bench.cpp). --moe 1
 // measures only one MoE layer of the Qwen3-30B-A3B and GPT-OSS-20B shapes, decode and prefill,
 // old and new kernels (cuda_moe_bench.cpp). --tier-copy 1 measures only the host tier's copies
-// of 8B-shaped KV blocks next to the PCIe link's DMA rate (cuda_tier_bench.cpp).
+// of 8B-shaped KV blocks next to the PCIe link's DMA rate (cuda_tier_bench.cpp). --delta-rule 1
+// measures only one Qwen3.5-9B-shaped layer's gated delta rule at 512, 4K and 16K tokens, token
+// by token and chunked (cuda_delta_bench.cpp).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
 //                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1] [--tier-copy 1]
+//                   [--delta-rule 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +46,7 @@ void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float 
 int run_quant_gemv_bench(double copy_bw);
 int run_moe_bench(double copy_bw);
 int run_tier_bench();
+int run_delta_rule_bench();
 }
 
 namespace akv {
@@ -325,7 +329,7 @@ struct DecodeTime {
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
-  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0;
+  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0, delta_rule = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -340,6 +344,7 @@ int run(int argc, char** argv) {
     else if (a == "--quant-gemv") quant_gemv = v;
     else if (a == "--moe") moe = v;
     else if (a == "--tier-copy") tier_copy = v;
+    else if (a == "--delta-rule") delta_rule = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -350,6 +355,7 @@ int run(int argc, char** argv) {
               double(prop.totalGlobalMem) / double(1 << 30), driver, runtime);
 
   if (tier_copy != 0) return bench::run_tier_bench();
+  if (delta_rule != 0) return bench::run_delta_rule_bench();
   const double bw = copy_bandwidth();
   if (quant_gemv != 0) {
     std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);

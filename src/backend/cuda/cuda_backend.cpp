@@ -782,12 +782,15 @@ void CudaBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
   cuda::launch_sigmoid_mul(x, gate, stream());
 }
 
-const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch) {
+const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch,
+                                                   std::int32_t min_tokens, std::int32_t below_tokens, int* n_seqs) {
   state_seqs_host_.clear();
   for (const SequenceChunk& s : batch.sequences) {
     AKV_CHECK(s.state_slot >= 0 && s.state_slot < kv.state.n_slots, "state slot out of range");
-    state_seqs_host_.insert(state_seqs_host_.end(), {s.first_row, s.n_tokens, s.start_pos, s.state_slot});
+    if (s.n_tokens >= min_tokens && s.n_tokens < below_tokens)
+      state_seqs_host_.insert(state_seqs_host_.end(), {s.first_row, s.n_tokens, s.start_pos, s.state_slot});
   }
+  if (n_seqs != nullptr) *n_seqs = static_cast<int>(state_seqs_host_.size() / 4);
   return static_cast<const std::int32_t*>(
       upload_small(state_seqs_host_.data(), state_seqs_host_.size() * sizeof(std::int32_t)));
 }
@@ -813,14 +816,32 @@ void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, cons
                 a.cols == st.n_v_heads && b.cols == st.n_v_heads && out.cols == st.n_v_heads * st.v_head_dim &&
                 out.rows == qkv.rows,
             "gated_delta_rule shape");
-  const std::int32_t* seqs = upload_state_seqs(kv, batch);
-  const auto n_seqs = static_cast<int>(batch.sequences.size());
+  const int k_dim = static_cast<int>(st.k_head_dim), v_dim = static_cast<int>(st.v_head_dim);
+  std::int32_t below = INT32_MAX;  // chunks of fewer tokens go token by token
+  if (!recording() && cuda::delta_rule_chunked_fits(k_dim, v_dim)) {
+    below = delta_rule_chunk_min_tokens_;
+    std::int32_t max_tokens = 0;
+    for (const SequenceChunk& s : batch.sequences) max_tokens = std::max(max_tokens, s.n_tokens);
+    int n_long = 0;
+    const std::int32_t* long_seqs = upload_state_seqs(kv, batch, below, INT32_MAX, &n_long);
+    if (n_long > 0) {
+      const std::size_t bytes =
+          cuda::delta_rule_chunked_scratch_bytes(n_long, max_tokens, static_cast<int>(st.n_v_heads));
+      cuda::launch_gated_delta_rule_chunked(qkv, a, b, a_log, dt_bias, kv.recurrent_state[layer], long_seqs, n_long,
+                                            max_tokens, static_cast<int>(st.n_k_heads),
+                                            static_cast<int>(st.n_v_heads), k_dim, v_dim, out, scratch(bytes, 1),
+                                            bytes, stream());
+    }
+  }
+  int n_seqs = 0;
+  const std::int32_t* seqs = upload_state_seqs(kv, batch, 0, below, &n_seqs);
+  if (!recording() && n_seqs == 0) return;
   if (recording() && replaying(Sig().u(kDeltaRule).t(qkv).t(a).t(b).w(a_log).w(dt_bias).t(kv.recurrent_state[layer])
                                    .p(seqs).u(n_seqs).t(out).h))
     return;
   cuda::launch_gated_delta_rule(qkv, a, b, a_log, dt_bias, kv.recurrent_state[layer], seqs, n_seqs,
                                 static_cast<int>(st.n_k_heads), static_cast<int>(st.n_v_heads),
-                                static_cast<int>(st.k_head_dim), static_cast<int>(st.v_head_dim), out, stream());
+                                k_dim, v_dim, out, stream());
 }
 
 void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) {

@@ -18,6 +18,7 @@
 // decode kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_attention.h"
 #include "backend/cuda/quant_gemv.h"
 
 struct CUstream_st;
@@ -144,8 +146,14 @@ class CudaBackend final : public Backend {
   void sigmoid_mul(TensorRef x, TensorRef gate) override;
   void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                      const ForwardBatch& batch) override;
+  // Eager chunks of at least the chunk minimum (below) run the chunked kernels
+  // (delta_rule_chunked.cu) where cuda::delta_rule_chunked_fits the head dims; the others, and
+  // every chunk of a recorded step, the token-by-token kernel (linear_attention.cu).
   void gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log, const WeightRef& dt_bias,
                         KvStorage& kv, std::int64_t layer, const ForwardBatch& batch, TensorRef out) override;
+  // cuda::kDeltaChunkMinTokens by default; 1 sends every eager chunk to the chunked kernels, a
+  // value past any chunk none (tests, before/after measurements).
+  void set_delta_rule_chunk_min_tokens(std::int32_t n) { delta_rule_chunk_min_tokens_ = std::max(n, 1); }
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // Greedy picks and plain temperature draws on the device (sample.cu), one block per row; only
   // the ids are copied back (at end_step inside a step). temperature and u travel with the
@@ -332,8 +340,11 @@ class CudaBackend final : public Backend {
   std::size_t staging_next_ = 0;
   std::vector<UploadSlot> slots_;
   std::uint64_t use_counter_ = 0;
-  // [n_seqs][4] first_row, n_tokens, start_pos, state slot of the batch's chunks (linear attention).
-  const std::int32_t* upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch);
+  // [n_seqs][4] first_row, n_tokens, start_pos, state slot of the batch's chunks of
+  // [min_tokens, below_tokens) tokens (linear attention); their count in *n_seqs when given.
+  const std::int32_t* upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch, std::int32_t min_tokens = 0,
+                                        std::int32_t below_tokens = INT32_MAX, int* n_seqs = nullptr);
+  std::int32_t delta_rule_chunk_min_tokens_ = cuda::kDeltaChunkMinTokens;
   std::vector<std::int32_t> state_seqs_host_;
   std::vector<std::int32_t> batch_host_;    // descriptor being built (kept to avoid allocation)
   struct Scratch {
@@ -341,7 +352,8 @@ class CudaBackend final : public Backend {
     std::size_t capacity = 0;
   };
   Scratch scratch_[7];                      // 0: half-precision matmul input (and moe's grouped
-                                            // rows), 1: attention partials (moe's expert groups),
+                                            // rows), 1: attention partials (moe's expert groups,
+                                            // the chunked delta rule's per-chunk matrices),
                                             // 2: skinny GEMM partial sums (moe's dequantized MXFP4
                                             // expert), 3: sample_rows ids,
                                             // 4 and 5: gated_mlp's half gate/up and act when

@@ -1,8 +1,8 @@
 // Kernels of hybrid models' linear-attention layers: the attention output gate (x *= sigmoid(g)),
 // the short causal convolution with its per-sequence state, and the gated delta rule with the
 // recurrent state held in registers (one block per sequence chunk and value head, one thread
-// per value column, tokens in order: the decode update fused in one kernel; prefill runs the
-// same loop, not yet the chunked tensor-core form).
+// per value column, tokens in order: the decode update fused in one kernel; long prefill
+// chunks take delta_rule_chunked.cu instead).
 #include <algorithm>
 #include <cmath>
 

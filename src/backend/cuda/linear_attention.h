@@ -1,8 +1,9 @@
-// Launchers of linear_attention.cu (hybrid models' linear-attention layers), apart from
-// kernels.h so the other kernels do not rebuild with them. `seqs` [n_seqs][4]: first_row,
-// n_tokens, start_pos, state slot of each chunk, in device memory.
+// Launchers of linear_attention.cu and delta_rule_chunked.cu (hybrid models' linear-attention
+// layers), apart from kernels.h so the other kernels do not rebuild with them. `seqs`
+// [n_seqs][4]: first_row, n_tokens, start_pos, state slot of each chunk, in device memory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -18,5 +19,26 @@ void launch_gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const Weig
                              const WeightRef& dt_bias, TensorRef state, const std::int32_t* seqs,
                              int n_seqs, int n_k_heads, int n_v_heads, int k_dim, int v_dim,
                              TensorRef out, Stream s);
+
+// The same op in chunks of kDeltaChunkTokens tokens (delta_rule_chunked.cu, for prefill): per
+// chunk and value head in parallel the UT transform's inverse and the decayed q k^T, then the
+// state through the chunks in order, per value head and 32 state columns. Equal to the
+// token-by-token kernel up to f32 rounding, for any chunk length (1 token included); only for
+// delta_rule_chunked_fits() shapes. `max_tokens`: the most tokens of any chunk in `seqs`.
+// `scratch` (device memory of scratch_bytes, at least delta_rule_chunked_scratch_bytes(n_seqs,
+// 1, n_v_heads)) holds the per-chunk matrices of as many chunks as fit; longer sequences go in
+// several launches. Stream-ordered: no host wait.
+constexpr int kDeltaChunkTokens = 64;
+// Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend).
+constexpr int kDeltaChunkMinTokens = 32;
+bool delta_rule_chunked_fits(int k_dim, int v_dim);  // k_dim a multiple of 4, at most 128
+// Scratch for all chunks of `max_tokens` tokens at once, capped near 64 MiB (at least one chunk).
+std::size_t delta_rule_chunked_scratch_bytes(int n_seqs, int max_tokens, int n_v_heads);
+void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
+                                     const WeightRef& a_log, const WeightRef& dt_bias,
+                                     TensorRef state, const std::int32_t* seqs, int n_seqs,
+                                     int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
+                                     int v_dim, TensorRef out, void* scratch,
+                                     std::size_t scratch_bytes, Stream s);
 
 }  // namespace akv::cuda

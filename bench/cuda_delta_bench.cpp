@@ -1,0 +1,127 @@
+// cuda_bench --delta-rule 1: one Gated DeltaNet layer's delta rule (CudaBackend::gated_delta_rule)
+// at Qwen3.5-9B's shape (16 key heads, 32 value heads, k_dim = v_dim = 128) on one fresh
+// sequence of 512, 4,096 and 16,384 tokens (and 8-64, where the chunked kernels' fixed cost
+// sets cuda::kDeltaChunkMinTokens): the token-by-token kernel against the chunked kernels
+// (delta_rule_chunked.cu), milliseconds and tokens/s per layer, and the relative difference of
+// their outputs and final states (a sanity check, not the parity test).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+
+namespace akv::bench {
+void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
+
+namespace {
+
+constexpr std::int64_t kKeyHeads = 16, kValueHeads = 32, kKeyDim = 128, kValueDim = 128;
+constexpr std::int64_t kTokens[] = {8, 16, 32, 64, 512, 4096, 16384};
+
+// Uniform values in [center - scale, center + scale) from a fixed-seed LCG (fast on the host).
+std::vector<float> host_uniform(std::int64_t n, std::uint64_t seed, float center, float scale) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    f = center + scale * (2.0f * static_cast<float>(x >> 40) * (1.0f / 16777216.0f) - 1.0f);
+  }
+  return v;
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace
+
+int run_delta_rule_bench() {
+  CudaBackend be;
+  const std::int64_t n_max = kTokens[std::size(kTokens) - 1];
+  const std::int64_t key_dim = kKeyHeads * kKeyDim,
+                     qkv_cols = 2 * key_dim + kValueHeads * kValueDim;
+  KvStorage kv = be.alloc_kv(KvLayout{});
+  alloc_state_arrays(be, kv,
+                     {.n_layers = 1,
+                      .n_slots = 2,
+                      .conv_rows = 3,
+                      .conv_channels = qkv_cols,
+                      .n_k_heads = kKeyHeads,
+                      .n_v_heads = kValueHeads,
+                      .k_head_dim = kKeyDim,
+                      .v_head_dim = kValueDim});
+  auto qkv = be.alloc(DType::F32, n_max, qkv_cols);
+  auto a = be.alloc(DType::F32, n_max, kValueHeads), b = be.alloc(DType::F32, n_max, kValueHeads);
+  auto out = be.alloc(DType::F32, n_max, kValueHeads * kValueDim);
+  be.upload(host_uniform(n_max * qkv_cols, 1, 0.0f, 1.0f), qkv->tensor());
+  be.upload(host_uniform(n_max * kValueHeads, 2, -2.0f, 2.0f), a->tensor());  // decays near e^-0.5
+  be.upload(host_uniform(n_max * kValueHeads, 3, 0.0f, 3.0f), b->tensor());
+  const WeightRef a_log = be.alloc_weight(DType::BF16, 1, kValueHeads);
+  const WeightRef dt_bias = be.alloc_weight(DType::BF16, 1, kValueHeads);
+  fill_bf16(const_cast<void*>(a_log.data), kValueHeads, 4, 1.0f, 1.0f);
+  fill_bf16(const_cast<void*>(dt_bias.data), kValueHeads, 5, 0.0f, 1.0f);
+  AKV_CUDA_CHECK(cudaDeviceSynchronize());
+
+  cudaEvent_t e0, e1;
+  AKV_CUDA_CHECK(cudaEventCreate(&e0));
+  AKV_CUDA_CHECK(cudaEventCreate(&e1));
+  std::printf("\n(eager chunks of %d+ tokens take the chunked kernels in serving)\n\n",
+              cuda::kDeltaChunkMinTokens);
+  std::printf(
+      "| delta rule, Qwen3.5-9B layer (16 k-heads, 32 v-heads of 128), 1 sequence "
+      "| token by token | chunked (64) | speed-up | out / state rel diff |\n"
+      "| --- | --- | --- | --- | --- |\n");
+  for (const std::int64_t n : kTokens) {
+    const auto n32 = static_cast<std::int32_t>(n);
+    const SequenceChunk chunk{
+        .first_row = 0, .n_tokens = n32, .start_pos = 0, .block_table = {}, .state_slot = 0};
+    const std::vector<std::int32_t> tokens(static_cast<std::size_t>(n), 1),
+        positions(tokens.size(), 0);
+    const ForwardBatch batch{
+        .tokens = tokens, .positions = positions, .sequences = {&chunk, 1}, .logit_rows = {}};
+    const TensorRef q = qkv->tensor().rows_slice(0, n), at = a->tensor().rows_slice(0, n),
+                    bt = b->tensor().rows_slice(0, n), o = out->tensor().rows_slice(0, n);
+    std::vector<float> outs[2], states[2];
+    double ms[2] = {0, 0};
+    for (int chunked = 0; chunked < 2; ++chunked) {
+      be.set_delta_rule_chunk_min_tokens(chunked != 0 ? 1 : INT32_MAX);
+      std::vector<double> t;
+      for (int rep = 0; rep < 4; ++rep) {  // the first is warm-up
+        AKV_CUDA_CHECK(cudaEventRecord(e0, be.stream()));
+        be.gated_delta_rule(q, at, bt, a_log, dt_bias, kv, 0, batch, o);
+        AKV_CUDA_CHECK(cudaEventRecord(e1, be.stream()));
+        AKV_CUDA_CHECK(cudaEventSynchronize(e1));
+        float elapsed = 0;
+        AKV_CUDA_CHECK(cudaEventElapsedTime(&elapsed, e0, e1));
+        if (rep > 0) t.push_back(elapsed);
+      }
+      std::sort(t.begin(), t.end());
+      ms[chunked] = t[t.size() / 2];
+      outs[chunked].resize(static_cast<std::size_t>(n * kValueHeads * kValueDim));
+      be.download(o, outs[chunked]);
+      states[chunked].resize(static_cast<std::size_t>(kv.state.slot_floats()));
+      read_state_slot(be, kv, 0, states[chunked]);
+    }
+    be.set_delta_rule_chunk_min_tokens(cuda::kDeltaChunkMinTokens);
+    std::printf(
+        "| %lld tokens | %.2f ms (%.0f tok/s) | %.2f ms (%.0f tok/s) | %.1fx | %.2g / %.2g |\n",
+        static_cast<long long>(n), ms[0], double(n) / ms[0] * 1e3, ms[1], double(n) / ms[1] * 1e3,
+        ms[0] / ms[1], rel_diff(outs[1], outs[0]), rel_diff(states[1], states[0]));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0;
+}
+
+}  // namespace akv::bench
