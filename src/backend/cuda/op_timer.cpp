@@ -62,6 +62,9 @@ CudaOpTimer::Mark& CudaOpTimer::next_mark(std::string op) {
 
 void CudaOpTimer::collect_step() {
   if (used_ == 0) return;
+  // A download may wait only for its own copy (a hybrid model's mid-step reads): wait for the
+  // step's last op too.
+  AKV_CUDA_CHECK(cudaEventSynchronize(marks_[used_ - 1].end));
   const double host_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_).count();
   std::map<std::string, double> step_ms;
