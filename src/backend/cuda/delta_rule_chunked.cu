@@ -17,12 +17,16 @@ constexpr int kC = kDeltaChunkTokens;
 constexpr int kTile = 32;  // state columns per block of the state pass (one per lane)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = kC / kWarps;  // chunk rows of each warp in the state pass
 constexpr int kMaxKeyDim = 128;
-constexpr int kKeyRowsPerThread = kMaxKeyDim / kWarps;  // state rows each thread advances
+// The state pass: 16 warps (latency hiding: one block an SM), each thread column `lane`.
+constexpr int kStateThreads = 512;
+constexpr int kStateWarps = kStateThreads / 32;
+constexpr int kRowsPerWarp = kC / kStateWarps;               // chunk rows of each warp
+constexpr int kKeyRowsPerThread = kMaxKeyDim / kStateWarps;  // state rows each thread advances
 constexpr int kLoadBatch = 16;  // global loads a thread issues before storing them
-static_assert(kC % 32 == 0 && kC <= kThreads && kC % kWarps == 0, "chunk rows over the warps");
-static_assert((2 * kC * kC / 4) % kThreads == 0 && (kC * kTile) % kThreads == 0,
+static_assert(kC % 32 == 0 && kC <= kThreads && kC % kStateWarps == 0, "chunk rows over the warps");
+static_assert(kKeyRowsPerThread % 4 == 0, "state rows in float4 groups");
+static_assert((2 * kC * kC / 4) % kStateThreads == 0 && (kC * kTile) % kStateThreads == 0,
               "whole load rounds");
 static_assert(kC == 64 && kThreads == 256,
               "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
@@ -220,7 +224,7 @@ int state_smem_floats(int k_dim) {
 // Grid (n_v_heads, column tiles, n_seqs): columns [tile * kTile, +kTile) of one value head's
 // state through the window's chunks in order. Thread (warp w, lane l) owns column l, chunk rows
 // w + kWarps r and state rows 32 r + 4 w + {0..3}. Needs k_dim % 4 == 0 (float4 rows).
-__global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs p) {
+__global__ void __launch_bounds__(kStateThreads) delta_chunk_state_kernel(ChunkedArgs p) {
   pdl_trigger();
   pdl_wait();
   extern __shared__ float4 smem_state[];  // 16-byte aligned: float4 rows
@@ -246,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
   float* state =
       p.state + (static_cast<std::int64_t>(slot) * p.n_v_heads + h) * dk * dv;  // [dk, dv]
   const bool fresh = p.window_first == 0 && start_pos == 0;
-  for (int e = tid; e < dk * kTile; e += kThreads) {
+  for (int e = tid; e < dk * kTile; e += kStateThreads) {
     const int row = e / kTile, c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
     S[e] = !fresh && c < dv ? state[row * dv + c] : 0.0f;
   }
@@ -259,11 +263,11 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     __syncthreads();  // the previous chunk's readers are done; S is initialised
     // Load: q, k normalised; t, p; v's columns; the per-token decays. Each thread's loads go
     // out in batches before their stores (one round trip per batch, not per element).
-    for (int e0 = tid; e0 < kC * dk; e0 += kThreads * kLoadBatch) {
+    for (int e0 = tid; e0 < kC * dk; e0 += kStateThreads * kLoadBatch) {
       float qv[kLoadBatch], kv[kLoadBatch];
 #pragma unroll
       for (int u = 0; u < kLoadBatch; ++u) {
-        const int e = e0 + u * kThreads, i = e / dk;
+        const int e = e0 + u * kStateThreads, i = e / dk;
         const bool ok = e < kC * dk && i < n;
         const float* r = p.qkv + (row0 + (ok ? i : 0)) * p.qkv_stride + kh * dk + (ok ? e % dk : 0);
         qv[u] = ok ? r[0] * f[kQinv + i] : 0.0f;
@@ -271,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
       }
 #pragma unroll
       for (int u = 0; u < kLoadBatch; ++u) {
-        const int e = e0 + u * kThreads;
+        const int e = e0 + u * kStateThreads;
         if (e < kC * dk) {
           q_s[e] = qv[u];
           k_s[e] = kv[u];
@@ -279,23 +283,24 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
       }
     }
     {
-      constexpr int kVecs = 2 * kC * kC / 4 / kThreads, kCols = kC * kTile / kThreads;
+      constexpr int kVecs = 2 * kC * kC / 4 / kStateThreads, kCols = kC * kTile / kStateThreads;
       float4 tp[kVecs];
       float vv[kCols];
 #pragma unroll
       for (int u = 0; u < kVecs; ++u)
-        tp[u] = reinterpret_cast<const float4*>(f + kT)[tid + u * kThreads];
+        tp[u] = reinterpret_cast<const float4*>(f + kT)[tid + u * kStateThreads];
 #pragma unroll
       for (int u = 0; u < kCols; ++u) {
-        const int e = tid + u * kThreads, i = e / kTile;
+        const int e = tid + u * kStateThreads, i = e / kTile;
         const int c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
         const bool ok = i < n && c < dv;
         vv[u] = ok ? p.qkv[(row0 + i) * p.qkv_stride + 2 * key_dim + h * dv + c] : 0.0f;
       }
 #pragma unroll
-      for (int u = 0; u < kVecs; ++u) reinterpret_cast<float4*>(t_s)[tid + u * kThreads] = tp[u];
+      for (int u = 0; u < kVecs; ++u)
+        reinterpret_cast<float4*>(t_s)[tid + u * kStateThreads] = tp[u];
 #pragma unroll
-      for (int u = 0; u < kCols; ++u) r_s[tid + u * kThreads] = vv[u];
+      for (int u = 0; u < kCols; ++u) r_s[tid + u * kStateThreads] = vv[u];
     }
     const float cum_last = f[kCum + n - 1];
     if (tid < kC) {
@@ -312,7 +317,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
                   s2 = S[(a + 2) * kTile + lane], s3 = S[(a + 3) * kTile + lane];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int i = warp + kWarps * r;
+        const int i = warp + kStateWarps * r;
         const float4 kv = *reinterpret_cast<const float4*>(k_s + i * dk + a);
         const float4 qv = *reinterpret_cast<const float4*>(q_s + i * dk + a);
         ks[r] += kv.x * s0 + kv.y * s1 + kv.z * s2 + kv.w * s3;
@@ -321,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int i = warp + kWarps * r;
+      const int i = warp + kStateWarps * r;
       r_s[i * kTile + lane] = beta[i] * (r_s[i * kTile + lane] - ecum[i] * ks[r]);
     }
     __syncthreads();
@@ -329,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     // U = t R (t lower: j <= i).
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int i = warp + kWarps * r;
+      const int i = warp + kStateWarps * r;
       float acc = 0.0f;
       for (int j = 0; j <= i; j += 4) {
         const float4 tv = *reinterpret_cast<const float4*>(t_s + i * kC + j);
@@ -343,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     // o_i = e^cum_i q_i^T S + sum_{j <= i} p[i][j] U_j (p is zero above the diagonal).
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int i = warp + kWarps * r;
+      const int i = warp + kStateWarps * r;
       float acc = ecum[i] * qs[r];
       for (int j = 0; j <= i; j += 4) {
         const float4 pv = *reinterpret_cast<const float4*>(p_s + i * kC + j);
@@ -359,14 +364,14 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     for (int r = 0; r < kKeyRowsPerThread / 4; ++r)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int a = 32 * r + 4 * warp + x;
+        const int a = 4 * kStateWarps * r + 4 * warp + x;
         acc[4 * r + x] = a < dk ? g_last * S[a * kTile + lane] : 0.0f;
       }
     for (int j = 0; j < n; ++j) {
       const float u = kdec[j] * u_s[j * kTile + lane];
 #pragma unroll
       for (int r = 0; r < kKeyRowsPerThread / 4; ++r) {
-        const int a = 32 * r + 4 * warp;
+        const int a = 4 * kStateWarps * r + 4 * warp;
         if (a < dk) {
           const float4 kv = *reinterpret_cast<const float4*>(k_s + j * dk + a);
           acc[4 * r] += kv.x * u;
@@ -380,12 +385,12 @@ __global__ void __launch_bounds__(kThreads) delta_chunk_state_kernel(ChunkedArgs
     for (int r = 0; r < kKeyRowsPerThread / 4; ++r)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int a = 32 * r + 4 * warp + x;
+        const int a = 4 * kStateWarps * r + 4 * warp + x;
         if (a < dk) S[a * kTile + lane] = acc[4 * r + x];
       }
   }
   __syncthreads();
-  for (int e = tid; e < dk * kTile; e += kThreads) {
+  for (int e = tid; e < dk * kTile; e += kStateThreads) {
     const int row = e / kTile, c = static_cast<int>(blockIdx.y) * kTile + e % kTile;
     if (c < dv) state[row * dv + c] = S[e];
   }
@@ -480,7 +485,7 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
              static_cast<const W*>(dt_bias.data));
     });
     AKV_CUDA_CHECK_LAUNCH();
-    launch(delta_chunk_state_kernel, state_grid, kThreads, state_smem, s, p);
+    launch(delta_chunk_state_kernel, state_grid, kStateThreads, state_smem, s, p);
     AKV_CUDA_CHECK_LAUNCH();
   }
 }
