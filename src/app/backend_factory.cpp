@@ -38,22 +38,29 @@ std::unique_ptr<Backend> make_backend(const std::string& flag, int n_threads) {
     int n_devices = 0;
     const cudaError_t err = cudaGetDeviceCount(&n_devices);
     if (err != cudaSuccess || n_devices == 0)
-      throw Error(ErrorKind::Unsupported, std::string("--backend cuda: no usable CUDA device (") +
-                                              (err != cudaSuccess ? cudaGetErrorString(err) : "none found") + ")");
+      throw Error(ErrorKind::Unsupported,
+                  std::string("--backend cuda: no usable CUDA device (") +
+                      (err != cudaSuccess ? cudaGetErrorString(err) : "none found") + ")");
     auto cuda = std::make_unique<CudaBackend>();
     // A diagnostic: each step's GPU time by op kind, one line a step (op_timer.h).
     if (const char* path = std::getenv("AGENTKV_CUDA_OP_TIMES"); path != nullptr && *path != '\0') {
       std::FILE* log = std::fopen(path, "a");
-      if (log == nullptr) throw Error(ErrorKind::InvalidArgument, std::string("AGENTKV_CUDA_OP_TIMES: cannot open ") + path);
+      if (log == nullptr)
+        throw Error(ErrorKind::InvalidArgument,
+                    std::string("AGENTKV_CUDA_OP_TIMES: cannot open ") + path);
       const char* each = std::getenv("AGENTKV_CUDA_OP_TIMES_EACH");
-      return std::make_unique<CudaOpTimer>(std::move(cuda), log, 1, each != nullptr && std::strcmp(each, "1") == 0);
+      return std::make_unique<CudaOpTimer>(std::move(cuda), log, 1,
+                                           each != nullptr && std::strcmp(each, "1") == 0);
     }
     return cuda;
   }
 #endif
   if (name == "cuda")
-    throw Error(ErrorKind::InvalidArgument, "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
-  throw Error(ErrorKind::InvalidArgument, "--backend: unknown backend '" + name + "' (auto, reference, cpu, cuda)");
+    throw Error(
+        ErrorKind::InvalidArgument,
+        "--backend cuda: this build has no CUDA backend (configure with -DAGENTKV_CUDA=ON)");
+  throw Error(ErrorKind::InvalidArgument,
+              "--backend: unknown backend '" + name + "' (auto, reference, cpu, cuda)");
 }
 
 }  // namespace akv

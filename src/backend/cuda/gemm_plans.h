@@ -30,8 +30,9 @@ class GemmPlans {
   // out[n, m] = a[n, k] . w[m, k]^T (row-major; row strides lda, ldo in elements; w dense), a and
   // w of type `in` (bf16 or f16), out of `out_type` (f32 or `in`), f32 accumulation. Returns false
   // (nothing launched) where cuBLASLt has no algorithm for the class: the caller falls back.
-  bool run(const void* w, const void* a, std::int64_t lda, void* out, std::int64_t ldo, std::int64_t m,
-           std::int64_t n, std::int64_t k, cudaDataType_t in, cudaDataType_t out_type, cudaStream_t stream);
+  bool run(const void* w, const void* a, std::int64_t lda, void* out, std::int64_t ldo,
+           std::int64_t m, std::int64_t n, std::int64_t k, cudaDataType_t in,
+           cudaDataType_t out_type, cudaStream_t stream);
 
   // The token count whose algorithm serves `n` rows: n itself up to 64, above that n rounded up
   // to a quarter of its octave (449..512 -> 512, 513..640 -> 640).
@@ -40,8 +41,9 @@ class GemmPlans {
   // into the weight's type, on `a` (>= class_rows(max_rows) * k elements of type `in`) and `out`
   // (>= class_rows(max_rows) * m floats): their choices are made and their kernels loaded.
   // Returns the GEMMs run.
-  std::int64_t warm(const void* w, std::int64_t m, std::int64_t k, cudaDataType_t in, std::int64_t first_rows,
-                    std::int64_t max_rows, const void* a, void* out, cudaStream_t stream);
+  std::int64_t warm(const void* w, std::int64_t m, std::int64_t k, cudaDataType_t in,
+                    std::int64_t first_rows, std::int64_t max_rows, const void* a, void* out,
+                    cudaStream_t stream);
   std::int64_t heuristic_queries() const { return queries_; }
 
  private:

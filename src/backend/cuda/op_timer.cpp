@@ -20,7 +20,9 @@ class CudaOpTimer::Scope {
   ~Scope() {
     --t_.depth_;
     if (!outer_) return;
-    mark_->host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    mark_->host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
     AKV_CUDA_CHECK(cudaEventRecord(mark_->end, t_.b_.stream()));
   }
   Scope(const Scope&) = delete;
@@ -36,8 +38,13 @@ class CudaOpTimer::Scope {
 CudaOpTimer::CudaOpTimer(CudaBackend& b, std::FILE* log, std::int64_t log_min_tokens, bool each_op)
     : b_(b), log_(log), log_min_tokens_(log_min_tokens), each_op_(each_op) {}
 
-CudaOpTimer::CudaOpTimer(std::unique_ptr<CudaBackend> b, std::FILE* log, std::int64_t log_min_tokens, bool each_op)
-    : owned_(std::move(b)), b_(*owned_), log_(log), log_min_tokens_(log_min_tokens), each_op_(each_op),
+CudaOpTimer::CudaOpTimer(std::unique_ptr<CudaBackend> b, std::FILE* log,
+                         std::int64_t log_min_tokens, bool each_op)
+    : owned_(std::move(b)),
+      b_(*owned_),
+      log_(log),
+      log_min_tokens_(log_min_tokens),
+      each_op_(each_op),
       owns_log_(true) {}
 
 CudaOpTimer::~CudaOpTimer() {
@@ -66,7 +73,8 @@ void CudaOpTimer::collect_step() {
   // step's last op too.
   AKV_CUDA_CHECK(cudaEventSynchronize(marks_[used_ - 1].end));
   const double host_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_)
+          .count();
   std::map<std::string, double> step_ms;
   double sum_ms = 0;
   for (std::size_t i = 0; i < used_; ++i) {
@@ -88,13 +96,15 @@ void CudaOpTimer::collect_step() {
                  static_cast<long long>(step_tokens_), used_, host_ms, span_ms, sum_ms);
     for (const auto& [ms, op] : by_time) std::fprintf(log_, " %s=%.2f", op.c_str(), ms);
     std::fprintf(log_, "\n");
-    if (each_op_ && step_tokens_ > 1) {  // every op in order: start after the step's first, and time
+    if (each_op_ &&
+        step_tokens_ > 1) {  // every op in order: start after the step's first, and time
       std::fprintf(log_, "ops");
       for (std::size_t i = 0; i < used_; ++i) {
         float start = 0, ms = 0;
         AKV_CUDA_CHECK(cudaEventElapsedTime(&start, marks_[0].begin, marks_[i].begin));
         AKV_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i].begin, marks_[i].end));
-        std::fprintf(log_, " %s@%.3f:%.3f/%.3f", marks_[i].op.c_str(), start, ms, marks_[i].host_ms);
+        std::fprintf(log_, " %s@%.3f:%.3f/%.3f", marks_[i].op.c_str(), start, ms,
+                     marks_[i].host_ms);
       }
       std::fprintf(log_, "\n");
     }
@@ -140,7 +150,8 @@ void CudaOpTimer::sample_rows(TensorRef x, std::span<const float> t, std::span<c
   if (depth_ == 0) collect_step();
 }
 
-void CudaOpTimer::embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc, TensorRef o) {
+void CudaOpTimer::embed(const WeightRef& t, std::span<const std::int32_t> ids, float sc,
+                        TensorRef o) {
   if (depth_ == 0) step_tokens_ += static_cast<std::int64_t>(ids.size());
   Scope s(*this, "embed");
   b_.embed(t, ids, sc, o);
@@ -157,7 +168,8 @@ void CudaOpTimer::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias,
 }
 
 void CudaOpTimer::matmul_multi(TensorRef x, std::span<const MatmulTarget> t) {
-  Scope s(*this, t.size() == 3 ? "matmul q/k/v (one call)" : "matmul " + std::to_string(t.size()) + " targets (one call)");
+  Scope s(*this, t.size() == 3 ? "matmul q/k/v (one call)"
+                               : "matmul " + std::to_string(t.size()) + " targets (one call)");
   b_.matmul_multi(x, t);
 }
 
@@ -166,17 +178,20 @@ void CudaOpTimer::add(TensorRef a, TensorRef x) {
   b_.add(a, x);
 }
 
-void CudaOpTimer::add_rms_norm(TensorRef a, TensorRef x, const WeightRef& w, float e, float off, TensorRef o) {
+void CudaOpTimer::add_rms_norm(TensorRef a, TensorRef x, const WeightRef& w, float e, float off,
+                               TensorRef o) {
   Scope s(*this, "add_rms_norm");
   b_.add_rms_norm(a, x, w, e, off, o);
 }
 
-void CudaOpTimer::rope(TensorRef x, std::int64_t hd, const RopeParams& r, std::span<const std::int32_t> p) {
+void CudaOpTimer::rope(TensorRef x, std::int64_t hd, const RopeParams& r,
+                       std::span<const std::int32_t> p) {
   Scope s(*this, "rope");
   b_.rope(x, hd, r, p);
 }
 
-void CudaOpTimer::store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef v, const ForwardBatch& b) {
+void CudaOpTimer::store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef v,
+                           const ForwardBatch& b) {
   Scope s(*this, "store_kv");
   b_.store_kv(kv, l, k, v, b);
 }
@@ -192,14 +207,14 @@ void CudaOpTimer::glu(TensorRef g, TensorRef u, GluActivation a, TensorRef o) {
   b_.glu(g, u, a, o);
 }
 
-void CudaOpTimer::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation a, TensorRef gu, TensorRef act,
-                            TensorRef o) {
+void CudaOpTimer::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation a, TensorRef gu,
+                            TensorRef act, TensorRef o) {
   Scope s(*this, "gated_mlp");
   b_.gated_mlp(x, w, a, gu, act, o);
 }
 
-void CudaOpTimer::moe(TensorRef x, TensorRef r, const MoeWeights& w, const MoeParams& p, const MoeScratch& sc,
-                      TensorRef o) {
+void CudaOpTimer::moe(TensorRef x, TensorRef r, const MoeWeights& w, const MoeParams& p,
+                      const MoeScratch& sc, TensorRef o) {
   Scope s(*this, "moe");
   b_.moe(x, r, w, p, sc, o);
 }
