@@ -13,6 +13,7 @@
 
 #include "kv/host_store.h"
 #include "kv/kv_manager.h"
+#include "tier_test_util.h"
 
 namespace akv {
 namespace {
@@ -65,15 +66,7 @@ struct EncodingDevice {
       : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
         kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }),
         host(host_options()) {
-    KvBlockIo io{.read =
-                     [this](BlockId b, std::span<std::byte> out) {
-                       std::memcpy(out.data(), mem[b].data(), out.size());
-                     },
-                 .write =
-                     [this](BlockId b, std::span<const std::byte> in) {
-                       std::memcpy(mem[b].data(), in.data(), in.size());
-                     },
-                 .block_bytes = kShape.raw_bytes()};
+    KvBlockIo io = test::memory_block_io(mem, kShape.raw_bytes());
     io.finish_reads = [this] {
       for (const auto& [out, bytes] : started) std::memcpy(out.data(), bytes.data(), out.size());
       started.clear();

@@ -49,17 +49,7 @@ struct Device {
   explicit Device(std::int32_t n_blocks)
       : mem(static_cast<std::size_t>(n_blocks), std::vector<std::byte>(kShape.raw_bytes())),
         kv(n_blocks, kBs, [this](BlockId s, BlockId d) { mem[d] = mem[s]; }) {}
-  KvBlockIo io() {
-    return {.read =
-                [this](BlockId b, std::span<std::byte> out) {
-                  std::memcpy(out.data(), mem[b].data(), out.size());
-                },
-            .write =
-                [this](BlockId b, std::span<const std::byte> in) {
-                  std::memcpy(mem[b].data(), in.data(), in.size());
-                },
-            .block_bytes = kShape.raw_bytes()};
-  }
+  KvBlockIo io() { return test::memory_block_io(mem, kShape.raw_bytes()); }
   // With deferred reads as a device backend does them: a started read takes the block's bytes
   // at the call but fills `out` (garbage until then) only at finish_reads.
   KvBlockIo deferred_io() {

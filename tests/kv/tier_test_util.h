@@ -14,6 +14,7 @@
 
 #include "kv/block_codec.h"
 #include "kv/block_key.h"
+#include "kv/kv_manager.h"
 #include "tensor/dtype.h"
 
 namespace akv::test {
@@ -88,6 +89,21 @@ inline std::vector<std::byte> raw_from_floats(std::span<const float> f, DType t)
     std::memcpy(raw.data() + 2 * i, &h, 2);
   }
   return raw;
+}
+
+// KvBlockIo's read and write over an in-memory "device": mem[b] holds block b's raw bytes
+// (`mem` outlives the io).
+inline KvBlockIo memory_block_io(std::vector<std::vector<std::byte>>& mem,
+                                 std::size_t block_bytes) {
+  return {.read =
+              [&mem](BlockId b, std::span<std::byte> out) {
+                std::memcpy(out.data(), mem[b].data(), out.size());
+              },
+          .write =
+              [&mem](BlockId b, std::span<const std::byte> in) {
+                std::memcpy(mem[b].data(), in.data(), in.size());
+              },
+          .block_bytes = block_bytes};
 }
 
 }  // namespace akv::test
