@@ -271,6 +271,8 @@ class CudaBackend final : public Backend {
   // out = x @ w^T for a quantized weight and more than kQuantGemvRows rows: the weight
   // dequantized to bf16 in row chunks, each through cuBLAS.
   void matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out);
+  // The kernels' view of a quantized weight (its dtype one the kernels read: AKV_CHECK).
+  static cuda::QuantWeight quant_weight(const WeightRef& w);
   // moe's grouped path (after routing into scratch.route).
   void moe_grouped(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch, TensorRef out);
   // out rows of expert e = in rows of expert e @ (its `rows` rows of `weights`)^T for every

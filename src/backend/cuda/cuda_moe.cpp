@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_plans.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/op_signature.h"
 
@@ -28,10 +29,6 @@ bool grouped_supported(const MoeWeights& w, const MoeParams& p) {
   if (w.format == ExpertFormat::Mxfp4) return true;
   const DType t = w.gate_up.dtype;
   return t == w.down.dtype && (t == DType::F32 || t == DType::BF16 || t == DType::F16);
-}
-
-cudaDataType_t blas_type(DType t) {
-  return t == DType::BF16 ? CUDA_R_16BF : t == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -153,7 +150,7 @@ bool CudaBackend::moe_grouped_gemm(const MoeExpertGemms& a) {
   const std::vector<float> one(count, 1.0f), zero(count, 0.0f);
   const std::vector<int> m(count, static_cast<int>(a.rows)), k(count, static_cast<int>(a.weights.cols)),
       ldb(count, static_cast<int>(a.in_stride)), ldc(count, static_cast<int>(a.out_stride)), group_size(count, 1);
-  const cudaDataType_t type = blas_type(a.dtype);
+  const cudaDataType_t type = cuda::blas_type(a.dtype);
   // C[e] [rows_e, m] (column-major m x rows_e) = W_e^T (W_e row-major [m, k]) x in_e; lda = k.
   const cublasStatus_t st = cublasGemmGroupedBatchedEx(
       blas_, op_t.data(), op_n.data(), m.data(), rows_of.data(), k.data(), one.data(), d, type, k.data(), d + count,

@@ -16,7 +16,14 @@
 #include <cstdint>
 #include <map>
 
+#include "tensor/dtype.h"
+
 namespace akv::cuda {
+
+// cuBLAS's type for a weight or activation dtype (bf16, f16; f32 for the rest).
+inline cudaDataType_t blas_type(DType t) {
+  return t == DType::BF16 ? CUDA_R_16BF : t == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 class GemmPlans {
  public:

@@ -1,6 +1,6 @@
 // The signature of an op inside a recorded step (step_graph.h): its kind and every argument the
 // graph bakes in, hashed. Shared by the translation units of CudaBackend (cuda_backend.cpp,
-// cuda_moe.cpp); not part of the backend's interface.
+// cuda_matmul.cpp, cuda_moe.cpp); not part of the backend's interface.
 #pragma once
 
 #include <bit>

@@ -1,0 +1,307 @@
+// CudaBackend's matmuls (cuda_backend.h): half-precision GEMMs through cuBLASLt with cached
+// algorithms (gemm_plans.h) and their start-up warm-up, the GEMV and skinny kernels for few rows,
+// GGUF block weights (GEMV on the raw blocks, or a bf16 copy then cuBLAS), and the gated MLP.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_plans.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/op_signature.h"
+#include "backend/cuda/quant_dequant.h"
+#include "backend/cuda/quant_gemv.h"
+
+namespace akv {
+
+using cuda::Sig;
+using enum cuda::OpKind;
+
+namespace {
+
+// Whether gated_mlp can keep its intermediates in half: the cuBLAS path (more rows than the
+// GEMV takes) with gate/up and down all BF16 or all F16.
+bool half_mlp(TensorRef x, const GatedMlpWeights& w) {
+  const DType t = w.down.dtype;
+  if (x.rows <= cuda::kGemvMaxRows || (t != DType::BF16 && t != DType::F16)) return false;
+  return w.gate_up.empty() ? w.gate.dtype == t && w.up.dtype == t : w.gate_up.dtype == t;
+}
+
+}  // namespace
+
+void CudaBackend::gemm(TensorRef x, const void* xh, const WeightRef& w, TensorRef out) {
+  const int m = static_cast<int>(w.rows), n = static_cast<int>(x.rows),
+            k = static_cast<int>(w.cols);
+  const float one = 1.0f, zero = 0.0f;
+  if (w.dtype == DType::F32) {
+    AKV_CUBLAS_CHECK(cublasSgemm(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w.data), k,
+        static_cast<const float*>(x.data), static_cast<int>(x.stride), &zero,
+        static_cast<float*>(out.data), static_cast<int>(out.stride)));
+  } else {
+    gemm_half(xh, k, x.rows, w, out.data, DType::F32, out.stride);
+  }
+}
+
+void CudaBackend::note_gemm_weight(const WeightRef& w) {
+  if (w.rows < 2) return;  // vectors: norms, biases
+  GemmWeight g{.data = w.data, .rows = w.rows, .cols = w.cols, .dtype = w.dtype};
+  if (dtype_is_quantized(w.dtype)) {  // matmul_dequantized: row chunks of bf16 in dequant_scratch_
+    g = {.data = nullptr,
+         .rows = std::min(w.rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / w.cols)),
+         .cols = w.cols,
+         .dtype = DType::BF16};
+  } else if (w.dtype != DType::BF16 && w.dtype != DType::F16) {
+    return;
+  }
+  const bool seen =
+      std::any_of(gemm_weights_.begin(), gemm_weights_.end(), [&](const GemmWeight& s) {
+        return s.rows == g.rows && s.cols == g.cols && s.dtype == g.dtype &&
+               (s.data == nullptr) == (g.data == nullptr);
+      });
+  if (!seen) gemm_weights_.push_back(g);
+}
+
+void CudaBackend::warm_up(std::int64_t max_rows) {
+  // Every class of rows the half GEMMs take (above the GEMV's), for each weight shape; the
+  // output buffer is bounded, so a vocabulary-wide weight (the LM head: logits of a few rows)
+  // warms only its smaller classes.
+  if (gemm_weights_.empty() || max_rows <= cuda::kGemvMaxRows) return;
+  constexpr std::int64_t kOutFloats = std::int64_t{128} << 20;  // 512 MiB
+  std::int64_t a_elems = 0, out_elems = 0;
+  auto rows_for = [&](const GemmWeight& g) {  // the top class warmed: the buffers hold it
+    return cuda::GemmPlans::class_rows(
+        std::min(max_rows, std::max<std::int64_t>(64, kOutFloats / g.rows)));
+  };
+  for (const GemmWeight& g : gemm_weights_) {
+    a_elems = std::max(a_elems, rows_for(g) * g.cols);
+    out_elems = std::max(out_elems, rows_for(g) * g.rows);
+  }
+  void *a = nullptr, *out = nullptr;
+  AKV_CUDA_CHECK(cudaMalloc(&a, static_cast<std::size_t>(a_elems) * 2));
+  AKV_CUDA_CHECK(cudaMalloc(&out, static_cast<std::size_t>(out_elems) * sizeof(float)));
+  AKV_CUDA_CHECK(cudaMemsetAsync(a, 0, static_cast<std::size_t>(a_elems) * 2, stream_));
+  for (const GemmWeight& g : gemm_weights_)
+    gemm_plans_->warm(g.data != nullptr ? g.data : dequant_scratch_, g.rows, g.cols,
+                      cuda::blas_type(g.dtype), cuda::kGemvMaxRows + 1, rows_for(g), a, out,
+                      stream_);
+  AKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaFree(a);
+  cudaFree(out);
+}
+
+std::int64_t CudaBackend::gemm_heuristic_queries() const {
+  return gemm_plans_->heuristic_queries();
+}
+
+void CudaBackend::gemm_half(const void* a, std::int64_t a_stride, std::int64_t n,
+                            const WeightRef& w, void* out, DType out_dtype,
+                            std::int64_t out_stride) {
+  AKV_CHECK(out_dtype == DType::F32 || out_dtype == w.dtype,
+            "gemm_half: f32 or weight-dtype output");
+  if (n == 0) return;
+  if (gemm_plans_->run(w.data, a, a_stride, out, out_stride, w.rows, n, w.cols,
+                       cuda::blas_type(w.dtype), cuda::blas_type(out_dtype), stream()))
+    return;
+  const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
+  const float one = 1.0f, zero = 0.0f;
+  AKV_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, static_cast<int>(n), k, &one,
+                                w.data, cuda::blas_type(w.dtype), k, a, cuda::blas_type(w.dtype),
+                                static_cast<int>(a_stride), &zero, out, cuda::blas_type(out_dtype),
+                                static_cast<int>(out_stride), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::skinny(TensorRef x, std::span<const MatmulTarget> targets) {
+  cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+  std::int64_t rows[cuda::kGemvMaxTargets];
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    outs[i] = {targets[i].w, targets[i].out};
+    rows[i] = targets[i].w->rows;
+  }
+  cuda::SkinnyScratch sc;
+  sc.partial_floats = cuda::skinny_gemm_partial_floats(x.rows, x.cols, {rows, targets.size()});
+  if (sc.partial_floats > 0) {
+    sc.partial = static_cast<float*>(scratch(sc.partial_floats * sizeof(float), 2));
+    sc.counters = skinny_counters_;
+  }
+  cuda::launch_skinny_gemm(x, {outs, targets.size()}, sc, stream());
+}
+
+void CudaBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out) {
+  const MatmulTarget t{&w, bias, out};
+  matmul_multi(x, {&t, 1});
+}
+
+void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> targets) {
+  AKV_CHECK(x.dtype == DType::F32, "matmul: f32 activations");
+  bool quantized = false;
+  for (const MatmulTarget& t : targets) {
+    AKV_CHECK(x.cols == t.w->cols && t.out.rows == x.rows && t.out.cols == t.w->rows,
+              "matmul shape");
+    AKV_CHECK(t.out.dtype == DType::F32, "matmul: f32 activations");
+    quantized = quantized || dtype_is_quantized(t.w->dtype);
+  }
+  if (x.rows == 0 || targets.empty()) return;
+  if (recording()) {
+    Sig sig;
+    sig.u(kMatmul).t(x);
+    for (const MatmulTarget& t : targets)
+      sig.w(*t.w).p(t.bias != nullptr ? t.bias->data : nullptr).t(t.out);
+    if (replaying(sig.h)) return;
+  }
+  if (!quantized) {
+    matmul_plain(x, targets);
+  } else if (x.rows > kQuantGemvRows) {  // dequantize + cuBLAS per quantized target
+    for (const MatmulTarget& t : targets) {
+      if (dtype_is_quantized(t.w->dtype))
+        matmul_dequantized(x, *t.w, t.out);
+      else
+        matmul_plain(x, {&t, 1});
+    }
+  } else {  // x quantized once; one GEMV launch per weight type (q/k/v, gate/up); plain ones apart
+    const cuda::QuantActivations a = cuda::quant_activations_in(
+        scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
+    cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols,
+                                      a, stream());
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const DType type = targets[i].w->dtype;
+      if (!dtype_is_quantized(type)) {
+        matmul_plain(x, {&targets[i], 1});
+        continue;
+      }
+      bool seen = false;  // launched with an earlier target of its type
+      for (std::size_t j = 0; j < i; ++j) seen = seen || targets[j].w->dtype == type;
+      if (seen) continue;
+      cuda::QuantTarget group[cuda::kQuantGemvMaxTargets];
+      int k = 0;
+      for (std::size_t j = i; j < targets.size(); ++j) {
+        if (targets[j].w->dtype != type) continue;
+        if (k == cuda::kQuantGemvMaxTargets) {
+          cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+          k = 0;
+        }
+        group[k++] = {quant_weight(*targets[j].w), static_cast<float*>(targets[j].out.data),
+                      targets[j].out.stride};
+      }
+      cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+    }
+  }
+  for (const MatmulTarget& t : targets)
+    if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
+}
+
+void CudaBackend::matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out) {
+  const cuda::QuantWeight qw = quant_weight(w);
+  // The bf16 rows go through the one dequant scratch matrix (sized at upload, never reallocated
+  // inside a step): recorded steps replay on the one stream, so their uses never overlap.
+  const std::int64_t chunk_rows = std::min<std::int64_t>(
+      w.rows,
+      static_cast<std::int64_t>(dequant_scratch_bytes_ / (static_cast<std::size_t>(w.cols) * 2)));
+  AKV_CHECK(chunk_rows >= 1, "dequant scratch smaller than a row (sized at upload)");
+  void* xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
+  cuda::launch_to_half(x, DType::BF16, xh, stream());
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {  // out[:, r0 : r0 + m] per chunk
+    const std::int64_t m = std::min(chunk_rows, w.rows - r0);
+    const cuda::QuantWeight part{
+        static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * row_bytes,
+        qw.type, m, w.cols};
+    cuda::launch_dequantize_bf16(part, dequant_scratch_, stream());
+    gemm_half(xh, x.cols, x.rows, WeightRef{dequant_scratch_, DType::BF16, m, w.cols},
+              static_cast<float*>(out.data) + r0, DType::F32, out.stride);
+  }
+}
+
+void CudaBackend::matmul_plain(TensorRef x, std::span<const MatmulTarget> targets) {
+  bool one_launch = targets.size() <= static_cast<std::size_t>(cuda::kGemvMaxTargets);
+  for (const MatmulTarget& t : targets)
+    one_launch = one_launch && t.w->dtype == targets[0].w->dtype;
+  cuda::GemvOutput outs[cuda::kGemvMaxTargets];
+  bool skinny_ok = one_launch && x.rows >= 2;
+  if (skinny_ok) {
+    for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].out};
+    skinny_ok = cuda::skinny_gemm_supported(x, {outs, targets.size()});
+  }
+  if (skinny_ok) {
+    skinny(x, targets);
+  } else if (x.rows <= cuda::kGemvMaxRows) {
+    if (one_launch) {
+      for (std::size_t i = 0; i < targets.size(); ++i) outs[i] = {targets[i].w, targets[i].out};
+      cuda::launch_gemv(x, {outs, targets.size()}, stream());
+    } else {
+      for (const MatmulTarget& t : targets) {
+        outs[0] = {t.w, t.out};
+        cuda::launch_gemv(x, {outs, 1}, stream());
+      }
+    }
+  } else {
+    // x is rounded to a half type once for all targets of that weight dtype.
+    void* xh = nullptr;
+    DType xh_dtype = DType::F32;
+    for (const MatmulTarget& t : targets) {
+      if (t.w->dtype != DType::F32 && t.w->dtype != xh_dtype) {
+        xh = scratch(static_cast<std::size_t>(x.rows * x.cols) * 2, 0);
+        cuda::launch_to_half(x, t.w->dtype, xh, stream());
+        xh_dtype = t.w->dtype;
+      }
+      gemm(x, xh, *t.w, t.out);
+    }
+  }
+}
+
+void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act,
+                            TensorRef gate_up, TensorRef act_out, TensorRef out) {
+  if (!half_mlp(x, w)) {  // the unfused ops, each recorded on its own inside a step
+    Backend::gated_mlp(x, w, act, gate_up, act_out, out);
+    return;
+  }
+  const std::int64_t n = x.rows, k = x.cols, inter = act_out.cols;
+  const bool fused = !w.gate_up.empty();
+  AKV_CHECK(x.dtype == DType::F32 && gate_up.dtype == DType::F32 && act_out.dtype == DType::F32 &&
+                out.dtype == DType::F32,
+            "gated_mlp: f32 activations");
+  AKV_CHECK(gate_up.rows == n && act_out.rows == n && out.rows == n && gate_up.cols == 2 * inter,
+            "gated_mlp shape");
+  AKV_CHECK(fused
+                ? w.gate_up.rows == 2 * inter && w.gate_up.cols == k
+                : w.gate.rows == inter && w.up.rows == inter && w.gate.cols == k && w.up.cols == k,
+            "gated_mlp: gate/up weight shape");
+  AKV_CHECK(w.down.cols == inter && out.cols == w.down.rows, "gated_mlp: down weight shape");
+  if (recording() && replaying(Sig()
+                                   .u(kGatedMlp)
+                                   .t(x)
+                                   .w(w.gate_up)
+                                   .w(w.gate)
+                                   .w(w.up)
+                                   .w(w.down)
+                                   .u(act == GluActivation::GeluTanh)
+                                   .t(gate_up)
+                                   .t(act_out)
+                                   .t(out)
+                                   .h))
+    return;
+  const DType t = w.down.dtype;
+  constexpr std::size_t kHalfBytes = 2;
+  void* xh = scratch(static_cast<std::size_t>(n * k) * kHalfBytes, 0);
+  cuda::launch_to_half(x, t, xh, stream());
+  // Half data needs half the bytes of the caller's f32 buffers: reuse them when contiguous.
+  void* gu = gate_up.stride == gate_up.cols
+                 ? gate_up.data
+                 : scratch(static_cast<std::size_t>(n * 2 * inter) * kHalfBytes, 4);
+  void* ah = act_out.stride == act_out.cols
+                 ? act_out.data
+                 : scratch(static_cast<std::size_t>(n * inter) * kHalfBytes, 5);
+  const TensorRef gu_h{gu, t, n, 2 * inter, 2 * inter};  // [n, 2 * inter]: gate, then up
+  const TensorRef act_h{ah, t, n, inter, inter};         // [n, inter]
+  if (fused) {
+    gemm_half(xh, k, n, w.gate_up, gu_h.data, t, gu_h.stride);
+  } else {
+    gemm_half(xh, k, n, w.gate, gu_h.cols_slice(0, inter).data, t, gu_h.stride);
+    gemm_half(xh, k, n, w.up, gu_h.cols_slice(inter, inter).data, t, gu_h.stride);
+  }
+  cuda::launch_glu_half(gu_h.cols_slice(0, inter), gu_h.cols_slice(inter, inter),
+                        act == GluActivation::GeluTanh, act_h, stream());
+  gemm_half(act_h.data, act_h.stride, n, w.down, out.data, DType::F32, out.stride);
+}
+
+}  // namespace akv
