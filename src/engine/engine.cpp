@@ -98,7 +98,8 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
           }
           wake_.notify_one();
         },
-        config_.restore_max_bytes, Restorer::kDefaultThreads, config_.host);
+        config_.restore_max_bytes, Restorer::default_threads(), config_.host,
+        /*device_decodes=*/backend_.device_memory().has_value());
   }
   if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
     kv_.attach_tiers({.agents = config_.agents,

@@ -393,6 +393,7 @@ class KvManager {
   // front; empty: not in the host tier), the batch being built and the keys it pinned.
   std::vector<TierMeta> restore_metas_;
   std::vector<std::span<const std::byte>> restore_slots_;
+  std::vector<SpillCodec> restore_codecs_;  // of restore_slots_
   std::vector<EncodedKvBlock> restore_batch_;
   std::vector<Hash128> restore_pins_;
   KvTierTimes tier_times_;

@@ -185,11 +185,12 @@ bool KvManager::demote_into_slot(BlockId block, const Hash128& key, const HostBl
 
 void KvManager::lend_to_disk(const Hash128& key, const Hash128& parent,
                              const Hash128& tokens_hash) {
-  const std::span<const std::byte> bytes = host_->lend(key);
+  SpillCodec codec = host_->codec();
+  const std::span<const std::byte> bytes = host_->lend(key, &codec);
   if (bytes.empty()) return;  // erased meanwhile
   HostStore* host = host_;
   disk_->put_lent(key, parent, tokens_hash,
-                  {.bytes = bytes, .codec = host_->codec(), .release = [host, key] { host->unpin(key); }});
+                  {.bytes = bytes, .codec = codec, .release = [host, key] { host->unpin(key); }});
 }
 
 bool KvManager::host_writes_through() const {
@@ -352,10 +353,9 @@ std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierM
   // A block this match evicted (an orphan of the chain it restores) reaches the host tier first.
   if (demoting(meta.key)) finish_tier_reads();
   if (host_ != nullptr) {
-    const std::span<const std::byte> slot = host_->pin(meta.key, meta.parent, meta.tokens_hash);
+    const std::span<const std::byte> slot = host_->pin(meta.key, meta.parent, meta.tokens_hash, &codec);
     if (!slot.empty()) {
       from = TierSource::Host;
-      codec = host_->codec();
       restore_pins_.push_back(meta.key);
       return slot;
     }
@@ -399,6 +399,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
   // starts demotions, and those must not push out the blocks this restore is about to read.
   restore_metas_.clear();
   restore_slots_.clear();
+  restore_codecs_.clear();
   for (std::int32_t at = matched; at + bs <= limit; at += bs) {
     const auto block_tokens = tokens.subspan(at, bs);
     const Hash128 parent = restore_metas_.empty()
@@ -408,8 +409,9 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
                         .parent = parent,
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
                         .depth = static_cast<std::int32_t>(seq.keys_.size() + restore_metas_.size())};
+    SpillCodec codec = SpillCodec::Native;  // the host block's own (a disk load may keep the disk's)
     const std::span<const std::byte> slot =
-        host_ != nullptr ? host_->pin(meta.key, meta.parent, meta.tokens_hash)
+        host_ != nullptr ? host_->pin(meta.key, meta.parent, meta.tokens_hash, &codec)
                          : std::span<const std::byte>{};
     // Past a block no tier may have, nothing can follow (a device orphan may be demoted on the
     // way; a disk block comes from the background load or, without a restorer, from disk).
@@ -417,6 +419,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
       break;
     restore_metas_.push_back(meta);
     restore_slots_.push_back(slot);
+    restore_codecs_.push_back(codec);
   }
 
   std::int32_t cursor = 0;  // into seq's background load
@@ -429,7 +432,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
   for (; k < restore_metas_.size() && n_available() > 0; ++k) {
     const TierMeta& meta = restore_metas_[k];
     TierSource from = TierSource::Host;
-    SpillCodec codec = host_ != nullptr ? host_->codec() : SpillCodec::Native;
+    SpillCodec codec = restore_codecs_[k];
     std::span<const std::byte> bytes = restore_slots_[k];
     if (!bytes.empty())
       restore_pins_.push_back(meta.key);

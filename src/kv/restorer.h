@@ -4,11 +4,17 @@
 // other sequences; the request is admitted once its own blocks are in
 // (KvManager::restore_pending), and the match then only copies them to the device. (Host-tier
 // blocks need no load: the match writes them to the device from their slots.)
-// Several threads work on one job's blocks at once (each file is one read; keeping several in
-// flight is what approaches the disk's bandwidth); jobs are served in arrival order.
+// Several threads work on one job's blocks at once (default_threads(): from the cores; a thread
+// reads a file in pieces and checksums each piece as it arrives, so from the page cache a load
+// is one pass over memory, and several threads in flight approach a disk's bandwidth); jobs are
+// served in arrival order.
 // With a host tier, blocks are loaded into host-tier slots instead (page-locked on CUDA, so the
 // match's batched write reads them in place, and the tier keeps them for later returns): each
-// is published there and stays pinned by its job until the job is destroyed.
+// is published there and stays pinned by its job until the job is destroyed. When the device
+// decodes (`device_decodes`: a GPU backend) and the disk's codec fits a host slot (int8 or int4
+// files, a native host tier), the file's payload is read into the slot as it is, in the disk's
+// codec, and decoded on the device by the match's write: no decode on the CPU, and half the
+// bytes (int8) cross to the device.
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks (and its state
 // block, if it wants one) until it is destroyed (after the match and the device's copies of
 // them), and a job whose blocks and state together do not fit beside the others waits; alone,
@@ -36,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "kv/block_codec.h"
 #include "kv/block_key.h"
 #include "kv/retention.h"
 
@@ -138,14 +145,17 @@ struct RestoreBudget {
 class Restorer {
  public:
   static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
-  static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
+  // Threads: three quarters of the cores, 2 to 16 (from cached files a load is bound by the
+  // cores' copy and checksum rate; from a disk, reads in flight approach its bandwidth).
+  static int default_threads();
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks and state blocks held across jobs at most (a job alone is always
   // allowed its state and one block).
   // `host`: load into the host tier's slots (null: into each job's block buffers).
+  // `device_decodes`: host slots may keep the disk's codec (the device decodes them on restore).
   Restorer(DiskStore* disk, std::function<void()> on_done,
-           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
-           HostStore* host = nullptr);
+           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = default_threads(),
+           HostStore* host = nullptr, bool device_decodes = false);
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
@@ -181,6 +191,7 @@ class Restorer {
 
   DiskStore* disk_;
   HostStore* host_;
+  SpillCodec host_load_codec_ = SpillCodec::Native;  // what a block is loaded into a host slot as
   std::function<void()> on_done_;
   std::shared_ptr<RestoreBudget> budget_;
   std::mutex mu_;  // before budget_->mu when both are held
