@@ -292,7 +292,10 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
                                 std::string_view ns, std::int32_t state_floor) {
   AKV_CHECK(!seq.open_, "restore_pending on an open sequence");
   if (restorer_ == nullptr) return false;
-  if (seq.restore_) return !seq.restore_->done();
+  if (seq.restore_) {
+    if (!seq.restore_->done()) restore_early(seq, tokens, ns);
+    return !seq.restore_->done();
+  }
   if (seq.restore_planned_) return false;
   seq.restore_planned_ = true;
   // The blocks of the prefix that only the disk (or the remote tier under it) may hold, up to the
@@ -333,6 +336,24 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   }
   restorer_->submit(seq.restore_);
   return true;
+}
+
+void KvManager::restore_early(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns) {
+  const std::shared_ptr<RestoreJob>& job = seq.restore_;
+  // Only a load into the host tier publishes blocks before it is done; a state block is taken
+  // by the match that finds the job done, which must be seq's own.
+  if (!job->in_host() || job->wants_state()) return;
+  const std::int32_t n = job->n_loaded();
+  if (n < seq.n_early_restored_ + job->progress_step()) return;
+  const std::int32_t end = (job->blocks()[static_cast<std::size_t>(n - 1)].depth + 1) * pool_.block_size();
+  if (end >= static_cast<std::int32_t>(tokens.size())) return;
+  KvSequence early;
+  early.restore_ = job;  // its loaded blocks count as restored from disk
+  match(early, tokens.first(static_cast<std::size_t>(end) + 1), ns, seq.retention_);
+  seq.n_restored_ += early.n_restored_;
+  seq.n_host_restored_ += early.n_host_restored_;
+  release(early);  // the blocks stay cached: the match finds them on the device
+  seq.n_early_restored_ = n;
 }
 
 std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierMeta& meta,
@@ -425,7 +446,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
   std::int32_t cursor = 0;  // into seq's background load
   // A background load into the host tier left its blocks there: they count as disk restores.
   const RestoreJob* loaded_to_host =
-      seq.restore_ != nullptr && seq.restore_->done() && seq.restore_->in_host() ? seq.restore_.get() : nullptr;
+      seq.restore_ != nullptr && seq.restore_->in_host() ? seq.restore_.get() : nullptr;
   std::int32_t host_cursor = 0;  // into that load's blocks (chain order)
   bool used_job = false;
   std::size_t k = 0;
@@ -456,6 +477,10 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     seq.keys_.push_back(meta.key);
     ++seq.n_indexed_;
     bool from_disk = from != TierSource::Host;
+    // (Its leading blocks an early restore wrote are device hits now: skipped.)
+    while (loaded_to_host != nullptr && host_cursor < loaded_to_host->n_loaded() &&
+           loaded_to_host->blocks()[host_cursor].depth < meta.depth)
+      ++host_cursor;
     if (!from_disk && loaded_to_host != nullptr && host_cursor < loaded_to_host->n_loaded() &&
         loaded_to_host->blocks()[host_cursor].key == meta.key) {
       from_disk = true;

@@ -45,8 +45,12 @@ int Restorer::default_threads() {
 }
 
 Restorer::Restorer(DiskStore* disk, std::function<void()> on_done, std::size_t max_bytes,
-                   int n_threads, HostStore* host, bool device_decodes)
-    : disk_(disk), host_(host), on_done_(std::move(on_done)), budget_(std::make_shared<RestoreBudget>()) {
+                   int n_threads, HostStore* host, bool device_decodes, std::function<void()> on_progress)
+    : disk_(disk),
+      host_(host),
+      on_done_(std::move(on_done)),
+      on_progress_(std::move(on_progress)),
+      budget_(std::make_shared<RestoreBudget>()) {
   AKV_CHECK(disk_ != nullptr, "a restorer needs a disk tier to load from");
   if (host_ != nullptr)  // the file's payload as it is when the device decodes it: no CPU decode
     host_load_codec_ =
@@ -254,7 +258,14 @@ void Restorer::loop() {
     }
     lock.lock();
     if (ok && host_ != nullptr) job->host_pins_.push_back(job->blocks_[static_cast<std::size_t>(index)].key);
+    const std::int32_t step = job->progress_step();
+    const std::int32_t before = job->n_loaded() / step;
     const bool finished = settle(*job, index, ok);
+    if (!finished && on_progress_ && job->n_loaded() / step > before) {
+      lock.unlock();
+      on_progress_();
+      lock.lock();
+    }
     if (finished) {
       // The finished job leaves the queue, and this thread lets go of it, before its owner hears
       // of it: the owner's reference is then the last, and dropping it returns the memory at once.

@@ -30,6 +30,7 @@
 // Thread-safe: submit from the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -75,6 +76,11 @@ class RestoreJob {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Leading blocks ready to copy; final once done().
   std::int32_t n_loaded() const { return n_loaded_.load(std::memory_order_acquire); }
+  // Loaded blocks a step of progress (Restorer's on_progress, KvManager's early device restores):
+  // a quarter of the job, 1 to 64.
+  std::int32_t progress_step() const {
+    return std::clamp(static_cast<std::int32_t>(blocks_.size()) / 4, 1, 64);
+  }
   // Block i's raw bytes (i < n_loaded()); not with in_host().
   std::span<const std::byte> raw(std::int32_t i) const;
   // The loaded blocks are in the host tier (pinned there while the job lives), not in raw().
@@ -153,9 +159,12 @@ class Restorer {
   // allowed its state and one block).
   // `host`: load into the host tier's slots (null: into each job's block buffers).
   // `device_decodes`: host slots may keep the disk's codec (the device decodes them on restore).
+  // `on_progress` (optional) runs on a restorer thread each time a job's loaded leading blocks
+  // pass another RestoreJob::progress_step() before it is done (the engine wakes up and writes
+  // them to the device ahead of the match: KvManager::restore_pending).
   Restorer(DiskStore* disk, std::function<void()> on_done,
            std::size_t max_bytes = kDefaultMaxBytes, int n_threads = default_threads(),
-           HostStore* host = nullptr, bool device_decodes = false);
+           HostStore* host = nullptr, bool device_decodes = false, std::function<void()> on_progress = {});
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
@@ -192,7 +201,7 @@ class Restorer {
   DiskStore* disk_;
   HostStore* host_;
   SpillCodec host_load_codec_ = SpillCodec::Native;  // what a block is loaded into a host slot as
-  std::function<void()> on_done_;
+  std::function<void()> on_done_, on_progress_;
   std::shared_ptr<RestoreBudget> budget_;
   std::mutex mu_;  // before budget_->mu when both are held
   std::condition_variable wake_;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -31,7 +32,8 @@ using test::ScratchDir;
 // bf16 blocks of 4 layers x 4 tokens x 8,320 channels: 520 KiB raw (two 256 KiB read pieces and
 // a part), about 400 KiB in int8 (one piece and a part).
 constexpr std::int32_t kBs = 4;
-constexpr BlockShape kShape{.n_rows = 2 * 4 * kBs, .row_width = 8320, .dtype = DType::BF16, .block_size = kBs};
+constexpr BlockShape kShape{
+    .n_rows = 2 * 4 * kBs, .row_width = 8320, .dtype = DType::BF16, .block_size = kBs};
 
 std::vector<std::byte> kv_block(std::uint64_t seed) {
   const std::vector<std::byte> f32 = test::block_content(
@@ -71,15 +73,19 @@ std::vector<RestoreJob::Block> write_chain(DiskStore& disk, std::int32_t n, std:
   for (std::int32_t i = 0; i < n; ++i) {
     const std::vector<std::int32_t> tokens{static_cast<std::int32_t>(seed) + i};
     const Hash128 key = keys.next(parent, tokens);
-    EXPECT_TRUE(disk.put(key, parent, keys.tokens_hash(tokens), kv_block(seed + static_cast<std::uint64_t>(i))));
-    chain.push_back({.key = key, .parent = parent, .tokens_hash = keys.tokens_hash(tokens), .depth = i});
+    EXPECT_TRUE(disk.put(key, parent, keys.tokens_hash(tokens),
+                         kv_block(seed + static_cast<std::uint64_t>(i))));
+    chain.push_back(
+        {.key = key, .parent = parent, .tokens_hash = keys.tokens_hash(tokens), .depth = i});
     parent = key;
   }
   disk.flush();
   return chain;
 }
 
-std::string file_of(const std::string& dir, const Hash128& key) { return dir + "/blocks/" + key.hex() + ".kvb"; }
+std::string file_of(const std::string& dir, const Hash128& key) {
+  return dir + "/blocks/" + key.hex() + ".kvb";
+}
 
 // Flips one byte `from_end` bytes before the end of the file.
 void damage(const std::string& path, std::size_t from_end) {
@@ -97,11 +103,14 @@ void damage(const std::string& path, std::size_t from_end) {
 class Jobs {
  public:
   Jobs(DiskStore* disk, HostStore* host, bool device_decodes, int n_threads)
-      : restorer(disk, [this] {
-          std::lock_guard lock(mu_);
-          ++n_done_;
-          cv_.notify_all();
-        }, Restorer::kDefaultMaxBytes, n_threads, host, device_decodes) {}
+      : restorer(
+            disk,
+            [this] {
+              std::lock_guard lock(mu_);
+              ++n_done_;
+              cv_.notify_all();
+            },
+            Restorer::kDefaultMaxBytes, n_threads, host, device_decodes) {}
   void wait_for(int n_done) {
     std::unique_lock lock(mu_);
     EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(20), [&] { return n_done_ >= n_done; }));
@@ -125,7 +134,8 @@ HostStoreOptions host_options(SpillCodec codec, std::size_t n_blocks) {
 
 TEST(DiskLoad, AChecksumTakenInPiecesIsTheWholePayloadsChecksum) {
   const std::vector<std::byte> payload = kv_block(1);
-  for (const std::size_t piece : {std::size_t{1}, std::size_t{4095}, std::size_t{256} << 10, payload.size()}) {
+  for (const std::size_t piece :
+       {std::size_t{1}, std::size_t{4095}, std::size_t{256} << 10, payload.size()}) {
     PayloadChecksum sum;
     for (std::size_t at = 0; at < payload.size(); at += piece)
       sum.update(std::span(payload).subspan(at, std::min(piece, payload.size() - at)));
@@ -150,7 +160,8 @@ TEST(DiskLoad, NativeAndInt8FilesLoadAsTheirBytesDecodedOrAsStored) {
       ASSERT_TRUE(disk->load(chain[i].key, chain[i].parent, chain[i].tokens_hash, out));
       EXPECT_EQ(out, decoded(codec, stored)) << spill_codec_name(codec) << " block " << i;
       std::vector<std::byte> as_stored(encoded_bytes(codec, kShape));
-      ASSERT_TRUE(disk->load_as(chain[i].key, chain[i].parent, chain[i].tokens_hash, codec, as_stored));
+      ASSERT_TRUE(
+          disk->load_as(chain[i].key, chain[i].parent, chain[i].tokens_hash, codec, as_stored));
       EXPECT_EQ(as_stored, stored) << spill_codec_name(codec) << " block " << i;
     }
     EXPECT_EQ(disk->stats().rejected_corrupt, 0);
@@ -166,8 +177,8 @@ TEST(DiskLoad, ADamagedByteInAnyPieceOrATruncatedFileIsRejectedAndRemoved) {
       chain = write_chain(*disk, 4, 20);
     }
     const std::size_t payload = encoded_bytes(codec, kShape);
-    damage(file_of(dir.path, chain[0].key), payload);      // the payload's first byte
-    damage(file_of(dir.path, chain[1].key), 1);            // its last byte (the last piece)
+    damage(file_of(dir.path, chain[0].key), payload);  // the payload's first byte
+    damage(file_of(dir.path, chain[1].key), 1);        // its last byte (the last piece)
     std::filesystem::resize_file(file_of(dir.path, chain[2].key), kBlockHeaderBytes + payload - 1);
     // Opened before the damage shows at start-up: the scan checks sizes, so truncate after it.
     auto disk = DiskStore::open_or_throw(disk_options(dir.path, codec));
@@ -201,11 +212,13 @@ TEST(DiskLoad, WhenTheDeviceDecodesANativeHostSlotKeepsTheDisksInt8Bytes) {
     for (std::size_t i = 0; i < chain.size(); ++i) {
       const std::vector<std::byte> int8 = encoded(SpillCodec::Int8, kv_block(30 + i));
       SpillCodec codec = SpillCodec::F32;
-      const std::span<const std::byte> slot = host.pin(chain[i].key, chain[i].parent, chain[i].tokens_hash, &codec);
+      const std::span<const std::byte> slot =
+          host.pin(chain[i].key, chain[i].parent, chain[i].tokens_hash, &codec);
       ASSERT_FALSE(slot.empty());
       if (device_decodes) {
         EXPECT_EQ(codec, SpillCodec::Int8);
-        EXPECT_TRUE(std::ranges::equal(slot, int8)) << "block " << i << ": the file's payload as it is";
+        EXPECT_TRUE(std::ranges::equal(slot, int8))
+            << "block " << i << ": the file's payload as it is";
       } else {
         EXPECT_EQ(codec, SpillCodec::Native);
         EXPECT_TRUE(std::ranges::equal(slot, decoded(SpillCodec::Int8, int8))) << "block " << i;
@@ -234,8 +247,10 @@ TEST(DiskLoad, AChainStopsAtADamagedBlockInItsMiddleWhateverTheThreadsFinishFirs
     auto job = std::make_shared<RestoreJob>(chain, kShape.raw_bytes());
     jobs.restorer.submit(job);
     jobs.wait_for(1);
-    EXPECT_EQ(job->n_loaded(), 5) << spill_codec_name(codec) << ": the blocks before the damaged one";
-    for (std::int32_t i = 0; i < 5; ++i) EXPECT_TRUE(host.contains(chain[static_cast<std::size_t>(i)].key));
+    EXPECT_EQ(job->n_loaded(), 5) << spill_codec_name(codec)
+                                  << ": the blocks before the damaged one";
+    for (std::int32_t i = 0; i < 5; ++i)
+      EXPECT_TRUE(host.contains(chain[static_cast<std::size_t>(i)].key));
     EXPECT_FALSE(host.contains(chain[5].key)) << "nothing half-loaded is published";
     disk->flush();
     EXPECT_EQ(disk->stats().rejected_corrupt, 1);
@@ -261,7 +276,8 @@ TEST(DiskLoad, TwoAgentsLoadAtOnceEachIntoItsOwnSlots) {
     for (std::size_t i = 0; i < chain->size(); ++i) {
       const RestoreJob::Block& k = (*chain)[i];
       const std::span<const std::byte> slot = host.pin(k.key, k.parent, k.tokens_hash);
-      EXPECT_TRUE(std::ranges::equal(slot, encoded(SpillCodec::Int8, kv_block(seed + i)))) << seed << " " << i;
+      EXPECT_TRUE(std::ranges::equal(slot, encoded(SpillCodec::Int8, kv_block(seed + i))))
+          << seed << " " << i;
       host.unpin(k.key);
     }
 }
@@ -309,7 +325,8 @@ TEST(DiskLoad, AMatchWritesTheInt8HostSlotsAsInt8ToTheDevice) {
     disk->flush();
   }
   HostStore host(host_options(SpillCodec::Native, 8));
-  Restorer restorer(disk.get(), [] {}, Restorer::kDefaultMaxBytes, 2, &host, /*device_decodes=*/true);
+  Restorer restorer(
+      disk.get(), [] {}, Restorer::kDefaultMaxBytes, 2, &host, /*device_decodes=*/true);
   Device d(8);
   d.kv.attach_tiers({.host = &host, .disk = disk.get(), .restorer = &restorer}, d.io());
   KvSequence seq;
@@ -318,10 +335,72 @@ TEST(DiskLoad, AMatchWritesTheInt8HostSlotsAsInt8ToTheDevice) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(d.kv.match(seq, tokens, ""), 5 * kBs);
   EXPECT_EQ(seq.n_restored_blocks(), 5);
-  EXPECT_EQ(d.codecs, std::vector<SpillCodec>(5, SpillCodec::Int8)) << "decoded by the device's write";
+  EXPECT_EQ(d.codecs, std::vector<SpillCodec>(5, SpillCodec::Int8))
+      << "decoded by the device's write";
   for (std::int32_t b = 0; b < 5; ++b)
+    EXPECT_EQ(
+        d.mem[static_cast<std::size_t>(seq.block_table()[b])],
+        decoded(SpillCodec::Int8, encoded(SpillCodec::Int8, blocks[static_cast<std::size_t>(b)])));
+  d.kv.release(seq);
+}
+
+TEST(DiskLoad, ARunningLoadsLeadingBlocksReachTheDeviceBeforeItEnds) {
+  ScratchDir dir;
+  std::vector<std::int32_t> tokens(8 * kBs + 1);
+  std::iota(tokens.begin(), tokens.end(), 11);
+  std::vector<std::vector<std::byte>> blocks;
+  {
+    auto disk = DiskStore::open_or_throw(disk_options(dir.path, SpillCodec::Int8));
+    Device first(10);
+    first.kv.attach_tiers({.disk = disk.get()}, first.io());
+    KvSequence seq;
+    first.kv.match(seq, tokens, "");
+    ASSERT_TRUE(first.kv.allocate(seq, static_cast<std::int32_t>(tokens.size())));
+    for (std::int32_t b = 0; b < 8; ++b) {
+      blocks.push_back(kv_block(500 + static_cast<std::uint64_t>(b)));
+      first.mem[static_cast<std::size_t>(seq.block_table()[b])] = blocks.back();
+    }
+    first.kv.commit(seq, tokens, static_cast<std::int32_t>(tokens.size()));
+    first.kv.spill_queued(1 << 20);
+    first.kv.release(seq);
+    disk->flush();
+  }
+  // After a restart, a disk that gives 5 blocks and then waits.
+  test::Gate gate;
+  std::mutex mu;
+  int n_loads = 0;
+  DiskStoreOptions o = disk_options(dir.path, SpillCodec::Int8);
+  o.before_load = [&](bool) {
+    std::unique_lock lock(mu);
+    if (++n_loads == 6) {
+      lock.unlock();
+      gate.wait();
+    }
+  };
+  auto disk = DiskStore::open_or_throw(o);
+  HostStore host(host_options(SpillCodec::Native, 10));
+  std::atomic<int> n_progress{0};
+  Restorer restorer(disk.get(), [] {}, Restorer::kDefaultMaxBytes, 1, &host, /*device_decodes=*/true,
+                    [&] { ++n_progress; });
+  Device d(10);
+  d.kv.attach_tiers({.host = &host, .disk = disk.get(), .restorer = &restorer}, d.io());
+  KvSequence seq;
+  ASSERT_TRUE(d.kv.restore_pending(seq, tokens, ""));
+  gate.wait_entered();  // 5 blocks loaded, the 6th waits
+  EXPECT_EQ(n_progress.load(), 2) << "a step is a quarter of the job: 2 blocks";
+  EXPECT_TRUE(d.kv.restore_pending(seq, tokens, "")) << "still loading";
+  EXPECT_EQ(d.codecs.size(), 5u) << "the blocks loaded so far are written to the device already";
+  gate.release();
+  for (int i = 0; i < 2000 && d.kv.restore_pending(seq, tokens, ""); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(d.kv.match(seq, tokens, ""), 8 * kBs);
+  EXPECT_EQ(d.codecs.size(), 8u) << "each block written once (the early ones are device hits now)";
+  EXPECT_EQ(seq.n_restored_blocks(), 8) << "the early blocks count as restored from disk too";
+  EXPECT_EQ(seq.n_host_restored_blocks(), 0);
+  for (std::int32_t b = 0; b < 8; ++b)
     EXPECT_EQ(d.mem[static_cast<std::size_t>(seq.block_table()[b])],
-              decoded(SpillCodec::Int8, encoded(SpillCodec::Int8, blocks[static_cast<std::size_t>(b)])));
+              decoded(SpillCodec::Int8, encoded(SpillCodec::Int8, blocks[static_cast<std::size_t>(b)])))
+        << "block " << b;
   d.kv.release(seq);
 }
 
