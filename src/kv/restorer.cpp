@@ -75,6 +75,7 @@ void Restorer::submit(std::shared_ptr<RestoreJob> job) {
     return;
   }
   job->submitted_ = std::chrono::steady_clock::now();
+  job->host_ = host_;  // before any restorer thread sees it: the engine thread reads in_host()
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));
@@ -140,7 +141,6 @@ bool Restorer::take_memory(RestoreJob& job) {
     while (!b.kept.empty() && b.used_bytes + b.kept.size() * b.buffer_bytes > b.max_bytes) b.kept.pop_back();
   };
   if (host_ != nullptr) {  // the blocks go to host-tier slots: the budget bounds what they pin
-    job.host_ = host_;
     trim_kept();
     return true;
   }

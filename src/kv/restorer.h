@@ -84,6 +84,7 @@ class RestoreJob {
   // Block i's raw bytes (i < n_loaded()); not with in_host().
   std::span<const std::byte> raw(std::int32_t i) const;
   // The loaded blocks are in the host tier (pinned there while the job lives), not in raw().
+  // Set at submit: readable by the submitting thread before done().
   bool in_host() const { return host_ != nullptr; }
   // The request went away: the restorer stops taking its blocks.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -116,7 +117,7 @@ class RestoreJob {
   Retention retention_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;  // limit_ of block_bytes_, from the restorer
   bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
-  HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
+  HostStore* host_ = nullptr;           // set at submit by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
   std::shared_ptr<RestoreBudget> budget_;  // where buffers_ and the state are counted
   std::size_t held_bytes_ = 0;             // loaded blocks' bytes + state_bytes()
