@@ -14,7 +14,8 @@
 // decodes (`device_decodes`: a GPU backend) and the disk's codec fits a host slot (int8 or int4
 // files, a native host tier), the file's payload is read into the slot as it is, in the disk's
 // codec, and decoded on the device by the match's write: no decode on the CPU, and half the
-// bytes (int8) cross to the device.
+// bytes (int8) cross to the device. Published blocks are usable before the job is done: each
+// quarter of it (`on_progress`) the engine writes the loaded leading blocks to the device.
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks (and its state
 // block, if it wants one) until it is destroyed (after the match and the device's copies of
 // them), and a job whose blocks and state together do not fit beside the others waits; alone,
