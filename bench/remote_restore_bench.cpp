@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--value-bytes", value_bytes, "one block file's bytes (header included)");
   app.add_option("--blocks", n_blocks, "blocks written, then read each round");
-  app.add_option("--threads", n_threads, "reading threads (the restorer has Restorer::kDefaultThreads = 8)");
+  app.add_option("--threads", n_threads, "reading threads (the restorer has Restorer::default_threads(): 3/4 of the cores, 2 to 16)");
   app.add_option("--rounds", n_rounds, "times every block is read (each way)");
   CLI11_PARSE(app, argc, argv);
   AKV_CHECK(value_bytes > akv::kBlockHeaderBytes && (value_bytes - akv::kBlockHeaderBytes) % 8 == 0 && n_blocks > 0 &&

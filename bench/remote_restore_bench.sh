@@ -8,7 +8,7 @@
 set -euo pipefail
 bench="$1"
 value_bytes="${2:-737408}"  # SmolLM2-135M-shaped, f32 KV, 16-token blocks: 720 KiB + 128 header
-threads="${3:-8}"           # the restorer's threads (Restorer::kDefaultThreads)
+threads="${3:-8}"           # the restorer's threads (Restorer::default_threads(): 3/4 of the cores, 2 to 16)
 blocks="${4:-256}"
 rounds="${5:-3}"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

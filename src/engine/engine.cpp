@@ -89,16 +89,17 @@ Engine::Engine(std::unique_ptr<Model> model, Backend& backend, EngineConfig conf
     scheduler_.set_state_resume(resume_.get());
   }
   if (config_.disk != nullptr && config_.background_restore) {
-    restorer_ = std::make_unique<Restorer>(
-        config_.disk,
-        [this] {
-          {
-            std::lock_guard lock(mu_);
-            restore_done_ = true;
-          }
-          wake_.notify_one();
-        },
-        config_.restore_max_bytes, Restorer::kDefaultThreads, config_.host);
+    const auto wake = [this] {
+      {
+        std::lock_guard lock(mu_);
+        restore_done_ = true;
+      }
+      wake_.notify_one();
+    };
+    // Woken as a load progresses too: its loaded blocks go to the device ahead of the match.
+    restorer_ = std::make_unique<Restorer>(config_.disk, wake, config_.restore_max_bytes, Restorer::default_threads(),
+                                           config_.host,
+                                           /*device_decodes=*/backend_.device_memory().has_value(), wake);
   }
   if (config_.agents != nullptr || config_.host != nullptr || config_.disk != nullptr)
     kv_.attach_tiers({.agents = config_.agents,

@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -55,7 +56,21 @@ struct BlockHeader {
 
 enum class FileCheck { Ok, Corrupt, BadVersion, ForeignModel, UnknownCodec };
 
+// XXH3-64 of a payload (the vector unit picked at run time: AVX2 or AVX-512 where the CPU has
+// them; the same value on every machine).
 std::uint64_t payload_checksum(std::span<const std::byte> payload);
+
+// payload_checksum of bytes given piece by piece, in order: equal to payload_checksum of the
+// pieces joined. A reader checksums each piece it read while the piece is still in the cache.
+class PayloadChecksum {
+ public:
+  PayloadChecksum();
+  void update(std::span<const std::byte> piece);
+  std::uint64_t digest() const;
+
+ private:
+  alignas(64) std::array<std::byte, 640> state_;  // an XXH3_state_t
+};
 
 std::array<std::byte, kBlockHeaderBytes> encode_block_header(const BlockHeader& h);
 // Checks magic, version and the header checksum; ForeignModel when the fingerprint differs. A
@@ -74,8 +89,10 @@ struct BlockExpect {
 };
 // The payload of a whole block file when its header, size, key, parent, tokens hash, codec (state
 // codec for a state block) and payload checksum (and the kind) all agree with `want`; empty otherwise. ForeignModel/BadVersion are not
-// told apart here: the caller only loads.
-std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want);
+// told apart here: the caller only loads. `payload_sum`: the payload's checksum when the caller
+// computed it as it read the file (else it is computed here).
+std::span<const std::byte> verified_block_payload(std::span<const std::byte> file, const BlockExpect& want,
+                                                  std::optional<std::uint64_t> payload_sum = std::nullopt);
 
 std::vector<std::byte> encode_manifest(const Hash128& fingerprint, const AgentRecord& record);
 // Checks everything (header, body checksum, lengths); ForeignModel when the fingerprint differs.

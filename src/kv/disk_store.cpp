@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -28,6 +29,8 @@ namespace akv {
 using disk_store_detail::errno_text;
 using disk_store_detail::kMaxSpareBuffers;
 using disk_store_detail::now_ms;
+using disk_store_detail::read_file_checksummed;
+using disk_store_detail::read_split_file;
 using disk_store_detail::set_mtime;
 
 namespace {
@@ -57,32 +60,6 @@ bool read_file_into(const std::string& path, std::vector<std::byte>& out) {
       done += static_cast<std::size_t>(n);
     }
     ok = done == out.size();
-  }
-  ::close(fd);
-  return ok;
-}
-
-// Reads a file of exactly header.size() + payload.size() bytes: the first part into `header`,
-// the rest straight into `payload` (a restore's destination: no copy through a buffer). False
-// when it cannot be read or has another size.
-bool read_split_file(const std::string& path, std::span<std::byte> header, std::span<std::byte> payload) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = false;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == header.size() + payload.size()) {
-    ok = true;
-    std::size_t at = 0;
-    for (const std::span<std::byte> part : {header, payload}) {
-      std::size_t done = 0;
-      while (ok && done < part.size()) {
-        const ssize_t n = ::pread(fd, part.data() + done, part.size() - done, static_cast<off_t>(at + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) ok = false;
-        else done += static_cast<std::size_t>(n);
-      }
-      at += part.size();
-    }
   }
   ::close(fd);
   return ok;
@@ -553,8 +530,11 @@ bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash
   if (!local && options_.remote == nullptr) return false;
   std::vector<std::byte> bytes;
   bool ok = false;
+  std::optional<std::uint64_t> sum;  // a file's payload checksum, computed as it was read
   if (local) {
-    ok = read_file_into(block_path(key), bytes);
+    std::uint64_t read_sum = 0;
+    ok = read_file_checksummed(block_path(key), kBlockHeaderBytes, bytes, read_sum);
+    if (ok) sum = read_sum;
   } else {
     // Any codec's value, up to the largest (exact) one.
     if (options_.remote->state_value_bytes() != kBlockHeaderBytes + out.size_bytes()) return false;
@@ -582,7 +562,7 @@ bool DiskStore::load_state(const Hash128& key, const Hash128& parent, const Hash
                          .state_codec = h.state_codec,
                          .payload_bytes = encoded_state_bytes(h.state_codec, static_cast<std::int64_t>(out.size())),
                          .kind = BlockKind::State};
-  const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want) : std::span<const std::byte>{};
+  const std::span<const std::byte> body = ok ? verified_block_payload(bytes, want, sum) : std::span<const std::byte>{};
   if (body.empty()) {
     if (!local) {
       {
@@ -654,19 +634,25 @@ bool DiskStore::load_as(const Hash128& key, const Hash128& parent, const Hash128
   const bool in_place = codec == options_.codec;
   bool ok = false;
   std::span<const std::byte> body;
+  // A file's payload is checksummed piece by piece as it is read (disk_store_read.cpp).
+  std::optional<std::uint64_t> sum;
+  std::uint64_t read_sum = 0;
   if (in_place) {
     bytes.resize(kBlockHeaderBytes);
-    ok = local ? read_split_file(block_path(key), bytes, out) : options_.remote->get_block(key, bytes, out);
+    ok = local ? read_split_file(block_path(key), bytes, out, read_sum) : options_.remote->get_block(key, bytes, out);
     if (!local && !ok) return false;  // not there, or Redis unavailable: a miss
+    if (local) sum = read_sum;
     BlockHeader h;
     if (ok && parse_block_header(bytes, options_.fingerprint, h) == FileCheck::Ok && h.kind == BlockKind::Kv &&
         h.key == key && h.parent == parent && h.tokens_hash == tokens_hash && h.codec == options_.codec &&
-        h.payload_bytes == out.size() && payload_checksum(out) == h.payload_checksum)
+        h.payload_bytes == out.size() && (sum ? *sum : payload_checksum(out)) == h.payload_checksum)
       body = out;
   } else {
-    ok = local ? read_file_into(block_path(key), bytes) : options_.remote->get_block(key, bytes);
+    ok = local ? read_file_checksummed(block_path(key), kBlockHeaderBytes, bytes, read_sum)
+               : options_.remote->get_block(key, bytes);
     if (!local && !ok) return false;  // not there, or Redis unavailable: a miss
-    if (ok) body = verified_block_payload(bytes, want);
+    if (local) sum = read_sum;
+    if (ok) body = verified_block_payload(bytes, want, sum);
   }
   if (body.empty()) {
     if (!local) {
@@ -710,7 +696,9 @@ void DiskStore::drop_bad(const Hash128& key) {
     forget_files({key});
     ++stats_.rejected_corrupt;
   }
-  log_warn("KV disk tier: block {} is damaged; removed, its tokens will be recomputed", key.hex());
+  log_warn("KV disk tier: block file {} failed its check (header, size or payload checksum); removed, its tokens "
+           "will be recomputed",
+           block_path(key));
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::Erase;
   job->blocks = {key};

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,19 @@ inline std::int64_t now_ms() {
 inline std::string errno_text() {
   return std::strerror(errno);
 }
+
+// Block file reads for loads (disk_store_read.cpp): the payload in pieces of kReadPieceBytes,
+// each checksummed (payload_checksum) right after it is read, while it is in the cache.
+inline constexpr std::size_t kReadPieceBytes = std::size_t{256} << 10;
+// Reads a file of exactly header.size() + payload.size() bytes: the first part into `header`,
+// the rest straight into `payload` (a load's destination: no copy through a buffer);
+// `payload_sum` = payload_checksum(payload). False when it cannot be read or has another size.
+bool read_split_file(const std::string& path, std::span<std::byte> header, std::span<std::byte> payload,
+                     std::uint64_t& payload_sum);
+// Reads the whole file into `out` (resized; its capacity is reused); `payload_sum` =
+// payload_checksum of its bytes past `header_bytes`. False on any error.
+bool read_file_checksummed(const std::string& path, std::size_t header_bytes, std::vector<std::byte>& out,
+                           std::uint64_t& payload_sum);
 
 // Recency survives restarts as the file's mtime; a failure only costs recency.
 inline void set_mtime(int dir_fd, const std::string& name, std::int64_t unix_ms) {

@@ -152,14 +152,17 @@ bool HostStore::touch(const Hash128& key, const HostBlockMeta& meta) {
   return touch_locked(key, meta);
 }
 
-std::span<std::byte> HostStore::reserve(const Hash128& key, const HostBlockMeta& meta) {
+std::span<std::byte> HostStore::reserve(const Hash128& key, const HostBlockMeta& meta,
+                                        std::optional<SpillCodec> codec) {
+  const SpillCodec c = codec.value_or(options_.codec);
+  AKV_CHECK(holds_codec(c), "host tier: a block's codec larger than its slots");
   if (max_slots_ == 0) return {};
   std::lock_guard lock(mu_);
   if (entries_.contains(key)) return {};
   const std::int32_t slot = take_slot_locked();
   if (slot < 0) return {};
-  entries_.emplace(key, Entry{.meta = meta, .slot = slot, .pins = 1, .order = order_.end()});
-  return {slot_data(slot), slot_bytes_};
+  entries_.emplace(key, Entry{.meta = meta, .slot = slot, .codec = c, .pins = 1, .order = order_.end()});
+  return {slot_data(slot), encoded_bytes(c, options_.shape)};
 }
 
 void HostStore::release_locked(const Hash128& key, bool publish) {
@@ -191,6 +194,10 @@ void HostStore::abandon(const Hash128& key) {
   release_locked(key, /*publish=*/false);
 }
 
+std::span<const std::byte> HostStore::bytes_locked(const Entry& e) const {
+  return {slot_data(e.slot), encoded_bytes(e.codec, options_.shape)};
+}
+
 bool HostStore::put(const Hash128& key, const HostBlockMeta& meta, std::span<const std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "host tier block of the wrong size");
   if (touch(key, meta)) return true;
@@ -202,7 +209,7 @@ bool HostStore::put(const Hash128& key, const HostBlockMeta& meta, std::span<con
 }
 
 std::span<const std::byte> HostStore::pin(const Hash128& key, const Hash128& parent,
-                                          const Hash128& tokens_hash) {
+                                          const Hash128& tokens_hash, SpillCodec* codec) {
   std::lock_guard lock(mu_);
   const auto it = entries_.find(key);
   if (it == entries_.end() || !it->second.ready || it->second.erased ||
@@ -211,15 +218,17 @@ std::span<const std::byte> HostStore::pin(const Hash128& key, const Hash128& par
   ++it->second.pins;
   reprioritise_locked(key, it->second);
   ++stats_.n_hits;
-  return {slot_data(it->second.slot), slot_bytes_};
+  if (codec != nullptr) *codec = it->second.codec;
+  return bytes_locked(it->second);
 }
 
-std::span<const std::byte> HostStore::lend(const Hash128& key) {
+std::span<const std::byte> HostStore::lend(const Hash128& key, SpillCodec* codec) {
   std::lock_guard lock(mu_);
   const auto it = entries_.find(key);
   if (it == entries_.end() || !it->second.ready || it->second.erased) return {};
   ++it->second.pins;
-  return {slot_data(it->second.slot), slot_bytes_};
+  if (codec != nullptr) *codec = it->second.codec;
+  return bytes_locked(it->second);
 }
 
 void HostStore::unpin(const Hash128& key) {
@@ -230,9 +239,10 @@ void HostStore::unpin(const Hash128& key) {
 bool HostStore::get(const Hash128& key, const Hash128& parent, const Hash128& tokens_hash,
                     std::span<std::byte> raw) {
   AKV_CHECK(raw.size() == options_.shape.raw_bytes(), "host tier block of the wrong size");
-  const std::span<const std::byte> bytes = pin(key, parent, tokens_hash);
+  SpillCodec codec = options_.codec;
+  const std::span<const std::byte> bytes = pin(key, parent, tokens_hash, &codec);
   if (bytes.empty()) return false;
-  decode_block(options_.codec, options_.shape, bytes, raw);  // outside the lock
+  decode_block(codec, options_.shape, bytes, raw);  // outside the lock
   unpin(key);
   return true;
 }

@@ -13,6 +13,10 @@
 // so demoting it again costs nothing. A pinned block (pin: a copy reads its slot) and a reserved
 // one (reserve: a copy fills it) are never evicted or reused.
 //
+// A block is held in the store's codec, or in a more compact one given at reserve (a disk block
+// loaded in the disk's int8 form into a native tier's slot, for the device to decode on restore):
+// pin, lend and get go by each block's own codec.
+//
 // Thread-safe: one mutex guards the index (entries, priorities, free slots), never the bytes:
 // put and get encode and decode outside it, into and out of a slot pinned meanwhile. Memory is
 // fixed-size slots, 256-byte aligned, carved from chunks of Options::alloc (allocated ahead on
@@ -98,19 +102,24 @@ class HostStore {
            std::span<std::byte> raw);
 
   // Restoring in place: if the block is held with this parent and tokens hash, refreshes its
-  // priority, counts a hit, pins it and returns its encoded bytes (codec()), valid and unchanged
-  // until the matching unpin(key); empty otherwise. Pins nest.
+  // priority, counts a hit, pins it and returns its encoded bytes (in `*codec`, when given: the
+  // block's codec), valid and unchanged until the matching unpin(key); empty otherwise. Pins nest.
   std::span<const std::byte> pin(const Hash128& key, const Hash128& parent,
-                                 const Hash128& tokens_hash);
+                                 const Hash128& tokens_hash, SpillCodec* codec = nullptr);
   void unpin(const Hash128& key);
-  // Pins a held block for a copy of its encoded bytes (the disk tier's write-through) without
-  // counting a hit or refreshing its priority; empty when not held. Released by unpin.
-  std::span<const std::byte> lend(const Hash128& key);
-  // Demoting in place: a slot for the block's encoded bytes (encoded_block_bytes()), dropping
-  // the lowest-priority unpinned block if the budget is full. The caller fills it, then calls
+  // Pins a held block for a copy of its encoded bytes (in `*codec`, when given) without counting
+  // a hit or refreshing its priority (the disk tier's write-through); empty when not held.
+  // Released by unpin.
+  std::span<const std::byte> lend(const Hash128& key, SpillCodec* codec = nullptr);
+  // Demoting in place: a slot for the block's bytes encoded with `codec` (default: codec(); another
+  // must fit a slot: encoded_bytes(codec) <= encoded_block_bytes()), dropping the
+  // lowest-priority unpinned block if the budget is full. The caller fills it, then calls
   // publish(key) (the block is held from then on) or abandon(key). Empty when the key is held
   // or reserved already, or no slot can be had.
-  std::span<std::byte> reserve(const Hash128& key, const HostBlockMeta& meta);
+  std::span<std::byte> reserve(const Hash128& key, const HostBlockMeta& meta,
+                               std::optional<SpillCodec> codec = std::nullopt);
+  // Whether reserve takes blocks encoded with `codec`.
+  bool holds_codec(SpillCodec codec) const { return encoded_bytes(codec, options_.shape) <= slot_bytes_; }
   void publish(const Hash128& key);
   void abandon(const Hash128& key);
 
@@ -131,6 +140,7 @@ class HostStore {
   struct Entry {
     HostBlockMeta meta;
     std::int32_t slot = -1;
+    SpillCodec codec = SpillCodec::Native;  // of its bytes: the store's, or the one given at reserve
     std::int32_t pins = 0;  // readers of the slot, plus one while reserved
     bool ready = false;     // published (put or publish); false: reserved, being filled
     bool erased = false;    // erased while pinned: freed at the last unpin
@@ -146,6 +156,8 @@ class HostStore {
   std::int32_t take_slot_locked();
   void free_entry_locked(std::unordered_map<Hash128, Entry, Hash128Hasher>::iterator it);
   std::byte* slot_data(std::int32_t slot) const;
+  // The block's encoded bytes in its slot (its own codec's size).
+  std::span<const std::byte> bytes_locked(const Entry& e) const;
   // Unpins a reservation or reader: publishes, abandons or frees as the entry's state says.
   void release_locked(const Hash128& key, bool publish);
   // Slots the next chunk holds (0: the budget's chunks all exist).

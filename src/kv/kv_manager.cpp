@@ -131,6 +131,7 @@ void KvManager::release(KvSequence& seq) {
   if (seq.restore_) seq.restore_->cancel();
   seq.restore_.reset();
   seq.restore_planned_ = false;
+  seq.n_early_restored_ = 0;
   seq.loaded_state_ = {};
   seq.loaded_state_pos_ = 0;
 }

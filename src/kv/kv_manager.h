@@ -57,6 +57,7 @@ class KvSequence {
   // A background disk load for this sequence's prefix (restore_pending), until match uses it.
   std::shared_ptr<RestoreJob> restore_;
   bool restore_planned_ = false;
+  std::int32_t n_early_restored_ = 0;  // of restore_'s leading blocks, written to the device ahead
   // Hybrid models: the state block that load brought (its position; 0: none), until release.
   std::vector<float> loaded_state_;
   std::int32_t loaded_state_pos_ = 0;
@@ -159,6 +160,10 @@ class KvManager {
   // caller holds already; the same load then also brings the deepest state block past it that
   // the disk or Redis may hold and the prefix's KV covers (load_state hands it over), so the
   // sequence waits until both are in. A load for a state block alone is started too.
+  // While a load into the host tier runs, each call that finds another
+  // RestoreJob::progress_step() of its leading blocks loaded writes them to the device ahead of
+  // the match (a match of those tokens, released at once: they stay cached, counted for seq as
+  // restored), so the device copies overlap the load and the match writes only the rest.
   bool restore_pending(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns,
                        std::int32_t state_floor = -1);
   // restore_pending was called for seq since it was last released: a later call only polls.
@@ -391,8 +396,11 @@ class KvManager {
   std::deque<PendingRestore> restoring_;
   // restore_from_tiers' scratch: the chain's blocks to restore, their host slots (pinned up
   // front; empty: not in the host tier), the batch being built and the keys it pinned.
+  // restore_pending's early device restore of a running load's leading blocks (kv_tiers.cpp).
+  void restore_early(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns);
   std::vector<TierMeta> restore_metas_;
   std::vector<std::span<const std::byte>> restore_slots_;
+  std::vector<SpillCodec> restore_codecs_;  // of restore_slots_
   std::vector<EncodedKvBlock> restore_batch_;
   std::vector<Hash128> restore_pins_;
   KvTierTimes tier_times_;

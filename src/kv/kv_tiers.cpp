@@ -185,11 +185,12 @@ bool KvManager::demote_into_slot(BlockId block, const Hash128& key, const HostBl
 
 void KvManager::lend_to_disk(const Hash128& key, const Hash128& parent,
                              const Hash128& tokens_hash) {
-  const std::span<const std::byte> bytes = host_->lend(key);
+  SpillCodec codec = host_->codec();
+  const std::span<const std::byte> bytes = host_->lend(key, &codec);
   if (bytes.empty()) return;  // erased meanwhile
   HostStore* host = host_;
   disk_->put_lent(key, parent, tokens_hash,
-                  {.bytes = bytes, .codec = host_->codec(), .release = [host, key] { host->unpin(key); }});
+                  {.bytes = bytes, .codec = codec, .release = [host, key] { host->unpin(key); }});
 }
 
 bool KvManager::host_writes_through() const {
@@ -291,7 +292,10 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
                                 std::string_view ns, std::int32_t state_floor) {
   AKV_CHECK(!seq.open_, "restore_pending on an open sequence");
   if (restorer_ == nullptr) return false;
-  if (seq.restore_) return !seq.restore_->done();
+  if (seq.restore_) {
+    if (!seq.restore_->done()) restore_early(seq, tokens, ns);
+    return !seq.restore_->done();
+  }
   if (seq.restore_planned_) return false;
   seq.restore_planned_ = true;
   // The blocks of the prefix that only the disk (or the remote tier under it) may hold, up to the
@@ -334,6 +338,24 @@ bool KvManager::restore_pending(KvSequence& seq, std::span<const std::int32_t> t
   return true;
 }
 
+void KvManager::restore_early(KvSequence& seq, std::span<const std::int32_t> tokens, std::string_view ns) {
+  const std::shared_ptr<RestoreJob>& job = seq.restore_;
+  // Only a load into the host tier publishes blocks before it is done; a state block is taken
+  // by the match that finds the job done, which must be seq's own.
+  if (!job->in_host() || job->wants_state()) return;
+  const std::int32_t n = job->n_loaded();
+  if (n < seq.n_early_restored_ + job->progress_step()) return;
+  const std::int32_t end = (job->blocks()[static_cast<std::size_t>(n - 1)].depth + 1) * pool_.block_size();
+  if (end >= static_cast<std::int32_t>(tokens.size())) return;
+  KvSequence early;
+  early.restore_ = job;  // its loaded blocks count as restored from disk
+  match(early, tokens.first(static_cast<std::size_t>(end) + 1), ns, seq.retention_);
+  seq.n_restored_ += early.n_restored_;
+  seq.n_host_restored_ += early.n_host_restored_;
+  release(early);  // the blocks stay cached: the match finds them on the device
+  seq.n_early_restored_ = n;
+}
+
 std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierMeta& meta,
                                                     TierSource& from, SpillCodec& codec,
                                                     std::int32_t& cursor) {
@@ -352,10 +374,9 @@ std::span<const std::byte> KvManager::find_in_tiers(KvSequence& seq, const TierM
   // A block this match evicted (an orphan of the chain it restores) reaches the host tier first.
   if (demoting(meta.key)) finish_tier_reads();
   if (host_ != nullptr) {
-    const std::span<const std::byte> slot = host_->pin(meta.key, meta.parent, meta.tokens_hash);
+    const std::span<const std::byte> slot = host_->pin(meta.key, meta.parent, meta.tokens_hash, &codec);
     if (!slot.empty()) {
       from = TierSource::Host;
-      codec = host_->codec();
       restore_pins_.push_back(meta.key);
       return slot;
     }
@@ -399,6 +420,7 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
   // starts demotions, and those must not push out the blocks this restore is about to read.
   restore_metas_.clear();
   restore_slots_.clear();
+  restore_codecs_.clear();
   for (std::int32_t at = matched; at + bs <= limit; at += bs) {
     const auto block_tokens = tokens.subspan(at, bs);
     const Hash128 parent = restore_metas_.empty()
@@ -408,8 +430,9 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
                         .parent = parent,
                         .tokens_hash = keyer_->tokens_hash(block_tokens),
                         .depth = static_cast<std::int32_t>(seq.keys_.size() + restore_metas_.size())};
+    SpillCodec codec = SpillCodec::Native;  // the host block's own (a disk load may keep the disk's)
     const std::span<const std::byte> slot =
-        host_ != nullptr ? host_->pin(meta.key, meta.parent, meta.tokens_hash)
+        host_ != nullptr ? host_->pin(meta.key, meta.parent, meta.tokens_hash, &codec)
                          : std::span<const std::byte>{};
     // Past a block no tier may have, nothing can follow (a device orphan may be demoted on the
     // way; a disk block comes from the background load or, without a restorer, from disk).
@@ -417,19 +440,20 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
       break;
     restore_metas_.push_back(meta);
     restore_slots_.push_back(slot);
+    restore_codecs_.push_back(codec);
   }
 
   std::int32_t cursor = 0;  // into seq's background load
   // A background load into the host tier left its blocks there: they count as disk restores.
   const RestoreJob* loaded_to_host =
-      seq.restore_ != nullptr && seq.restore_->done() && seq.restore_->in_host() ? seq.restore_.get() : nullptr;
+      seq.restore_ != nullptr && seq.restore_->in_host() ? seq.restore_.get() : nullptr;
   std::int32_t host_cursor = 0;  // into that load's blocks (chain order)
   bool used_job = false;
   std::size_t k = 0;
   for (; k < restore_metas_.size() && n_available() > 0; ++k) {
     const TierMeta& meta = restore_metas_[k];
     TierSource from = TierSource::Host;
-    SpillCodec codec = host_ != nullptr ? host_->codec() : SpillCodec::Native;
+    SpillCodec codec = restore_codecs_[k];
     std::span<const std::byte> bytes = restore_slots_[k];
     if (!bytes.empty())
       restore_pins_.push_back(meta.key);
@@ -453,6 +477,10 @@ std::int32_t KvManager::restore_from_tiers(KvSequence& seq, std::span<const std:
     seq.keys_.push_back(meta.key);
     ++seq.n_indexed_;
     bool from_disk = from != TierSource::Host;
+    // (Its leading blocks an early restore wrote are device hits now: skipped.)
+    while (loaded_to_host != nullptr && host_cursor < loaded_to_host->n_loaded() &&
+           loaded_to_host->blocks()[host_cursor].depth < meta.depth)
+      ++host_cursor;
     if (!from_disk && loaded_to_host != nullptr && host_cursor < loaded_to_host->n_loaded() &&
         loaded_to_host->blocks()[host_cursor].key == meta.key) {
       from_disk = true;

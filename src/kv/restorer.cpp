@@ -1,5 +1,6 @@
 #include "kv/restorer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/check.h"
@@ -38,10 +39,22 @@ std::span<const std::byte> RestoreJob::raw(std::int32_t i) const {
   return {buffers_[static_cast<std::size_t>(i)].get(), block_bytes_};
 }
 
+int Restorer::default_threads() {
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores * 3 / 4, 2, 16);
+}
+
 Restorer::Restorer(DiskStore* disk, std::function<void()> on_done, std::size_t max_bytes,
-                   int n_threads, HostStore* host)
-    : disk_(disk), host_(host), on_done_(std::move(on_done)), budget_(std::make_shared<RestoreBudget>()) {
+                   int n_threads, HostStore* host, bool device_decodes, std::function<void()> on_progress)
+    : disk_(disk),
+      host_(host),
+      on_done_(std::move(on_done)),
+      on_progress_(std::move(on_progress)),
+      budget_(std::make_shared<RestoreBudget>()) {
   AKV_CHECK(disk_ != nullptr, "a restorer needs a disk tier to load from");
+  if (host_ != nullptr)  // the file's payload as it is when the device decodes it: no CPU decode
+    host_load_codec_ =
+        device_decodes && host_->holds_codec(disk_->codec()) ? disk_->codec() : host_->codec();
   budget_->max_bytes = max_bytes;
   AKV_CHECK(n_threads >= 1, "a restorer needs a thread");
   for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { loop(); });
@@ -62,6 +75,7 @@ void Restorer::submit(std::shared_ptr<RestoreJob> job) {
     return;
   }
   job->submitted_ = std::chrono::steady_clock::now();
+  job->host_ = host_;  // before any restorer thread sees it: the engine thread reads in_host()
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));
@@ -127,7 +141,6 @@ bool Restorer::take_memory(RestoreJob& job) {
     while (!b.kept.empty() && b.used_bytes + b.kept.size() * b.buffer_bytes > b.max_bytes) b.kept.pop_back();
   };
   if (host_ != nullptr) {  // the blocks go to host-tier slots: the budget bounds what they pin
-    job.host_ = host_;
     trim_kept();
     return true;
   }
@@ -150,12 +163,12 @@ bool Restorer::load_into_host(const RestoreJob& job, std::int32_t index) {
   const RestoreJob::Block& b = job.blocks_[static_cast<std::size_t>(index)];
   const HostBlockMeta meta{.parent = b.parent, .tokens_hash = b.tokens_hash, .depth = b.depth,
                            .retention = job.retention_};
-  const std::span<std::byte> slot = host_->reserve(b.key, meta);
+  const std::span<std::byte> slot = host_->reserve(b.key, meta, host_load_codec_);
   if (slot.empty()) {  // held already (demoted or loaded meanwhile), or no slot to be had
     if (!host_->touch(b.key, meta)) return false;
     return !host_->lend(b.key).empty();  // pinned for the job
   }
-  if (!disk_->load_as(b.key, b.parent, b.tokens_hash, host_->codec(), slot)) {
+  if (!disk_->load_as(b.key, b.parent, b.tokens_hash, host_load_codec_, slot)) {
     host_->abandon(b.key);
     return false;
   }
@@ -245,7 +258,14 @@ void Restorer::loop() {
     }
     lock.lock();
     if (ok && host_ != nullptr) job->host_pins_.push_back(job->blocks_[static_cast<std::size_t>(index)].key);
+    const std::int32_t step = job->progress_step();
+    const std::int32_t before = job->n_loaded() / step;
     const bool finished = settle(*job, index, ok);
+    if (!finished && on_progress_ && job->n_loaded() / step > before) {
+      lock.unlock();
+      on_progress_();
+      lock.lock();
+    }
     if (finished) {
       // The finished job leaves the queue, and this thread lets go of it, before its owner hears
       // of it: the owner's reference is then the last, and dropping it returns the memory at once.

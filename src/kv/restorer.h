@@ -4,11 +4,18 @@
 // other sequences; the request is admitted once its own blocks are in
 // (KvManager::restore_pending), and the match then only copies them to the device. (Host-tier
 // blocks need no load: the match writes them to the device from their slots.)
-// Several threads work on one job's blocks at once (each file is one read; keeping several in
-// flight is what approaches the disk's bandwidth); jobs are served in arrival order.
+// Several threads work on one job's blocks at once (default_threads(): from the cores; a thread
+// reads a file in pieces and checksums each piece as it arrives, so from the page cache a load
+// is one pass over memory, and several threads in flight approach a disk's bandwidth); jobs are
+// served in arrival order.
 // With a host tier, blocks are loaded into host-tier slots instead (page-locked on CUDA, so the
 // match's batched write reads them in place, and the tier keeps them for later returns): each
-// is published there and stays pinned by its job until the job is destroyed.
+// is published there and stays pinned by its job until the job is destroyed. When the device
+// decodes (`device_decodes`: a GPU backend) and the disk's codec fits a host slot (int8 or int4
+// files, a native host tier), the file's payload is read into the slot as it is, in the disk's
+// codec, and decoded on the device by the match's write: no decode on the CPU, and half the
+// bytes (int8) cross to the device. Published blocks are usable before the job is done: each
+// quarter of it (`on_progress`) the engine writes the loaded leading blocks to the device.
 // Memory is bounded across jobs (`max_bytes`): a job holds its loaded blocks (and its state
 // block, if it wants one) until it is destroyed (after the match and the device's copies of
 // them), and a job whose blocks and state together do not fit beside the others waits; alone,
@@ -24,6 +31,7 @@
 // Thread-safe: submit from the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "kv/block_codec.h"
 #include "kv/block_key.h"
 #include "kv/retention.h"
 
@@ -68,9 +77,15 @@ class RestoreJob {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Leading blocks ready to copy; final once done().
   std::int32_t n_loaded() const { return n_loaded_.load(std::memory_order_acquire); }
+  // Loaded blocks a step of progress (Restorer's on_progress, KvManager's early device restores):
+  // a quarter of the job, 1 to 64.
+  std::int32_t progress_step() const {
+    return std::clamp(static_cast<std::int32_t>(blocks_.size()) / 4, 1, 64);
+  }
   // Block i's raw bytes (i < n_loaded()); not with in_host().
   std::span<const std::byte> raw(std::int32_t i) const;
   // The loaded blocks are in the host tier (pinned there while the job lives), not in raw().
+  // Set at submit: readable by the submitting thread before done().
   bool in_host() const { return host_ != nullptr; }
   // The request went away: the restorer stops taking its blocks.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -103,7 +118,7 @@ class RestoreJob {
   Retention retention_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;  // limit_ of block_bytes_, from the restorer
   bool has_memory_ = false;             // buffers_ taken, or host-tier slots counted
-  HostStore* host_ = nullptr;           // set by a restorer that loads into the host tier
+  HostStore* host_ = nullptr;           // set at submit by a restorer that loads into the host tier
   std::vector<Hash128> host_pins_;      // under the restorer's mutex; unpinned at destruction
   std::shared_ptr<RestoreBudget> budget_;  // where buffers_ and the state are counted
   std::size_t held_bytes_ = 0;             // loaded blocks' bytes + state_bytes()
@@ -138,14 +153,20 @@ struct RestoreBudget {
 class Restorer {
  public:
   static constexpr std::size_t kDefaultMaxBytes = std::size_t{4} << 30;
-  static constexpr int kDefaultThreads = 8;  // reads in flight approach the disk's bandwidth
+  // Threads: three quarters of the cores, 2 to 16 (from cached files a load is bound by the
+  // cores' copy and checksum rate; from a disk, reads in flight approach its bandwidth).
+  static int default_threads();
   // `on_done` runs on a restorer thread after each job finishes (the engine wakes up).
   // `max_bytes`: loaded blocks and state blocks held across jobs at most (a job alone is always
   // allowed its state and one block).
   // `host`: load into the host tier's slots (null: into each job's block buffers).
+  // `device_decodes`: host slots may keep the disk's codec (the device decodes them on restore).
+  // `on_progress` (optional) runs on a restorer thread each time a job's loaded leading blocks
+  // pass another RestoreJob::progress_step() before it is done (the engine wakes up and writes
+  // them to the device ahead of the match: KvManager::restore_pending).
   Restorer(DiskStore* disk, std::function<void()> on_done,
-           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = kDefaultThreads,
-           HostStore* host = nullptr);
+           std::size_t max_bytes = kDefaultMaxBytes, int n_threads = default_threads(),
+           HostStore* host = nullptr, bool device_decodes = false, std::function<void()> on_progress = {});
   // Cancels what is queued and joins the threads.
   ~Restorer();
   Restorer(const Restorer&) = delete;
@@ -181,7 +202,8 @@ class Restorer {
 
   DiskStore* disk_;
   HostStore* host_;
-  std::function<void()> on_done_;
+  SpillCodec host_load_codec_ = SpillCodec::Native;  // what a block is loaded into a host slot as
+  std::function<void()> on_done_, on_progress_;
   std::shared_ptr<RestoreBudget> budget_;
   std::mutex mu_;  // before budget_->mu when both are held
   std::condition_variable wake_;
