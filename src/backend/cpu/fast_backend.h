@@ -27,6 +27,9 @@ class FastBackend : public ReferenceBackend {
   // Matmuls with at least this many input rows go to sgemm; fewer stream each weight row once
   // through the GEMV kernel (decode and small batches).
   static constexpr std::int64_t kGemmMinRows = 8;
+  // Quantized matmuls of several input rows stream this many weight rows at a time past all
+  // the inputs (the tile stays in cache; decode's single input row takes its rows in one go).
+  static constexpr std::int64_t kQuantRowTile = 16;
 
   // How long idle pool threads poll for the next op before sleeping (see ThreadPool): covers
   // the gaps between the ops of a decode step, not the gaps between steps.

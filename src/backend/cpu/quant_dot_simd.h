@@ -148,43 +148,53 @@ AKV_QDOT_TARGET inline float dot_blocks32(const void* w_row, const void* act_row
   return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-AKV_QDOT_TARGET float dot_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_blocks32<quant::BlockQ8_0, block_q8_0>(w_row, act_row, nb);
 }
 
-AKV_QDOT_TARGET float dot_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_pairs<8, quant::BlockQ4_0>(w_row, act_row, nb);
 }
 
-AKV_QDOT_TARGET float dot_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_pairs<16, quant::BlockQ5_0>(w_row, act_row, nb);
 }
 
-// The 8 six-bit scales and mins of a Q4_K/Q5_K block (quant_blocks.h's packing).
-inline void k_scales_mins(const std::uint8_t* sc, std::int16_t* scale, std::int16_t* min) {
-  for (int s = 0; s < 4; ++s) {
-    scale[s] = sc[s] & 0x3f;
-    min[s] = sc[s + 4] & 0x3f;
-  }
-  for (int s = 4; s < 8; ++s) {
-    scale[s] = static_cast<std::int16_t>((sc[s + 4] & 0xf) | ((sc[s - 4] >> 2) & 0x30));
-    min[s] = static_cast<std::int16_t>((sc[s + 4] >> 4) | ((sc[s] >> 2) & 0x30));
-  }
+// The 8 six-bit scales (int16 lanes 0..7) and the 8 mins (lanes 8..15) of a Q4_K/Q5_K block
+// (quant_blocks.h's 12-byte packing), unpacked four at a time in 32-bit words.
+AKV_QDOT_TARGET inline __m256i k_scales_mins(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const std::uint32_t scales_lo = u[0] & low6, mins_lo = u[1] & low6;
+  const std::uint32_t scales_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
+  const std::uint32_t mins_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi),
+                                             static_cast<int>(mins_lo), static_cast<int>(mins_hi)));
+}
+
+// Broadcasts int16 lane s (0..7) of each 128-bit half over that half.
+AKV_QDOT_TARGET inline __m256i k_scale_of(__m256i scales, int s) {
+  const char lo = static_cast<char>(2 * s), hi = static_cast<char>(2 * s + 1);
+  return _mm256_shuffle_epi8(scales, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+                                                      lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
 }
 
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
 // 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones. acc + the block's
 // dot as 8 f32 partial sums: the scaled products and the mins term (sum_s m_s times the input
-// sum of sub-block s, from bsums) each as integers, then one FMA each.
+// sum of sub-block s, from bsums) each as integers, then one FMA each. The even and the odd
+// sub-blocks sum into two integer chains, so the multiply-adds do not all wait on each other.
 template <bool kHighBit>
-AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* scales,
+AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* packed,
                                        const std::uint8_t* qh, const std::uint8_t* qs,
                                        const ActBlock256& a, __m256 acc) {
-  std::int16_t sc[8], mn[8];
-  k_scales_mins(scales, sc, mn);
+  const __m256i scales_mins = k_scales_mins(packed);
+  const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits = kHighBit ? load256(qh) : _mm256_setzero_si256();
-  __m256i dot = _mm256_setzero_si256();
+  __m256i dot_even = _mm256_setzero_si256(), dot_odd = _mm256_setzero_si256();
+#pragma GCC unroll 4  // constant shuffle controls
   for (int c = 0; c < 4; ++c) {
     const __m256i q = load256(qs + 32 * c);
     __m256i lo = _mm256_and_si256(q, low4);
@@ -196,19 +206,20 @@ AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8
       hi = _mm256_or_si256(
           hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
-    dot = dot_us8_scaled(dot, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
-    dot = dot_us8_scaled(dot, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+    dot_even = dot_us8_scaled(dot_even, lo, load256(a.qs + 64 * c), k_scale_of(scales, 2 * c));
+    dot_odd = dot_us8_scaled(dot_odd, hi, load256(a.qs + 64 * c + 32), k_scale_of(scales, 2 * c + 1));
   }
   // Sub-block s's input sum, bsums[2 s] + bsums[2 s + 1] (|.| <= 32 * 127: int16), times m_s.
   const __m128i sub_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8)));
-  const __m128i mins = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn)), sub_sums);
+  const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sub_sums);
+  const __m256i dot = _mm256_add_epi32(dot_even, dot_odd);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(dd[0]) * a.d), acc);
   return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(mins)),
                           _mm256_set1_ps(h2f(dd[1]) * a.d), acc);
 }
 
-AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ4_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   __m256 acc = _mm256_setzero_ps();
@@ -216,7 +227,7 @@ AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int6
   return hsum_ps(acc);
 }
 
-AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ5_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   __m256 acc = _mm256_setzero_ps();
@@ -225,7 +236,7 @@ AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int6
 }
 
 // Q6_K: x = d sc_s (q - 32) over 16 sub-blocks of 16, q = 4 bits of ql | 2 bits of qh << 4.
-AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ6_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
@@ -260,6 +271,16 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
   return sum;
 }
 
+// quant_dot.h's kernel form: n_rows consecutive weight rows against one input row, the row
+// kernel inlined (short rows, e.g. 576 columns, would otherwise pay a call and the set-up of
+// its constants per row).
+template <float (*kRow)(const void*, const void*, std::int64_t)>
+AKV_QDOT_TARGET void dot_rows(const void* w, std::size_t w_row_bytes, std::int64_t nb, const void* act_row,
+                              std::int64_t n_rows, float* out) {
+  const auto* row = static_cast<const std::uint8_t*>(w);
+  for (std::int64_t j = 0; j < n_rows; ++j, row += w_row_bytes) out[j] = kRow(row, act_row, nb);
+}
+
 // quant_dot.h's block quantization (n a multiple of 32), equal bit for bit to the scalar form:
 // the same max, d = max / 127 and 1 / d, x / d clamped to [-127, 127] and rounded to nearest
 // even (cvtps under the default rounding mode, as lrint).
@@ -289,17 +310,17 @@ AKV_QDOT_TARGET float quantize_block(const float* x, int n, std::int8_t* qs) {
 QuantDotFn find_kernel(DType w) {
   switch (w) {
     case DType::Q8_0:
-      return dot_q8_0;
+      return dot_rows<row_q8_0>;
     case DType::Q4_0:
-      return dot_q4_0;
+      return dot_rows<row_q4_0>;
     case DType::Q5_0:
-      return dot_q5_0;
+      return dot_rows<row_q5_0>;
     case DType::Q4_K:
-      return dot_q4_k;
+      return dot_rows<row_q4_k>;
     case DType::Q5_K:
-      return dot_q5_k;
+      return dot_rows<row_q5_k>;
     case DType::Q6_K:
-      return dot_q6_k;
+      return dot_rows<row_q6_k>;
     default:
       return nullptr;
   }
