@@ -312,6 +312,20 @@ void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
   });
 }
 
+void FastBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                              std::span<std::int32_t> out) {
+  const auto n = static_cast<std::size_t>(logits.rows);
+  if (logits.dtype != DType::F32 || logits.cols == 0 || out.size() != n || temperature.size() != n ||
+      u.size() != n)
+    return ReferenceBackend::sample_rows(logits, temperature, u, out);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = logits.row<float>(static_cast<std::int64_t>(i));
+    out[i] = temperature[i] <= 0.0f
+                 ? kernels_.argmax(row, logits.cols)
+                 : draw_row({row, static_cast<std::size_t>(logits.cols)}, temperature[i], u[i]);
+  }
+}
+
 void FastBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                                    const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
                                    const ForwardBatch& batch, TensorRef out) {

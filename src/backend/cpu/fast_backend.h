@@ -65,6 +65,9 @@ class FastBackend : public ReferenceBackend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  // Greedy rows through the SIMD argmax (the same ids as argmax_row); draws as the reference.
+  void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                   std::span<std::int32_t> out) override;
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;  // moe_fast.cpp
   // The chunked form for prefill chunks, token by token for decode; (chunk, head) pairs on the pool.
