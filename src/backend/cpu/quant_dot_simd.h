@@ -236,15 +236,23 @@ AKV_QDOT_TARGET inline float row_q5_k(const void* w_row, const void* act_row, st
 }
 
 // Q6_K: x = d sc_s (q - 32) over 16 sub-blocks of 16, q = 4 bits of ql | 2 bits of qh << 4.
+// Per block: the products scaled per sub-block (scales unpacked once, each pair of them picked
+// by one constant shuffle) in two integer chains, the offset 32 sum_s sc_s (input sum of s)
+// subtracted as a vector, one FMA into the row's f32 sums.
 AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ6_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
-  float sum = 0.0f;
+  __m256 sum = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < nb; ++i) {
     const quant::BlockQ6_K& b = w[i];
-    __m256i acc = _mm256_setzero_si256();
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2  // constant shuffle controls
     for (int half = 0; half < 2; ++half) {
+      // Scales 8 half .. 8 half + 7 as int16 in both 128-bit halves.
+      const __m256i sc = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                   : _mm256_permute2x128_si256(scales, scales, 0x11);
       const __m256i ql0 = load256(b.ql + 64 * half), ql1 = load256(b.ql + 64 * half + 32);
       const __m256i qh = load256(b.qh + 32 * half);
       const __m256i q[4] = {
@@ -257,18 +265,24 @@ AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, st
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
       };
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const int s = 8 * half + 2 * j;  // sub-blocks s (low 16 bytes) and s + 1 (high 16)
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
-        acc = dot_us8_scaled(acc, q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
+        // Sub-blocks 8 half + 2 j (low 16 bytes) and 8 half + 2 j + 1 (high 16).
+        const char lo0 = static_cast<char>(4 * j), lo1 = static_cast<char>(4 * j + 1);
+        const char hi0 = static_cast<char>(4 * j + 2), hi1 = static_cast<char>(4 * j + 3);
+        const __m256i scale = _mm256_shuffle_epi8(
+            sc, _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
+                                 hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1));
+        acc[j % 2] = dot_us8_scaled(acc[j % 2], q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
       }
     }
-    int offset = 0;
-    for (int s = 0; s < 16; ++s) offset += b.scales[s] * a[i].bsums[s];
-    sum += h2f(b.d) * a[i].d * static_cast<float>(hsum_epi32(acc) - 32 * offset);
+    // 32 sum_s sc_s bsums_s (|.| < 2^25), spread over 8 lanes.
+    const __m256i offset =
+        _mm256_slli_epi32(_mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums))), 5);
+    const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), offset);
+    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(b.d) * a[i].d), sum);
   }
-  return sum;
+  return hsum_ps(sum);
 }
 
 // quant_dot.h's kernel form: n_rows consecutive weight rows against one input row, the row
