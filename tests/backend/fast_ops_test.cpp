@@ -114,21 +114,37 @@ TEST_P(FastOps, Add) {
 // maximum in the vector part or in the scalar tail (odd widths), a strided view; temperature
 // rows draw as the reference does.
 TEST_P(FastOps, SampleRowsGreedyMatchesArgmaxRow) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   for (const std::int64_t cols : {1, 7, 8, 33, 64, 1000, 49157}) {
     OwnedTensor logits = random_tensor(rng_, 9, cols, 2);
     std::uniform_int_distribution<std::int64_t> at(0, cols - 1);
     for (std::int64_t r = 0; r < 9; ++r) {
       float* x = logits.ref.row<float>(r);
       switch (r) {
-        case 1: x[at(rng_)] = 100.0f, x[at(rng_)] = 100.0f; break;  // a repeated maximum
-        case 2: x[cols - 1] = 50.0f; break;                            // in the tail
-        case 3: for (std::int64_t c = 0; c < cols; c += 3) x[c] = nan; break;
-        case 4: x[0] = nan; break;
-        case 5: for (std::int64_t c = 0; c < cols; ++c) x[c] = c % 2 ? 0.0f : -0.0f; break;
-        case 6: for (std::int64_t c = 0; c < cols; ++c) x[c] = -inf; break;
-        case 7: x[at(rng_)] = inf; break;
-        default: break;
+        case 1:  // a repeated maximum
+          x[at(rng_)] = 100.0f, x[at(rng_)] = 100.0f;
+          break;
+        case 2:  // the maximum in the tail
+          x[cols - 1] = 50.0f;
+          break;
+        case 3:
+          for (std::int64_t c = 0; c < cols; c += 3) x[c] = nan;
+          break;
+        case 4:
+          x[0] = nan;
+          break;
+        case 5:
+          for (std::int64_t c = 0; c < cols; ++c) x[c] = c % 2 ? 0.0f : -0.0f;
+          break;
+        case 6:
+          for (std::int64_t c = 0; c < cols; ++c) x[c] = -inf;
+          break;
+        case 7:
+          x[at(rng_)] = inf;
+          break;
+        default:
+          break;
       }
     }
     const std::vector<float> temperature = {0, 0, 0, 0, 0, 0, 0, 0, 0.7f};

@@ -208,8 +208,10 @@ TEST_P(QuantMatmul, KernelRowRunsMatchSingleRows) {
   const std::int64_t n_blocks = k / dtype_block_elems(t);
   const auto* w0 = static_cast<const std::uint8_t*>(w.ref.data);
   std::vector<float> single(rows);
-  for (std::int64_t m = 0; m < rows; ++m) dot(w0 + m * row_bytes, row_bytes, n_blocks, act.data(), 1, &single[m]);
-  for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, rows}, {3, 7}, {12, 1}, {1, 2}}) {
+  for (std::int64_t m = 0; m < rows; ++m)
+    dot(w0 + m * row_bytes, row_bytes, n_blocks, act.data(), 1, &single[m]);
+  for (const auto& [first, count] :
+       {std::pair<std::int64_t, std::int64_t>{0, rows}, {3, 7}, {12, 1}, {1, 2}}) {
     std::vector<float> got(static_cast<std::size_t>(count) + 1, -1.0f);
     dot(w0 + first * row_bytes, row_bytes, n_blocks, act.data(), count, got.data());
     EXPECT_EQ(std::memcmp(got.data(), &single[first], count * sizeof(float)), 0)

@@ -312,11 +312,11 @@ void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
   });
 }
 
-void FastBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
-                              std::span<std::int32_t> out) {
+void FastBackend::sample_rows(TensorRef logits, std::span<const float> temperature,
+                              std::span<const double> u, std::span<std::int32_t> out) {
   const auto n = static_cast<std::size_t>(logits.rows);
-  if (logits.dtype != DType::F32 || logits.cols == 0 || out.size() != n || temperature.size() != n ||
-      u.size() != n)
+  if (logits.dtype != DType::F32 || logits.cols == 0 || out.size() != n ||
+      temperature.size() != n || u.size() != n)
     return ReferenceBackend::sample_rows(logits, temperature, u, out);
   for (std::size_t i = 0; i < n; ++i) {
     const float* row = logits.row<float>(static_cast<std::int64_t>(i));

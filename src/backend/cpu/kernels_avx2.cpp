@@ -198,7 +198,8 @@ AKV_AVX2 std::int32_t argmax_avx2(const float* x, std::int64_t n) {
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{gemv_avx2, to_f32_avx2, exp_sum_avx2, glu_avx2, sum_squares_avx2, argmax_avx2};
+  static const Kernels k{gemv_avx2, to_f32_avx2,      exp_sum_avx2,
+                         glu_avx2,  sum_squares_avx2, argmax_avx2};
   return k;
 }
 

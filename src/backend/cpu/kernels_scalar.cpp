@@ -58,8 +58,8 @@ float sum_squares_scalar(const float* x, std::int64_t n) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{gemv_scalar, to_f32_scalar, exp_sum_scalar, glu_scalar, sum_squares_scalar,
-                         argmax_scalar};
+  static const Kernels k{gemv_scalar, to_f32_scalar,      exp_sum_scalar,
+                         glu_scalar,  sum_squares_scalar, argmax_scalar};
   return k;
 }
 

@@ -52,8 +52,8 @@ void quantize_act_row(Isa isa, ActFormat format, const float* x, std::int64_t k,
 // the first at w, w_row_bytes apart) against one quantized input row: per block, the weight
 // block's scale(s) times the activation scale times an exact integer dot product. Each row's
 // result depends on that row and the input only (not on n_rows).
-using QuantDotFn = void (*)(const void* w, std::size_t w_row_bytes, std::int64_t n_blocks, const void* act_row,
-                            std::int64_t n_rows, float* out);
+using QuantDotFn = void (*)(const void* w, std::size_t w_row_bytes, std::int64_t n_blocks,
+                            const void* act_row, std::int64_t n_rows, float* out);
 
 // The integer kernel of weight type w on `isa` (AVX-512 uses VNNI instructions where the CPU
 // has them), or null: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K on AVX2 and AVX-512; none on Scalar.

@@ -169,15 +169,17 @@ AKV_QDOT_TARGET inline __m256i k_scales_mins(const std::uint8_t* packed) {
   const std::uint32_t scales_lo = u[0] & low6, mins_lo = u[1] & low6;
   const std::uint32_t scales_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
   const std::uint32_t mins_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
-  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi),
-                                             static_cast<int>(mins_lo), static_cast<int>(mins_hi)));
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(scales_lo),
+                                             static_cast<int>(scales_hi), static_cast<int>(mins_lo),
+                                             static_cast<int>(mins_hi)));
 }
 
 // Broadcasts int16 lane s (0..7) of each 128-bit half over that half.
 AKV_QDOT_TARGET inline __m256i k_scale_of(__m256i scales, int s) {
   const char lo = static_cast<char>(2 * s), hi = static_cast<char>(2 * s + 1);
-  return _mm256_shuffle_epi8(scales, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
-                                                      lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
+  return _mm256_shuffle_epi8(
+      scales, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+                               hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
 }
 
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
@@ -207,7 +209,8 @@ AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8
           hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
     dot_even = dot_us8_scaled(dot_even, lo, load256(a.qs + 64 * c), k_scale_of(scales, 2 * c));
-    dot_odd = dot_us8_scaled(dot_odd, hi, load256(a.qs + 64 * c + 32), k_scale_of(scales, 2 * c + 1));
+    dot_odd =
+        dot_us8_scaled(dot_odd, hi, load256(a.qs + 64 * c + 32), k_scale_of(scales, 2 * c + 1));
   }
   // Sub-block s's input sum, bsums[2 s] + bsums[2 s + 1] (|.| <= 32 * 127: int16), times m_s.
   const __m128i sub_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
@@ -246,7 +249,8 @@ AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, st
   __m256 sum = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < nb; ++i) {
     const quant::BlockQ6_K& b = w[i];
-    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    const __m256i scales =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
     __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 2  // constant shuffle controls
     for (int half = 0; half < 2; ++half) {
@@ -271,14 +275,17 @@ AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, st
         const char lo0 = static_cast<char>(4 * j), lo1 = static_cast<char>(4 * j + 1);
         const char hi0 = static_cast<char>(4 * j + 2), hi1 = static_cast<char>(4 * j + 3);
         const __m256i scale = _mm256_shuffle_epi8(
-            sc, _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
-                                 hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1));
-        acc[j % 2] = dot_us8_scaled(acc[j % 2], q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
+            sc, _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0,
+                                 lo1, lo0, lo1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1,
+                                 hi0, hi1, hi0, hi1, hi0, hi1));
+        acc[j % 2] =
+            dot_us8_scaled(acc[j % 2], q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
       }
     }
     // 32 sum_s sc_s bsums_s (|.| < 2^25), spread over 8 lanes.
-    const __m256i offset =
-        _mm256_slli_epi32(_mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums))), 5);
+    const __m256i offset = _mm256_slli_epi32(
+        _mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums))),
+        5);
     const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), offset);
     sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(b.d) * a[i].d), sum);
   }
@@ -289,8 +296,8 @@ AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, st
 // kernel inlined (short rows, e.g. 576 columns, would otherwise pay a call and the set-up of
 // its constants per row).
 template <float (*kRow)(const void*, const void*, std::int64_t)>
-AKV_QDOT_TARGET void dot_rows(const void* w, std::size_t w_row_bytes, std::int64_t nb, const void* act_row,
-                              std::int64_t n_rows, float* out) {
+AKV_QDOT_TARGET void dot_rows(const void* w, std::size_t w_row_bytes, std::int64_t nb,
+                              const void* act_row, std::int64_t n_rows, float* out) {
   const auto* row = static_cast<const std::uint8_t*>(w);
   for (std::int64_t j = 0; j < n_rows; ++j, row += w_row_bytes) out[j] = kRow(row, act_row, nb);
 }
