@@ -4,6 +4,7 @@
 // Tolerances (per element): embed and add exact; rms_norm, rope and glu
 // |fast - ref| <= 2e-6 * max(1, |ref|) (f32 arithmetic and a ~1 ulp polynomial exp, against the
 // reference's double arithmetic rounded once).
+#include <limits>
 #include <tuple>
 
 #include "parity_util.h"
@@ -105,6 +106,58 @@ TEST_P(FastOps, Add) {
     fast_->add(a.ref, x.ref);
     ref_.add(b.ref, x.ref);
     expect_close(a, b, 0.0, "add");
+  }
+}
+
+// Greedy sampling picks argmax_row's id on every instruction set: ties to the lowest id (the
+// maximum repeated, also as +0 / -0), NaNs skipped, a NaN at id 0 winning, -inf rows, the
+// maximum in the vector part or in the scalar tail (odd widths), a strided view; temperature
+// rows draw as the reference does.
+TEST_P(FastOps, SampleRowsGreedyMatchesArgmaxRow) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  for (const std::int64_t cols : {1, 7, 8, 33, 64, 1000, 49157}) {
+    OwnedTensor logits = random_tensor(rng_, 9, cols, 2);
+    std::uniform_int_distribution<std::int64_t> at(0, cols - 1);
+    for (std::int64_t r = 0; r < 9; ++r) {
+      float* x = logits.ref.row<float>(r);
+      switch (r) {
+        case 1:  // a repeated maximum
+          x[at(rng_)] = 100.0f, x[at(rng_)] = 100.0f;
+          break;
+        case 2:  // the maximum in the tail
+          x[cols - 1] = 50.0f;
+          break;
+        case 3:
+          for (std::int64_t c = 0; c < cols; c += 3) x[c] = nan;
+          break;
+        case 4:
+          x[0] = nan;
+          break;
+        case 5:
+          for (std::int64_t c = 0; c < cols; ++c) x[c] = c % 2 ? 0.0f : -0.0f;
+          break;
+        case 6:
+          for (std::int64_t c = 0; c < cols; ++c) x[c] = -inf;
+          break;
+        case 7:
+          x[at(rng_)] = inf;
+          break;
+        default:
+          break;
+      }
+    }
+    const std::vector<float> temperature = {0, 0, 0, 0, 0, 0, 0, 0, 0.7f};
+    const std::vector<double> u = {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.3};
+    std::vector<std::int32_t> got(9, -1), want(9, -2);
+    fast_->sample_rows(logits.ref, temperature, u, got);
+    ref_.sample_rows(logits.ref, temperature, u, want);
+    for (std::int64_t r = 0; r < 9; ++r) {
+      EXPECT_EQ(got[r], want[r]) << "cols " << cols << " row " << r;
+      if (r < 8)
+        EXPECT_EQ(want[r], argmax_row({logits.ref.row<float>(r), static_cast<std::size_t>(cols)}))
+            << "cols " << cols << " row " << r;
+    }
   }
 }
 

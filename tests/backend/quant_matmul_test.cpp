@@ -189,6 +189,37 @@ TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
   }
 }
 
+// The kernels take a run of weight rows (the fast backend passes a whole chunk): each row's
+// result must be the one it gets alone, bit for bit, wherever it sits in the run (first, last,
+// odd run lengths), and nothing past the run's outputs may be written.
+TEST_P(QuantMatmul, KernelRowRunsMatchSingleRows) {
+  const auto [isa, t] = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+  const QuantDotFn dot = find_quant_dot(isa, t);
+  if (dot == nullptr) GTEST_SKIP() << dtype_name(t) << ": no integer kernel on " << isa_name(isa);
+  std::mt19937 rng(31);
+  const std::int64_t k = dtype_block_elems(t) == 256 ? 768 : 96, rows = 13;
+  const OwnedWeight w = random_quant_weight(rng, t, rows, k);
+  const OwnedTensor x = random_tensor(rng, 1, k, 2);
+  const ActFormat f = act_format(t);
+  std::vector<std::uint8_t> act(act_row_bytes(f, k));
+  quantize_act_row(isa, f, x.ref.row<float>(0), k, act.data());
+  const std::size_t row_bytes = dtype_row_bytes(t, k);
+  const std::int64_t n_blocks = k / dtype_block_elems(t);
+  const auto* w0 = static_cast<const std::uint8_t*>(w.ref.data);
+  std::vector<float> single(rows);
+  for (std::int64_t m = 0; m < rows; ++m)
+    dot(w0 + m * row_bytes, row_bytes, n_blocks, act.data(), 1, &single[m]);
+  for (const auto& [first, count] :
+       {std::pair<std::int64_t, std::int64_t>{0, rows}, {3, 7}, {12, 1}, {1, 2}}) {
+    std::vector<float> got(static_cast<std::size_t>(count) + 1, -1.0f);
+    dot(w0 + first * row_bytes, row_bytes, n_blocks, act.data(), count, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), &single[first], count * sizeof(float)), 0)
+        << dtype_name(t) << " rows [" << first << ", " << first + count << ")";
+    EXPECT_EQ(got[count], -1.0f) << "wrote past the run";
+  }
+}
+
 // Each instruction set's activation quantization must give the scalar form's bytes (the integer kernels'
 // results, and so the generated tokens, must not depend on which one ran): random rows, rows
 // with exact rounding ties (x / d = k + 0.5), an all-zero block, and values that reach +-127.

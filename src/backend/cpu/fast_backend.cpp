@@ -142,13 +142,17 @@ void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, cons
   const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
   const auto* w_data = static_cast<const std::uint8_t*>(w.data);
   const bool has_bias = bias != nullptr && !bias->empty();
-  float* const out0 = out.row<float>(0);
-  for (std::int64_t m = m0; m < m1; ++m) {
-    const std::uint8_t* wr = w_data + static_cast<std::size_t>(m) * w_row_bytes;
-    const float b = has_bias ? load_f32(bias->data, bias->dtype, m) : 0.0f;
+  // Tiles of weight rows small enough to stay in cache while every input row passes over them
+  // (decode: one input row, one tile).
+  const std::int64_t tile = n_rows == 1 ? m1 - m0 : kQuantRowTile;
+  for (std::int64_t t0 = m0; t0 < m1; t0 += tile) {
+    const std::int64_t t1 = std::min(m1, t0 + tile);
     for (std::int64_t r = 0; r < n_rows; ++r) {
-      const float v = dot(wr, act + static_cast<std::size_t>(r) * act_bytes, n_blocks);
-      out0[r * out.stride + m] = has_bias ? v + b : v;
+      float* y = out.row<float>(r);
+      dot(w_data + static_cast<std::size_t>(t0) * w_row_bytes, w_row_bytes, n_blocks,
+          act + static_cast<std::size_t>(r) * act_bytes, t1 - t0, y + t0);
+      if (has_bias)
+        for (std::int64_t m = t0; m < t1; ++m) y[m] += load_f32(bias->data, bias->dtype, m);
     }
   }
 }
@@ -306,6 +310,20 @@ void FastBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
     for (std::int64_t r = r0; r < r1; ++r)
       kernels_.glu(gate.row<float>(r), up.row<float>(r), out.row<float>(r), gate.cols, kind);
   });
+}
+
+void FastBackend::sample_rows(TensorRef logits, std::span<const float> temperature,
+                              std::span<const double> u, std::span<std::int32_t> out) {
+  const auto n = static_cast<std::size_t>(logits.rows);
+  if (logits.dtype != DType::F32 || logits.cols == 0 || out.size() != n ||
+      temperature.size() != n || u.size() != n)
+    return ReferenceBackend::sample_rows(logits, temperature, u, out);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = logits.row<float>(static_cast<std::int64_t>(i));
+    out[i] = temperature[i] <= 0.0f
+                 ? kernels_.argmax(row, logits.cols)
+                 : draw_row({row, static_cast<std::size_t>(logits.cols)}, temperature[i], u[i]);
+  }
 }
 
 void FastBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,

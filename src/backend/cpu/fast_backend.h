@@ -27,6 +27,9 @@ class FastBackend : public ReferenceBackend {
   // Matmuls with at least this many input rows go to sgemm; fewer stream each weight row once
   // through the GEMV kernel (decode and small batches).
   static constexpr std::int64_t kGemmMinRows = 8;
+  // Quantized matmuls of several input rows stream this many weight rows at a time past all
+  // the inputs (the tile stays in cache; decode's single input row takes its rows in one go).
+  static constexpr std::int64_t kQuantRowTile = 16;
 
   // How long idle pool threads poll for the next op before sleeping (see ThreadPool): covers
   // the gaps between the ops of a decode step, not the gaps between steps.
@@ -62,6 +65,9 @@ class FastBackend : public ReferenceBackend {
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
+  // Greedy rows through the SIMD argmax (the same ids as argmax_row); draws as the reference.
+  void sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
+                   std::span<std::int32_t> out) override;
   void moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
            const MoeScratch& scratch, TensorRef out) override;  // moe_fast.cpp
   // The chunked form for prefill chunks, token by token for decode; (chunk, head) pairs on the pool.

@@ -43,6 +43,9 @@ struct Kernels {
   void (*glu)(const float* g, const float* u, float* y, std::int64_t n, GluKind kind);
   // sum of x[i]^2
   float (*sum_squares)(const float* x, std::int64_t n);
+  // argmax_row (backend.h) of x[0, n), n >= 1: the first id of the largest value, NaN never
+  // winning, 0 when x[0] is NaN.
+  std::int32_t (*argmax)(const float* x, std::int64_t n);
 };
 
 const Kernels& kernels_for(Isa isa);

@@ -3,10 +3,12 @@
 // has the instructions. The AVX-512 table reuses the element-wise kernels from here.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/kernels.h"
+#include "base/check.h"
 
 #define AKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -162,10 +164,42 @@ AKV_AVX2 float sum_squares_avx2(const float* x, std::int64_t n) {
   return s;
 }
 
+// argmax_row in two passes: the largest value (max_ps(v, m) keeps m where v is NaN, and m starts
+// at x[0], so NaNs never enter it), then the first id holding it. Equal to the scalar scan:
+// its pick is the first occurrence of that maximum (+0 and -0 compare equal in both).
+AKV_AVX2 std::int32_t argmax_avx2(const float* x, std::int64_t n) {
+  if (std::isnan(x[0])) return 0;
+  __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+    m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+  }
+  const __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, m);
+  float best = lanes[0];
+  for (float v : lanes) best = std::max(best, v);
+  for (; i < n; ++i) best = std::max(best, x[i]);  // keeps best when x[i] is NaN
+  const __m256 target = _mm256_set1_ps(best);
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), target, _CMP_EQ_OQ));
+    if (hit != 0) return static_cast<std::int32_t>(j + __builtin_ctz(static_cast<unsigned>(hit)));
+  }
+  for (; j < n; ++j)
+    if (x[j] == best) return static_cast<std::int32_t>(j);
+  AKV_CHECK(false, "argmax: the maximum was not found");
+  return 0;
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{gemv_avx2, to_f32_avx2, exp_sum_avx2, glu_avx2, sum_squares_avx2};
+  static const Kernels k{gemv_avx2, to_f32_avx2,      exp_sum_avx2,
+                         glu_avx2,  sum_squares_avx2, argmax_avx2};
   return k;
 }
 

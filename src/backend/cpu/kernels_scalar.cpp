@@ -2,6 +2,7 @@
 // f32 accumulation like the SIMD tables, so all fast paths round alike.
 #include <cmath>
 
+#include "backend/backend.h"
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/kernels.h"
 
@@ -44,6 +45,10 @@ void glu_scalar(const float* g, const float* u, float* y, std::int64_t n, GluKin
   }
 }
 
+std::int32_t argmax_scalar(const float* x, std::int64_t n) {
+  return argmax_row({x, static_cast<std::size_t>(n)});
+}
+
 float sum_squares_scalar(const float* x, std::int64_t n) {
   float acc = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) acc += x[i] * x[i];
@@ -53,7 +58,8 @@ float sum_squares_scalar(const float* x, std::int64_t n) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{gemv_scalar, to_f32_scalar, exp_sum_scalar, glu_scalar, sum_squares_scalar};
+  static const Kernels k{gemv_scalar, to_f32_scalar,      exp_sum_scalar,
+                         glu_scalar,  sum_squares_scalar, argmax_scalar};
   return k;
 }
 

@@ -5,6 +5,7 @@
 // A type without an integer kernel here is dequantized row by row instead (fast_backend.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cpu/kernels.h"
@@ -47,9 +48,12 @@ std::size_t act_row_bytes(ActFormat format, std::int64_t k);
 // (Scalar: plain C++; AVX2 and AVX-512: the AVX2 form).
 void quantize_act_row(Isa isa, ActFormat format, const float* x, std::int64_t k, void* out);
 
-// sum_i w[i] * x[i] over one weight row of `n_blocks` blocks against its quantized input row:
-// the weight block's scale(s) times the activation scale times an exact integer dot product.
-using QuantDotFn = float (*)(const void* w_row, const void* act_row, std::int64_t n_blocks);
+// out[j] = sum_i w_j[i] * x[i] for the n_rows weight rows w_j (of `n_blocks` blocks each,
+// the first at w, w_row_bytes apart) against one quantized input row: per block, the weight
+// block's scale(s) times the activation scale times an exact integer dot product. Each row's
+// result depends on that row and the input only (not on n_rows).
+using QuantDotFn = void (*)(const void* w, std::size_t w_row_bytes, std::int64_t n_blocks,
+                            const void* act_row, std::int64_t n_rows, float* out);
 
 // The integer kernel of weight type w on `isa` (AVX-512 uses VNNI instructions where the CPU
 // has them), or null: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K on AVX2 and AVX-512; none on Scalar.

@@ -148,43 +148,55 @@ AKV_QDOT_TARGET inline float dot_blocks32(const void* w_row, const void* act_row
   return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-AKV_QDOT_TARGET float dot_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q8_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_blocks32<quant::BlockQ8_0, block_q8_0>(w_row, act_row, nb);
 }
 
-AKV_QDOT_TARGET float dot_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q4_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_pairs<8, quant::BlockQ4_0>(w_row, act_row, nb);
 }
 
-AKV_QDOT_TARGET float dot_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q5_0(const void* w_row, const void* act_row, std::int64_t nb) {
   return dot_pairs<16, quant::BlockQ5_0>(w_row, act_row, nb);
 }
 
-// The 8 six-bit scales and mins of a Q4_K/Q5_K block (quant_blocks.h's packing).
-inline void k_scales_mins(const std::uint8_t* sc, std::int16_t* scale, std::int16_t* min) {
-  for (int s = 0; s < 4; ++s) {
-    scale[s] = sc[s] & 0x3f;
-    min[s] = sc[s + 4] & 0x3f;
-  }
-  for (int s = 4; s < 8; ++s) {
-    scale[s] = static_cast<std::int16_t>((sc[s + 4] & 0xf) | ((sc[s - 4] >> 2) & 0x30));
-    min[s] = static_cast<std::int16_t>((sc[s + 4] >> 4) | ((sc[s] >> 2) & 0x30));
-  }
+// The 8 six-bit scales (int16 lanes 0..7) and the 8 mins (lanes 8..15) of a Q4_K/Q5_K block
+// (quant_blocks.h's 12-byte packing), unpacked four at a time in 32-bit words.
+AKV_QDOT_TARGET inline __m256i k_scales_mins(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const std::uint32_t scales_lo = u[0] & low6, mins_lo = u[1] & low6;
+  const std::uint32_t scales_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
+  const std::uint32_t mins_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(scales_lo),
+                                             static_cast<int>(scales_hi), static_cast<int>(mins_lo),
+                                             static_cast<int>(mins_hi)));
+}
+
+// Broadcasts int16 lane s (0..7) of each 128-bit half over that half.
+AKV_QDOT_TARGET inline __m256i k_scale_of(__m256i scales, int s) {
+  const char lo = static_cast<char>(2 * s), hi = static_cast<char>(2 * s + 1);
+  return _mm256_shuffle_epi8(
+      scales, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+                               hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
 }
 
 // Q4_K (kHighBit false) and Q5_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32; chunk c of
 // 32 bytes holds sub-block 2c in its low nibbles and 2c + 1 in its high ones. acc + the block's
 // dot as 8 f32 partial sums: the scaled products and the mins term (sum_s m_s times the input
-// sum of sub-block s, from bsums) each as integers, then one FMA each.
+// sum of sub-block s, from bsums) each as integers, then one FMA each. The even and the odd
+// sub-blocks sum into two integer chains, so the multiply-adds do not all wait on each other.
 template <bool kHighBit>
-AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* scales,
+AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8_t* packed,
                                        const std::uint8_t* qh, const std::uint8_t* qs,
                                        const ActBlock256& a, __m256 acc) {
-  std::int16_t sc[8], mn[8];
-  k_scales_mins(scales, sc, mn);
+  const __m256i scales_mins = k_scales_mins(packed);
+  const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i bits = kHighBit ? load256(qh) : _mm256_setzero_si256();
-  __m256i dot = _mm256_setzero_si256();
+  __m256i dot_even = _mm256_setzero_si256(), dot_odd = _mm256_setzero_si256();
+#pragma GCC unroll 4  // constant shuffle controls
   for (int c = 0; c < 4; ++c) {
     const __m256i q = load256(qs + 32 * c);
     __m256i lo = _mm256_and_si256(q, low4);
@@ -196,19 +208,21 @@ AKV_QDOT_TARGET inline __m256 block_k4(const std::uint16_t* dd, const std::uint8
       hi = _mm256_or_si256(
           hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * c + 1), one), 4));
     }
-    dot = dot_us8_scaled(dot, lo, load256(a.qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
-    dot = dot_us8_scaled(dot, hi, load256(a.qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+    dot_even = dot_us8_scaled(dot_even, lo, load256(a.qs + 64 * c), k_scale_of(scales, 2 * c));
+    dot_odd =
+        dot_us8_scaled(dot_odd, hi, load256(a.qs + 64 * c + 32), k_scale_of(scales, 2 * c + 1));
   }
   // Sub-block s's input sum, bsums[2 s] + bsums[2 s + 1] (|.| <= 32 * 127: int16), times m_s.
   const __m128i sub_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8)));
-  const __m128i mins = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn)), sub_sums);
+  const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sub_sums);
+  const __m256i dot = _mm256_add_epi32(dot_even, dot_odd);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(dd[0]) * a.d), acc);
   return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(mins)),
                           _mm256_set1_ps(h2f(dd[1]) * a.d), acc);
 }
 
-AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q4_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ4_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   __m256 acc = _mm256_setzero_ps();
@@ -216,7 +230,7 @@ AKV_QDOT_TARGET float dot_q4_k(const void* w_row, const void* act_row, std::int6
   return hsum_ps(acc);
 }
 
-AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
+AKV_QDOT_TARGET inline float row_q5_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ5_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   __m256 acc = _mm256_setzero_ps();
@@ -225,15 +239,24 @@ AKV_QDOT_TARGET float dot_q5_k(const void* w_row, const void* act_row, std::int6
 }
 
 // Q6_K: x = d sc_s (q - 32) over 16 sub-blocks of 16, q = 4 bits of ql | 2 bits of qh << 4.
-AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int64_t nb) {
+// Per block: the products scaled per sub-block (scales unpacked once, each pair of them picked
+// by one constant shuffle) in two integer chains, the offset 32 sum_s sc_s (input sum of s)
+// subtracted as a vector, one FMA into the row's f32 sums.
+AKV_QDOT_TARGET inline float row_q6_k(const void* w_row, const void* act_row, std::int64_t nb) {
   const auto* w = static_cast<const quant::BlockQ6_K*>(w_row);
   const auto* a = static_cast<const ActBlock256*>(act_row);
   const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
-  float sum = 0.0f;
+  __m256 sum = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < nb; ++i) {
     const quant::BlockQ6_K& b = w[i];
-    __m256i acc = _mm256_setzero_si256();
+    const __m256i scales =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2  // constant shuffle controls
     for (int half = 0; half < 2; ++half) {
+      // Scales 8 half .. 8 half + 7 as int16 in both 128-bit halves.
+      const __m256i sc = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                   : _mm256_permute2x128_si256(scales, scales, 0x11);
       const __m256i ql0 = load256(b.ql + 64 * half), ql1 = load256(b.ql + 64 * half + 32);
       const __m256i qh = load256(b.qh + 32 * half);
       const __m256i q[4] = {
@@ -246,18 +269,37 @@ AKV_QDOT_TARGET float dot_q6_k(const void* w_row, const void* act_row, std::int6
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
       };
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const int s = 8 * half + 2 * j;  // sub-blocks s (low 16 bytes) and s + 1 (high 16)
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
-        acc = dot_us8_scaled(acc, q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
+        // Sub-blocks 8 half + 2 j (low 16 bytes) and 8 half + 2 j + 1 (high 16).
+        const char lo0 = static_cast<char>(4 * j), lo1 = static_cast<char>(4 * j + 1);
+        const char hi0 = static_cast<char>(4 * j + 2), hi1 = static_cast<char>(4 * j + 3);
+        const __m256i scale = _mm256_shuffle_epi8(
+            sc, _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0,
+                                 lo1, lo0, lo1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1,
+                                 hi0, hi1, hi0, hi1, hi0, hi1));
+        acc[j % 2] =
+            dot_us8_scaled(acc[j % 2], q[j], load256(a[i].qs + 128 * half + 32 * j), scale);
       }
     }
-    int offset = 0;
-    for (int s = 0; s < 16; ++s) offset += b.scales[s] * a[i].bsums[s];
-    sum += h2f(b.d) * a[i].d * static_cast<float>(hsum_epi32(acc) - 32 * offset);
+    // 32 sum_s sc_s bsums_s (|.| < 2^25), spread over 8 lanes.
+    const __m256i offset = _mm256_slli_epi32(
+        _mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums))),
+        5);
+    const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), offset);
+    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(h2f(b.d) * a[i].d), sum);
   }
-  return sum;
+  return hsum_ps(sum);
+}
+
+// quant_dot.h's kernel form: n_rows consecutive weight rows against one input row, the row
+// kernel inlined (short rows, e.g. 576 columns, would otherwise pay a call and the set-up of
+// its constants per row).
+template <float (*kRow)(const void*, const void*, std::int64_t)>
+AKV_QDOT_TARGET void dot_rows(const void* w, std::size_t w_row_bytes, std::int64_t nb,
+                              const void* act_row, std::int64_t n_rows, float* out) {
+  const auto* row = static_cast<const std::uint8_t*>(w);
+  for (std::int64_t j = 0; j < n_rows; ++j, row += w_row_bytes) out[j] = kRow(row, act_row, nb);
 }
 
 // quant_dot.h's block quantization (n a multiple of 32), equal bit for bit to the scalar form:
@@ -289,17 +331,17 @@ AKV_QDOT_TARGET float quantize_block(const float* x, int n, std::int8_t* qs) {
 QuantDotFn find_kernel(DType w) {
   switch (w) {
     case DType::Q8_0:
-      return dot_q8_0;
+      return dot_rows<row_q8_0>;
     case DType::Q4_0:
-      return dot_q4_0;
+      return dot_rows<row_q4_0>;
     case DType::Q5_0:
-      return dot_q5_0;
+      return dot_rows<row_q5_0>;
     case DType::Q4_K:
-      return dot_q4_k;
+      return dot_rows<row_q4_k>;
     case DType::Q5_K:
-      return dot_q5_k;
+      return dot_rows<row_q5_k>;
     case DType::Q6_K:
-      return dot_q6_k;
+      return dot_rows<row_q6_k>;
     default:
       return nullptr;
   }
