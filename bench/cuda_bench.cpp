@@ -15,10 +15,13 @@
 // old and new kernels (cuda_moe_bench.cpp). --tier-copy 1 measures only the host tier's copies
 // of 8B-shaped KV blocks next to the PCIe link's DMA rate (cuda_tier_bench.cpp). --delta-rule 1
 // measures only one Qwen3.5-9B-shaped layer's gated delta rule at 512, 4K and 16K tokens, token
-// by token and chunked (cuda_delta_bench.cpp).
+// by token and chunked (cuda_delta_bench.cpp). --hybrid-prefill 1 measures only one Qwen3.5-9B-shaped
+// layer's head_dim-256 prefill attention (1,024 tokens after 0, 4K and 15K cached) on the CUDA
+// cores and the tensor cores, and its short convolution token by token and tiled
+// (cuda_hybrid_bench.cpp).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
 //                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1] [--tier-copy 1]
-//                   [--delta-rule 1]
+//                   [--delta-rule 1] [--hybrid-prefill 1]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -47,6 +50,7 @@ int run_quant_gemv_bench(double copy_bw);
 int run_moe_bench(double copy_bw);
 int run_tier_bench();
 int run_delta_rule_bench();
+int run_hybrid_prefill_bench();
 }
 
 namespace akv {
@@ -329,7 +333,8 @@ struct DecodeTime {
 
 int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
-  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0, delta_rule = 0;
+  std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0, delta_rule = 0,
+               hybrid_prefill = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
@@ -345,6 +350,7 @@ int run(int argc, char** argv) {
     else if (a == "--moe") moe = v;
     else if (a == "--tier-copy") tier_copy = v;
     else if (a == "--delta-rule") delta_rule = v;
+    else if (a == "--hybrid-prefill") hybrid_prefill = v;
   }
   cudaDeviceProp prop{};
   AKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -356,6 +362,7 @@ int run(int argc, char** argv) {
 
   if (tier_copy != 0) return bench::run_tier_bench();
   if (delta_rule != 0) return bench::run_delta_rule_bench();
+  if (hybrid_prefill != 0) return bench::run_hybrid_prefill_bench();
   const double bw = copy_bandwidth();
   if (quant_gemv != 0) {
     std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw * 1e-9);

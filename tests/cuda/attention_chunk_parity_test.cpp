@@ -1,11 +1,15 @@
 // Attention for chunks over a long cached context against the scalar reference: short chunks
 // (several tokens per split-K block on the tensor cores) and medium ones (prefill tiles with
-// their keys split), and the switch back to the earlier kernels (CudaBackend::set_chunk_attention).
+// their keys split), the switch back to the earlier kernels (CudaBackend::set_chunk_attention),
+// and head_dim 256 on the prefill kernel.
+#include <cuda_runtime.h>
+
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attention_util.h"
+#include "backend/cuda/kernels.h"
 #include "parity_util.h"
 
 namespace akv::test {
@@ -96,6 +100,41 @@ TEST(CudaOps, AttentionChunkPathsSwitch) {
     EXPECT_LE(attention_error(DType::BF16, 8, 2, 128, 0, 0.0, medium), 1e-2) << "chunk paths " << on;
   }
   gpu.set_chunk_attention(true);
+}
+
+// Head_dim 256 (Qwen3.5 / Qwen3-Next full attention) on the mma.sync prefill kernel (16 query
+// rows a warp, one block an SM), BF16 KV, against the double reference: GQA groups 1, 2, 4 and 8
+// on one batch of four chunks (200 tokens from position 0; 64, 17 and 1 after 300, 90 and 500
+// cached), 1,000 tokens from position 0, a chunk after 2,000 cached tokens whose one tile splits
+// its keys (split-K and the merge), Qwen3.5-9B's 16 / 4 heads, a window and a softcap. The
+// reference walks every key in double, so the cases are kept to ~0.7G multiply-adds. Same
+// tolerance as the 64/128 tiles (q and P rounded to bf16: ~2e-3 relative in cuda_bench). The
+// CUDA-core path the backend falls back to (set_prefill_attention_d256(false)) keeps its f32
+// precision.
+TEST(CudaOps, AttentionPrefillHeadDim256) {
+  AKV_SKIP_WITHOUT_CUDA();
+  int dev = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), cudaSuccess);
+  if (optin < 165 * 1024) GTEST_SKIP() << "head_dim 256 prefill needs 165 KB of shared memory a block";
+  EXPECT_TRUE(cuda::prefill_attention_supported(DType::BF16, 256));
+  const std::vector<SeqSpec> mixed = {{0, 200}, {300, 64}, {90, 17}, {500, 1}};
+  const std::vector<SeqSpec> long_chunk = {{0, 1000}};
+  const std::vector<SeqSpec> split = {{2000, 64}};
+  const std::vector<SeqSpec> cached = {{300, 64}};
+  for (const AttnHeads& hd : {AttnHeads{2, 2, 256}, AttnHeads{4, 2, 256}, AttnHeads{4, 1, 256}, AttnHeads{8, 1, 256}})
+    EXPECT_LE(note_error(attention_error(DType::BF16, hd.h, hd.kv, hd.d, 0, 0.0, mixed)), 1e-2)
+        << heads_name(DType::BF16, hd, 0, 0.0);
+  EXPECT_LE(note_error(attention_error(DType::BF16, 1, 1, 256, 0, 0.0, long_chunk)), 1e-2) << "1000 tokens";
+  EXPECT_LE(note_error(attention_error(DType::BF16, 4, 1, 256, 0, 0.0, split)), 1e-2) << "after 2000: split-K";
+  EXPECT_LE(note_error(attention_error(DType::BF16, 16, 4, 256, 0, 0.0, cached)), 1e-2) << "16 / 4 heads";
+  for (const auto& [window, cap] : {std::pair<std::int64_t, double>{100, 0.0}, {0, 30.0}})
+    EXPECT_LE(note_error(attention_error(DType::BF16, 4, 2, 256, window, cap, mixed)), 1e-2)
+        << "window " << window << " cap " << cap;
+  CudaBackend& gpu = backends().gpu;
+  gpu.set_prefill_attention_d256(false);
+  EXPECT_LE(attention_error(DType::BF16, 4, 1, 256, 0, 0.0, mixed), 1e-5) << "CUDA-core path";
+  gpu.set_prefill_attention_d256(true);
 }
 
 }  // namespace

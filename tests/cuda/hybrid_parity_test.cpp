@@ -1,5 +1,5 @@
-// Hybrid linear-attention models on the CUDA backend: the ops (output gate, short causal conv,
-// gated delta rule) against the scalar reference on a batch of chunks that start fresh or continue
+// Hybrid linear-attention models on the CUDA backend: the ops (output gate, short causal conv
+// token by token and tiled, gated delta rule) against the scalar reference on a batch of chunks that start fresh or continue
 // a state in their slots (the delta rule token by token and in chunks of 64), and the Qwen3.5 /
 // Qwen3-Next fixtures' logits against their fp64 references (a 100-token prefill, chunked, then
 // decode steps: recorded CUDA graphs, the MoE models' routing on the device through
@@ -94,6 +94,46 @@ TEST(HybridOps, CausalConvContinuesEachSlot) {
     EXPECT_LE(x.error(), 1e-5) << dtype_name(dtype);
     EXPECT_LE(note_error(rel_error(all_state(backends().gpu, gpu), all_state(backends().ref, cpu))),
               1e-6);
+  }
+}
+
+// The tiled convolution (prefill: every tile of 16 tokens at once, its window of earlier inputs
+// copied first) against the scalar reference and the token-by-token kernel, on two sequences:
+// slot 2 fresh and slot 0 continuing its state at position 300, n tokens each (fewer than, as
+// many as and more than the 3 state rows; one tile and many; 224 channels, a partial block).
+// Both kernels sum the same f32 terms in the same order, so they agree to rounding of the
+// exponential at most; against the reference the existing kernel's 1e-5 / 1e-6.
+TEST(HybridOps, CausalConvTiledMatchesOracle) {
+  AKV_SKIP_WITHOUT_CUDA();
+  CudaBackend& gpu = backends().gpu;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (const std::int32_t n : {1, 3, 4, 5, 17, 64, 1000}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n " << n);
+      KvStorage cpu = state_storage(backends().ref), tiled = state_storage(gpu), serial = state_storage(gpu);
+      random_states(cpu, tiled, &serial);
+      const std::int64_t C = cpu.state.conv_channels, rows = 2 * n;
+      auto w = WeightPair::random(dtype, C, 4, 0.5f);
+      const std::vector<float> values = random_floats(static_cast<std::size_t>(rows * C));
+      Pair x = Pair::make(rows, C, 16), x_serial = Pair::make(rows, C);
+      x.set(values);
+      x_serial.set(values);
+      const std::vector<SequenceChunk> seqs{
+          {.first_row = 0, .n_tokens = n, .start_pos = 0, .block_table = {}, .state_slot = 2},
+          {.first_row = n, .n_tokens = n, .start_pos = 300, .block_table = {}, .state_slot = 0}};
+      const std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows), 1), positions(tokens.size(), 0);
+      const ForwardBatch batch{.tokens = tokens, .positions = positions, .sequences = seqs, .logit_rows = {}};
+      backends().ref.causal_conv1d(x.cpu, w->cpu, cpu, 0, batch);
+      gpu.set_conv1d_tile_min_tokens(1);
+      gpu.causal_conv1d(x.gpu, w->gpu, tiled, 0, batch);
+      gpu.set_conv1d_tile_min_tokens(INT32_MAX);
+      gpu.causal_conv1d(x_serial.gpu, w->gpu, serial, 0, batch);
+      gpu.set_conv1d_tile_min_tokens(cuda::kConvTileMinTokens);
+      const std::vector<float> got_state = all_state(gpu, tiled);
+      EXPECT_LE(x.error(), 1e-5);
+      EXPECT_LE(note_error(rel_error(got_state, all_state(backends().ref, cpu))), 1e-6);
+      EXPECT_LE(note_error(rel_error(x.get_gpu(), x_serial.get_gpu())), 1e-6);
+      EXPECT_LE(note_error(rel_error(got_state, all_state(gpu, serial))), 1e-7);
+    }
   }
 }
 

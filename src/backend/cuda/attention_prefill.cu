@@ -1,9 +1,10 @@
 // Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16 with
 // f32 accumulators) for BF16 KV and head_dim 64 or 128. One block = 64 query rows of one
-// sequence chunk for two query heads of one GQA group (4 warps; each K/V tile in shared memory
-// serves both), or for one head (2 warps) when the group is odd. Each warp takes 32 rows of one
-// head as two m16 tiles, so every K and V fragment read from shared memory feeds two mma chains;
-// Q stays in shared memory and is read per k-step. Key/value tiles of 64 positions are gathered
+// sequence chunk for two query heads of one GQA group (each K/V tile in shared memory serves
+// both), or for one head when the group is odd. For head_dim 64/128 each warp takes 32 rows of
+// one head as two m16 tiles (2 warps a head), so every K and V fragment read from shared memory
+// feeds two mma chains; for head_dim 256 one m16 tile (4 warps a head: 32 rows would need 256 f32
+// output accumulators a thread and spill). Q stays in shared memory and is read per k-step. Key/value tiles of 64 positions are gathered
 // through the block table with cp.async into padded shared memory, two stages deep.
 // Causal and sliding-window masks and the logit softcap are applied to the f32 scores; P stays in
 // registers.
@@ -23,8 +24,6 @@ namespace akv::cuda {
 namespace {
 
 constexpr int kRows = kPrefillTileRows;  // query rows of one head per block
-constexpr int kWarpRows = 32;            // query rows per warp: two m16 tiles
-constexpr int kWarpsPerHead = kRows / kWarpRows;
 constexpr int kKeys = 64;                // keys per tile
 constexpr int kGroupHeads = 2;           // query heads per block when the GQA group is even
 constexpr int kStages = 2;               // K/V tiles in flight (3 measured no faster on an H100)
@@ -34,28 +33,48 @@ using bf16 = __nv_bfloat16;
 
 static_assert(kKeys == kPrefillSplitAlign, "splits are runs of whole key tiles");
 
+// m16 tiles of query rows per warp: two (32 rows) up to head_dim 128, one for head_dim 256.
+template <int D>
+__host__ __device__ constexpr int warp_tiles() {
+  return D <= 128 ? 2 : 1;
+}
+template <int D>
+__host__ __device__ constexpr int warps_per_head() {
+  return kRows / (16 * warp_tiles<D>());
+}
+// Blocks an SM keeps resident (the launch bounds): two up to head_dim 128; one for 256, whose
+// accumulators take up to 255 registers a thread and whose tiles ~200 KB of shared memory.
+template <int D>
+__host__ __device__ constexpr int resident_blocks() {
+  return D <= 128 ? 2 : 1;
+}
+
 template <int D, int kHeads>
 constexpr int smem_bytes() {
   return (kHeads * kRows + 2 * kStages * kKeys) * (D + kPad) * static_cast<int>(sizeof(bf16));
 }
 
-template <int kHeads>
+template <int D, int kHeads>
 __host__ __device__ constexpr int block_threads() {
-  return kHeads * kWarpsPerHead * 32;
+  return kHeads * warps_per_head<D>() * 32;
 }
 
 // One block: query tile `tile` (kRows positions of one chunk) for kHeads consecutive query heads
 // that share one KV head (GQA), so every K/V tile brought into shared memory serves
-// kHeads * kRows query rows. Warp w takes rows 32 (w % 2).. of head h0 + w / 2.
+// kHeads * kRows query rows. Warp w takes rows kWarpRows (w % kWarpsPerHead).. of head
+// h0 + w / kWarpsPerHead.
 template <int D, int kHeads, bool kSoftcap>
-__global__ void __launch_bounds__(block_threads<kHeads>(), 2)
+__global__ void __launch_bounds__(block_threads<D, kHeads>(), resident_blocks<D>())
     prefill_attention_kernel(const float* __restrict__ q, std::int64_t qs, float* __restrict__ out,
                              std::int64_t os, KvView kv, DeviceBatch b, AttentionArgs a, int n_splits,
                              float* __restrict__ partial) {
   pdl_trigger();
   pdl_wait();
   constexpr int LD = D + kPad;
-  constexpr int kBlockThreads = block_threads<kHeads>();
+  constexpr int kMt = warp_tiles<D>();  // m16 tiles of query rows per warp
+  constexpr int kWarpRows = 16 * kMt;
+  constexpr int kWarpsPerHead = warps_per_head<D>();
+  constexpr int kBlockThreads = block_threads<D, kHeads>();
   constexpr int kChunks = D / 8;  // 16-byte pieces of one K/V row
   constexpr int kRowsPerPass = kBlockThreads / kChunks;
   constexpr int kKt = kKeys / 8;  // n8 tiles of scores per tile of keys
@@ -114,15 +133,15 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
   // ldmatrix.x4 of an m16k16 A fragment: lanes 0-15 address rows 0-15 at k 0, lanes 16-31 at k 8.
   const bf16* qa = Qs + (hl * kRows + wr * kWarpRows + (lane & 15)) * LD + (lane >> 4) * 8;
 
-  // Accumulator rows: r = 2 * m-tile + half, row wr * 32 + 16 * (r / 2) + g + 8 * (r % 2).
-  float o[2][D / 8][4];
+  // Accumulator rows: r = 2 * m-tile + half, row wr * kWarpRows + 16 * (r / 2) + g + 8 * (r % 2).
+  float o[kMt][D / 8][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
-  float m_run[4], l_run[4];
+  float m_run[2 * kMt], l_run[2 * kMt];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < 2 * kMt; ++r) {
     m_run[r] = -INFINITY;
     l_run[r] = 0.0f;
   }
@@ -140,9 +159,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
     const bf16* Kt = Ks + (it % kStages) * kKeys * LD;
     const bf16* Vt = Vs + (it % kStages) * kKeys * LD;
 
-    float sc[2][kKt][4];
+    float sc[kMt][kKt][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kKt; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
     // One ldmatrix.x4 of K gives the B fragments of two n8 tiles at one k-step: lanes 0-7 and
@@ -150,9 +169,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
     const bf16* kb_addr = Kt + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      std::uint32_t qf[2][4];
+      std::uint32_t qf[kMt][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kMt; ++mt)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(qf[mt][0]), "=r"(qf[mt][1]), "=r"(qf[mt][2]), "=r"(qf[mt][3])
                      : "r"(smem_addr(qa + mt * 16 * LD + ks * 16)));
@@ -162,21 +181,21 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                      : "r"(smem_addr(kb_addr + nt * 8 * LD + ks * 16)));
-        mma_bf16(sc[0][nt], qf[0], r0, r1);
-        mma_bf16(sc[1][nt], qf[1], r0, r1);
-        mma_bf16(sc[0][nt + 1], qf[0], r2, r3);
-        mma_bf16(sc[1][nt + 1], qf[1], r2, r3);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16(sc[mt][nt], qf[mt], r0, r1);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16(sc[mt][nt + 1], qf[mt], r2, r3);
       }
     }
 
     // Scores in log2 units (exp2 below). Only tiles reaching past this warp's first query or the
     // split's end, and sliding windows, need the mask.
     const bool masked = a.window > 0 || kb + kKeys - 1 > pos0 + wr * kWarpRows || kb + kKeys > end;
-    float mx[4];
+    float mx[2 * kMt];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) mx[r] = m_run[r];
+    for (int r = 0; r < 2 * kMt; ++r) mx[r] = m_run[r];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kKt; ++nt)
 #pragma unroll
@@ -196,18 +215,20 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
           sc[mt][nt][e] = s;
           mx[r] = fmaxf(mx[r], s);
         }
-    float base[4], corr[4];
+    float base[2 * kMt], corr[2 * kMt];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2 * kMt; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
       corr[r] = fast_exp2(m_run[r] - base[r]);
       m_run[r] = mx[r];
     }
-    float rs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float rs[2 * kMt];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int r = 0; r < 2 * kMt; ++r) rs[r] = 0.0f;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kKt; ++nt)
 #pragma unroll
@@ -218,9 +239,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
           rs[r] += p;
         }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) l_run[r] = l_run[r] * corr[r] + rs[r];
+    for (int r = 0; r < 2 * kMt; ++r) l_run[r] = l_run[r] * corr[r] + rs[r];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
         o[mt][dt][0] *= corr[2 * mt];
@@ -231,9 +252,9 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
 
 #pragma unroll
     for (int j = 0; j < kKeys / 16; ++j) {
-      std::uint32_t pa[2][4];
+      std::uint32_t pa[kMt][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < kMt; ++mt) {
         pa[mt][0] = pack_bf16(sc[mt][2 * j][0], sc[mt][2 * j][1]);
         pa[mt][1] = pack_bf16(sc[mt][2 * j][2], sc[mt][2 * j][3]);
         pa[mt][2] = pack_bf16(sc[mt][2 * j + 1][0], sc[mt][2 * j + 1][1]);
@@ -246,17 +267,17 @@ __global__ void __launch_bounds__(block_threads<kHeads>(), 2)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                      : "r"(smem_addr(vrow + dt * 8)));
-        mma_bf16(o[0][dt], pa[0], r0, r1);
-        mma_bf16(o[1][dt], pa[1], r0, r1);
-        mma_bf16(o[0][dt + 1], pa[0], r2, r3);
-        mma_bf16(o[1][dt + 1], pa[1], r2, r3);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16(o[mt][dt], pa[mt], r0, r1);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16(o[mt][dt + 1], pa[mt], r2, r3);
       }
     }
   }
   cp_async_wait<0>();
 
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < 2 * kMt; ++r) {
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -294,7 +315,7 @@ void launch_dhs(TensorRef q, const KvView& kv, const DeviceBatch& b, const Atten
     attribute_set = true;
   }
   launch(prefill_attention_kernel<D, kHeads, kSoftcap>, dim3(a.n_heads / kHeads, b.n_tiles, n_splits),
-         block_threads<kHeads>(), smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride,
+         block_threads<D, kHeads>(), smem_bytes<D, kHeads>(), s, static_cast<const float*>(q.data), q.stride,
          static_cast<float*>(out.data), out.stride, kv, b, a, n_splits, partial);
 }
 
@@ -308,7 +329,8 @@ void launch_dh(TensorRef q, const KvView& kv, const DeviceBatch& b, const Attent
 }
 
 // Two query heads per block when the GQA group and the shared memory allow it (104 KB for
-// head_dim 128: sm_80/sm_90); else one head (87 KB: sm_86/sm_89 too).
+// head_dim 128: sm_80/sm_90; 198 KB for 256: sm_90); else one head (87 KB for 128: sm_86/sm_89
+// too; 165 KB for 256: sm_90 only, so head_dim 256 is not supported below it).
 int smem_optin() {
   static int bytes = -1;  // the engine thread is the only caller
   if (bytes < 0) {
@@ -337,12 +359,15 @@ void launch_d(TensorRef q, const KvView& kv, const DeviceBatch& b, const Attenti
 }  // namespace
 
 bool prefill_attention_supported(DType kv_dtype, std::int32_t head_dim) {
-  return kv_dtype == DType::BF16 && (head_dim == 64 || head_dim == 128);
+  return kv_dtype == DType::BF16 &&
+         (head_dim == 64 || head_dim == 128 || (head_dim == 256 && smem_bytes<256, 1>() <= smem_optin()));
 }
 
 int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int sm_count) {
-  int heads = a.head_dim == 64 ? heads_per_block<64>(a) : heads_per_block<128>(a);
-  int resident = 2;  // blocks per SM: the kernels' launch bounds
+  int heads = a.head_dim == 64    ? heads_per_block<64>(a)
+              : a.head_dim == 128 ? heads_per_block<128>(a)
+                                  : heads_per_block<256>(a);
+  int resident = a.head_dim == 256 ? resident_blocks<256>() : resident_blocks<128>();  // the launch bounds
 #ifdef AKV_HAVE_WGMMA
   if (prefill_attention_wgmma_supported(a)) {
     heads = prefill_attention_wgmma_heads(a);
@@ -378,7 +403,7 @@ int prefill_attention_splits(const DeviceBatch& b, const AttentionArgs& a, int s
 
 void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& b, const AttentionArgs& a,
                               int n_splits, float* partial, TensorRef out, Stream s) {
-  AKV_CHECK(prefill_attention_supported(kv.dtype, a.head_dim), "prefill attention: BF16 KV, head_dim 64/128");
+  AKV_CHECK(prefill_attention_supported(kv.dtype, a.head_dim), "prefill attention: BF16 KV, head_dim 64/128/256");
   AKV_CHECK(reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0 && kv.row_width % 8 == 0,
             "prefill attention: q rows and KV rows must be 16-byte aligned");
   AKV_CHECK(n_splits >= 1 && n_splits <= 65535 && (n_splits == 1 || partial != nullptr), "prefill attention: splits");
@@ -392,8 +417,10 @@ void launch_attention_prefill(TensorRef q, const KvView& kv, const DeviceBatch& 
   {
     if (a.head_dim == 64)
       launch_d<64>(q, kv, b, a, n_splits, partial, out, s);
-    else
+    else if (a.head_dim == 128)
       launch_d<128>(q, kv, b, a, n_splits, partial, out, s);
+    else
+      launch_d<256>(q, kv, b, a, n_splits, partial, out, s);
     AKV_CUDA_CHECK_LAUNCH();
   }
   if (n_splits > 1) {

@@ -484,7 +484,7 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
   const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
   // Sinks: the CUDA-core split kernel only (its final normalisation and the merge add them).
   if (a.sinks == nullptr && b.max_chunk >= kMinPrefillChunk && q_aligned &&
-      cuda::prefill_attention_supported(L.dtype, a.head_dim)) {
+      cuda::prefill_attention_supported(L.dtype, a.head_dim) && (a.head_dim != 256 || prefill_attention_d256_)) {
     // Tiles x head groups that leave SMs idle (a short chunk over a long context) split their keys.
     const int n_splits = chunk_attention_ ? cuda::prefill_attention_splits(b, a, sm_count_) : 1;
     cuda::launch_attention_prefill(q, view, b, a, n_splits, partial_for(n_splits), out, stream());
@@ -543,10 +543,30 @@ void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, 
   AKV_CHECK(layer >= 0 && layer < st.n_layers && x.cols == st.conv_channels && w.rows == st.conv_channels &&
                 w.cols == st.conv_rows + 1,
             "causal_conv1d shape");
-  const std::int32_t* seqs = upload_state_seqs(kv, batch);
-  const auto n_seqs = static_cast<int>(batch.sequences.size());
+  const int rows = static_cast<int>(st.conv_rows);
+  std::int32_t below = INT32_MAX;  // chunks of fewer tokens go token by token
+  if (!recording()) {
+    below = conv1d_tile_min_tokens_;
+    std::int32_t max_tokens = 0;
+    std::int64_t n_tiles = 0;
+    for (const SequenceChunk& s : batch.sequences)
+      if (s.n_tokens >= below) {
+        max_tokens = std::max(max_tokens, s.n_tokens);
+        n_tiles += (s.n_tokens + cuda::kConvTileTokens - 1) / cuda::kConvTileTokens;
+      }
+    int n_long = 0;
+    const std::int32_t* long_seqs = upload_state_seqs(kv, batch, below, INT32_MAX, &n_long);
+    if (n_long > 0) {
+      const std::size_t bytes = cuda::causal_conv1d_halo_bytes(n_tiles, rows, x.cols);
+      cuda::launch_causal_conv1d_tiled(x, w, kv.conv_state[layer], rows, long_seqs, n_long, max_tokens,
+                                       static_cast<float*>(scratch(std::max<std::size_t>(bytes, 4), 1)), stream());
+    }
+  }
+  int n_seqs = 0;
+  const std::int32_t* seqs = upload_state_seqs(kv, batch, 0, below, &n_seqs);
+  if (!recording() && n_seqs == 0) return;
   if (recording() && replaying(Sig().u(kConv1d).t(x).w(w).t(kv.conv_state[layer]).p(seqs).u(n_seqs).h)) return;
-  cuda::launch_causal_conv1d(x, w, kv.conv_state[layer], static_cast<int>(st.conv_rows), seqs, n_seqs, stream());
+  cuda::launch_causal_conv1d(x, w, kv.conv_state[layer], rows, seqs, n_seqs, stream());
 }
 
 void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,

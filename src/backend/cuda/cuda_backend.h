@@ -144,8 +144,12 @@ class CudaBackend final : public Backend {
   std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
   void sigmoid_mul(TensorRef x, TensorRef gate) override;
+  // Eager chunks of at least the tile minimum (below) run the tiled kernels, the others and
+  // every chunk of a recorded step the token-by-token kernel (linear_attention.cu).
   void causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                      const ForwardBatch& batch) override;
+  // cuda::kConvTileMinTokens by default; a value past any chunk: none (tests, measurements).
+  void set_conv1d_tile_min_tokens(std::int32_t n) { conv1d_tile_min_tokens_ = std::max(n, 1); }
   // Eager chunks of at least the chunk minimum (below) run the chunked kernels
   // (delta_rule_chunked.cu) where cuda::delta_rule_chunked_fits the head dims; the others, and
   // every chunk of a recorded step, the token-by-token kernel (linear_attention.cu).
@@ -185,6 +189,9 @@ class CudaBackend final : public Backend {
   // split-K block, and key splits for prefill launches that do not fill the GPU. Off: one token a
   // block and unsplit prefill tiles (the earlier kernels, for before/after measurements).
   void set_chunk_attention(bool on);
+  // Prefill chunks of head_dim 256 on the tensor cores (on by default where the kernel fits the
+  // device); off: the CUDA-core kernel, as before it (before/after measurements).
+  void set_prefill_attention_d256(bool on) { prefill_attention_d256_ = on; }
 
   // Most elements of a quantized weight dequantized at once for a prefill GEMM (default 64M: 128
   // MiB of bf16; larger weights, an lm_head, go through in row chunks). Set before uploading.
@@ -347,6 +354,8 @@ class CudaBackend final : public Backend {
   const std::int32_t* upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch, std::int32_t min_tokens = 0,
                                         std::int32_t below_tokens = INT32_MAX, int* n_seqs = nullptr);
   std::int32_t delta_rule_chunk_min_tokens_ = cuda::kDeltaChunkMinTokens;
+  std::int32_t conv1d_tile_min_tokens_ = cuda::kConvTileMinTokens;
+  bool prefill_attention_d256_ = true;
   std::vector<std::int32_t> state_seqs_host_;
   std::vector<std::int32_t> batch_host_;    // descriptor being built (kept to avoid allocation)
   struct Scratch {

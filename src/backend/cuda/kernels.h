@@ -159,9 +159,11 @@ inline std::int64_t split_token_groups(const DeviceBatch& b, int group_tokens) {
 }
 
 // attention_prefill.cu: tensor-core flash attention over kPrefillTileRows query tiles, only for
-// BF16 KV and head_dim 64 or 128. On a compute capability 9.0 device with an even GQA group it
-// runs the wgmma kernel (attention_prefill_wgmma.h: 2 or 4 heads per block); else mma.sync with
-// 32 query rows per warp and two query heads of a GQA group per block where the group is even.
+// BF16 KV and head_dim 64 or 128, or 256 where a block may opt in to 165 KB of shared memory
+// (sm_90). On a compute capability 9.0 device with an even GQA group head_dim 64/128 runs the
+// wgmma kernel (attention_prefill_wgmma.h: 2 or 4 heads per block); else mma.sync with 32 query
+// rows per warp (16 for head_dim 256) and two query heads of a GQA group per block where the
+// group is even.
 // n_splits > 1 splits each tile's keys (runs of whole 64-key tiles, at least kMinSplitKeys keys a
 // split, decided on the device as for the decode kernels); `partial` then holds
 // n_tokens * n_heads * n_splits * (head_dim + 2) floats and a merge launch follows.

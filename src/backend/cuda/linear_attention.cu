@@ -1,5 +1,6 @@
 // Kernels of hybrid models' linear-attention layers: the attention output gate (x *= sigmoid(g)),
-// the short causal convolution with its per-sequence state, and the gated delta rule with the
+// the short causal convolution with its per-sequence state (token by token for decode, in tiles
+// of tokens in parallel for prefill), and the gated delta rule with the
 // recurrent state held in registers (one block per sequence chunk and value head, one thread
 // per value column, tokens in order: the decode update fused in one kernel; long prefill
 // chunks take delta_rule_chunked.cu instead).
@@ -59,6 +60,93 @@ __global__ void conv1d_kernel(float* x, std::int64_t x_stride, const W* w, float
 #pragma unroll
   for (int r = 0; r < kMaxConvRows; ++r)
     if (r < rows) state[(static_cast<std::int64_t>(slot) * rows + r) * state_stride + c] = win[r];
+}
+
+// The tiled convolution (prefill): tile j of sequence i holds its tokens j T .. j T + T - 1
+// (T = kConvTileTokens); its halo, the `rows` inputs before them, is slot halo_base(i) + j of the
+// halo array. The slots of one launch number sum over its sequences of ceil(n_tokens / T).
+__device__ __forceinline__ int halo_base(const std::int32_t* seqs, int seq) {
+  int base = 0;
+  for (int i = 0; i < seq; ++i) base += (seqs[4 * i + 1] + kConvTileTokens - 1) / kConvTileTokens;
+  return base;
+}
+
+// Thread (channel, tile, sequence): copies the tile's halo [rows] of this channel from x (tiles
+// after the first) or from the carried state (the first; zeros at position 0). Reads only, so
+// the tile kernel after it may overwrite x and the state.
+__global__ void conv1d_halo_kernel(const float* x, std::int64_t x_stride, const float* state,
+                                   std::int64_t state_stride, int rows, std::int64_t channels,
+                                   const std::int32_t* seqs, float* halo) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const std::int32_t* s = seqs + 4 * blockIdx.z;
+  const std::int32_t first_row = s[0], n_tokens = s[1], start_pos = s[2], slot = s[3];
+  const int j = static_cast<int>(blockIdx.y);
+  if (c >= channels || j * kConvTileTokens >= n_tokens) return;
+  float* h = halo + (static_cast<std::int64_t>(halo_base(seqs, blockIdx.z)) + j) * rows * channels + c;
+  for (int r = 0; r < rows; ++r) {
+    const int i = j * kConvTileTokens - rows + r;  // chunk index of the input (< 0: the state's)
+    float v = 0.0f;
+    if (i >= 0)
+      v = x[static_cast<std::int64_t>(first_row + i) * x_stride + c];
+    else if (start_pos > 0)
+      v = state[(static_cast<std::int64_t>(slot) * rows + i + rows) * state_stride + c];
+    h[static_cast<std::int64_t>(r) * channels] = v;
+  }
+}
+
+// Thread (channel, tile, sequence): the tile's T inputs are read before any output is written
+// (x in place), the window before them comes from the halo; the last tile writes the state.
+// Window and weights by distance d back from the current token (wd[d], zero past `rows`), so
+// every register index is a compile-time constant.
+template <typename W>
+__global__ void conv1d_tile_kernel(float* x, std::int64_t x_stride, const W* w, float* state,
+                                   std::int64_t state_stride, int rows, std::int64_t channels,
+                                   const std::int32_t* seqs, const float* halo) {
+  constexpr int K = kMaxConvRows, T = kConvTileTokens;
+  pdl_trigger();
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  float wd[K + 1];
+#pragma unroll
+  for (int d = 0; d <= K; ++d) wd[d] = d <= rows ? to_f32(w[c * (rows + 1) + rows - d]) : 0.0f;
+  pdl_wait();
+  const std::int32_t* s = seqs + 4 * blockIdx.z;
+  const std::int32_t first_row = s[0], n_tokens = s[1], slot = s[3];
+  const int j = static_cast<int>(blockIdx.y), t0 = j * T;
+  if (t0 >= n_tokens) return;
+  const int nt = min(T, n_tokens - t0);
+  // hist[K - d]: the input d tokens back (d = 1..K).
+  const float* h = halo + (static_cast<std::int64_t>(halo_base(seqs, blockIdx.z)) + j) * rows * channels + c;
+  float hist[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = k - (K - rows);
+    hist[k] = r >= 0 ? h[static_cast<std::int64_t>(r) * channels] : 0.0f;
+  }
+  float* xp = x + static_cast<std::int64_t>(first_row + t0) * x_stride + c;
+  float in[T];
+#pragma unroll
+  for (int u = 0; u < T; ++u) in[u] = u < nt ? xp[u * x_stride] : 0.0f;
+#pragma unroll
+  for (int u = 0; u < T; ++u) {
+    if (u >= nt) break;
+    float acc = wd[0] * in[u];
+#pragma unroll
+    for (int d = K; d >= 1; --d)  // oldest first, as the token-by-token kernel sums
+      if (d <= rows) acc += wd[d] * hist[K - d];
+#pragma unroll
+    for (int k = 0; k + 1 < K; ++k) hist[k] = hist[k + 1];
+    hist[K - 1] = in[u];
+    xp[u * x_stride] = acc / (1.0f + expf(-acc));
+  }
+  if (t0 + nt < n_tokens) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = k - (K - rows);
+    if (r >= 0) state[(static_cast<std::int64_t>(slot) * rows + r) * state_stride + c] = hist[k];
+  }
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
@@ -163,6 +251,31 @@ void launch_causal_conv1d(TensorRef x, const WeightRef& w, TensorRef state, int 
     launch(conv1d_kernel<W>, grid, kThreads, 0, s, static_cast<float*>(x.data), x.stride,
            static_cast<const W*>(w.data), static_cast<float*>(state.data), state.stride, rows,
            x.cols, seqs);
+  });
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+std::size_t causal_conv1d_halo_bytes(std::int64_t n_tiles, int rows, std::int64_t channels) {
+  return static_cast<std::size_t>(n_tiles * rows * channels) * sizeof(float);
+}
+
+void launch_causal_conv1d_tiled(TensorRef x, const WeightRef& w, TensorRef state, int rows,
+                                const std::int32_t* seqs, int n_seqs, int max_tokens, float* halo,
+                                Stream s) {
+  AKV_CHECK(rows >= 0 && rows <= kMaxConvRows, "causal_conv1d: at most 9 taps on the GPU");
+  AKV_CHECK(kConvTileTokens >= kMaxConvRows, "a tile's halo lies in the tile before it");
+  if (n_seqs == 0 || max_tokens == 0) return;
+  const dim3 grid(blocks_for(x.cols, kThreads), blocks_for(max_tokens, kConvTileTokens),
+                  static_cast<unsigned>(n_seqs));
+  AKV_CHECK(grid.y <= 65535 && grid.z <= 65535, "causal_conv1d: tiles per launch");
+  if (rows > 0)
+    launch(conv1d_halo_kernel, grid, kThreads, 0, s, static_cast<const float*>(x.data), x.stride,
+           static_cast<const float*>(state.data), state.stride, rows, x.cols, seqs, halo);
+  dispatch_float(w.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    launch(conv1d_tile_kernel<W>, grid, kThreads, 0, s, static_cast<float*>(x.data), x.stride,
+           static_cast<const W*>(w.data), static_cast<float*>(state.data), state.stride, rows,
+           x.cols, seqs, static_cast<const float*>(halo));
   });
   AKV_CUDA_CHECK_LAUNCH();
 }

@@ -14,6 +14,19 @@ void launch_sigmoid_mul(TensorRef x, TensorRef gate, Stream s);
 // x [n, C] in place; state [n_slots * rows, C]; w [C, rows + 1].
 void launch_causal_conv1d(TensorRef x, const WeightRef& w, TensorRef state, int rows,
                           const std::int32_t* seqs, int n_seqs, Stream s);
+// The same in parallel over tiles of kConvTileTokens tokens (prefill chunks): a first launch
+// copies each tile's window of earlier inputs (from x, or the carried state for the first tile)
+// into `halo`, then every (channel, tile) runs at once and the last tile writes the state.
+// `halo`: device memory of causal_conv1d_halo_bytes(sum over seqs of ceil(n_tokens /
+// kConvTileTokens), rows, C); `max_tokens`: the most tokens of any chunk in `seqs`. Equal to the
+// token-by-token kernel (the same f32 sums).
+constexpr int kConvTileTokens = 16;
+// Eager chunks of this many tokens or more take the tiled convolution (CudaBackend).
+constexpr int kConvTileMinTokens = 16;
+std::size_t causal_conv1d_halo_bytes(std::int64_t n_tiles, int rows, std::int64_t channels);
+void launch_causal_conv1d_tiled(TensorRef x, const WeightRef& w, TensorRef state, int rows,
+                                const std::int32_t* seqs, int n_seqs, int max_tokens, float* halo,
+                                Stream s);
 // state [n_slots * n_v_heads * k_dim, v_dim]; see Backend::gated_delta_rule.
 void launch_gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                              const WeightRef& dt_bias, TensorRef state, const std::int32_t* seqs,
