@@ -41,6 +41,18 @@ std::vector<std::uint8_t> transpose_experts(const TensorInfo& t) {
   return bytes;
 }
 
+// The bytes of experts 0..n-1 of `proj` as one span when they lie back to back in memory (the
+// slices of one GGUF stack), else empty.
+std::span<const std::uint8_t> contiguous_experts(WeightLoader& w, const std::string& p, const char* proj,
+                                                 std::int64_t n, std::int64_t rows, std::int64_t cols) {
+  const std::span<const std::uint8_t> first = w.tensor(p + "experts.0." + proj, {rows, cols}).bytes;
+  for (std::int64_t e = 1; e < n; ++e) {
+    const std::span<const std::uint8_t> b = w.tensor(p + "experts." + std::to_string(e) + "." + proj, {rows, cols}).bytes;
+    if (b.data() != first.data() + e * first.size() || b.size() != first.size()) return {};
+  }
+  return {first.data(), first.size() * static_cast<std::size_t>(n)};
+}
+
 }  // namespace
 
 MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
@@ -49,19 +61,34 @@ MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
   const std::int64_t hidden = c.hidden_size, inter = m.inter;
   MoeLayerWeights l;
   l.router = w.get(p + "gate.weight", {m.n_experts, hidden});
-  const std::string first = p + "experts.0.gate_proj.weight";
-  const DType dtype = float_dtype(w.tensor(first, {inter, hidden}), first);
+  const std::string first_gate = p + "experts.0.gate_proj.weight", first_down = p + "experts.0.down_proj.weight";
+  const TensorInfo& gate0 = w.tensor(first_gate, {inter, hidden});
+  const TensorInfo& down0 = w.tensor(first_down, {hidden, inter});
+  // Quantized experts (a GGUF file's blocks, or --quantize) stay in their blocks: gate/up of
+  // one type, down of its own.
+  const bool blocks = dtype_is_quantized(gate0.dtype);
+  const DType gu_dtype = blocks ? gate0.dtype : float_dtype(gate0, first_gate);
+  const DType dn_dtype = blocks ? down0.dtype : gu_dtype;
+  if (blocks && !dtype_is_quantized(dn_dtype))
+    throw Error(ErrorKind::Unsupported, down0.file + ": tensor '" + first_down + "': dtype " +
+                                            std::string(dtype_name(dn_dtype)) +
+                                            " with quantized gate/up experts (both must be quantized)");
   std::vector<std::uint8_t> gate_up, down;
+  const std::span<const std::uint8_t> down_view =
+      blocks ? contiguous_experts(w, p, "down_proj.weight", m.n_experts, hidden, inter) : std::span<const std::uint8_t>{};
   for (std::int64_t e = 0; e < m.n_experts; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
-    append_tensor(w, ep + "gate_proj.weight", inter, hidden, dtype, gate_up);
-    append_tensor(w, ep + "up_proj.weight", inter, hidden, dtype, gate_up);
-    append_tensor(w, ep + "down_proj.weight", hidden, inter, dtype, down);
+    append_tensor(w, ep + "gate_proj.weight", inter, hidden, gu_dtype, gate_up);
+    append_tensor(w, ep + "up_proj.weight", inter, hidden, gu_dtype, gate_up);
+    if (down_view.empty()) append_tensor(w, ep + "down_proj.weight", hidden, inter, dn_dtype, down);
   }
-  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", dtype, m.n_experts * 2 * inter,
+  l.experts.format = blocks ? ExpertFormat::GgufBlocks : ExpertFormat::Float;
+  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", gu_dtype, m.n_experts * 2 * inter,
                                         hidden, std::move(gate_up));
-  l.experts.down =
-      w.upload_repacked(p + "experts.down", dtype, m.n_experts * hidden, inter, std::move(down));
+  l.experts.down = down_view.empty() ? w.upload_repacked(p + "experts.down", dn_dtype, m.n_experts * hidden, inter,
+                                                         std::move(down))
+                                     : w.upload_view(p + "experts.down", dn_dtype, m.n_experts * hidden, inter,
+                                                     down_view);
   l.params = {.n_experts = m.n_experts,
               .top_k = m.top_k,
               .inter = inter,
