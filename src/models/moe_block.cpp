@@ -4,15 +4,28 @@
 #include <vector>
 
 #include "base/error.h"
+#include "tensor/dequantize.h"
 
 namespace akv {
 
 namespace {
 
-// Appends the bytes of checkpoint tensor `name` ([rows, cols] of `dtype`) to `out`.
+// Appends the bytes of checkpoint tensor `name` ([rows, cols]) to `out` in `dtype`: as stored, or
+// a quantized tensor dequantized when `dtype` is a float type.
 void append_tensor(WeightLoader& w, const std::string& name, std::int64_t rows, std::int64_t cols,
                    DType dtype, std::vector<std::uint8_t>& out) {
   const TensorInfo& t = w.tensor(name, {rows, cols});
+  if (dtype_is_quantized(t.dtype) && !dtype_is_quantized(dtype)) {
+    std::vector<float> v(static_cast<std::size_t>(rows * cols));
+    dequantize(*find_ggml_type_of(t.dtype), t.bytes, v);
+    const std::size_t at = out.size(), size = dtype_size(dtype);
+    out.resize(at + v.size() * size);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(&out[at + i * size], dtype == DType::F32 ? static_cast<const void*>(&v[i]) : &h, size);
+    }
+    return;
+  }
   if (t.dtype != dtype)
     throw Error(ErrorKind::BadFormat,
                 t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
@@ -63,16 +76,19 @@ MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
   l.router = w.get(p + "gate.weight", {m.n_experts, hidden});
   const std::string first_gate = p + "experts.0.gate_proj.weight", first_down = p + "experts.0.down_proj.weight";
   const TensorInfo& gate0 = w.tensor(first_gate, {inter, hidden});
+  const TensorInfo& up0 = w.tensor(p + "experts.0.up_proj.weight", {inter, hidden});
   const TensorInfo& down0 = w.tensor(first_down, {hidden, inter});
-  // Quantized experts (a GGUF file's blocks, or --quantize) stay in their blocks: gate/up of
-  // one type, down of its own.
-  const bool blocks = dtype_is_quantized(gate0.dtype);
-  const DType gu_dtype = blocks ? gate0.dtype : float_dtype(gate0, first_gate);
-  const DType dn_dtype = blocks ? down0.dtype : gu_dtype;
-  if (blocks && !dtype_is_quantized(dn_dtype))
-    throw Error(ErrorKind::Unsupported, down0.file + ": tensor '" + first_down + "': dtype " +
-                                            std::string(dtype_name(dn_dtype)) +
-                                            " with quantized gate/up experts (both must be quantized)");
+  // Quantized experts (a GGUF file's blocks, or --quantize) stay in their blocks when gate and up
+  // share a type and down is quantized too; otherwise the quantized ones are dequantized to the
+  // float dtype of the others (the model's float dtype, or F32, when all are quantized).
+  const bool blocks = dtype_is_quantized(gate0.dtype) && up0.dtype == gate0.dtype && dtype_is_quantized(down0.dtype);
+  const bool float_model = c.dtype == DType::F32 || c.dtype == DType::BF16 || c.dtype == DType::F16;
+  const DType fallback = !dtype_is_quantized(gate0.dtype) ? float_dtype(gate0, first_gate)
+                         : !dtype_is_quantized(down0.dtype) ? float_dtype(down0, first_down)
+                         : float_model                      ? c.dtype
+                                                            : DType::F32;
+  const DType gu_dtype = blocks ? gate0.dtype : fallback;
+  const DType dn_dtype = blocks ? down0.dtype : fallback;
   std::vector<std::uint8_t> gate_up, down;
   const std::span<const std::uint8_t> down_view =
       blocks ? contiguous_experts(w, p, "down_proj.weight", m.n_experts, hidden, inter) : std::span<const std::uint8_t>{};

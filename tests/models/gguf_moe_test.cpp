@@ -22,6 +22,7 @@
 #include "models/moe_block.h"
 #include "models/rope.h"
 #include "models/weight_loader.h"
+#include "tensor/dequantize.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
 #include "tensor/safetensors.h"
@@ -274,6 +275,45 @@ TEST(GgufMoe, Qwen3MoeQuantizedExpertsKeepTheirBlocks) {
   std::unique_ptr<Model> fast_blocks = load_model(path, fast);
   const auto [diff, max_fast] = max_error(prefill_logits(*fast_blocks, fast, ref.ids), want_d);
   EXPECT_LE(diff, 2e-2 * max_fast) << "fast backend: " << diff;
+}
+
+// Quantized gate/up with float down (a --quantize fallback for a width no block fits) load as
+// float experts: the quantized ones dequantized at load, the op's result that of the blocks.
+TEST(GgufMoe, Qwen3MoeMixedQuantizedAndFloatExpertsFallBackToFloat) {
+  const std::string path = ::testing::TempDir() + "/gguf_qwen3_moe_q8_q5_mixed.gguf";
+  write_quantized_experts(*open_gguf("qwen3-moe-f32"), path, DType::Q8_0, DType::Q5_0);
+  auto gguf = open_gguf_path(path);
+  const ModelConfig c = model_config_from_gguf(*gguf);
+  const SafetensorsReader st = weights_from_gguf(gguf, c, DType::F32, [](DType) { return true; });
+  std::vector<TensorInfo> tensors;
+  std::vector<std::vector<std::uint8_t>> storage;
+  for (const std::string& name : st.names()) {
+    TensorInfo t = st.get_or_throw(name);
+    if (name.ends_with("down_proj.weight") && dtype_is_quantized(t.dtype)) {
+      std::vector<float> v(static_cast<std::size_t>(t.numel()));
+      dequantize(*find_ggml_type_of(t.dtype), t.bytes, v);
+      storage.emplace_back(reinterpret_cast<const std::uint8_t*>(v.data()),
+                           reinterpret_cast<const std::uint8_t*>(v.data() + v.size()));
+      t.dtype = DType::F32;
+      t.bytes = storage.back();
+    }
+    tensors.push_back(t);
+  }
+  const SafetensorsReader mixed = SafetensorsReader::from_memory(path, std::move(tensors), std::move(storage), gguf);
+  ReferenceBackend backend;
+  WeightLoader blocks_loader(st, backend, path), mixed_loader(mixed, backend, path);
+  const MoeLayerWeights b = load_qwen3_moe_experts(blocks_loader, "model.layers.0.mlp.", c);
+  const MoeLayerWeights f = load_qwen3_moe_experts(mixed_loader, "model.layers.0.mlp.", c);
+  ASSERT_EQ(b.experts.format, ExpertFormat::GgufBlocks);
+  EXPECT_EQ(f.experts.format, ExpertFormat::Float);
+  EXPECT_EQ(f.experts.gate_up.dtype, DType::F32);
+  EXPECT_EQ(f.experts.down.dtype, DType::F32);
+  std::vector<float> got(static_cast<std::size_t>(c.hidden_size)), want(got.size());
+  for (const std::int64_t row : {std::int64_t{0}, b.experts.gate_up.rows - 1}) {
+    expert_matrix_row(ExpertFormat::GgufBlocks, b.experts.gate_up, {}, row, want.data());
+    expert_matrix_row(ExpertFormat::Float, f.experts.gate_up, {}, row, got.data());
+    EXPECT_EQ(got, want) << "gate_up row " << row;
+  }
 }
 
 }  // namespace
