@@ -62,7 +62,8 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
     std::int64_t rows, cols;
   };
   const Proj projs[3] = {Proj{"gate", "gate_proj", inter, hidden},
-                         Proj{"up", "up_proj", inter, hidden}, Proj{"down", "down_proj", hidden, inter}};
+                         Proj{"up", "up_proj", inter, hidden},
+                         Proj{"down", "down_proj", hidden, inter}};
   const GgufTensor* stacks[3];
   for (int i = 0; i < 3; ++i)
     stacks[i] = &expert_tensor(g, blk + "ffn_" + projs[i].gguf + "_exps.weight",

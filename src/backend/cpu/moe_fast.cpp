@@ -14,7 +14,8 @@ namespace akv {
 
 namespace {
 
-// Rows [e * rows, (e + 1) * rows) of a stacked matrix (float or GGUF blocks) as a matrix of its own.
+// Rows [e * rows, (e + 1) * rows) of a stacked matrix (float or GGUF blocks) as a matrix of its
+// own.
 WeightRef expert_slice(const WeightRef& w, std::int64_t e, std::int64_t rows) {
   return {static_cast<const char*>(w.data) +
               e * rows * static_cast<std::int64_t>(dtype_row_bytes(w.dtype, w.cols)),

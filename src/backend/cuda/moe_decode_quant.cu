@@ -27,7 +27,8 @@ constexpr int stage_bytes() {
 
 // This lane's part of (weight group `group`) . (activation group `group`): the quantized GEMV's
 // arithmetic (d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d * sum).
-__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes, float2 ds) {
+__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes,
+                                           float2 ds) {
   const int4* xq = reinterpret_cast<const int4*>(codes);
   const int4 a = __ldg(xq), b = __ldg(xq + 1);
   int lo = __dp4a(w.q[0], a.x, 0);
@@ -44,8 +45,9 @@ __device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8
 // acc[r] += this lane's part of row r . x for kR weight rows of `cols` columns against one
 // quantized activation row (codes, per-group scales); the rows' loads are issued together.
 template <GgmlType T, int kR>
-__device__ __forceinline__ void lane_dots(const std::uint8_t* const (&rows)[kR], const std::int8_t* codes,
-                                          const float2* scales, int cols, int lane, float (&acc)[kR]) {
+__device__ __forceinline__ void lane_dots(const std::uint8_t* const (&rows)[kR],
+                                          const std::int8_t* codes, const float2* scales, int cols,
+                                          int lane, float (&acc)[kR]) {
   const int groups = cols / kQuantGroup;
 #pragma unroll 2
   for (int st = 0; st * kStageGroups < groups; ++st) {
@@ -53,10 +55,12 @@ __device__ __forceinline__ void lane_dots(const std::uint8_t* const (&rows)[kR],
     if (group >= groups) break;  // past the row's end in its last stage
     LaneWeights w[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) w[r] = decode<T>(rows[r] + std::int64_t{st} * stage_bytes<T>(), lane);
+    for (int r = 0; r < kR; ++r)
+      w[r] = decode<T>(rows[r] + std::int64_t{st} * stage_bytes<T>(), lane);
     const float2 ds = __ldg(scales + group);
 #pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] += group_dot(w[r], codes + std::int64_t{group} * kQuantGroup, ds);
+    for (int r = 0; r < kR; ++r)
+      acc[r] += group_dot(w[r], codes + std::int64_t{group} * kQuantGroup, ds);
   }
 }
 
@@ -65,8 +69,9 @@ __device__ __forceinline__ void lane_dots(const std::uint8_t* const (&rows)[kR],
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_kernel(QuantActivations x, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
-                   const float* __restrict__ route, std::int64_t route_stride, const void* bias, DType bias_dtype,
-                   float* __restrict__ act, std::int64_t act_stride, DeviceMoe m) {
+                   const float* __restrict__ route, std::int64_t route_stride, const void* bias,
+                   DType bias_dtype, float* __restrict__ act, std::int64_t act_stride,
+                   DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
   const int a = static_cast<int>(blockIdx.y), token = a / m.top_k, choice = a % m.top_k;
@@ -78,13 +83,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int64_t row_u = row_g + (m.interleaved ? 1 : m.inter);
   const std::uint8_t* const rows[2] = {w + row_g * row_bytes, w + row_u * row_bytes};
   float acc[2] = {0.0f, 0.0f};
-  lane_dots<T, 2>(rows, x.codes + std::int64_t{token} * m.hidden,
-                  reinterpret_cast<const float2*>(x.scales) + std::int64_t{token} * (m.hidden / kQuantGroup),
-                  m.hidden, lane, acc);
+  lane_dots<T, 2>(
+      rows, x.codes + std::int64_t{token} * m.hidden,
+      reinterpret_cast<const float2*>(x.scales) + std::int64_t{token} * (m.hidden / kQuantGroup),
+      m.hidden, lane, acc);
   const float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
   if (lane == 0)
-    act[a * act_stride + j] =
-        moe_activation(g + moe_bias_at(bias, bias_dtype, row_g), u + moe_bias_at(bias, bias_dtype, row_u), m);
+    act[a * act_stride + j] = moe_activation(g + moe_bias_at(bias, bias_dtype, row_g),
+                                             u + moe_bias_at(bias, bias_dtype, row_u), m);
 }
 
 // out[t, r] = sum over the token's k choices of weight * (down row r of the expert . act of the
@@ -92,8 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
     down_kernel(QuantActivations act, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
-                const float* __restrict__ route, std::int64_t route_stride, const void* bias, DType bias_dtype,
-                float* __restrict__ out, std::int64_t out_stride, DeviceMoe m) {
+                const float* __restrict__ route, std::int64_t route_stride, const void* bias,
+                DType bias_dtype, float* __restrict__ out, std::int64_t out_stride, DeviceMoe m) {
   pdl_trigger();
   pdl_wait();
   const int t = static_cast<int>(blockIdx.y), lane = threadIdx.x % 32;
@@ -110,8 +116,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const std::uint8_t* const rows[1] = {w + row * row_bytes};
     const std::int64_t a = std::int64_t{t} * m.top_k + i;
     float dot[1] = {0.0f};
-    lane_dots<T, 1>(rows, act.codes + a * m.inter, reinterpret_cast<const float2*>(act.scales) + a * groups, m.inter,
-                    lane, dot);
+    lane_dots<T, 1>(rows, act.codes + a * m.inter,
+                    reinterpret_cast<const float2*>(act.scales) + a * groups, m.inter, lane, dot);
     acc += wt * dot[0];
     biases += wt * moe_bias_at(bias, bias_dtype, row);
   }
@@ -122,13 +128,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename F>
 void dispatch_quant(GgmlType t, F&& f) {
   switch (t) {
-    case GgmlType::Q8_0: return f.template operator()<GgmlType::Q8_0>();
-    case GgmlType::Q4_0: return f.template operator()<GgmlType::Q4_0>();
-    case GgmlType::MXFP4: return f.template operator()<GgmlType::MXFP4>();
-    case GgmlType::Q4_K: return f.template operator()<GgmlType::Q4_K>();
-    case GgmlType::Q5_K: return f.template operator()<GgmlType::Q5_K>();
-    case GgmlType::Q6_K: return f.template operator()<GgmlType::Q6_K>();
-    default: AKV_CHECK(false, "moe: GGUF expert type without CUDA kernels");
+    case GgmlType::Q8_0:
+      return f.template operator()<GgmlType::Q8_0>();
+    case GgmlType::Q4_0:
+      return f.template operator()<GgmlType::Q4_0>();
+    case GgmlType::MXFP4:
+      return f.template operator()<GgmlType::MXFP4>();
+    case GgmlType::Q4_K:
+      return f.template operator()<GgmlType::Q4_K>();
+    case GgmlType::Q5_K:
+      return f.template operator()<GgmlType::Q5_K>();
+    case GgmlType::Q6_K:
+      return f.template operator()<GgmlType::Q6_K>();
+    default:
+      AKV_CHECK(false, "moe: GGUF expert type without CUDA kernels");
   }
 }
 
@@ -142,14 +155,16 @@ GgmlType ggml_type(DType t) {
 QuantActivations activations_in(TensorRef t, std::int64_t n, std::int64_t cols) {
   const auto p = reinterpret_cast<std::uintptr_t>(t.data), aligned = (p + 15) & ~std::uintptr_t{15};
   const auto bytes = static_cast<std::size_t>(((t.rows - 1) * t.stride + t.cols) * 4);
-  AKV_CHECK(quant_activation_bytes(n, cols) + (aligned - p) <= bytes, "moe: scratch for the int8 activations");
+  AKV_CHECK(quant_activation_bytes(n, cols) + (aligned - p) <= bytes,
+            "moe: scratch for the int8 activations");
   return quant_activations_in(reinterpret_cast<void*>(aligned), n, cols);
 }
 
 }  // namespace
 
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
-  if (w.format != ExpertFormat::GgufBlocks || p.n_experts > kMoeMaxExperts || p.top_k > 32) return false;
+  if (w.format != ExpertFormat::GgufBlocks || p.n_experts > kMoeMaxExperts || p.top_k > 32)
+    return false;
   for (const WeightRef* m : {&w.gate_up, &w.down}) {
     const std::optional<GgmlType> g = find_ggml_type_of(m->dtype);
     if (!g || !quant_kernels_support(*g)) return false;
@@ -157,12 +172,14 @@ bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
   return true;
 }
 
-void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
-                             TensorRef out, Stream s) {
+void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p,
+                             const MoeScratch& scratch, TensorRef out, Stream s) {
   AKV_CHECK(moe_quant_supported(w, p), "moe: GGUF experts of types the CUDA kernels read");
   const std::int64_t n = x.rows, hidden = x.cols, pairs = n * p.top_k;
-  AKV_CHECK(hidden % kQuantGroup == 0 && p.inter % kQuantGroup == 0, "moe: GGUF experts of whole groups of 32");
-  AKV_CHECK(pairs < (std::int64_t{1} << 16) && hidden < (std::int64_t{1} << 24), "moe: GGUF decode grid");
+  AKV_CHECK(hidden % kQuantGroup == 0 && p.inter % kQuantGroup == 0,
+            "moe: GGUF experts of whole groups of 32");
+  AKV_CHECK(pairs < (std::int64_t{1} << 16) && hidden < (std::int64_t{1} << 24),
+            "moe: GGUF decode grid");
   const DeviceMoe m = device_moe(p, hidden);
   const QuantActivations xq = activations_in(scratch.down, n, hidden);
   const QuantActivations aq = activations_in(scratch.gate_up, pairs, p.inter);
@@ -171,15 +188,17 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
   launch_quantize_activations(static_cast<const float*>(x.data), x.stride, n, hidden, xq, s);
   const GgmlType gu = ggml_type(w.gate_up.dtype), dn = ggml_type(w.down.dtype);
   dispatch_quant(gu, [&]<GgmlType T>() {
-    launch(gate_up_kernel<T>, dim3(blocks_for(p.inter, kWarps), static_cast<unsigned>(pairs)), dim3(kWarps * 32), 0,
-           s, xq, static_cast<const std::uint8_t*>(w.gate_up.data), quant_row_bytes(gu, hidden), route,
-           scratch.route.stride, w.gate_up_bias.data, w.gate_up_bias.dtype, act, scratch.act.stride, m);
+    launch(gate_up_kernel<T>, dim3(blocks_for(p.inter, kWarps), static_cast<unsigned>(pairs)),
+           dim3(kWarps * 32), 0, s, xq, static_cast<const std::uint8_t*>(w.gate_up.data),
+           quant_row_bytes(gu, hidden), route, scratch.route.stride, w.gate_up_bias.data,
+           w.gate_up_bias.dtype, act, scratch.act.stride, m);
   });
   launch_quantize_activations(act, scratch.act.stride, pairs, p.inter, aq, s);
   dispatch_quant(dn, [&]<GgmlType T>() {
-    launch(down_kernel<T>, dim3(blocks_for(hidden, kWarps), static_cast<unsigned>(n)), dim3(kWarps * 32), 0, s, aq,
-           static_cast<const std::uint8_t*>(w.down.data), quant_row_bytes(dn, p.inter), route, scratch.route.stride,
-           w.down_bias.data, w.down_bias.dtype, static_cast<float*>(out.data), out.stride, m);
+    launch(down_kernel<T>, dim3(blocks_for(hidden, kWarps), static_cast<unsigned>(n)),
+           dim3(kWarps * 32), 0, s, aq, static_cast<const std::uint8_t*>(w.down.data),
+           quant_row_bytes(dn, p.inter), route, scratch.route.stride, w.down_bias.data,
+           w.down_bias.dtype, static_cast<float*>(out.data), out.stride, m);
   });
   AKV_CUDA_CHECK_LAUNCH();
 }

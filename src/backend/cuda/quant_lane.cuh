@@ -45,12 +45,14 @@ __device__ __forceinline__ LaneWeights decode<GgmlType::Q4_0>(const std::uint8_t
 }
 
 template <>
-__device__ __forceinline__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage, int lane) {
+__device__ __forceinline__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage,
+                                                               int lane) {
   const std::uint8_t* b = stage + lane * 17;
   // The doubled e2m1 values: codes 0..7 from the table, 8..15 their negations.
   constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
   auto lookup = [&](std::uint32_t nib) {  // four codes 0..15, one per byte
-    const std::uint32_t sel = (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
+    const std::uint32_t sel =
+        (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
     const std::uint32_t v = __byte_perm(kT0, kT1, sel);
     const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
     return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
@@ -76,7 +78,8 @@ __device__ __forceinline__ LaneWeights decode<GgmlType::Q4_K>(const std::uint8_t
   const std::uint8_t* qs = b + 16 + (sub / 2) * 32;
   LaneWeights w;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu);
+  for (int i = 0; i < 8; ++i)
+    w.q[i] = static_cast<int>((ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu);
   int sc = 0, m = 0;
   k_scale_min(b + 4, sub, sc, m);
   w.lo = w.hi = __fmul_rn(f16_at(b), static_cast<float>(sc));
