@@ -1,9 +1,11 @@
 // cuda_bench --moe 1: one MoE layer (CudaBackend::moe) of the Qwen3-30B-A3B shape (hidden 2048,
-// 128 experts, top 8, expert width 768, bf16) and of the GPT-OSS-20B shape (hidden 2880, 32
-// experts, top 4, width 2880, MXFP4 with biases): batch-1 decode time per layer with the bytes of
+// 128 experts, top 8, expert width 768) in bf16 and in Q4_K_M's expert types (GGUF blocks: Q4_K
+// gate/up, Q6_K down), and of the GPT-OSS-20B shape (hidden 2880, 32 experts, top 4, width 2880,
+// MXFP4 with biases): batch-1 decode time per layer with the bytes of
 // the chosen experts read per second against the device copy bandwidth (the decode bound), and
 // a 4096-token prefill in TFLOP/s, each with the per-pair kernels (the first CUDA MoE) and the
-// fast paths side by side in one run (decode: the two-launch kernels and their pipelined form).
+// fast paths side by side in one run (decode: the two-launch kernels and their pipelined form;
+// GGUF blocks have one decode path and one prefill path).
 // Several copies of the layer and fresh router logits per call keep the chosen experts out of
 // the L2 cache, as in a forward over many layers.
 #include <cuda_runtime.h>
@@ -29,13 +31,21 @@ struct MoeShape {
   std::int64_t hidden, n_experts, top_k, inter;
   bool mxfp4;  // GPT-OSS: MXFP4 experts, biases, top-k softmax, clamped SwiGLU, interleaved gate/up
   int copies;  // layers rotated through (more expert bytes than the L2 holds)
+  DType gguf_gate_up = DType::F32, gguf_down = DType::F32;  // quantized: GGUF-block experts
+  bool gguf() const { return dtype_is_quantized(gguf_gate_up); }
 };
-constexpr MoeShape kShapes[] = {{"Qwen3-30B-A3B layer (bf16)", 2048, 128, 8, 768, false, 4},
-                                {"GPT-OSS-20B layer (MXFP4)", 2880, 32, 4, 2880, true, 8}};
+constexpr MoeShape kShapes[] = {
+    {"Qwen3-30B-A3B layer (bf16)", 2048, 128, 8, 768, false, 4},
+    {"Qwen3-30B-A3B layer (Q4_K_M experts: Q4_K gate/up, Q6_K down)", 2048, 128, 8, 768, false, 8, DType::Q4_K,
+     DType::Q6_K},
+    {"GPT-OSS-20B layer (MXFP4)", 2880, 32, 4, 2880, true, 8}};
 
 // Bytes of one expert's weights (gate_up, down, their scales and biases).
 double expert_bytes(const MoeShape& s) {
   const double gu = 2.0 * s.inter * s.hidden, dn = double(s.hidden) * s.inter;
+  if (s.gguf())
+    return 2.0 * s.inter * double(dtype_row_bytes(s.gguf_gate_up, s.hidden)) +
+           double(s.hidden) * double(dtype_row_bytes(s.gguf_down, s.inter));
   if (!s.mxfp4) return 2.0 * (gu + dn);
   return (gu + dn) / 2 + (gu + dn) / 32 + 2.0 * (2 * s.inter + s.hidden);  // bf16 biases
 }
@@ -43,6 +53,16 @@ double expert_bytes(const MoeShape& s) {
 MoeWeights make_layer(CudaBackend& be, const MoeShape& s, std::uint64_t seed) {
   const std::int64_t e = s.n_experts, gu_rows = e * 2 * s.inter, dn_rows = e * s.hidden;
   MoeWeights w;
+  if (s.gguf()) {  // random blocks; bytes <= 0x1b keep every f16 scale finite and small
+    w.format = ExpertFormat::GgufBlocks;
+    w.gate_up = be.alloc_weight(s.gguf_gate_up, gu_rows, s.hidden);
+    w.down = be.alloc_weight(s.gguf_down, dn_rows, s.inter);
+    fill_bytes(const_cast<void*>(w.gate_up.data),
+               gu_rows * static_cast<std::int64_t>(dtype_row_bytes(s.gguf_gate_up, s.hidden)), seed, 0, 0x1b);
+    fill_bytes(const_cast<void*>(w.down.data), dn_rows * static_cast<std::int64_t>(dtype_row_bytes(s.gguf_down, s.inter)),
+               seed + 1, 0, 0x1b);
+    return w;
+  }
   if (!s.mxfp4) {
     w.gate_up = be.alloc_weight(DType::BF16, gu_rows, s.hidden);
     w.down = be.alloc_weight(DType::BF16, dn_rows, s.inter);
@@ -100,6 +120,40 @@ double seconds_per_call(CudaBackend& be, int calls, F&& f) {
   return t[t.size() / 2];
 }
 
+// GGUF-block experts: the decode kernels at 1 and 8 tokens, the prefill (each expert dequantized to
+// bf16, a GEMM per expert) at 4096, and the two paths' outputs on the same 64 tokens.
+template <typename Call>
+void bench_gguf(CudaBackend& be, const MoeShape& s, double copy_bw, Call&& call, TensorRef out, double decode_bytes,
+                double prefill_flops) {
+  using Kernels = CudaBackend::MoeKernels;
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{8}}) {
+    const double t = seconds_per_call(be, 64, [&](int i) { call(n, i); });
+    std::printf("| decode kernels (GGUF blocks, int8 activations) | %lld | %.1f us | %.0f | %.1f%% | - |\n",
+                static_cast<long long>(n), t * 1e6, decode_bytes / t * 1e-9, 100.0 * decode_bytes / t / copy_bw);
+  }
+  const std::int64_t max_n = 4096;
+  const double tp = seconds_per_call(be, 4, [&](int i) { call(max_n, i); });
+  std::printf("| prefill: experts dequantized to bf16, a GEMM per expert | %lld | %.2f ms | - | - | %.1f |\n",
+              static_cast<long long>(max_n), tp * 1e3, prefill_flops / tp * 1e-12);
+  std::printf("(decode GB/s: the chosen experts' blocks of one token, k distinct experts; at 8 tokens the\n"
+              "union is larger, so the column understates the bytes read there)\n");
+  const std::int64_t n = 64;  // the decode kernels in per-pair mode, the grouped prefill otherwise
+  std::vector<float> decoded(static_cast<std::size_t>(n * s.hidden)), prefilled(decoded.size());
+  be.set_moe_kernels(Kernels::PerPair);
+  call(n, 0);
+  be.download(out.rows_slice(0, n), decoded);
+  be.set_moe_kernels(Kernels::Grouped);
+  call(n, 0);
+  be.download(out.rows_slice(0, n), prefilled);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < decoded.size(); ++i) {
+    num += (double(decoded[i]) - prefilled[i]) * (double(decoded[i]) - prefilled[i]);
+    den += double(prefilled[i]) * prefilled[i];
+  }
+  std::printf("%lld tokens: decode kernels (int8) vs prefill path (bf16) output, relative L2 difference %.2e\n",
+              static_cast<long long>(n), std::sqrt(num / std::max(den, 1e-300)));
+}
+
 void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   const MoeParams p = params_of(s);
   std::vector<MoeWeights> layers;
@@ -136,6 +190,7 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   std::printf("| path | tokens | time per layer | chosen-expert GB/s | of copy bandwidth | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   using Kernels = CudaBackend::MoeKernels;
+  if (s.gguf()) return bench_gguf(be, s, copy_bw, call, out->tensor(), decode_bytes, prefill_flops);
   for (const Kernels k : {Kernels::PerPair, Kernels::ExpertLoop, Kernels::Grouped}) {
     be.set_moe_kernels(k);
     const char* path = k == Kernels::PerPair      ? "old (per-pair kernels)"

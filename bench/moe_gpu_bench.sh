@@ -2,14 +2,17 @@
 # A Qwen3-30B-A3B-shaped mixture of experts (random bf16 weights at reduced depth) on the GPU, next
 # to llama.cpp on the same weights converted with its own converter: batch-1 decode (256 tokens
 # after a short and after a 4K prompt) and the 4K prefill (agentkv generate --backend cuda against
-# llama-bench -p 4096 -n 128), plus cuda_bench --moe 1 (one layer against the copy bandwidth).
-# Prints one table. Builds nothing of agentkv (the binaries are given); builds llama-bench when
-# the given llama.cpp build folder has none. Per-token times scale with the depth; the ratios
+# llama-bench -p 4096 -n 128), plus cuda_bench --moe 1 (one layer against the copy bandwidth);
+# then the same on the file llama-quantize makes of it (--quant, default Q4_K_M: Q4_K experts with
+# Q6_K down on some layers), agentkv reading that GGUF directly (experts in their blocks).
+# Prints one table per weight format. Builds nothing of agentkv (the binaries are given); builds
+# llama-bench and llama-quantize when the given llama.cpp build folder lacks them. Per-token times scale with the depth; the ratios
 # between the engines do not. docs/perf/cuda.md ("Mixture of experts") says how to read it.
 #
 # Usage: bench/moe_gpu_bench.sh --bin DIR --llama-src DIR --llama-build DIR --tokenizer DIR
 #          --work DIR --out DIR [--layers 12] [--prompt 4096] [--gen 256] [--backend cuda]
 #          [--model-args "..."] [--jobs N] [--converter SCRIPT] [--reps 3] [--bin-libs DIRS]
+#          [--quant Q4_K_M|none]
 #   --bin          agentkv, make_tiny_model and (with --backend cuda) cuda_bench
 #   --bin-libs     folders (a:b) of the shared libraries those need, for them only
 #   --llama-src    llama.cpp source (convert_hf_to_gguf.py, gguf-py, and what its build needs)
@@ -21,10 +24,11 @@
 #   --model-args   extra make_tiny_model flags (a small model for a CPU dry run)
 #   --backend      cuda, or cpu for a dry run without a GPU (no cuda_bench; llama-bench on the CPU)
 #   --converter    the converter script (default: --llama-src's convert_hf_to_gguf.py)
+#   --quant        llama-quantize type of the second run (default Q4_K_M), none: bf16 only
 set -euo pipefail
 
 BIN="" LLAMA_SRC="" LLAMA_BUILD="" TOKENIZER="" WORK="" OUT="" LAYERS=12 PROMPT=4096 GEN=256
-BACKEND=cuda MODEL_ARGS="" JOBS=$(nproc) CONVERTER="" REPS=3 BIN_LIBS=""
+BACKEND=cuda MODEL_ARGS="" JOBS=$(nproc) CONVERTER="" REPS=3 BIN_LIBS="" QUANT=Q4_K_M
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin) BIN="$2" ;;
@@ -42,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --converter) CONVERTER="$2" ;;
     --reps) REPS="$2" ;;
     --bin-libs) BIN_LIBS="$2" ;;
+    --quant) QUANT="$2" ;;
     *) echo "moe_gpu_bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -53,14 +58,15 @@ done
 CONVERTER="${CONVERTER:-$LLAMA_SRC/convert_hf_to_gguf.py}"
 mkdir -p "$WORK" "$OUT"
 WORK="$(cd "$WORK" && pwd)" OUT="$(cd "$OUT" && pwd)" LLAMA_SRC="$(cd "$LLAMA_SRC" && pwd)"
-MODEL="$WORK/model" GGUF="$WORK/model-bf16.gguf"
+MODEL="$WORK/model" GGUF="$WORK/model-bf16.gguf" QGGUF="$WORK/model-$QUANT.gguf"
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
 akv() { LD_LIBRARY_PATH="$BIN_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }  # agentkv's binaries
 
-# 1. llama-bench, built in the background when absent (niced: the timed runs go first).
+# 1. llama-bench and llama-quantize, built in the background when absent (niced: the timed runs
+# go first).
 BUILD_PID=""
-if [[ ! -x "$LLAMA_BUILD/bin/llama-bench" ]]; then
+if [[ ! -x "$LLAMA_BUILD/bin/llama-bench" || ( "$QUANT" != none && ! -x "$LLAMA_BUILD/bin/llama-quantize" ) ]]; then
   CUDA_FLAGS="-DGGML_CUDA=OFF"
   [[ "$BACKEND" == cuda ]] && CUDA_FLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
   GEN_FLAG=""
@@ -68,9 +74,9 @@ if [[ ! -x "$LLAMA_BUILD/bin/llama-bench" ]]; then
   (nice -n 10 cmake -S "$LLAMA_SRC" -B "$LLAMA_BUILD" $GEN_FLAG $CUDA_FLAGS -DCMAKE_BUILD_TYPE=Release \
      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
      -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF &&
-   nice -n 10 cmake --build "$LLAMA_BUILD" -j "$JOBS" --target llama-bench) > "$OUT/llama-build.log" 2>&1 &
+   nice -n 10 cmake --build "$LLAMA_BUILD" -j "$JOBS" --target llama-bench llama-quantize) > "$OUT/llama-build.log" 2>&1 &
   BUILD_PID=$!
-  t "building llama-bench in $LLAMA_BUILD (log: llama-build.log)"
+  t "building llama-bench and llama-quantize in $LLAMA_BUILD (log: llama-build.log)"
 fi
 
 # 2. The model (reused when the same arguments wrote it), the real Qwen3 tokenizer beside it.
@@ -106,13 +112,18 @@ if [[ "$BACKEND" == cuda ]]; then
   cat "$OUT/cuda_bench_moe.txt"
 fi
 ids() { python3 -c "import sys; n = int(sys.argv[1]); print(','.join(str(1000 + (i * 7919) % 100000) for i in range(n)))" "$1"; }
-for run in short:16 long:$PROMPT; do
-  name="${run%%:*}" n="${run##*:}"
-  akv "$BIN/agentkv" generate --model "$MODEL" --backend "$BACKEND" --prompt-ids "$(ids "$n")" --max-tokens "$GEN" \
-    --print-ids --repeat 2 > "$OUT/agentkv-$name.ids" 2> "$OUT/agentkv-$name.log" ||
-    echo "agentkv generate ($name) failed (rc $?): $(tail -3 "$OUT/agentkv-$name.log")"
-  t "agentkv $name prompt ($n tokens): $(grep 'agentkv: prefill' "$OUT/agentkv-$name.log" | tail -1)"
-done
+# agentkv_runs MODEL TAG: generate after a short and a long prompt; logs agentkv-TAG{short,long}.log.
+agentkv_runs() {
+  local model="$1" tag="$2" run name n
+  for run in short:16 long:$PROMPT; do
+    name="${run%%:*}" n="${run##*:}"
+    akv "$BIN/agentkv" generate --model "$model" --backend "$BACKEND" --prompt-ids "$(ids "$n")" --max-tokens "$GEN" \
+      --print-ids --repeat 2 > "$OUT/agentkv-$tag$name.ids" 2> "$OUT/agentkv-$tag$name.log" ||
+      echo "agentkv generate ($tag$name) failed (rc $?): $(tail -3 "$OUT/agentkv-$tag$name.log")"
+    t "agentkv $tag$name prompt ($n tokens): $(grep 'agentkv: prefill' "$OUT/agentkv-$tag$name.log" | tail -1)"
+  done
+}
+agentkv_runs "$MODEL" ""
 
 # 5. llama.cpp on the same weights.
 if [[ -n "$CONVERT_PID" ]]; then
@@ -123,17 +134,35 @@ if [[ -n "$BUILD_PID" ]]; then
   wait "$BUILD_PID" || { echo "llama-bench build failed:"; grep -E -A5 "error|FAILED" "$OUT/llama-build.log" | head -30; }
   t "llama-bench built"
 fi
-if [[ -x "$LLAMA_BUILD/bin/llama-bench" && -s "$GGUF" ]]; then
-  "$LLAMA_BUILD/bin/llama-bench" -m "$GGUF" -ngl 99 -fa 1 -p "$PROMPT" -n 128 -d "0,$PROMPT" -r "$REPS" -o json \
-    > "$OUT/llama-bench.json" 2> "$OUT/llama-bench.log" || echo "llama-bench failed: $(tail -5 "$OUT/llama-bench.log")"
-  t "llama-bench"
+# llama_bench GGUF TAG: llama-bench's prefill and decode on GGUF into llama-benchTAG.json.
+llama_bench() {
+  "$LLAMA_BUILD/bin/llama-bench" -m "$1" -ngl 99 -fa 1 -p "$PROMPT" -n 128 -d "0,$PROMPT" -r "$REPS" -o json \
+    > "$OUT/llama-bench$2.json" 2> "$OUT/llama-bench$2.log" || echo "llama-bench failed: $(tail -5 "$OUT/llama-bench$2.log")"
+  t "llama-bench $2"
+}
+if [[ -x "$LLAMA_BUILD/bin/llama-bench" && -s "$GGUF" ]]; then llama_bench "$GGUF" ""; fi
+
+# 6. The quantized file (llama-quantize on the bf16 GGUF): agentkv on the GGUF itself (its expert
+# stacks stay in their blocks), then llama-bench on the same file.
+if [[ "$QUANT" != none ]]; then
+  if [[ ! -s "$QGGUF" && -x "$LLAMA_BUILD/bin/llama-quantize" && -s "$GGUF" ]]; then
+    "$LLAMA_BUILD/bin/llama-quantize" "$GGUF" "$QGGUF.part" "$QUANT" "$JOBS" > "$OUT/quantize.log" 2>&1 &&
+      mv "$QGGUF.part" "$QGGUF" || echo "llama-quantize failed: $(tail -5 "$OUT/quantize.log")"
+    t "quantized: $(du -h "$QGGUF" 2> /dev/null | cut -f1)"
+  fi
+  if [[ -s "$QGGUF" ]]; then
+    cp "$MODEL/tokenizer.json" "$MODEL/tokenizer_config.json" "$WORK/"  # the GGUF's sidecar folder
+    agentkv_runs "$QGGUF" q-
+    if [[ -x "$LLAMA_BUILD/bin/llama-bench" ]]; then llama_bench "$QGGUF" -q; fi
+  fi
 fi
 
-# 6. The table.
-python3 - "$MODEL/config.json" "$OUT" "$PROMPT" "$GEN" "$BACKEND" << 'EOF' | tee "$OUT/table.md"
+# 7. The tables.
+python3 - "$MODEL/config.json" "$OUT" "$PROMPT" "$GEN" "$BACKEND" "$QUANT" "$QGGUF" << 'EOF' | tee "$OUT/table.md"
 import json, os, re, sys
 
 config_path, out, prompt, gen, backend = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+quant, qgguf = sys.argv[6], sys.argv[7]
 c = json.load(open(config_path))
 h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
 hd = c.get("head_dim") or h // c["num_attention_heads"]
@@ -146,11 +175,70 @@ def read(name):
     return open(path).read() if os.path.exists(path) else ""
 
 
+def kv_bytes(context):
+    return layers * 2 * (2 * kv * context)  # bf16 K and V of every layer
+
+
 def bytes_per_token(context):
     """bf16 bytes a batch-1 decode step reads: attention, router, the k chosen experts, the KV of
     `context` positions (bf16) on every layer, and the output head."""
-    layer = 2 * (2 * q * h + 2 * kv * h + experts * h + k * 3 * w * h + 2 * kv * context)
-    return layers * layer + 2 * vocab * h
+    layer = 2 * (2 * q * h + 2 * kv * h + experts * h + k * 3 * w * h)
+    return layers * layer + 2 * vocab * h + kv_bytes(context)
+
+
+# ggml type -> (elements, bytes) per block, for the tensor sizes of a GGUF file.
+GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+               10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+               20: (32, 18), 23: (256, 136), 30: (1, 2), 39: (32, 17)}
+
+
+def gguf_tensor_bytes(path):
+    """{name: bytes} of the tensors of a GGUF file (v2/v3 header; metadata skipped)."""
+    import struct
+    f = open(path, "rb")
+    rd = lambda fmt: struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+    assert f.read(4) == b"GGUF" and rd("I") >= 2
+    n_tensors, n_kv = rd("Q"), rd("Q")
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def skip(t):
+        if t == 8:
+            f.seek(rd("Q"), 1)
+        elif t == 9:
+            et, n = rd("I"), rd("Q")
+            if et in scalar:
+                f.seek(n * struct.calcsize(scalar[et]), 1)
+            else:
+                for _ in range(n):
+                    skip(et)
+        else:
+            f.seek(struct.calcsize(scalar[t]), 1)
+
+    for _ in range(n_kv):
+        f.seek(rd("Q"), 1)
+        skip(rd("I"))
+    sizes = {}
+    for _ in range(n_tensors):
+        name = f.read(rd("Q")).decode()
+        dims = [rd("Q") for _ in range(rd("I"))]
+        elems, nbytes = GGML_BLOCKS[rd("I")]
+        rd("Q")  # offset
+        n = 1
+        for d in dims:
+            n *= d
+        sizes[name] = n // elems * nbytes
+    return sizes
+
+
+def file_bytes_per_token(path, context):
+    """Bytes a batch-1 decode step reads from the weights of a GGUF file: every tensor but the token
+    embeddings (one row), the expert stacks scaled to the k of n experts a token picks; plus the KV."""
+    total = 0
+    for name, b in gguf_tensor_bytes(path).items():
+        if name.startswith("token_embd"):
+            continue
+        total += b * k / experts if "_exps." in name else b
+    return total + kv_bytes(context)
 
 
 m = re.search(r"\(([0-9.]+) GB/s read \+ write\)", read("cuda_bench_moe.txt"))
@@ -163,9 +251,9 @@ def agentkv(name):
     return tuple(float(x) for x in lines[-1]) if lines else None
 
 
-def llama(n_prompt, n_gen, depth):
+def llama(n_prompt, n_gen, depth, tag=""):
     try:
-        runs = json.loads(read("llama-bench.json"))
+        runs = json.loads(read(f"llama-bench{tag}.json"))
     except ValueError:
         return None
     for r in runs:
@@ -174,30 +262,41 @@ def llama(n_prompt, n_gen, depth):
     return None
 
 
-short, long_ = agentkv("short"), agentkv("long")
-rows = [  # what, agentkv tok/s, llama.cpp tok/s, context for the bound (None: prefill)
-    (f"decode, {gen} tokens after 16 (llama.cpp: tg128)", short and short[3], llama(0, 128, 0), 16 + gen / 2),
-    (f"decode, {gen} tokens after {prompt} (llama.cpp: tg128 at depth {prompt})", long_ and long_[3],
-     llama(0, 128, prompt), prompt + gen / 2),
-    (f"prefill {prompt} tokens (llama.cpp: pp{prompt})", long_ and long_[1], llama(prompt, 0, 0), None),
-]
-print(f"\n## Qwen3-30B-A3B shape, {layers} of 48 layers, bf16, backend {backend}")
-print(f"hidden {h}, {experts} experts top {k}, expert width {w}, {c['num_attention_heads']}/"
-      f"{c['num_key_value_heads']} heads of {hd}, vocab {vocab}; copy bandwidth "
-      + (f"{copy_bw / 1e9:.0f} GB/s" if copy_bw else "not measured") + "\n")
-print("| | agentkv tok/s | llama.cpp tok/s | agentkv / llama.cpp | agentkv of bound | llama.cpp of bound |")
-print("| --- | --- | --- | --- | --- | --- |")
-for what, a, b, context in rows:
-    def of_bound(x):
-        if x is None or context is None or copy_bw is None:
-            return "-"
-        return f"{100 * x * bytes_per_token(context) / copy_bw:.1f}%"
-    ratio = f"{a / b:.2f}x" if a and b else "-"
-    print(f"| {what} | {a or '-'} | {b and round(b, 1) or '-'} | {ratio} | {of_bound(a)} | {of_bound(b)} |")
-print(f"\nDecode bound: bf16 bytes a token reads ({bytes_per_token(16) / 1e9:.2f} GB after 16 tokens: "
-      f"attention, router, {k} experts a layer, KV, output head) at the copy bandwidth.")
-for name, r in (("short", short), ("long", long_)):
-    if r and r[2] < gen:
-        print(f"note: agentkv {name}: decode stopped at {int(r[2])} tokens (end of sequence)")
+def table(title, tag, llama_tag, bound, bound_note):
+    short, long_ = agentkv(tag + "short"), agentkv(tag + "long")
+    if short is None and long_ is None and llama(prompt, 0, 0, llama_tag) is None:
+        return
+    rows = [  # what, agentkv tok/s, llama.cpp tok/s, context for the bound (None: prefill)
+        (f"decode, {gen} tokens after 16 (llama.cpp: tg128)", short and short[3], llama(0, 128, 0, llama_tag),
+         16 + gen / 2),
+        (f"decode, {gen} tokens after {prompt} (llama.cpp: tg128 at depth {prompt})", long_ and long_[3],
+         llama(0, 128, prompt, llama_tag), prompt + gen / 2),
+        (f"prefill {prompt} tokens (llama.cpp: pp{prompt})", long_ and long_[1], llama(prompt, 0, 0, llama_tag), None),
+    ]
+    print(f"\n## Qwen3-30B-A3B shape, {layers} of 48 layers, {title}, backend {backend}")
+    print(f"hidden {h}, {experts} experts top {k}, expert width {w}, {c['num_attention_heads']}/"
+          f"{c['num_key_value_heads']} heads of {hd}, vocab {vocab}; copy bandwidth "
+          + (f"{copy_bw / 1e9:.0f} GB/s" if copy_bw else "not measured") + "\n")
+    print("| | agentkv tok/s | llama.cpp tok/s | agentkv / llama.cpp | agentkv of bound | llama.cpp of bound |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for what, a, b, context in rows:
+        def of_bound(x):
+            if x is None or context is None or copy_bw is None:
+                return "-"
+            return f"{100 * x * bound(context) / copy_bw:.1f}%"
+        ratio = f"{a / b:.2f}x" if a and b else "-"
+        print(f"| {what} | {a or '-'} | {b and round(b, 1) or '-'} | {ratio} | {of_bound(a)} | {of_bound(b)} |")
+    print(f"\nDecode bound: {bound_note} ({bound(16) / 1e9:.2f} GB after 16 tokens) at the copy bandwidth.")
+    for name, r in (("short", short), ("long", long_)):
+        if r and r[2] < gen:
+            print(f"note: agentkv {tag}{name}: decode stopped at {int(r[2])} tokens (end of sequence)")
+
+
+table("bf16", "", "", bytes_per_token, f"bf16 bytes a token reads (attention, router, {k} experts a layer, KV, "
+      "output head)")
+if quant != "none" and os.path.exists(qgguf):
+    table(f"{quant} (llama-quantize)", "q-", "-q", lambda ctx: file_bytes_per_token(qgguf, ctx),
+          f"the {quant} file's bytes a token reads (its tensors, {k} of {experts} experts a layer, bf16 KV; not "
+          "the token embeddings)")
 EOF
 t done

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "tensor/dequantize.h"
 #include "tensor/dtype.h"
 
 namespace akv {
@@ -86,6 +87,14 @@ void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef&
     decode_mxfp4_row(blocks, sc, w.cols, out);
     return;
   }
+  if (format == ExpertFormat::GgufBlocks) {
+    const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+    const std::optional<GgmlType> type = find_ggml_type_of(w.dtype);
+    AKV_CHECK(type.has_value(), "expert_matrix_row: a GGUF block type");
+    dequantize(*type, {static_cast<const std::uint8_t*>(w.data) + row * row_bytes, row_bytes},
+               {out, static_cast<std::size_t>(w.cols)});
+    return;
+  }
   const auto* src = static_cast<const char*>(w.data) +
                     row * w.cols * static_cast<std::int64_t>(dtype_size(w.dtype));
   convert_to_f32(w.dtype, src, out, static_cast<std::size_t>(w.cols));
@@ -105,6 +114,13 @@ void check_moe_shapes(TensorRef x, TensorRef router_logits, const MoeWeights& w,
   if (w.format == ExpertFormat::Mxfp4) {
     AKV_CHECK(hidden % 32 == 0 && p.inter % 32 == 0, "moe: MXFP4 rows are whole blocks");
     AKV_CHECK(!w.gate_up_scales.empty() && !w.down_scales.empty(), "moe: MXFP4 scales");
+  }
+  if (w.format == ExpertFormat::GgufBlocks) {
+    AKV_CHECK(dtype_is_quantized(w.gate_up.dtype) && dtype_is_quantized(w.down.dtype),
+              "moe: GGUF experts of quantized dtypes");
+    AKV_CHECK(hidden % dtype_block_elems(w.gate_up.dtype) == 0 &&
+                  p.inter % dtype_block_elems(w.down.dtype) == 0,
+              "moe: GGUF expert rows are whole blocks");
   }
   AKV_CHECK(w.gate_up_bias.empty() ||
                 (w.gate_up_bias.rows == p.n_experts && w.gate_up_bias.cols == 2 * p.inter),

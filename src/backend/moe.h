@@ -1,5 +1,5 @@
 // The mixture-of-experts op's contract types (Backend::moe): how experts are picked, their
-// activation and weight formats, and the host-side routing and MXFP4 decoding every backend's
+// activation and weight formats, and the host-side routing and weight decoding every backend's
 // result is defined by (the CPU backends call them; the CUDA kernels mirror them).
 #pragma once
 
@@ -24,6 +24,9 @@ enum class ExpertFormat {
   Float,  // gate_up and down hold F32, BF16 or F16 rows
   Mxfp4,  // OCP MXFP4 as released in safetensors: `gate_up`/`down` are U8 [rows, cols / 2] of
           // E2M1 pairs (low nibble first), `*_scales` U8 [rows, cols / 32] E8M0 (2^(s - 127))
+  GgufBlocks,  // GGUF's quantized rows kept as stored: each of `gate_up` and `down` has a quantized
+               // dtype (its block type, quant_blocks.h; the two may differ) and rows of whole
+               // blocks, dtype_row_bytes(dtype, cols) bytes each, back to back
 };
 
 struct MoeParams {
@@ -75,7 +78,8 @@ float mxfp4_scale_value(std::uint8_t e8m0);
 void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n,
                       float* out);
 
-// Row `row` of one stacked expert matrix (`w`, and `scales` for Mxfp4) as f32: w.cols values.
+// Row `row` of one stacked expert matrix (`w`, and `scales` for Mxfp4) as f32: w.cols values
+// (GgufBlocks: the dequantization oracle's values, tensor/dequantize.h).
 void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef& scales,
                        std::int64_t row, float* out);
 

@@ -41,22 +41,42 @@ void add(MappedTensors& out, std::string name, DType dtype, std::vector<std::int
                                    .file = file});
 }
 
-// Qwen3-MoE: each [E, rows, cols] stack becomes E tensors [rows, cols] (zero copy when the
-// stored type is `dtype`).
+// Whether Qwen3-MoE's three stacks keep their GGUF blocks: all quantized, of types the backend
+// takes, gate and up of one type (they are stacked into one matrix; down may differ).
+bool keep_qwen3_moe_blocks(const GgufTensor* const (&t)[3], const KeepQuantized& keep_quantized) {
+  for (const GgufTensor* x : t) {
+    const std::optional<DType> d = find_dtype_of(x->type);
+    if (!d || !dtype_is_quantized(*d) || !keep_quantized(*d)) return false;
+  }
+  return t[0]->type == t[1]->type;
+}
+
+// Qwen3-MoE: each [E, rows, cols] stack becomes E tensors [rows, cols], slices of the mapping
+// when the stored type is `dtype` or the blocks are kept (keep_qwen3_moe_blocks).
 void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::string& blk,
-                      const std::string& hf, DType dtype, MappedTensors& out) {
+                      const std::string& hf, DType dtype, const KeepQuantized& keep_quantized,
+                      MappedTensors& out) {
   const std::int64_t n = c.moe.n_experts, hidden = c.hidden_size, inter = c.moe.inter;
   struct Proj {
     const char *gguf, *hf;
     std::int64_t rows, cols;
   };
-  for (const Proj& p :
-       {Proj{"gate", "gate_proj", inter, hidden}, Proj{"up", "up_proj", inter, hidden},
-        Proj{"down", "down_proj", hidden, inter}}) {
-    const GgufTensor& t =
-        expert_tensor(g, blk + "ffn_" + p.gguf + "_exps.weight", {n, p.rows, p.cols});
+  const Proj projs[3] = {Proj{"gate", "gate_proj", inter, hidden},
+                         Proj{"up", "up_proj", inter, hidden},
+                         Proj{"down", "down_proj", hidden, inter}};
+  const GgufTensor* stacks[3];
+  for (int i = 0; i < 3; ++i)
+    stacks[i] = &expert_tensor(g, blk + "ffn_" + projs[i].gguf + "_exps.weight",
+                               {n, projs[i].rows, projs[i].cols});
+  const bool blocks = keep_qwen3_moe_blocks(stacks, keep_quantized);
+  for (int i = 0; i < 3; ++i) {
+    const Proj& p = projs[i];
+    const GgufTensor& t = *stacks[i];
     std::span<const std::uint8_t> bytes = t.bytes;
-    if (plain_dtype(t.type) != dtype) {
+    DType stored = dtype;
+    if (blocks) {
+      stored = *find_dtype_of(t.type);
+    } else if (plain_dtype(t.type) != dtype) {
       out.storage.push_back(encode_f32(values(t), dtype));
       bytes = out.storage.back();
     }
@@ -64,7 +84,7 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
     for (std::int64_t e = 0; e < n; ++e)
       out.tensors.push_back(
           TensorInfo{.name = hf + "experts." + std::to_string(e) + "." + p.hf + ".weight",
-                     .dtype = dtype,
+                     .dtype = stored,
                      .shape = {p.rows, p.cols},
                      .bytes = bytes.subspan(static_cast<std::size_t>(e) * per_expert, per_expert),
                      .file = t.file});
@@ -186,13 +206,13 @@ std::vector<std::uint8_t> encode_f32(std::span<const float> v, DType dtype) {
 }
 
 void append_gguf_experts(const GgufReader& g, const ModelConfig& c, std::int64_t layer, DType dtype,
-                         MappedTensors& out) {
+                         const KeepQuantized& keep_quantized, MappedTensors& out) {
   const std::string blk = "blk." + std::to_string(layer) + ".";
   const std::string hf = "model.layers." + std::to_string(layer) + ".mlp.";
   AKV_CHECK(c.family == Family::Qwen3Moe || c.family == Family::GptOss,
             "append_gguf_experts: an MoE family");
   if (c.family == Family::Qwen3Moe)
-    append_qwen3_moe(g, c, blk, hf, dtype, out);
+    append_qwen3_moe(g, c, blk, hf, dtype, keep_quantized, out);
   else
     append_gpt_oss(g, c, blk, hf, dtype, out);
 }

@@ -1,6 +1,7 @@
 // GGUF's stacked expert tensors (llama.cpp's blk.N.ffn_{gate,up,down}_exps.{weight,bias}) ->
 // the checkpoint tensors the MoE families load, so qwen3_moe and gpt_oss have no GGUF code:
-// Qwen3-MoE's per-expert mlp.experts.E.{gate,up,down}_proj.weight (slices of the stack);
+// Qwen3-MoE's per-expert mlp.experts.E.{gate,up,down}_proj.weight (slices of the stack, in
+// their GGUF blocks when the backend takes the types, else dequantized);
 // GPT-OSS's experts.gate_up_proj ([E, hidden, 2 * inter], gate and up interleaved, as
 // released) and experts.down_proj ([E, inter, hidden]) with their biases, or for MXFP4 files
 // the released experts.*_{blocks,scales} (ggml's block layout undone). Internal to
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -30,10 +32,15 @@ std::optional<DType> plain_dtype(GgmlType t);
 // f32 values -> `dtype` (F32, BF16 or F16) bytes.
 std::vector<std::uint8_t> encode_f32(std::span<const float> v, DType dtype);
 
+// Whether the backend takes quantized weights of a type as they are (weights_from_gguf's).
+using KeepQuantized = std::function<bool(DType)>;
+
 // Appends layer `layer`'s expert tensors under checkpoint names, float ones in `dtype`.
-// Throws Error{BadFormat} naming the file and tensor for a missing tensor or a shape other than
-// the config's, Error{Unsupported} for MXFP4 experts mixed with other types.
+// Qwen3-MoE stacks that are all quantized, of types keep_quantized accepts, with gate and up of
+// one type, stay in their blocks (TensorInfo of the block dtype, zero copy); others are
+// dequantized to `dtype`. Throws Error{BadFormat} naming the file and tensor for a missing tensor
+// or a shape other than the config's, Error{Unsupported} for MXFP4 experts mixed with other types.
 void append_gguf_experts(const GgufReader& gguf, const ModelConfig& config, std::int64_t layer,
-                         DType dtype, MappedTensors& out);
+                         DType dtype, const KeepQuantized& keep_quantized, MappedTensors& out);
 
 }  // namespace akv

@@ -160,7 +160,7 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
     tensors.push_back(std::move(info));
   }
   for (std::int64_t l = 0; l < static_cast<std::int64_t>(c.moe.layer_is_moe.size()); ++l)
-    if (c.moe.layer_is_moe[l]) append_gguf_experts(g, c, l, dtype, out);
+    if (c.moe.layer_is_moe[l]) append_gguf_experts(g, c, l, dtype, keep_quantized, out);
   return SafetensorsReader::from_memory(g.path(), std::move(tensors), std::move(storage),
                                         std::move(gguf));
 }

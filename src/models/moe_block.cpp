@@ -4,15 +4,29 @@
 #include <vector>
 
 #include "base/error.h"
+#include "tensor/dequantize.h"
 
 namespace akv {
 
 namespace {
 
-// Appends the bytes of checkpoint tensor `name` ([rows, cols] of `dtype`) to `out`.
+// Appends the bytes of checkpoint tensor `name` ([rows, cols]) to `out` in `dtype`: as stored, or
+// a quantized tensor dequantized when `dtype` is a float type.
 void append_tensor(WeightLoader& w, const std::string& name, std::int64_t rows, std::int64_t cols,
                    DType dtype, std::vector<std::uint8_t>& out) {
   const TensorInfo& t = w.tensor(name, {rows, cols});
+  if (dtype_is_quantized(t.dtype) && !dtype_is_quantized(dtype)) {
+    std::vector<float> v(static_cast<std::size_t>(rows * cols));
+    dequantize(*find_ggml_type_of(t.dtype), t.bytes, v);
+    const std::size_t at = out.size(), size = dtype_size(dtype);
+    out.resize(at + v.size() * size);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(&out[at + i * size], dtype == DType::F32 ? static_cast<const void*>(&v[i]) : &h,
+                  size);
+    }
+    return;
+  }
   if (t.dtype != dtype)
     throw Error(ErrorKind::BadFormat,
                 t.file + ": tensor '" + name + "': dtype " + std::string(dtype_name(t.dtype)) +
@@ -41,6 +55,20 @@ std::vector<std::uint8_t> transpose_experts(const TensorInfo& t) {
   return bytes;
 }
 
+// The bytes of experts 0..n-1 of `proj` as one span when they lie back to back in memory (the
+// slices of one GGUF stack), else empty.
+std::span<const std::uint8_t> contiguous_experts(WeightLoader& w, const std::string& p,
+                                                 const char* proj, std::int64_t n,
+                                                 std::int64_t rows, std::int64_t cols) {
+  const std::span<const std::uint8_t> first = w.tensor(p + "experts.0." + proj, {rows, cols}).bytes;
+  for (std::int64_t e = 1; e < n; ++e) {
+    const std::span<const std::uint8_t> b =
+        w.tensor(p + "experts." + std::to_string(e) + "." + proj, {rows, cols}).bytes;
+    if (b.data() != first.data() + e * first.size() || b.size() != first.size()) return {};
+  }
+  return {first.data(), first.size() * static_cast<std::size_t>(n)};
+}
+
 }  // namespace
 
 MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
@@ -49,19 +77,41 @@ MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& p,
   const std::int64_t hidden = c.hidden_size, inter = m.inter;
   MoeLayerWeights l;
   l.router = w.get(p + "gate.weight", {m.n_experts, hidden});
-  const std::string first = p + "experts.0.gate_proj.weight";
-  const DType dtype = float_dtype(w.tensor(first, {inter, hidden}), first);
+  const std::string first_gate = p + "experts.0.gate_proj.weight",
+                    first_down = p + "experts.0.down_proj.weight";
+  const TensorInfo& gate0 = w.tensor(first_gate, {inter, hidden});
+  const TensorInfo& up0 = w.tensor(p + "experts.0.up_proj.weight", {inter, hidden});
+  const TensorInfo& down0 = w.tensor(first_down, {hidden, inter});
+  // Quantized experts (a GGUF file's blocks, or --quantize) stay in their blocks when gate and up
+  // share a type and down is quantized too; otherwise the quantized ones are dequantized to the
+  // float dtype of the others (the model's float dtype, or F32, when all are quantized).
+  const bool blocks = dtype_is_quantized(gate0.dtype) && up0.dtype == gate0.dtype &&
+                      dtype_is_quantized(down0.dtype);
+  const bool float_model = c.dtype == DType::F32 || c.dtype == DType::BF16 || c.dtype == DType::F16;
+  const DType fallback = !dtype_is_quantized(gate0.dtype)   ? float_dtype(gate0, first_gate)
+                         : !dtype_is_quantized(down0.dtype) ? float_dtype(down0, first_down)
+                         : float_model                      ? c.dtype
+                                                            : DType::F32;
+  const DType gu_dtype = blocks ? gate0.dtype : fallback;
+  const DType dn_dtype = blocks ? down0.dtype : fallback;
   std::vector<std::uint8_t> gate_up, down;
+  const std::span<const std::uint8_t> down_view =
+      blocks ? contiguous_experts(w, p, "down_proj.weight", m.n_experts, hidden, inter)
+             : std::span<const std::uint8_t>{};
   for (std::int64_t e = 0; e < m.n_experts; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
-    append_tensor(w, ep + "gate_proj.weight", inter, hidden, dtype, gate_up);
-    append_tensor(w, ep + "up_proj.weight", inter, hidden, dtype, gate_up);
-    append_tensor(w, ep + "down_proj.weight", hidden, inter, dtype, down);
+    append_tensor(w, ep + "gate_proj.weight", inter, hidden, gu_dtype, gate_up);
+    append_tensor(w, ep + "up_proj.weight", inter, hidden, gu_dtype, gate_up);
+    if (down_view.empty()) append_tensor(w, ep + "down_proj.weight", hidden, inter, dn_dtype, down);
   }
-  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", dtype, m.n_experts * 2 * inter,
+  l.experts.format = blocks ? ExpertFormat::GgufBlocks : ExpertFormat::Float;
+  l.experts.gate_up = w.upload_repacked(p + "experts.gate_up", gu_dtype, m.n_experts * 2 * inter,
                                         hidden, std::move(gate_up));
   l.experts.down =
-      w.upload_repacked(p + "experts.down", dtype, m.n_experts * hidden, inter, std::move(down));
+      down_view.empty()
+          ? w.upload_repacked(p + "experts.down", dn_dtype, m.n_experts * hidden, inter,
+                              std::move(down))
+          : w.upload_view(p + "experts.down", dn_dtype, m.n_experts * hidden, inter, down_view);
   l.params = {.n_experts = m.n_experts,
               .top_k = m.top_k,
               .inter = inter,
@@ -130,7 +180,8 @@ void run_moe(const MoeLayerWeights& w, LayerContext& ctx, TensorRef xn) {
   const std::int64_t inter = w.shared.inter;
   if (inter == 0) return;
   const std::int64_t n = xn.rows;
-  be.gated_mlp(xn, w.shared.mlp, GluActivation::Silu, ctx.ws.gate_up.rows_slice(0, n).cols_slice(0, 2 * inter),
+  be.gated_mlp(xn, w.shared.mlp, GluActivation::Silu,
+               ctx.ws.gate_up.rows_slice(0, n).cols_slice(0, 2 * inter),
                ctx.ws.act.rows_slice(0, n).cols_slice(0, inter), ctx.ws.moe_shared);
   be.matmul(xn, w.shared.gate, nullptr, ctx.ws.moe_shared_gate);
   be.sigmoid_mul(ctx.ws.moe_shared, ctx.ws.moe_shared_gate);  // one gate per row

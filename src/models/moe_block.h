@@ -27,7 +27,10 @@ struct MoeLayerWeights {
 };
 
 // `prefix` ends in "mlp.". Qwen3-MoE: gate.weight, experts.E.{gate,up,down}_proj.weight, stacked
-// into one gate_up (expert e: gate rows, then up rows) and one down, in the checkpoint's dtype.
+// into one gate_up (expert e: gate rows, then up rows) and one down, in the checkpoint's dtype;
+// quantized experts (GGUF blocks: gate/up of one type, down of its own) as ExpertFormat::GgufBlocks,
+// down zero copy when its experts lie back to back (a GGUF stack); quantized experts mixed with
+// float ones, or gate and up of different types, dequantized at load to a float dtype.
 MoeLayerWeights load_qwen3_moe_experts(WeightLoader& w, const std::string& prefix,
                                        const ModelConfig& c);
 // Qwen3-Next / Qwen3.5-MoE: the same experts, plus shared_expert.{gate,up,down}_proj.weight and

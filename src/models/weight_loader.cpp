@@ -68,8 +68,7 @@ WeightRef WeightLoader::get_bytes(const std::string& name, std::initializer_list
 
 WeightRef WeightLoader::upload_repacked(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
                                         std::vector<std::uint8_t> bytes) {
-  AKV_CHECK(static_cast<std::int64_t>(bytes.size()) == rows * cols * static_cast<std::int64_t>(dtype_size(dtype)),
-            "upload_repacked: size");
+  AKV_CHECK(bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(dtype, cols), "upload_repacked: size");
   repacked_.push_back(std::make_unique<std::vector<std::uint8_t>>(std::move(bytes)));
   TensorInfo t;
   t.name = name;
@@ -82,6 +81,18 @@ WeightRef WeightLoader::upload_repacked(const std::string& name, DType dtype, st
   // Qwen3-MoE layer is over a GiB); one that points into them (the CPU) keeps them.
   if (w.data != repacked_.back()->data()) repacked_.pop_back();
   return w;
+}
+
+WeightRef WeightLoader::upload_view(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
+                                    std::span<const std::uint8_t> bytes) {
+  AKV_CHECK(bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(dtype, cols), "upload_view: size");
+  TensorInfo t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = {rows, cols};
+  t.bytes = bytes;
+  t.file = label_;
+  return backend_.upload_weight(t);
 }
 
 }  // namespace akv

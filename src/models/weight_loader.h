@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ class WeightLoader {
   // them (CPU), and frees them at once when it copied them (GPU).
   WeightRef upload_repacked(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
                             std::vector<std::uint8_t> bytes);
+  // Uploads `bytes`, a [rows, cols] matrix of `dtype` that lives as long as the checkpoint (such
+  // as neighbouring tensors of its mapping), as weight `name`: zero copy where the backend allows.
+  WeightRef upload_view(const std::string& name, DType dtype, std::int64_t rows, std::int64_t cols,
+                        std::span<const std::uint8_t> bytes);
 
  private:
   const SafetensorsReader& reader_;

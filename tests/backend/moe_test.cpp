@@ -1,17 +1,22 @@
 // The MoE op's building blocks and backends: MXFP4 decoding against a hand-computed table, the
 // two gating rules against hand-computed weights, the reference op against a direct per-expert
 // computation, MXFP4 experts against the same experts decoded to float, and the fast backend
-// against the reference (float and MXFP4, bf16, decode and prefill row counts).
+// against the reference (float and MXFP4, bf16, decode and prefill row counts); GGUF-block
+// experts (Q8_0, Q5_0, Q4_K, Q5_K, Q6_K, gate/up and down of different types) against the same
+// experts dequantized to f32, on the reference and the fast backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/host_buffer.h"
 #include "backend/moe.h"
 #include "parity_util.h"
+#include "tensor/dequantize.h"
 
 namespace akv {
 namespace {
@@ -267,6 +272,104 @@ INSTANTIATE_TEST_SUITE_P(Cases, MoeOp,
                                            Case{DType::F32, true, kGptOss, 64, 1},
                                            Case{DType::F32, true, kGptOss, 96, 17},
                                            Case{DType::F32, true, kGptOss, 64, 48}));
+
+// Random GGUF blocks of `t` [rows, cols]: random codes, the f16 scale fields set to moderate
+// values (random bits would give inf and NaN) so every type's values are of order 0.1.
+test::OwnedWeight random_blocks(std::mt19937& rng, DType t, std::int64_t rows, std::int64_t cols) {
+  test::OwnedWeight w;
+  w.bytes = random_bytes(rng, dtype_row_bytes(t, cols) * static_cast<std::size_t>(rows), 0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+  const auto put_f16 = [](std::uint8_t* p, float v) {
+    const std::uint16_t h = f32_to_f16(v);
+    std::memcpy(p, &h, 2);
+  };
+  const auto block_bytes = static_cast<std::size_t>(dtype_block_bytes(t));
+  for (std::size_t off = 0; off < w.bytes.size(); off += block_bytes) {
+    std::uint8_t* b = w.bytes.data() + off;
+    switch (t) {
+      case DType::Q8_0: put_f16(b, scale(rng) / 8); break;
+      case DType::Q5_0: put_f16(b, scale(rng)); break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        put_f16(b, scale(rng) / 8);
+        put_f16(b + 2, scale(rng) / 8);
+        break;
+      case DType::Q6_K: put_f16(b + 208, scale(rng) / 64); break;
+      default: ADD_FAILURE() << "no random blocks for " << dtype_name(t);
+    }
+  }
+  w.ref = {w.bytes.data(), t, rows, cols};
+  return w;
+}
+
+// `w` dequantized to an F32 weight of its shape (the oracle's values).
+test::OwnedWeight dequantized(const WeightRef& w) {
+  test::OwnedWeight f;
+  f.bytes.resize(static_cast<std::size_t>(w.rows * w.cols) * sizeof(float));
+  auto* out = reinterpret_cast<float*>(f.bytes.data());
+  for (std::int64_t r = 0; r < w.rows; ++r)
+    expert_matrix_row(ExpertFormat::GgufBlocks, w, {}, r, out + r * w.cols);
+  f.ref = {f.bytes.data(), DType::F32, w.rows, w.cols};
+  return f;
+}
+
+struct GgufCase {
+  DType gate_up, down;
+  MoeParams p;
+  std::int64_t hidden, n;
+};
+void PrintTo(const GgufCase& c, std::ostream* os) {
+  *os << dtype_name(c.gate_up) << "_" << dtype_name(c.down) << "_k" << c.p.top_k << "_n" << c.n;
+}
+
+class MoeGgufOp : public ::testing::TestWithParam<GgufCase> {};
+
+// The reference on GGUF blocks equals the reference on their dequantized values (it decodes the
+// same rows); the fast backend matches it within f32 rounding where it dequantizes rows (Scalar)
+// and within the int8 rounding of its inputs where it runs the integer kernels (AVX2, AVX-512:
+// blocks of 256 for the k-quants; a wrong expert or row errs by the size of the outputs).
+TEST_P(MoeGgufOp, BlocksMatchTheirDequantizedValues) {
+  const GgufCase g = GetParam();
+  const Case c{DType::F32, false, g.p, g.hidden, g.n};
+  std::mt19937 rng(7);
+  const test::OwnedWeight gu = random_blocks(rng, g.gate_up, g.p.n_experts * 2 * g.p.inter, g.hidden);
+  const test::OwnedWeight dn = random_blocks(rng, g.down, g.p.n_experts * g.hidden, g.p.inter);
+  const test::OwnedWeight gu_f = dequantized(gu.ref), dn_f = dequantized(dn.ref);
+  const test::OwnedTensor x = test::random_tensor(rng, g.n, g.hidden, /*pad=*/3, 2.0f);
+  const test::OwnedTensor logits = test::random_tensor(rng, g.n, g.p.n_experts, 0, 3.0f);
+  const MoeWeights blocks{.format = ExpertFormat::GgufBlocks, .gate_up = gu.ref, .down = dn.ref};
+  const MoeWeights floats{.format = ExpertFormat::Float, .gate_up = gu_f.ref, .down = dn_f.ref};
+  ReferenceBackend ref;
+  const std::vector<float> want = run(ref, c, floats, x.ref, logits.ref);
+  const std::vector<float> got_ref = run(ref, c, blocks, x.ref, logits.ref);
+  ASSERT_EQ(got_ref, want) << "the reference decodes the rows it uses exactly";
+  for (Isa isa : test::all_isas()) {
+    if (!isa_supported(isa)) continue;
+    FastBackend fast(2, isa, 0);
+    const bool integer = find_quant_dot(isa, g.gate_up) != nullptr || find_quant_dot(isa, g.down) != nullptr;
+    expect_close(run(fast, c, blocks, x.ref, logits.ref), want, integer ? 5e-2 : 1e-4, isa_name(isa));
+  }
+}
+
+MoeParams qwen_k(std::int64_t top_k, std::int64_t inter) {
+  return {.n_experts = 8, .top_k = top_k, .inter = inter, .gating = MoeGating::SoftmaxTopK,
+          .norm_topk_prob = true};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MoeGgufOp,
+    ::testing::Values(GgufCase{DType::Q4_K, DType::Q6_K, qwen_k(3, 256), 256, 1},  // Q4_K_M's experts
+                      GgufCase{DType::Q4_K, DType::Q6_K, qwen_k(8, 256), 256, 5},
+                      GgufCase{DType::Q4_K, DType::Q4_K, qwen_k(1, 256), 512, 11},
+                      GgufCase{DType::Q5_K, DType::Q5_K, qwen_k(2, 256), 256, 3},
+                      GgufCase{DType::Q6_K, DType::Q8_0, qwen_k(3, 96), 256, 19},  // 3 blocks of 32
+                      GgufCase{DType::Q8_0, DType::Q8_0, qwen_k(8, 96), 160, 9},
+                      GgufCase{DType::Q8_0, DType::Q5_0, qwen_k(1, 32), 64, 2}),
+    [](const auto& info) {
+      std::ostringstream os;
+      PrintTo(info.param, &os);
+      return os.str();
+    });
 
 }  // namespace
 }  // namespace akv

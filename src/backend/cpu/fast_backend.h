@@ -77,8 +77,8 @@ class FastBackend : public ReferenceBackend {
   static constexpr std::int64_t kDeltaRuleChunk = 64;
 
  private:
-  // Expert e's rows of a stacked matrix as a matmul weight: a view for Float, else decoded to
-  // f32 into `decoded` (which it then points into).
+  // Expert e's rows of a stacked matrix as a matmul weight: a view for Float and GgufBlocks,
+  // MXFP4 decoded to f32 into `decoded` (which it then points into).
   // out[n, rows] = x @ (expert e's rows of the MXFP4 matrix w)^T + bias, one weight row decoded
   // at a time (no f32 copy of the matrix).
   // matmul with a quantized weight: integer kernel or dequantized-row fallback, rows of w on

@@ -2,7 +2,9 @@
 // each used expert run once over its tokens with the backend's matmul (GEMV for a few rows,
 // sgemm for many), so an expert's weights are read once per call and unused experts not at all.
 // MXFP4 experts: row by row (decoded, then the SIMD GEMV) for a few rows, else decoded to f32 per
-// used expert first (threaded) and multiplied through sgemm.
+// used expert first (threaded) and multiplied through sgemm. GGUF-block experts: each expert's
+// rows are a quantized matrix of their own, through the dense path's quantized matmul (int8
+// inputs, integer dot kernels; types without a kernel dequantized row by row).
 #include <algorithm>
 #include <cstring>
 
@@ -12,10 +14,11 @@ namespace akv {
 
 namespace {
 
-// Rows [e * rows, (e + 1) * rows) of a stacked matrix as a matrix of its own.
+// Rows [e * rows, (e + 1) * rows) of a stacked matrix (float or GGUF blocks) as a matrix of its
+// own.
 WeightRef expert_slice(const WeightRef& w, std::int64_t e, std::int64_t rows) {
   return {static_cast<const char*>(w.data) +
-              e * rows * w.cols * static_cast<std::int64_t>(dtype_size(w.dtype)),
+              e * rows * static_cast<std::int64_t>(dtype_row_bytes(w.dtype, w.cols)),
           w.dtype, rows, w.cols};
 }
 
@@ -57,7 +60,7 @@ void FastBackend::mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& s
 WeightRef FastBackend::expert_matrix(ExpertFormat format, const WeightRef& w,
                                      const WeightRef& scales, std::int64_t e, std::int64_t rows,
                                      std::vector<float>& decoded) {
-  if (format == ExpertFormat::Float) return expert_slice(w, e, rows);
+  if (format != ExpertFormat::Mxfp4) return expert_slice(w, e, rows);
   decoded.resize(static_cast<std::size_t>(rows * w.cols));
   float* dst = decoded.data();
   pool_.parallel_for(rows, 16, [&](std::int64_t r0, std::int64_t r1) {

@@ -2,7 +2,8 @@
 // or moe_decode.cu, moe_prefill.cu, and the per-pair baseline in moe.cu). Decode (at most kMoeDecodeMaxRows rows,
 // and every recorded step) routes and runs the experts without a host round trip; larger eager
 // batches sort the (token, choice) pairs by expert and multiply each expert's rows on the tensor
-// cores through cuBLAS, after one host wait for the experts' row counts.
+// cores through cuBLAS, after one host wait for the experts' row counts. GGUF-block experts:
+// moe_decode_quant.cu for decode, each non-empty expert dequantized to bf16 for the prefill GEMMs.
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -10,6 +11,7 @@
 #include "backend/cuda/gemm_plans.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/op_signature.h"
+#include "backend/cuda/quant_dequant.h"
 
 namespace akv {
 
@@ -19,14 +21,16 @@ using enum cuda::OpKind;
 namespace {
 
 // The dtype the grouped prefill multiplies in: the experts' own float dtype (F32 stays exact:
-// f32 compute, no TF32), BF16 for MXFP4 (every MXFP4 value is exact in bf16).
+// f32 compute, no TF32), BF16 for MXFP4 (every MXFP4 value is exact in bf16) and GGUF blocks
+// (dequantized to bf16, as the dense prefill does).
 DType grouped_dtype(const MoeWeights& w) {
-  return w.format == ExpertFormat::Mxfp4 ? DType::BF16 : w.gate_up.dtype;
+  return w.format == ExpertFormat::Float ? w.gate_up.dtype : DType::BF16;
 }
 
 bool grouped_supported(const MoeWeights& w, const MoeParams& p) {
   if (p.n_experts > cuda::kMoeMaxExperts || p.top_k > 32) return false;
   if (w.format == ExpertFormat::Mxfp4) return true;
+  if (w.format == ExpertFormat::GgufBlocks) return cuda::moe_quant_supported(w, p);
   const DType t = w.gate_up.dtype;
   return t == w.down.dtype && (t == DType::F32 || t == DType::BF16 || t == DType::F16);
 }
@@ -51,6 +55,16 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
                     .u(static_cast<std::uint64_t>(moe_decode_kernels_)).h))
     return;
   const bool grouped = !recording() && x.rows > kMoeDecodeMaxRows && grouped_supported(w, p);
+  if (w.format == ExpertFormat::GgufBlocks) {  // no per-pair form: the decode kernels are the baseline
+    AKV_CHECK(cuda::moe_quant_supported(w, p), "moe: GGUF expert types the CUDA kernels read (the loader "
+                                               "keeps only those), at most 1,024 experts and 32 choices");
+    cuda::launch_moe_route(router_logits, p, scratch.route, stream());
+    if (grouped && moe_kernels_ != MoeKernels::PerPair)
+      moe_grouped(x, w, p, scratch, out);
+    else
+      cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream());
+    return;
+  }
   const bool decode = !grouped && p.n_experts <= cuda::kMoeMaxExperts && cuda::moe_decode_supported(x, w, p);
   if (moe_kernels_ == MoeKernels::PerPair || (!grouped && !decode)) {
     cuda::launch_moe_per_pair(x, router_logits, w, p, scratch, out, stream());
@@ -81,7 +95,7 @@ void CudaBackend::moe_grouped(TensorRef x, const MoeWeights& w, const MoeParams&
                                  cudaMemcpyDeviceToHost, s));
   auto* xg = static_cast<char*>(scratch(static_cast<std::size_t>(pairs * hidden * elem), 0));  // [pairs, hidden]
   cuda::launch_moe_gather(x, g, pairs, static_cast<int>(p.top_k), t, xg, s);
-  void* dequant = w.format == ExpertFormat::Mxfp4 ? scratch(static_cast<std::size_t>(2 * inter * hidden * elem), 2)
+  void* dequant = w.format != ExpertFormat::Float ? scratch(static_cast<std::size_t>(2 * inter * hidden * elem), 2)
                                                   : nullptr;
   AKV_CUDA_CHECK(cudaStreamSynchronize(s));  // the GEMM shapes need each expert's row count
   // gate_up [pairs, 2 * inter], act [pairs, inter] and down [pairs, hidden] in dtype t, each in
@@ -117,6 +131,12 @@ void CudaBackend::moe_expert_gemms(const MoeExpertGemms& a) {
     if (a.format == ExpertFormat::Mxfp4) {  // into scratch first (stream order keeps it safe to reuse)
       cuda::launch_mxfp4_rows_to_bf16(a.weights, a.scales, static_cast<std::int64_t>(e) * a.rows, a.rows, a.dequant,
                                       stream());
+      w.data = a.dequant;
+    } else if (a.format == ExpertFormat::GgufBlocks) {  // the oracle's values rounded to bf16
+      cuda::QuantWeight q = quant_weight(a.weights);
+      q.data = static_cast<const char*>(q.data) + static_cast<std::int64_t>(e) * a.rows * cuda::quant_row_bytes(q.type, q.cols);
+      q.rows = a.rows;
+      cuda::launch_dequantize_bf16(q, a.dequant, stream());
       w.data = a.dequant;
     } else {
       w.data = moe_expert_weights(a, static_cast<std::int64_t>(e));

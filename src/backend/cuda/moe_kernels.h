@@ -43,6 +43,21 @@ void launch_moe_decode(TensorRef x, const MoeWeights& w, const MoeParams& p, con
 void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                                  TensorRef out, Stream s);
 
+// moe_decode_quant.cu: the experts of GGUF-block experts (ExpertFormat::GgufBlocks, gate_up and
+// down each of a type quant_kernels_support takes) after launch_moe_route, for any number of
+// tokens (the decode path of eager steps up to kMoeDecodeMaxRows and of every recorded step):
+// x quantized to int8 per 32 columns into scratch.down (unused otherwise), a warp per (pair,
+// hidden unit) reads the chosen expert's gate and up rows from their blocks (dp4a against the
+// int8 x, quant_lane.cuh's decode) and writes the activation to scratch.act, the activations are
+// quantized into scratch.gate_up, then a warp per (token, output row) sums the down rows of the
+// token's k choices, weighted, with the down biases, into `out`. Only the chosen experts' blocks
+// are read; no atomics; no host round trip: recordable. Results differ from the oracle by the
+// int8 rounding of x and of the activations (as the dense quantized GEMV, quant_gemv.h).
+// moe_quant_supported: GgufBlocks of supported types, at most kMoeMaxExperts and 32 choices.
+bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
+void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
+                             TensorRef out, Stream s);
+
 // moe_prefill.cu: tokens grouped by expert. The (token, choice) pairs a = t * top_k + k of n
 // tokens, sorted by expert: pairs of expert e are sorted[offsets[e], offsets[e + 1]), and
 // position[a] is where pair a sits (order within an expert unspecified). Device int32 arrays in

@@ -10,6 +10,7 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_gemv.h"
+#include "backend/cuda/quant_lane.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -31,123 +32,6 @@ struct Stage {
   static constexpr int kSlotBytes = kWords * 16 + 16;  // + slack for ld_u32 past the end
   static_assert(kSlotBytes % 16 == 0, "slots stay 16-byte aligned");
 };
-
-// One lane's 32 weights: codes q (int8 x 4 per word, element order), and the dot of the group
-// with activations (d, d * sum) is d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d_sum.
-struct LaneWeights {
-  int q[8];
-  float lo, hi, mn;
-};
-
-template <GgmlType T>
-__device__ LaneWeights decode(const std::uint8_t* stage, int lane);
-
-template <>
-__device__ LaneWeights decode<GgmlType::Q8_0>(const std::uint8_t* stage, int lane) {
-  const std::uint8_t* b = stage + lane * 34;
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(ld_u32(b + 2 + 4 * i));
-  w.lo = w.hi = f16_at(b);
-  w.mn = 0.0f;
-  return w;
-}
-
-template <>
-__device__ LaneWeights decode<GgmlType::Q4_0>(const std::uint8_t* stage, int lane) {
-  const std::uint8_t* b = stage + lane * 18;
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t v = ld_u32(b + 2 + 4 * i);
-    w.q[i] = static_cast<int>(__vsub4(v & 0x0f0f0f0fu, 0x08080808u));             // elements 4i..
-    w.q[4 + i] = static_cast<int>(__vsub4((v >> 4) & 0x0f0f0f0fu, 0x08080808u));  // 16 + 4i..
-  }
-  w.lo = w.hi = f16_at(b);
-  w.mn = 0.0f;
-  return w;
-}
-
-template <>
-__device__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage, int lane) {
-  const std::uint8_t* b = stage + lane * 17;
-  // The doubled e2m1 values: codes 0..7 from the table, 8..15 their negations.
-  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
-  auto lookup = [&](std::uint32_t nib) {  // four codes 0..15, one per byte
-    const std::uint32_t sel = (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
-    const std::uint32_t v = __byte_perm(kT0, kT1, sel);
-    const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
-    return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
-  };
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t v = ld_u32(b + 1 + 4 * i);
-    w.q[i] = lookup(v & 0x0f0f0f0fu);
-    w.q[4 + i] = lookup((v >> 4) & 0x0f0f0f0fu);
-  }
-  w.lo = w.hi = e8m0_half(b[0]);
-  w.mn = 0.0f;
-  return w;
-}
-
-// Q4_K and Q5_K: lane l takes sub-block l % 8 of super-block l / 8; its 32 elements are the
-// low (even sub-block) or high nibbles of 32 consecutive qs bytes.
-template <>
-__device__ LaneWeights decode<GgmlType::Q4_K>(const std::uint8_t* stage, int lane) {
-  const int sub = lane % 8;
-  const std::uint8_t* b = stage + (lane / 8) * 144;
-  const std::uint8_t* qs = b + 16 + (sub / 2) * 32;
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu);
-  int sc = 0, m = 0;
-  k_scale_min(b + 4, sub, sc, m);
-  w.lo = w.hi = __fmul_rn(f16_at(b), static_cast<float>(sc));
-  w.mn = __fmul_rn(f16_at(b + 2), static_cast<float>(m));
-  return w;
-}
-
-template <>
-__device__ LaneWeights decode<GgmlType::Q5_K>(const std::uint8_t* stage, int lane) {
-  const int sub = lane % 8;
-  const std::uint8_t* b = stage + (lane / 8) * 176;
-  const std::uint8_t* qh = b + 16;
-  const std::uint8_t* qs = b + 48 + (sub / 2) * 32;
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const std::uint32_t lo = (ld_u32(qs + 4 * i) >> (4 * (sub % 2))) & 0x0f0f0f0fu;
-    const std::uint32_t hi = ((ld_u32(qh + 4 * i) >> sub) & 0x01010101u) << 4;
-    w.q[i] = static_cast<int>(lo | hi);
-  }
-  int sc = 0, m = 0;
-  k_scale_min(b + 4, sub, sc, m);
-  w.lo = w.hi = __fmul_rn(f16_at(b), static_cast<float>(sc));
-  w.mn = __fmul_rn(f16_at(b + 2), static_cast<float>(m));
-  return w;
-}
-
-// Q6_K: lane l takes elements 32c..32c+31 (c = l % 8) of super-block l / 8: sub-blocks 2c, 2c+1.
-template <>
-__device__ LaneWeights decode<GgmlType::Q6_K>(const std::uint8_t* stage, int lane) {
-  const int c = lane % 8, half = c / 4;
-  const std::uint8_t* b = stage + (lane / 8) * 210;
-  const std::uint8_t* ql = b + half * 64 + 32 * (c % 2);
-  const std::uint8_t* qh = b + 128 + half * 32;
-  LaneWeights w;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const std::uint32_t lo = (ld_u32(ql + 4 * i) >> (4 * ((c % 4) / 2))) & 0x0f0f0f0fu;
-    const std::uint32_t hi = ((ld_u32(qh + 4 * i) >> (2 * (c % 4))) & 0x03030303u) << 4;
-    w.q[i] = static_cast<int>(__vsub4(lo | hi, 0x20202020u));
-  }
-  const float d = f16_at(b + 208);
-  w.lo = __fmul_rn(d, static_cast<float>(static_cast<std::int8_t>(b[192 + 2 * c])));
-  w.hi = __fmul_rn(d, static_cast<float>(static_cast<std::int8_t>(b[192 + 2 * c + 1])));
-  w.mn = 0.0f;
-  return w;
-}
 
 // The weights of one launch: target t takes blocks [first_block[t], first_block[t + 1]).
 struct Targets {
