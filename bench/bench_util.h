@@ -1,10 +1,13 @@
-// Small helpers the benchmarks share: wall time since a point, this process's CPU time, and a
-// deterministic incompressible byte pattern for payloads.
+// Small helpers the benchmarks share: wall time since a point, this process's CPU time, a
+// deterministic incompressible byte pattern for payloads, and the relative L2 difference of two
+// outputs.
 #pragma once
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +38,16 @@ inline std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
     std::memcpy(v.data() + i, &x, 8);
   }
   return v;
+}
+
+// ||a - b|| / ||b|| over equal-length vectors (b: the reference).
+inline double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 }  // namespace akv::bench

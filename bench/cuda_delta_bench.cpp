@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "bench_util.h"
 
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
@@ -33,15 +34,6 @@ std::vector<float> host_uniform(std::int64_t n, std::uint64_t seed, float center
     f = center + scale * (2.0f * static_cast<float>(x >> 40) * (1.0f / 16777216.0f) - 1.0f);
   }
   return v;
-}
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 }  // namespace

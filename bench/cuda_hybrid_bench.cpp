@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "bench_util.h"
 
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
@@ -37,15 +38,6 @@ std::vector<float> normal_floats(std::int64_t n, std::uint32_t seed) {
   std::vector<float> v(static_cast<std::size_t>(n));
   for (float& x : v) x = d(rng);
   return v;
-}
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 // Median milliseconds of `reps` calls of f after one warm-up, by events on `s`.
