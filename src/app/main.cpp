@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-host-bytes", srv.kv_host_bytes,
                     "Host-RAM tier budget for KV blocks evicted from the device: bytes or K/M/G/T; 0: none")
       ->capture_default_str();
-  serve->add_option("--kv-host-codec", srv.kv_host_codec, "KV blocks in the host tier: native | f32 | bf16 | int8 | int4")
+  serve->add_option("--kv-host-codec", srv.kv_host_codec, "KV blocks in the host tier: auto (int8 on a GPU, native on the CPU) | native | f32 | bf16 | int8 | int4")
       ->capture_default_str();
   serve->add_option("--kv-restore-bytes", srv.kv_restore_bytes,
                     "Disk blocks held by background restores at most, across requests (their buffers are kept "

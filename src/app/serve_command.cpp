@@ -180,7 +180,7 @@ std::unique_ptr<HostStore> open_host_tier(const ServeOptions& o, const ModelConf
   if (max_bytes == 0) return nullptr;
   HostStoreOptions h;
   h.max_bytes = static_cast<std::size_t>(max_bytes);
-  h.codec = resolve_tier_codec("--kv-host-codec", o.kv_host_codec);
+  h.codec = resolve_tier_codec("--kv-host-codec", o.kv_host_codec, backend);
   h.shape = block_shape_of(kv_layout_for(config, e.n_blocks, e.block_size, e.kv_dtype));
   h.block_size = e.block_size;
   h.attention_equal_tokens = attention_equal_tokens(config);
@@ -267,7 +267,7 @@ int run_serve(const ServeOptions& o) {
   // Declared before the disk tier, so destroyed after it: the disk's IO thread still writes
   // blocks lent from host slots (DiskStore::put_lent) until it stops.
   std::unique_ptr<HostStore> host;
-  const SpillCodec disk_codec = resolve_disk_codec(o.kv_spill_codec, *backend);
+  const SpillCodec disk_codec = resolve_tier_codec("--kv-spill-codec", o.kv_spill_codec, *backend);
   KvStores stores = open_disk_tier(o, config, engine_config, disk_codec,
                                    prompt_options.template_override.value_or(""), disk_unavailable);
   std::unique_ptr<DiskStore>& disk = stores.disk;

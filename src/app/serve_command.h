@@ -26,7 +26,7 @@ struct ServeOptions {
   std::string kv_dir;                     // disk tier of the KV cache ("" : none)
   std::string kv_spill_codec = "auto";    // auto (int8 on a GPU, native on the CPU) | native | f32 | bf16 | int8 | int4
   std::string kv_host_bytes = "0";        // host-RAM tier budget: bytes or K/M/G/T; 0: no host tier
-  std::string kv_host_codec = "native";   // how the host tier keeps blocks: native | f32 | bf16 | int8 | int4
+  std::string kv_host_codec = "auto";     // how the host tier keeps blocks: auto (int8 on a GPU, native on the CPU) | native | f32 | bf16 | int8 | int4
   std::string kv_disk_bytes = "0";        // disk tier budget: bytes or K/M/G/T; 0: unlimited
   double kv_flush_timeout_s = 30;         // at a graceful stop, most seconds spent writing to disk
   std::string kv_restore_bytes = "4G";    // disk blocks background restores hold at most

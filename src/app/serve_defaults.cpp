@@ -23,9 +23,11 @@ SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& fla
               fmt::format("{}: expected native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
 }
 
-SpillCodec resolve_disk_codec(const std::string& flag, const Backend& backend) {
+SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend) {
   if (flag == "auto") return backend.device_memory().has_value() ? SpillCodec::Int8 : SpillCodec::Native;
-  return resolve_tier_codec("--kv-spill-codec", flag);
+  if (const std::optional<SpillCodec> codec = find_spill_codec(flag)) return *codec;
+  throw Error(ErrorKind::InvalidArgument,
+              fmt::format("{}: expected auto, native, f32, bf16, int8 or int4, not '{}'", flag_name, flag));
 }
 
 StateCodec resolve_state_codec(const std::string& flag) {

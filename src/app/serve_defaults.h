@@ -19,18 +19,17 @@ namespace akv {
 // --kv-dtype for anything else.
 DType resolve_kv_dtype(const std::string& flag, const Backend& backend);
 
-// A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors).
-// The host tier defaults to native: on the H100/H200 an int8 host tier made returns from it and
-// another agent's cold prompt slower (device-side encode and decode cost more than the PCIe
-// bytes they save; docs/perf/serving.md, "Tier codecs").
+// A KV tier's codec flag (--kv-host-codec, --kv-spill-codec; `flag_name` names it in errors):
+// native | f32 | bf16 | int8 | int4.
 SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag);
 
-// --kv-spill-codec: "auto" (the default) -> int8 on a device backend, native on the CPU; any
-// other value as resolve_tier_codec. On the H200 an int8 disk tier (encoded by the disk's encode
-// workers, off the IO thread) brought an agent back after a restart with a cold page cache in
-// 0.57x the native tier's time, at 1.15x with the files still cached (docs/perf/serving.md,
-// "The disk return with an int8 disk tier"); on the CPU the KV is restored bit for bit.
-SpillCodec resolve_disk_codec(const std::string& flag, const Backend& backend);
+// The same with "auto" (both flags' default): int8 on a device backend, native on the CPU (where
+// the KV is kept bit for bit). On an H100 the int8 host tier brought an agent back in 0.070 of
+// its cold TTFT against 0.100 for native (half the PCIe bytes, encoded in one batched launch per
+// demotion round; another agent's cold unchanged), and an int8 disk tier brought it back after a
+// restart in 0.100 against 0.148 (docs/perf/serving.md, "The int8 host tier through the server"
+// and "The disk return's load").
+SpillCodec resolve_tier_codec(std::string_view flag_name, const std::string& flag, const Backend& backend);
 
 // --kv-state-codec: "exact" | "bf16" (hybrid models' state snapshots; exact by default: bf16
 // halves their bytes at the error docs/perf/hybrid.md measures). Throws Error naming the flag.

@@ -39,18 +39,20 @@ TEST(ServeDefaults, KvDtypeAutoIsTheBackendsPreferredOne) {
   }
 }
 
-TEST(ServeDefaults, DiskCodecAutoIsInt8OnADeviceAndNativeOnTheCpu) {
+TEST(ServeDefaults, TierCodecAutoIsInt8OnADeviceAndNativeOnTheCpu) {
   const ReferenceBackend cpu;
   const FakeDevice gpu({.free_bytes = 60 * kGiB, .total_bytes = 80 * kGiB});
-  EXPECT_EQ(resolve_disk_codec("auto", cpu), SpillCodec::Native);
-  EXPECT_EQ(resolve_disk_codec("auto", gpu), SpillCodec::Int8);
-  EXPECT_EQ(resolve_disk_codec("native", gpu), SpillCodec::Native);
-  EXPECT_EQ(resolve_disk_codec("int4", cpu), SpillCodec::Int4);
-  try {
-    resolve_disk_codec("fp8", gpu);
-    FAIL() << "fp8 is no tier codec";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--kv-spill-codec"), std::string::npos);
+  for (const char* flag : {"--kv-host-codec", "--kv-spill-codec"}) {
+    EXPECT_EQ(resolve_tier_codec(flag, "auto", cpu), SpillCodec::Native) << flag;
+    EXPECT_EQ(resolve_tier_codec(flag, "auto", gpu), SpillCodec::Int8) << flag;
+    EXPECT_EQ(resolve_tier_codec(flag, "native", gpu), SpillCodec::Native) << flag;
+    EXPECT_EQ(resolve_tier_codec(flag, "int4", cpu), SpillCodec::Int4) << flag;
+    try {
+      resolve_tier_codec(flag, "fp8", gpu);
+      FAIL() << "fp8 is no tier codec";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos);
+    }
   }
 }
 
