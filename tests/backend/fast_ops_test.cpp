@@ -154,9 +154,10 @@ TEST_P(FastOps, SampleRowsGreedyMatchesArgmaxRow) {
     ref_.sample_rows(logits.ref, temperature, u, want);
     for (std::int64_t r = 0; r < 9; ++r) {
       EXPECT_EQ(got[r], want[r]) << "cols " << cols << " row " << r;
-      if (r < 8)
+      if (r < 8) {
         EXPECT_EQ(want[r], argmax_row({logits.ref.row<float>(r), static_cast<std::size_t>(cols)}))
             << "cols " << cols << " row " << r;
+      }
     }
   }
 }

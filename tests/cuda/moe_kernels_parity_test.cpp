@@ -306,8 +306,9 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
         << case_name(c) << ": cublasGemmGroupedBatchedEx launches (none: unaligned operands or cuBLAS answered "
         << "NOT_SUPPORTED, so one GEMM per expert ran)";
   const std::vector<float> got = io.out.get_gpu(), want = gguf_decode(c) ? gguf_decode_replay(l, io) : io.out.get_cpu();
-  if (gguf_decode(c))  // and the replay is within the int8 rounding of the oracle
+  if (gguf_decode(c)) {  // and the replay is within the int8 rounding of the oracle
     EXPECT_LE(rel_error(want, io.out.get_cpu()), 5e-2) << case_name(c);
+  }
   const double err = note_error(rel_error(got, want));
   std::size_t worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
