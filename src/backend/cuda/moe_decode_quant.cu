@@ -24,12 +24,12 @@ namespace {
 
 using namespace quant;
 
-constexpr int kUnits = 4;                              // gate/up: hidden units per warp
-constexpr int kGateUpWarps = kQuantGroup / kUnits;     // a block per 32 units: one activation group
-constexpr int kGateUpRows = 2 * kUnits;                // gate/up: rows staged per warp
-constexpr int kDownWarps = 8;                          // down: output rows per block (at most)
-constexpr int kDownRows = 8;                           // down: rows staged per warp at once
-constexpr int kStageElems = 32 * kQuantGroup;            // a lane group each of 32 lanes
+constexpr int kUnits = 4;                           // gate/up: hidden units per warp
+constexpr int kGateUpWarps = kQuantGroup / kUnits;  // a block per 32 units: one activation group
+constexpr int kGateUpRows = 2 * kUnits;             // gate/up: rows staged per warp
+constexpr int kDownWarps = 8;                       // down: output rows per block (at most)
+constexpr int kDownRows = 8;                        // down: rows staged per warp at once
+constexpr int kStageElems = 32 * kQuantGroup;       // a lane group each of 32 lanes
 constexpr int kStageGroups = kStageElems / kQuantGroup;  // 32
 constexpr int kWindowStages = 2;                         // stages of a row staged at once
 constexpr std::size_t kMaxSmemBytes = 200u << 10;        // dynamic shared memory cap, both launches
@@ -49,7 +49,9 @@ std::int64_t slot_bytes_for(std::int64_t row_bytes) {
 
 // The int8 codes and float2 (d, d * sum of codes) scales of `cols` columns, then the staging
 // slots: where the slots start in a block's dynamic shared memory.
-__host__ __device__ constexpr std::int64_t codes_bytes(std::int64_t cols) { return (cols + cols / kQuantGroup * 8 + 15) / 16 * 16; }
+__host__ __device__ constexpr std::int64_t codes_bytes(std::int64_t cols) {
+  return (cols + cols / kQuantGroup * 8 + 15) / 16 * 16;
+}
 
 // This lane's part of (weight group) . (activation group: codes a, b, scales ds): the quantized
 // GEMV's arithmetic (d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d * sum).
@@ -65,14 +67,16 @@ __device__ __forceinline__ float group_dot(const LaneWeights& w, int4 a, int4 b,
   return ds.x * (w.lo * static_cast<float>(lo) + w.hi * static_cast<float>(hi)) - w.mn * ds.y;
 }
 // The same against a group's codes in shared memory (16-byte aligned).
-__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes, float2 ds) {
+__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes,
+                                           float2 ds) {
   const int4* c = reinterpret_cast<const int4*>(codes);
   return group_dot(w, c[0], c[1], ds);
 }
 
 // v (lane l: element l of a group of 32) quantized to int8 by the warp: code at *code, the
 // group's (d, d * sum of codes) at *scale by lane 0. launch_quantize_activations' rule and results.
-__device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code, float2* scale) {
+__device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code,
+                                               float2* scale) {
   const float amax = warp_max(fabsf(v));
   const float d = amax / 127.0f;
   const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
@@ -94,11 +98,14 @@ __device__ __forceinline__ int stage_window(const std::uint8_t* row, std::int64_
   const auto a = reinterpret_cast<std::uintptr_t>(row + first);
   const std::uintptr_t a0 = a & ~std::uintptr_t{15}, a1 = (a + len + 15) & ~std::uintptr_t{15};
   const int words = static_cast<int>((a1 - a0) / 16);
-  for (int c = lane; c < words; c += 32) cp_async16(slot + 16 * c, reinterpret_cast<const void*>(a0 + 16 * c));
+  for (int c = lane; c < words; c += 32)
+    cp_async16(slot + 16 * c, reinterpret_cast<const void*>(a0 + 16 * c));
   return static_cast<int>(a & 15);
 }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
 
 // Groups of window s0 of a row of `groups` groups.
 __device__ __forceinline__ int window_groups(int groups, int s0) {
@@ -111,22 +118,27 @@ __device__ __forceinline__ int window_groups(int groups, int s0) {
 // memory: x's codes and scales (codes_bytes(hidden)), then kGateUpRows slots per warp.
 template <GgmlType T>
 __global__ void __launch_bounds__(kGateUpWarps * 32)
-    gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride, const std::uint8_t* __restrict__ w,
-                   std::int64_t row_bytes, const float* __restrict__ route, std::int64_t route_stride,
-                   const void* bias, DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes) {
+    gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride,
+                   const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
+                   const float* __restrict__ route, std::int64_t route_stride, const void* bias,
+                   DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ int offsets[kGateUpWarps][kGateUpRows];  // where each staged row starts in its slot
   __shared__ float unit_act[kQuantGroup];
   pdl_wait();
-  pdl_trigger();  // after the wait: the down launch reads the route (complete by now) before its own wait
+  pdl_trigger();  // after the wait: the down launch reads the route (complete by now) before its
+                  // own wait
   const int a = static_cast<int>(blockIdx.y), token = a / m.top_k, choice = a % m.top_k;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int j0 = static_cast<int>(blockIdx.x) * kQuantGroup + warp * kUnits;  // < inter: whole groups
+  const int j0 =
+      static_cast<int>(blockIdx.x) * kQuantGroup + warp * kUnits;  // < inter: whole groups
   const int groups = m.hidden / kQuantGroup, stages = (groups + kStageGroups - 1) / kStageGroups;
   auto* xc = reinterpret_cast<std::int8_t*>(smem);
   auto* xs = reinterpret_cast<float2*>(smem + m.hidden);
-  std::uint8_t* slots = smem + codes_bytes(m.hidden) + std::int64_t{warp} * kGateUpRows * slot_bytes;
-  const std::int64_t base = std::int64_t{static_cast<int>(route[token * route_stride + choice])} * 2 * m.inter;
+  std::uint8_t* slots =
+      smem + codes_bytes(m.hidden) + std::int64_t{warp} * kGateUpRows * slot_bytes;
+  const std::int64_t base =
+      std::int64_t{static_cast<int>(route[token * route_stride + choice])} * 2 * m.inter;
   std::int64_t rows[kGateUpRows];
 #pragma unroll
   for (int u = 0; u < kUnits; ++u) {
@@ -136,7 +148,8 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
   auto issue = [&](int s0) {
 #pragma unroll
     for (int r = 0; r < kGateUpRows; ++r) {
-      const int off = stage_window<T>(w + rows[r] * row_bytes, row_bytes, s0, slots + r * slot_bytes, lane);
+      const int off =
+          stage_window<T>(w + rows[r] * row_bytes, row_bytes, s0, slots + r * slot_bytes, lane);
       if (lane == 0) offsets[warp][r] = off;
     }
   };
@@ -172,8 +185,9 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
   for (int u = 0; u < kUnits; ++u) {
     const float g = warp_sum(part[2 * u]), up = warp_sum(part[2 * u + 1]);
     if (lane == 0)
-      unit_act[warp * kUnits + u] = moe_activation(g + moe_bias_at(bias, bias_dtype, rows[2 * u]),
-                                                   up + moe_bias_at(bias, bias_dtype, rows[2 * u + 1]), m);
+      unit_act[warp * kUnits + u] =
+          moe_activation(g + moe_bias_at(bias, bias_dtype, rows[2 * u]),
+                         up + moe_bias_at(bias, bias_dtype, rows[2 * u + 1]), m);
   }
   __syncthreads();
   if (warp != 0) return;
@@ -189,8 +203,9 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
 template <GgmlType T>
 __global__ void __launch_bounds__(kDownWarps * 32)
     down_kernel(QuantActivations aq, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
-                const float* __restrict__ route, std::int64_t route_stride, const void* bias, DType bias_dtype,
-                float* __restrict__ out, std::int64_t out_stride, DeviceMoe m, int slot_bytes) {
+                const float* __restrict__ route, std::int64_t route_stride, const void* bias,
+                DType bias_dtype, float* __restrict__ out, std::int64_t out_stride, DeviceMoe m,
+                int slot_bytes) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ int offsets[kDownWarps][kDownRows];
   __shared__ int experts[32];
@@ -220,7 +235,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
     for (int k = 0; k < kDownRows; ++k) {
       if (i0 + k < m.top_k) {
         const std::int64_t row = std::int64_t{experts[i0 + k]} * m.hidden + r;
-        const int off = stage_window<T>(w + row * row_bytes, row_bytes, s0, slots + k * slot_bytes, lane);
+        const int off =
+            stage_window<T>(w + row * row_bytes, row_bytes, s0, slots + k * slot_bytes, lane);
         if (lane == 0) offsets[warp][k] = off;
       }
     }
@@ -252,8 +268,10 @@ __global__ void __launch_bounds__(kDownWarps * 32)
         while (g >= gw) g -= gw, ++k;
         if (k >= n_rows) break;
         const int group = s0 * kStageGroups + g, i = i0 + k;
-        const std::uint8_t* stage = slots + k * slot_bytes + offsets[warp][k] + (g / kStageGroups) * stage_bytes<T>();
-        acc += weights[i] * group_dot(decode<T>(stage, g % kStageGroups), ac + (i * m.inter + group * kQuantGroup),
+        const std::uint8_t* stage =
+            slots + k * slot_bytes + offsets[warp][k] + (g / kStageGroups) * stage_bytes<T>();
+        acc += weights[i] * group_dot(decode<T>(stage, g % kStageGroups),
+                                      ac + (i * m.inter + group * kQuantGroup),
                                       as[i * groups + group]);
       }
     }
@@ -305,7 +323,8 @@ QuantActivations activations_in(TensorRef t, std::int64_t n, std::int64_t cols) 
 // Allows `kernel` kMaxSmemBytes of dynamic shared memory (once) and checks `bytes` fits.
 template <typename K>
 void allow_smem(K kernel, bool& done, std::size_t bytes) {
-  AKV_CHECK(bytes <= kMaxSmemBytes, "moe: GGUF decode shared memory (expert width times choices too large)");
+  AKV_CHECK(bytes <= kMaxSmemBytes,
+            "moe: GGUF decode shared memory (expert width times choices too large)");
   if (done) return;
   AKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(kMaxSmemBytes)));
@@ -330,7 +349,8 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
   const std::int64_t n = x.rows, hidden = x.cols, pairs = n * p.top_k;
   AKV_CHECK(hidden % kQuantGroup == 0 && p.inter % kQuantGroup == 0,
             "moe: GGUF experts of whole groups of 32");
-  AKV_CHECK(pairs < (std::int64_t{1} << 16) && n < (std::int64_t{1} << 16) && hidden < (std::int64_t{1} << 24),
+  AKV_CHECK(pairs < (std::int64_t{1} << 16) && n < (std::int64_t{1} << 16) &&
+                hidden < (std::int64_t{1} << 24),
             "moe: GGUF decode grid");
   const DeviceMoe m = device_moe(p, hidden);
   const QuantActivations aq = activations_in(scratch.gate_up, pairs, p.inter);
@@ -339,26 +359,29 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
   dispatch_quant(gu, [&]<GgmlType T>() {
     static bool smem_set = false;  // the engine thread is the only caller
     const std::int64_t row_bytes = quant_row_bytes(gu, hidden), slot = slot_bytes_for<T>(row_bytes);
-    const auto smem = static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
+    const auto smem =
+        static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
     allow_smem(gate_up_kernel<T>, smem_set, smem);
-    launch(gate_up_kernel<T>, dim3(static_cast<unsigned>(p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
+    launch(gate_up_kernel<T>,
+           dim3(static_cast<unsigned>(p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
            dim3(kGateUpWarps * 32), smem, s, static_cast<const float*>(x.data), x.stride,
            static_cast<const std::uint8_t*>(w.gate_up.data), row_bytes, route, scratch.route.stride,
            w.gate_up_bias.data, w.gate_up_bias.dtype, aq, m, static_cast<int>(slot));
   });
   dispatch_quant(dn, [&]<GgmlType T>() {
     static bool smem_set = false;
-    const std::int64_t row_bytes = quant_row_bytes(dn, p.inter), slot = slot_bytes_for<T>(row_bytes);
+    const std::int64_t row_bytes = quant_row_bytes(dn, p.inter),
+                       slot = slot_bytes_for<T>(row_bytes);
     int warps = kDownWarps;  // fewer where long rows would pass the shared memory cap
     const auto smem_for = [&](int k) {
       return static_cast<std::size_t>(codes_bytes(p.top_k * p.inter) + k * kDownRows * slot);
     };
     while (warps > 1 && smem_for(warps) > kMaxSmemBytes) warps /= 2;
     allow_smem(down_kernel<T>, smem_set, smem_for(warps));
-    launch(down_kernel<T>, dim3(blocks_for(hidden, warps), static_cast<unsigned>(n)), dim3(warps * 32),
-           smem_for(warps), s, aq, static_cast<const std::uint8_t*>(w.down.data), row_bytes, route,
-           scratch.route.stride, w.down_bias.data, w.down_bias.dtype, static_cast<float*>(out.data), out.stride, m,
-           static_cast<int>(slot));
+    launch(down_kernel<T>, dim3(blocks_for(hidden, warps), static_cast<unsigned>(n)),
+           dim3(warps * 32), smem_for(warps), s, aq, static_cast<const std::uint8_t*>(w.down.data),
+           row_bytes, route, scratch.route.stride, w.down_bias.data, w.down_bias.dtype,
+           static_cast<float*>(out.data), out.stride, m, static_cast<int>(slot));
   });
   AKV_CUDA_CHECK_LAUNCH();
 }
