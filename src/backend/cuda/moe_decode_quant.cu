@@ -73,6 +73,47 @@ __device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8
   return group_dot(w, c[0], c[1], ds);
 }
 
+// decode<Q4_K> (quant_lane.cuh) of a stage at a 16-byte aligned address (shared memory): the
+// same values from three 16-byte reads (the block's d, dmin and scales; the lane's 32 qs bytes)
+// instead of a 4-byte read a word and a byte read a scale.
+__device__ __forceinline__ LaneWeights decode_q4k_aligned(const std::uint8_t* stage, int lane) {
+  const int sub = lane % 8, s = sub % 4;
+  const std::uint8_t* b = stage + (lane / 8) * 144;
+  const uint4 h = *reinterpret_cast<const uint4*>(b);  // d, dmin (h.x), scales[0..11] (h.y..h.w)
+  const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + (sub / 2) * 32);
+  const uint4 v0 = qs[0], v1 = qs[1];
+  const unsigned shift = 4 * (sub % 2);
+  LaneWeights w;
+  w.q[0] = static_cast<int>((v0.x >> shift) & 0x0f0f0f0fu);
+  w.q[1] = static_cast<int>((v0.y >> shift) & 0x0f0f0f0fu);
+  w.q[2] = static_cast<int>((v0.z >> shift) & 0x0f0f0f0fu);
+  w.q[3] = static_cast<int>((v0.w >> shift) & 0x0f0f0f0fu);
+  w.q[4] = static_cast<int>((v1.x >> shift) & 0x0f0f0f0fu);
+  w.q[5] = static_cast<int>((v1.y >> shift) & 0x0f0f0f0fu);
+  w.q[6] = static_cast<int>((v1.z >> shift) & 0x0f0f0f0fu);
+  w.q[7] = static_cast<int>((v1.w >> shift) & 0x0f0f0f0fu);
+  // k_scale_min: bytes s of scales[0..3] (h.y), [4..7] (h.z), [8..11] (h.w).
+  const unsigned lo4 = (h.y >> (8 * s)) & 0xffu, mid4 = (h.z >> (8 * s)) & 0xffu,
+                 hi4 = (h.w >> (8 * s)) & 0xffu;
+  const int sc = static_cast<int>(sub < 4 ? lo4 & 0x3fu : (hi4 & 0xfu) | ((lo4 >> 2) & 0x30u));
+  const int mn = static_cast<int>(sub < 4 ? mid4 & 0x3fu : (hi4 >> 4) | ((mid4 >> 2) & 0x30u));
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xffffu)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+  w.lo = w.hi = __fmul_rn(d, static_cast<float>(sc));
+  w.mn = __fmul_rn(dmin, static_cast<float>(mn));
+  return w;
+}
+
+// decode<T> of a staged stage: Q4_K at a 16-byte aligned address (rows of whole 16-byte words at
+// an aligned start, as uploaded weights are) by 16-byte reads, everything else as quant_lane.cuh.
+template <GgmlType T>
+__device__ __forceinline__ LaneWeights decode_staged(const std::uint8_t* stage, int lane) {
+  if constexpr (T == GgmlType::Q4_K) {
+    if (reinterpret_cast<std::uintptr_t>(stage) % 16 == 0) return decode_q4k_aligned(stage, lane);
+  }
+  return decode<T>(stage, lane);
+}
+
 // v (lane l: element l of a group of 32) quantized to int8 by the warp: code at *code, the
 // group's (d, d * sum of codes) at *scale by lane 0. launch_quantize_activations' rule and results.
 __device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code,
@@ -178,7 +219,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
       const std::uint8_t* stages_at = slots + (g / kStageGroups) * stage_bytes<T>();
 #pragma unroll
       for (int r = 0; r < kGateUpRows; ++r)
-        part[r] += group_dot(decode<T>(stages_at + off[r], g % kStageGroups), ca, cb, ds);
+        part[r] += group_dot(decode_staged<T>(stages_at + off[r], g % kStageGroups), ca, cb, ds);
     }
   }
 #pragma unroll
@@ -270,7 +311,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
         const int group = s0 * kStageGroups + g, i = i0 + k;
         const std::uint8_t* stage =
             slots + k * slot_bytes + offsets[warp][k] + (g / kStageGroups) * stage_bytes<T>();
-        acc += weights[i] * group_dot(decode<T>(stage, g % kStageGroups),
+        acc += weights[i] * group_dot(decode_staged<T>(stage, g % kStageGroups),
                                       ac + (i * m.inter + group * kQuantGroup),
                                       as[i * groups + group]);
       }
