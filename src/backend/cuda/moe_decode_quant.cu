@@ -128,6 +128,31 @@ __device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* c
   if (lane == 0) *scale = make_float2(d, d * static_cast<float>(sum));
 }
 
+// Group g of 32 values quantized by 8 lanes (lane l8 = lane % 8 holding elements 4 l8 .. 4 l8 + 3
+// in v): quantize_group's rule and results (the same amax, d and integer sum), four codes a
+// lane stored as one word; `store`: whether g is one of the row's groups (the shuffles take every
+// lane).
+__device__ __forceinline__ void quantize_group8(float4 v, int l8, bool store, std::int8_t* codes,
+                                                float2* scale) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const int q0 = amax == 0.0f ? 0 : __float2int_rn(v.x / d);
+  const int q1 = amax == 0.0f ? 0 : __float2int_rn(v.y / d);
+  const int q2 = amax == 0.0f ? 0 : __float2int_rn(v.z / d);
+  const int q3 = amax == 0.0f ? 0 : __float2int_rn(v.w / d);
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!store) return;
+  reinterpret_cast<std::uint32_t*>(codes)[l8] = (static_cast<std::uint32_t>(q0) & 0xffu) |
+                                                (static_cast<std::uint32_t>(q1) & 0xffu) << 8 |
+                                                (static_cast<std::uint32_t>(q2) & 0xffu) << 16 |
+                                                (static_cast<std::uint32_t>(q3) & 0xffu) << 24;
+  if (l8 == 0) *scale = make_float2(d, d * static_cast<float>(sum));
+}
+
 // Window `s0` (stages s0 .. s0 + kWindowStages - 1) of a row of row_bytes at `row` copied by
 // the warp into `slot` (cp.async, 16-byte words): its first byte lands at slot + the returned
 // offset (the row's address mod 16, so 4-byte words keep their alignment).
@@ -162,7 +187,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
     gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride,
                    const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
                    const float* __restrict__ route, std::int64_t route_stride, const void* bias,
-                   DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes) {
+                   DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes, bool x_vec) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ int offsets[kGateUpWarps][kGateUpRows];  // where each staged row starts in its slot
   __shared__ float unit_act[kQuantGroup];
@@ -196,8 +221,28 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
   };
   issue(0);  // in flight while x is quantized
   const float* xt = x + token * x_stride;
-  for (int g = warp; g < groups; g += kGateUpWarps)
-    quantize_group(xt[g * kQuantGroup + lane], lane, xc + g * kQuantGroup + lane, xs + g);
+  if (x_vec) {  // 16-byte reads, 8 lanes a group, two passes' reads issued together
+    constexpr int kPass = kGateUpWarps * 4;  // groups of the block per pass
+    const int l8 = lane % 8;
+    for (int base = warp * 4; base < groups; base += 2 * kPass) {  // warp-uniform: shuffles inside
+      const int g0 = base + lane / 8;
+      float4 v[2];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int g = g0 + p * kPass;
+        v[p] = g < groups ? *reinterpret_cast<const float4*>(xt + g * kQuantGroup + 4 * l8)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int g = g0 + p * kPass;
+        quantize_group8(v[p], l8, g < groups, xc + g * kQuantGroup, xs + g);
+      }
+    }
+  } else {
+    for (int g = warp; g < groups; g += kGateUpWarps)
+      quantize_group(xt[g * kQuantGroup + lane], lane, xc + g * kQuantGroup + lane, xs + g);
+  }
   __syncthreads();
   float part[kGateUpRows] = {};
   for (int s0 = 0; s0 < stages; s0 += kWindowStages) {
@@ -397,6 +442,7 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
   const QuantActivations aq = activations_in(scratch.gate_up, pairs, p.inter);
   const auto* route = static_cast<const float*>(scratch.route.data);
   const GgmlType gu = ggml_type(w.gate_up.dtype), dn = ggml_type(w.down.dtype);
+  const bool x_vec = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
   dispatch_quant(gu, [&]<GgmlType T>() {
     static bool smem_set = false;  // the engine thread is the only caller
     const std::int64_t row_bytes = quant_row_bytes(gu, hidden), slot = slot_bytes_for<T>(row_bytes);
@@ -407,7 +453,7 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
            dim3(static_cast<unsigned>(p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
            dim3(kGateUpWarps * 32), smem, s, static_cast<const float*>(x.data), x.stride,
            static_cast<const std::uint8_t*>(w.gate_up.data), row_bytes, route, scratch.route.stride,
-           w.gate_up_bias.data, w.gate_up_bias.dtype, aq, m, static_cast<int>(slot));
+           w.gate_up_bias.data, w.gate_up_bias.dtype, aq, m, static_cast<int>(slot), x_vec);
   });
   dispatch_quant(dn, [&]<GgmlType T>() {
     static bool smem_set = false;
