@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe_kernels.h"
 
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
@@ -120,16 +122,44 @@ double seconds_per_call(CudaBackend& be, int calls, F&& f) {
   return t[t.size() / 2];
 }
 
+// Seconds per call of f(i), i < calls, captured once into a CUDA graph and replayed (median of 7
+// replays after one): the device time without the host's launch cost.
+template <typename F>
+double graph_seconds_per_call(CudaBackend& be, int calls, F&& f) {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  AKV_CUDA_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < calls; ++i) f(i);
+  AKV_CUDA_CHECK(cudaStreamEndCapture(be.stream(), &g));
+  AKV_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  const double t = seconds_per_call(be, 1, [&](int) { AKV_CUDA_CHECK(cudaGraphLaunch(ge, be.stream())); });
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return t / calls;
+}
+
 // GGUF-block experts: the decode kernels at 1 and 8 tokens, the prefill (each expert dequantized to
 // bf16, a GEMM per expert) at 4096, and the two paths' outputs on the same 64 tokens.
-template <typename Call>
-void bench_gguf(CudaBackend& be, const MoeShape& s, double copy_bw, Call&& call, TensorRef out, double decode_bytes,
-                double prefill_flops) {
+// The decode rows split for the time's parts: the routing launch alone, the expert launches alone
+// (on the last routing), and the whole op replayed as a CUDA graph (no host launch cost).
+template <typename Call, typename Route, typename Experts>
+void bench_gguf(CudaBackend& be, const MoeShape& s, double copy_bw, Call&& call, Route&& route, Experts&& experts,
+                TensorRef out, double decode_bytes, double prefill_flops) {
   using Kernels = CudaBackend::MoeKernels;
+  const auto row = [&](const char* path, std::int64_t n, double t) {
+    std::printf("| %s | %lld | %.1f us | %.0f | %.1f%% | - |\n", path, static_cast<long long>(n), t * 1e6,
+                decode_bytes / t * 1e-9, 100.0 * decode_bytes / t / copy_bw);
+  };
   for (const std::int64_t n : {std::int64_t{1}, std::int64_t{8}}) {
-    const double t = seconds_per_call(be, 64, [&](int i) { call(n, i); });
-    std::printf("| decode kernels (GGUF blocks, int8 activations) | %lld | %.1f us | %.0f | %.1f%% | - |\n",
-                static_cast<long long>(n), t * 1e6, decode_bytes / t * 1e-9, 100.0 * decode_bytes / t / copy_bw);
+    row("decode kernels (GGUF blocks, int8 activations)", n, seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    try {
+      row("  routing launch alone", n, seconds_per_call(be, 64, [&](int i) { route(n, i); }));
+      row("  expert launches alone (last routing)", n, seconds_per_call(be, 64, [&](int i) { experts(n, i); }));
+      row("  whole op as a CUDA graph (64 calls)", n, graph_seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+      row("  expert launches as a CUDA graph", n, graph_seconds_per_call(be, 64, [&](int i) { experts(n, i); }));
+    } catch (const std::exception& e) {
+      std::printf("(split timing failed: %s)\n", e.what());
+    }
   }
   const std::int64_t max_n = 4096;
   const double tp = seconds_per_call(be, 4, [&](int i) { call(max_n, i); });
@@ -190,7 +220,17 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   std::printf("| path | tokens | time per layer | chosen-expert GB/s | of copy bandwidth | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   using Kernels = CudaBackend::MoeKernels;
-  if (s.gguf()) return bench_gguf(be, s, copy_bw, call, out->tensor(), decode_bytes, prefill_flops);
+  if (s.gguf()) {
+    auto route_only = [&](std::int64_t n, int i) {
+      const TensorRef l = logits->tensor().rows_slice((i % kLogitSets) * max_n, n);
+      cuda::launch_moe_route(l, p, scratch.route, be.stream());
+    };
+    auto experts_only = [&](std::int64_t n, int i) {
+      cuda::launch_moe_decode_quant(x->tensor().rows_slice(0, n), layers[static_cast<std::size_t>(i % s.copies)], p,
+                                    scratch, out->tensor().rows_slice(0, n), be.stream());
+    };
+    return bench_gguf(be, s, copy_bw, call, route_only, experts_only, out->tensor(), decode_bytes, prefill_flops);
+  }
   for (const Kernels k : {Kernels::PerPair, Kernels::ExpertLoop, Kernels::Grouped}) {
     be.set_moe_kernels(k);
     const char* path = k == Kernels::PerPair      ? "old (per-pair kernels)"

@@ -31,6 +31,10 @@ constexpr MoeShape kGptOss{"gpt_oss", 192, 96, 12, 4, true, false};
 constexpr MoeShape kOdd{"odd_widths", 100, 40, 6, 2, false, true};  // rows not whole 16-byte chunks
 // GGUF-block experts: k-quant rows are whole 256-element blocks; top 8 of 8, top 1.
 constexpr MoeShape kQwen3Gguf{"qwen3_moe", 512, 256, 16, 4, false, true};
+// Rows longer than the GGUF decode kernels stage at once (2,048 columns: gate/up rows of
+// long_rows, down rows of long_down) and more choices than a down warp stages at once (8).
+constexpr MoeShape kLongRows{"long_rows", 2080, 64, 12, 10, false, true};
+constexpr MoeShape kLongDown{"long_down", 64, 2080, 12, 10, false, true};
 constexpr MoeShape kQwen3GgufAll{"qwen3_moe_top8_of_8", 256, 256, 8, 8, false, true};
 constexpr MoeShape kQwen3GgufOne{"qwen3_moe_top1", 256, 256, 8, 1, false, true};
 
@@ -348,7 +352,8 @@ std::vector<MoeCase> moe_cases() {
   }
   // GGUF blocks: Q4_K_M's expert types at decode sizes, a batch the decode kernels take only in
   // per-pair mode (64) and prefill (64 eager, 300); the other types, biases and interleaved
-  // gate/up (GPT-OSS rules), top 1 and top 8 of 8.
+  // gate/up (GPT-OSS rules), top 1 and top 8 of 8, rows longer than one staged window and more
+  // choices than a down warp stages at once.
   const auto q = [](const MoeShape* s, DType gu, DType dn, std::int64_t n, Kernels k = Kernels::Grouped) {
     return MoeCase{s, gu, false, n, k, Decode::Pipelined, dn};
   };
@@ -361,6 +366,10 @@ std::vector<MoeCase> moe_cases() {
     v.push_back(q(&kQwen3GgufOne, DType::Q8_0, DType::Q4_K, n));
     v.push_back(q(&kGptOss, DType::Q8_0, DType::Q4_0, n));
     v.push_back(q(&kGptOss, DType::MXFP4, DType::MXFP4, n));
+  }
+  for (std::int64_t n : {1, 3}) {
+    v.push_back(q(&kLongRows, DType::Q8_0, DType::Q4_0, n));
+    v.push_back(q(&kLongDown, DType::Q4_0, DType::Q8_0, n));
   }
   return v;
 }

@@ -1,11 +1,19 @@
 // The decode kernels of GGUF-block experts (moe_kernels.h, launch_moe_decode_quant): x and the
 // activations quantized to int8 per 32 columns (the quantized GEMV's rule, quant_gemv.h), the
-// chosen experts' rows read straight from their blocks and decoded one lane group at a time
-// (quant_lane.cuh), dp4a dot products. Four launches after the routing: quantize x; gate/up with
-// the activation (a warp per (pair, hidden unit): its gate and up rows); quantize the
-// activations; down (a warp per (token, output row) over the token's k choices, weighted and
-// summed with the down biases, straight into `out`: no atomics, deterministic).
+// chosen experts' rows copied whole into shared memory (cp.async, 16-byte words, all of a warp's
+// rows in flight at once) and decoded from there one lane group at a time (quant_lane.cuh), dp4a
+// dot products, the (row, group) items of a warp's rows spread over all 32 lanes. Two launches
+// after the routing: gate/up, a block per (pair, 32 hidden units), a warp per kUnits of them
+// (their gate and up rows), x quantized by each block into shared memory while the rows load,
+// the block's 32 activations quantized as one group into scratch.gate_up; down, a warp per
+// (token, output row) over the token's k choices (their rows issued before the wait for gate/up:
+// the route is complete when down starts), the token's int8 activations copied into shared
+// memory, weighted and summed with the down biases, straight into `out`: no atomics,
+// deterministic.
+#include <algorithm>
+
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/moe_device.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/quant_gemv.h"
@@ -16,21 +24,38 @@ namespace {
 
 using namespace quant;
 
-constexpr int kWarps = 4;                                // per block
-constexpr int kStageElems = 32 * kQuantGroup;            // a lane group each of 32 lanes
+constexpr int kUnits = 4;                           // gate/up: hidden units per warp
+constexpr int kGateUpWarps = kQuantGroup / kUnits;  // a block per 32 units: one activation group
+constexpr int kGateUpRows = 2 * kUnits;             // gate/up: rows staged per warp
+constexpr int kDownWarps = 8;                       // down: output rows per block (at most)
+constexpr int kDownRows = 8;                        // down: rows staged per warp at once
+constexpr int kStageElems = 32 * kQuantGroup;       // a lane group each of 32 lanes
 constexpr int kStageGroups = kStageElems / kQuantGroup;  // 32
+constexpr int kWindowStages = 2;                         // stages of a row staged at once
+constexpr std::size_t kMaxSmemBytes = 200u << 10;        // dynamic shared memory cap, both launches
 
 template <GgmlType T>
 constexpr int stage_bytes() {
   return kStageElems / Geometry<T>::kElems * Geometry<T>::kBytes;
 }
 
-// This lane's part of (weight group `group`) . (activation group `group`): the quantized GEMV's
-// arithmetic (d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d * sum).
-__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes,
-                                           float2 ds) {
-  const int4* xq = reinterpret_cast<const int4*>(codes);
-  const int4 a = __ldg(xq), b = __ldg(xq + 1);
+// Bytes of a window (at most kWindowStages stages) of a row and of the shared slot that holds it:
+// the 16-byte words around it (an unaligned start and end add at most 30 bytes).
+template <GgmlType T>
+std::int64_t slot_bytes_for(std::int64_t row_bytes) {
+  const std::int64_t window = std::min<std::int64_t>(row_bytes, kWindowStages * stage_bytes<T>());
+  return (window + 15) / 16 * 16 + 32;
+}
+
+// The int8 codes and float2 (d, d * sum of codes) scales of `cols` columns, then the staging
+// slots: where the slots start in a block's dynamic shared memory.
+__host__ __device__ constexpr std::int64_t codes_bytes(std::int64_t cols) {
+  return (cols + cols / kQuantGroup * 8 + 15) / 16 * 16;
+}
+
+// This lane's part of (weight group) . (activation group: codes a, b, scales ds): the quantized
+// GEMV's arithmetic (d * (lo * dot(q[0..3]) + hi * dot(q[4..7])) - mn * d * sum).
+__device__ __forceinline__ float group_dot(const LaneWeights& w, int4 a, int4 b, float2 ds) {
   int lo = __dp4a(w.q[0], a.x, 0);
   lo = __dp4a(w.q[1], a.y, lo);
   lo = __dp4a(w.q[2], a.z, lo);
@@ -41,88 +66,309 @@ __device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8
   hi = __dp4a(w.q[7], b.w, hi);
   return ds.x * (w.lo * static_cast<float>(lo) + w.hi * static_cast<float>(hi)) - w.mn * ds.y;
 }
-
-// acc[r] += this lane's part of row r . x for kR weight rows of `cols` columns against one
-// quantized activation row (codes, per-group scales); the rows' loads are issued together.
-template <GgmlType T, int kR>
-__device__ __forceinline__ void lane_dots(const std::uint8_t* const (&rows)[kR],
-                                          const std::int8_t* codes, const float2* scales, int cols,
-                                          int lane, float (&acc)[kR]) {
-  const int groups = cols / kQuantGroup;
-#pragma unroll 2
-  for (int st = 0; st * kStageGroups < groups; ++st) {
-    const int group = st * kStageGroups + lane;
-    if (group >= groups) break;  // past the row's end in its last stage
-    LaneWeights w[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-      w[r] = decode<T>(rows[r] + std::int64_t{st} * stage_bytes<T>(), lane);
-    const float2 ds = __ldg(scales + group);
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-      acc[r] += group_dot(w[r], codes + std::int64_t{group} * kQuantGroup, ds);
-  }
+// The same against a group's codes in shared memory (16-byte aligned).
+__device__ __forceinline__ float group_dot(const LaneWeights& w, const std::int8_t* codes,
+                                           float2 ds) {
+  const int4* c = reinterpret_cast<const int4*>(codes);
+  return group_dot(w, c[0], c[1], ds);
 }
 
-// act[a, j] = activation(gate_j . x_t + bias, up_j . x_t + bias) of pair a = blockIdx.y (token
-// t = a / top_k) with its chosen expert's rows; a warp per hidden unit j.
+// decode<Q4_K> (quant_lane.cuh) of a stage at a 16-byte aligned address (shared memory): the
+// same values from three 16-byte reads (the block's d, dmin and scales; the lane's 32 qs bytes)
+// instead of a 4-byte read a word and a byte read a scale.
+__device__ __forceinline__ LaneWeights decode_q4k_aligned(const std::uint8_t* stage, int lane) {
+  const int sub = lane % 8, s = sub % 4;
+  const std::uint8_t* b = stage + (lane / 8) * 144;
+  const uint4 h = *reinterpret_cast<const uint4*>(b);  // d, dmin (h.x), scales[0..11] (h.y..h.w)
+  const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + (sub / 2) * 32);
+  const uint4 v0 = qs[0], v1 = qs[1];
+  const unsigned shift = 4 * (sub % 2);
+  LaneWeights w;
+  w.q[0] = static_cast<int>((v0.x >> shift) & 0x0f0f0f0fu);
+  w.q[1] = static_cast<int>((v0.y >> shift) & 0x0f0f0f0fu);
+  w.q[2] = static_cast<int>((v0.z >> shift) & 0x0f0f0f0fu);
+  w.q[3] = static_cast<int>((v0.w >> shift) & 0x0f0f0f0fu);
+  w.q[4] = static_cast<int>((v1.x >> shift) & 0x0f0f0f0fu);
+  w.q[5] = static_cast<int>((v1.y >> shift) & 0x0f0f0f0fu);
+  w.q[6] = static_cast<int>((v1.z >> shift) & 0x0f0f0f0fu);
+  w.q[7] = static_cast<int>((v1.w >> shift) & 0x0f0f0f0fu);
+  // k_scale_min: bytes s of scales[0..3] (h.y), [4..7] (h.z), [8..11] (h.w).
+  const unsigned lo4 = (h.y >> (8 * s)) & 0xffu, mid4 = (h.z >> (8 * s)) & 0xffu,
+                 hi4 = (h.w >> (8 * s)) & 0xffu;
+  const int sc = static_cast<int>(sub < 4 ? lo4 & 0x3fu : (hi4 & 0xfu) | ((lo4 >> 2) & 0x30u));
+  const int mn = static_cast<int>(sub < 4 ? mid4 & 0x3fu : (hi4 >> 4) | ((mid4 >> 2) & 0x30u));
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xffffu)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+  w.lo = w.hi = __fmul_rn(d, static_cast<float>(sc));
+  w.mn = __fmul_rn(dmin, static_cast<float>(mn));
+  return w;
+}
+
+// decode<T> of a staged stage: Q4_K at a 16-byte aligned address (rows of whole 16-byte words at
+// an aligned start, as uploaded weights are) by 16-byte reads, everything else as quant_lane.cuh.
 template <GgmlType T>
-__global__ void __launch_bounds__(kWarps * 32)
-    gate_up_kernel(QuantActivations x, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
+__device__ __forceinline__ LaneWeights decode_staged(const std::uint8_t* stage, int lane) {
+  if constexpr (T == GgmlType::Q4_K) {
+    if (reinterpret_cast<std::uintptr_t>(stage) % 16 == 0) return decode_q4k_aligned(stage, lane);
+  }
+  return decode<T>(stage, lane);
+}
+
+// v (lane l: element l of a group of 32) quantized to int8 by the warp: code at *code, the
+// group's (d, d * sum of codes) at *scale by lane 0. launch_quantize_activations' rule and results.
+__device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code,
+                                               float2* scale) {
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+  *code = static_cast<std::int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) *scale = make_float2(d, d * static_cast<float>(sum));
+}
+
+// Group g of 32 values quantized by 8 lanes (lane l8 = lane % 8 holding elements 4 l8 .. 4 l8 + 3
+// in v): quantize_group's rule and results (the same amax, d and integer sum), four codes a
+// lane stored as one word; `store`: whether g is one of the row's groups (the shuffles take every
+// lane).
+__device__ __forceinline__ void quantize_group8(float4 v, int l8, bool store, std::int8_t* codes,
+                                                float2* scale) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const int q0 = amax == 0.0f ? 0 : __float2int_rn(v.x / d);
+  const int q1 = amax == 0.0f ? 0 : __float2int_rn(v.y / d);
+  const int q2 = amax == 0.0f ? 0 : __float2int_rn(v.z / d);
+  const int q3 = amax == 0.0f ? 0 : __float2int_rn(v.w / d);
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!store) return;
+  reinterpret_cast<std::uint32_t*>(codes)[l8] = (static_cast<std::uint32_t>(q0) & 0xffu) |
+                                                (static_cast<std::uint32_t>(q1) & 0xffu) << 8 |
+                                                (static_cast<std::uint32_t>(q2) & 0xffu) << 16 |
+                                                (static_cast<std::uint32_t>(q3) & 0xffu) << 24;
+  if (l8 == 0) *scale = make_float2(d, d * static_cast<float>(sum));
+}
+
+// Window `s0` (stages s0 .. s0 + kWindowStages - 1) of a row of row_bytes at `row` copied by
+// the warp into `slot` (cp.async, 16-byte words): its first byte lands at slot + the returned
+// offset (the row's address mod 16, so 4-byte words keep their alignment).
+template <GgmlType T>
+__device__ __forceinline__ int stage_window(const std::uint8_t* row, std::int64_t row_bytes, int s0,
+                                            std::uint8_t* slot, int lane) {
+  const std::int64_t first = std::int64_t{s0} * stage_bytes<T>();
+  const std::int64_t len = min(row_bytes - first, std::int64_t{kWindowStages} * stage_bytes<T>());
+  const auto a = reinterpret_cast<std::uintptr_t>(row + first);
+  const std::uintptr_t a0 = a & ~std::uintptr_t{15}, a1 = (a + len + 15) & ~std::uintptr_t{15};
+  const int words = static_cast<int>((a1 - a0) / 16);
+  for (int c = lane; c < words; c += 32)
+    cp_async16(slot + 16 * c, reinterpret_cast<const void*>(a0 + 16 * c));
+  return static_cast<int>(a & 15);
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// Groups of window s0 of a row of `groups` groups.
+__device__ __forceinline__ int window_groups(int groups, int s0) {
+  return min(groups - s0 * kStageGroups, kWindowStages * kStageGroups);
+}
+
+// The activations of pair a = blockIdx.y (token t = a / top_k) for hidden units j = 32 *
+// blockIdx.x + 0 .. 31 with its chosen expert's rows, activation(gate_j . x_t + bias, up_j . x_t
+// + bias), quantized as one group into aq (row a); a warp per kUnits units. Dynamic shared
+// memory: x's codes and scales (codes_bytes(hidden)), then kGateUpRows slots per warp.
+template <GgmlType T>
+__global__ void __launch_bounds__(kGateUpWarps * 32)
+    gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride,
+                   const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
                    const float* __restrict__ route, std::int64_t route_stride, const void* bias,
-                   DType bias_dtype, float* __restrict__ act, std::int64_t act_stride,
-                   DeviceMoe m) {
-  pdl_trigger();
+                   DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes, bool x_vec) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  __shared__ int offsets[kGateUpWarps][kGateUpRows];  // where each staged row starts in its slot
+  __shared__ float unit_act[kQuantGroup];
   pdl_wait();
+  pdl_trigger();  // after the wait: the down launch reads the route (complete by now) before its
+                  // own wait
   const int a = static_cast<int>(blockIdx.y), token = a / m.top_k, choice = a % m.top_k;
-  const int lane = threadIdx.x % 32;
-  const int j = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x / 32);
-  if (j >= m.inter) return;  // the whole warp
-  const int expert = static_cast<int>(route[token * route_stride + choice]);
-  const std::int64_t row_g = std::int64_t{expert} * 2 * m.inter + (m.interleaved ? 2 * j : j);
-  const std::int64_t row_u = row_g + (m.interleaved ? 1 : m.inter);
-  const std::uint8_t* const rows[2] = {w + row_g * row_bytes, w + row_u * row_bytes};
-  float acc[2] = {0.0f, 0.0f};
-  lane_dots<T, 2>(
-      rows, x.codes + std::int64_t{token} * m.hidden,
-      reinterpret_cast<const float2*>(x.scales) + std::int64_t{token} * (m.hidden / kQuantGroup),
-      m.hidden, lane, acc);
-  const float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
-  if (lane == 0)
-    act[a * act_stride + j] = moe_activation(g + moe_bias_at(bias, bias_dtype, row_g),
-                                             u + moe_bias_at(bias, bias_dtype, row_u), m);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int j0 =
+      static_cast<int>(blockIdx.x) * kQuantGroup + warp * kUnits;  // < inter: whole groups
+  const int groups = m.hidden / kQuantGroup, stages = (groups + kStageGroups - 1) / kStageGroups;
+  auto* xc = reinterpret_cast<std::int8_t*>(smem);
+  auto* xs = reinterpret_cast<float2*>(smem + m.hidden);
+  std::uint8_t* slots =
+      smem + codes_bytes(m.hidden) + std::int64_t{warp} * kGateUpRows * slot_bytes;
+  const std::int64_t base =
+      std::int64_t{static_cast<int>(route[token * route_stride + choice])} * 2 * m.inter;
+  std::int64_t rows[kGateUpRows];
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) {
+    rows[2 * u] = base + (m.interleaved ? 2 * (j0 + u) : j0 + u);
+    rows[2 * u + 1] = base + (m.interleaved ? 2 * (j0 + u) + 1 : m.inter + j0 + u);
+  }
+  auto issue = [&](int s0) {
+#pragma unroll
+    for (int r = 0; r < kGateUpRows; ++r) {
+      const int off =
+          stage_window<T>(w + rows[r] * row_bytes, row_bytes, s0, slots + r * slot_bytes, lane);
+      if (lane == 0) offsets[warp][r] = off;
+    }
+  };
+  issue(0);  // in flight while x is quantized
+  const float* xt = x + token * x_stride;
+  if (x_vec) {  // 16-byte reads, 8 lanes a group, two passes' reads issued together
+    constexpr int kPass = kGateUpWarps * 4;  // groups of the block per pass
+    const int l8 = lane % 8;
+    for (int base = warp * 4; base < groups; base += 2 * kPass) {  // warp-uniform: shuffles inside
+      const int g0 = base + lane / 8;
+      float4 v[2];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int g = g0 + p * kPass;
+        v[p] = g < groups ? *reinterpret_cast<const float4*>(xt + g * kQuantGroup + 4 * l8)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int g = g0 + p * kPass;
+        quantize_group8(v[p], l8, g < groups, xc + g * kQuantGroup, xs + g);
+      }
+    }
+  } else {
+    for (int g = warp; g < groups; g += kGateUpWarps)
+      quantize_group(xt[g * kQuantGroup + lane], lane, xc + g * kQuantGroup + lane, xs + g);
+  }
+  __syncthreads();
+  float part[kGateUpRows] = {};
+  for (int s0 = 0; s0 < stages; s0 += kWindowStages) {
+    if (s0 > 0) {
+      __syncwarp();  // every lane is done with the previous window
+      issue(s0);
+    }
+    cp_async_wait_all();
+    __syncwarp();
+    int off[kGateUpRows];
+#pragma unroll
+    for (int r = 0; r < kGateUpRows; ++r) off[r] = r * slot_bytes + offsets[warp][r];
+    const int gw = window_groups(groups, s0);
+    for (int g = lane; g < gw; g += 32) {  // a group of every row: x's codes read once
+      const int group = s0 * kStageGroups + g;
+      const int4* c = reinterpret_cast<const int4*>(xc + group * kQuantGroup);
+      const int4 ca = c[0], cb = c[1];
+      const float2 ds = xs[group];
+      const std::uint8_t* stages_at = slots + (g / kStageGroups) * stage_bytes<T>();
+#pragma unroll
+      for (int r = 0; r < kGateUpRows; ++r)
+        part[r] += group_dot(decode_staged<T>(stages_at + off[r], g % kStageGroups), ca, cb, ds);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) {
+    const float g = warp_sum(part[2 * u]), up = warp_sum(part[2 * u + 1]);
+    if (lane == 0)
+      unit_act[warp * kUnits + u] =
+          moe_activation(g + moe_bias_at(bias, bias_dtype, rows[2 * u]),
+                         up + moe_bias_at(bias, bias_dtype, rows[2 * u + 1]), m);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const std::int64_t group = std::int64_t{a} * (m.inter / kQuantGroup) + blockIdx.x;
+  quantize_group(unit_act[lane], lane, aq.codes + group * kQuantGroup + lane,
+                 reinterpret_cast<float2*>(aq.scales) + group);
 }
 
 // out[t, r] = sum over the token's k choices of weight * (down row r of the expert . act of the
-// pair + down bias); token t = blockIdx.y, a warp per output row r.
+// pair + down bias); token t = blockIdx.y, a warp per output row r. Dynamic shared memory: the
+// token's k activation rows' codes and scales (codes_bytes(top_k * inter)), then kDownRows slots
+// per warp.
 template <GgmlType T>
-__global__ void __launch_bounds__(kWarps * 32)
-    down_kernel(QuantActivations act, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
+__global__ void __launch_bounds__(kDownWarps * 32)
+    down_kernel(QuantActivations aq, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
                 const float* __restrict__ route, std::int64_t route_stride, const void* bias,
-                DType bias_dtype, float* __restrict__ out, std::int64_t out_stride, DeviceMoe m) {
+                DType bias_dtype, float* __restrict__ out, std::int64_t out_stride, DeviceMoe m,
+                int slot_bytes) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  __shared__ int offsets[kDownWarps][kDownRows];
+  __shared__ int experts[32];
+  __shared__ float weights[32];
   pdl_trigger();
-  pdl_wait();
-  const int t = static_cast<int>(blockIdx.y), lane = threadIdx.x % 32;
-  const int r = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x / 32);
-  if (r >= m.hidden) return;  // the whole warp
-  const float* rt = route + t * route_stride;
-  const int groups = m.inter / kQuantGroup;
-  float acc = 0.0f, biases = 0.0f;
-#pragma unroll 4
-  for (int i = 0; i < m.top_k; ++i) {
-    const int expert = static_cast<int>(rt[i]);
-    const float wt = rt[m.top_k + i];
-    const std::int64_t row = std::int64_t{expert} * m.hidden + r;
-    const std::uint8_t* const rows[1] = {w + row * row_bytes};
-    const std::int64_t a = std::int64_t{t} * m.top_k + i;
-    float dot[1] = {0.0f};
-    lane_dots<T, 1>(rows, act.codes + a * m.inter,
-                    reinterpret_cast<const float2*>(act.scales) + a * groups, m.inter, lane, dot);
-    acc += wt * dot[0];
-    biases += wt * moe_bias_at(bias, bias_dtype, row);
+  // The route comes from the launch before gate/up, which triggers this one only after its own
+  // wait: it is complete, so the experts and each warp's first rows need not wait for gate/up
+  // (read from L2: this multiprocessor's L1 may hold the previous layer's route).
+  const int t = static_cast<int>(blockIdx.y);
+  if (static_cast<int>(threadIdx.x) < m.top_k) {
+    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
+    weights[threadIdx.x] = __ldcg(route + t * route_stride + m.top_k + threadIdx.x);
+  }
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int r = static_cast<int>(blockIdx.x) * warps + warp;
+  const bool active = r < m.hidden;
+  const int groups = m.inter / kQuantGroup, stages = (groups + kStageGroups - 1) / kStageGroups;
+  const int codes = m.top_k * m.inter, scales = m.top_k * groups;  // the token's
+  auto* ac = reinterpret_cast<std::int8_t*>(smem);
+  auto* as = reinterpret_cast<float2*>(smem + codes);
+  std::uint8_t* slots = smem + codes_bytes(codes) + std::int64_t{warp} * kDownRows * slot_bytes;
+  // Rows staged kDownRows choices at a time (i0 .. i0 + kDownRows - 1), each a window at a time.
+  auto issue = [&](int i0, int s0) {
+#pragma unroll
+    for (int k = 0; k < kDownRows; ++k) {
+      if (i0 + k < m.top_k) {
+        const std::int64_t row = std::int64_t{experts[i0 + k]} * m.hidden + r;
+        const int off =
+            stage_window<T>(w + row * row_bytes, row_bytes, s0, slots + k * slot_bytes, lane);
+        if (lane == 0) offsets[warp][k] = off;
+      }
+    }
+  };
+  if (active) issue(0, 0);  // in flight while gate/up finishes
+  pdl_wait();               // gate/up's activations (read from L2, as the route)
+  const auto* src_codes = reinterpret_cast<const int4*>(aq.codes + std::int64_t{t} * codes);
+  const auto* src_scales = reinterpret_cast<const float2*>(aq.scales) + std::int64_t{t} * scales;
+  for (int i = static_cast<int>(threadIdx.x); i < codes / 16; i += static_cast<int>(blockDim.x))
+    reinterpret_cast<int4*>(ac)[i] = __ldcg(src_codes + i);
+  for (int i = static_cast<int>(threadIdx.x); i < scales; i += static_cast<int>(blockDim.x))
+    as[i] = __ldcg(src_scales + i);
+  __syncthreads();
+  if (!active) return;  // the whole warp, no copies in flight
+  float acc = 0.0f;
+  for (int i0 = 0; i0 < m.top_k; i0 += kDownRows) {
+    const int n_rows = min(kDownRows, m.top_k - i0);
+    for (int s0 = 0; s0 < stages; s0 += kWindowStages) {
+      if (i0 > 0 || s0 > 0) {
+        __syncwarp();  // every lane is done with the previous window
+        issue(i0, s0);
+      }
+      cp_async_wait_all();
+      __syncwarp();
+      const int gw = window_groups(groups, s0);
+      // Items (row k, group g) of the window, k * gw + g = lane, lane + 32, ...: every lane busy.
+      int k = lane / gw, g = lane - k * gw;
+      for (; k < n_rows; g += 32) {
+        while (g >= gw) g -= gw, ++k;
+        if (k >= n_rows) break;
+        const int group = s0 * kStageGroups + g, i = i0 + k;
+        const std::uint8_t* stage =
+            slots + k * slot_bytes + offsets[warp][k] + (g / kStageGroups) * stage_bytes<T>();
+        acc += weights[i] * group_dot(decode_staged<T>(stage, g % kStageGroups),
+                                      ac + (i * m.inter + group * kQuantGroup),
+                                      as[i * groups + group]);
+      }
+    }
   }
   acc = warp_sum(acc);
-  if (lane == 0) out[t * out_stride + r] = acc + biases;
+  if (lane != 0) return;
+  float biases = 0.0f;
+  if (bias != nullptr)
+    for (int i = 0; i < m.top_k; ++i)
+      biases += weights[i] * moe_bias_at(bias, bias_dtype, std::int64_t{experts[i]} * m.hidden + r);
+  out[std::int64_t{t} * out_stride + r] = acc + biases;
 }
 
 template <typename F>
@@ -160,6 +406,17 @@ QuantActivations activations_in(TensorRef t, std::int64_t n, std::int64_t cols) 
   return quant_activations_in(reinterpret_cast<void*>(aligned), n, cols);
 }
 
+// Allows `kernel` kMaxSmemBytes of dynamic shared memory (once) and checks `bytes` fits.
+template <typename K>
+void allow_smem(K kernel, bool& done, std::size_t bytes) {
+  AKV_CHECK(bytes <= kMaxSmemBytes,
+            "moe: GGUF decode shared memory (expert width times choices too large)");
+  if (done) return;
+  AKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kMaxSmemBytes)));
+  done = true;
+}
+
 }  // namespace
 
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
@@ -178,27 +435,40 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
   const std::int64_t n = x.rows, hidden = x.cols, pairs = n * p.top_k;
   AKV_CHECK(hidden % kQuantGroup == 0 && p.inter % kQuantGroup == 0,
             "moe: GGUF experts of whole groups of 32");
-  AKV_CHECK(pairs < (std::int64_t{1} << 16) && hidden < (std::int64_t{1} << 24),
+  AKV_CHECK(pairs < (std::int64_t{1} << 16) && n < (std::int64_t{1} << 16) &&
+                hidden < (std::int64_t{1} << 24),
             "moe: GGUF decode grid");
   const DeviceMoe m = device_moe(p, hidden);
-  const QuantActivations xq = activations_in(scratch.down, n, hidden);
   const QuantActivations aq = activations_in(scratch.gate_up, pairs, p.inter);
   const auto* route = static_cast<const float*>(scratch.route.data);
-  auto* act = static_cast<float*>(scratch.act.data);
-  launch_quantize_activations(static_cast<const float*>(x.data), x.stride, n, hidden, xq, s);
   const GgmlType gu = ggml_type(w.gate_up.dtype), dn = ggml_type(w.down.dtype);
+  const bool x_vec = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
   dispatch_quant(gu, [&]<GgmlType T>() {
-    launch(gate_up_kernel<T>, dim3(blocks_for(p.inter, kWarps), static_cast<unsigned>(pairs)),
-           dim3(kWarps * 32), 0, s, xq, static_cast<const std::uint8_t*>(w.gate_up.data),
-           quant_row_bytes(gu, hidden), route, scratch.route.stride, w.gate_up_bias.data,
-           w.gate_up_bias.dtype, act, scratch.act.stride, m);
+    static bool smem_set = false;  // the engine thread is the only caller
+    const std::int64_t row_bytes = quant_row_bytes(gu, hidden), slot = slot_bytes_for<T>(row_bytes);
+    const auto smem =
+        static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
+    allow_smem(gate_up_kernel<T>, smem_set, smem);
+    launch(gate_up_kernel<T>,
+           dim3(static_cast<unsigned>(p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
+           dim3(kGateUpWarps * 32), smem, s, static_cast<const float*>(x.data), x.stride,
+           static_cast<const std::uint8_t*>(w.gate_up.data), row_bytes, route, scratch.route.stride,
+           w.gate_up_bias.data, w.gate_up_bias.dtype, aq, m, static_cast<int>(slot), x_vec);
   });
-  launch_quantize_activations(act, scratch.act.stride, pairs, p.inter, aq, s);
   dispatch_quant(dn, [&]<GgmlType T>() {
-    launch(down_kernel<T>, dim3(blocks_for(hidden, kWarps), static_cast<unsigned>(n)),
-           dim3(kWarps * 32), 0, s, aq, static_cast<const std::uint8_t*>(w.down.data),
-           quant_row_bytes(dn, p.inter), route, scratch.route.stride, w.down_bias.data,
-           w.down_bias.dtype, static_cast<float*>(out.data), out.stride, m);
+    static bool smem_set = false;
+    const std::int64_t row_bytes = quant_row_bytes(dn, p.inter),
+                       slot = slot_bytes_for<T>(row_bytes);
+    int warps = kDownWarps;  // fewer where long rows would pass the shared memory cap
+    const auto smem_for = [&](int k) {
+      return static_cast<std::size_t>(codes_bytes(p.top_k * p.inter) + k * kDownRows * slot);
+    };
+    while (warps > 1 && smem_for(warps) > kMaxSmemBytes) warps /= 2;
+    allow_smem(down_kernel<T>, smem_set, smem_for(warps));
+    launch(down_kernel<T>, dim3(blocks_for(hidden, warps), static_cast<unsigned>(n)),
+           dim3(warps * 32), smem_for(warps), s, aq, static_cast<const std::uint8_t*>(w.down.data),
+           row_bytes, route, scratch.route.stride, w.down_bias.data, w.down_bias.dtype,
+           static_cast<float*>(out.data), out.stride, m, static_cast<int>(slot));
   });
   AKV_CUDA_CHECK_LAUNCH();
 }

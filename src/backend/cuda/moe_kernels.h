@@ -45,14 +45,18 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
 
 // moe_decode_quant.cu: the experts of GGUF-block experts (ExpertFormat::GgufBlocks, gate_up and
 // down each of a type quant_kernels_support takes) after launch_moe_route, for any number of
-// tokens (the decode path of eager steps up to kMoeDecodeMaxRows and of every recorded step):
-// x quantized to int8 per 32 columns into scratch.down (unused otherwise), a warp per (pair,
-// hidden unit) reads the chosen expert's gate and up rows from their blocks (dp4a against the
-// int8 x, quant_lane.cuh's decode) and writes the activation to scratch.act, the activations are
-// quantized into scratch.gate_up, then a warp per (token, output row) sums the down rows of the
-// token's k choices, weighted, with the down biases, into `out`. Only the chosen experts' blocks
-// are read; no atomics; no host round trip: recordable. Results differ from the oracle by the
-// int8 rounding of x and of the activations (as the dense quantized GEMV, quant_gemv.h).
+// tokens (the decode path of eager steps up to kMoeDecodeMaxRows and of every recorded step), in
+// two launches: a block per (pair, 32 hidden units) copies the chosen expert's gate and up rows
+// into shared memory (cp.async) while it quantizes x to int8 per 32 columns (the quantized GEMV's
+// rule) beside them, decodes them (dp4a against the int8 x, quant_lane.cuh's decode) and
+// quantizes its 32 activations the same way into scratch.gate_up; a warp per (token, output row)
+// copies the token's k down rows (issued before it waits for gate/up) and sums them against the
+// token's int8 activations, weighted, with the down biases, into `out`. scratch.act and
+// scratch.down are not used. Only the chosen experts' blocks are read; no atomics; no host round
+// trip: recordable. Results differ from the oracle by the int8 rounding of x and of the
+// activations (as the dense quantized GEMV, quant_gemv.h). Fails (AKV_CHECK) where a block's
+// shared memory would pass 200 KiB (x past about 130,000 columns; down: top_k times the expert
+// width past about 160,000).
 // moe_quant_supported: GgufBlocks of supported types, at most kMoeMaxExperts and 32 choices.
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
