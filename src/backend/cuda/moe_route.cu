@@ -1,5 +1,6 @@
 // MoE routing on the device, one warp per token: k rounds of a warp arg-max over the router
-// logits (each lane holds every 32nd expert), then the weights of the chosen k. Same picks as
+// logits (each lane holds every 32nd expert, in as many slots as the expert count needs: 4 for
+// 128 experts, not the 32 of the largest count), then the weights of the chosen k. Same picks as
 // route_experts (moe.h): the largest logit not yet taken, ties to the lower id.
 #include <cfloat>
 
@@ -11,7 +12,7 @@ namespace akv::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kPerLane = kMoeMaxExperts / 32;
+constexpr int kMaxPerLane = kMoeMaxExperts / 32;
 
 // (value, id) a beats (value, id) b: a larger value, or the same value and a lower id; id < 0 loses.
 __device__ __forceinline__ bool beats(float va, int ia, float vb, int ib) {
@@ -20,6 +21,7 @@ __device__ __forceinline__ bool beats(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
+template <int kPerLane>  // expert slots per lane: n_experts <= 32 * kPerLane
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     moe_route_kernel(const float* logits, std::int64_t logits_stride, float* route, std::int64_t route_stride,
                      int n, DeviceMoe m) {
@@ -85,9 +87,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 void launch_moe_route(TensorRef logits, const MoeParams& p, TensorRef route, Stream s) {
   AKV_CHECK(p.n_experts <= kMoeMaxExperts && p.top_k <= 32, "moe route: at most 1024 experts and 32 choices");
   const int n = static_cast<int>(logits.rows);
-  launch(moe_route_kernel, dim3(blocks_for(n, kWarpsPerBlock)), kWarpsPerBlock * 32, 0, s,
-         static_cast<const float*>(logits.data), logits.stride, static_cast<float*>(route.data), route.stride, n,
-         device_moe(p, 0));
+  const auto run = [&](auto kernel) {
+    launch(kernel, dim3(blocks_for(n, kWarpsPerBlock)), kWarpsPerBlock * 32, 0, s,
+           static_cast<const float*>(logits.data), logits.stride, static_cast<float*>(route.data), route.stride, n,
+           device_moe(p, 0));
+  };
+  static_assert(kMaxPerLane == 32, "the slot counts below end at kMoeMaxExperts");
+  if (p.n_experts <= 32)
+    run(moe_route_kernel<1>);
+  else if (p.n_experts <= 64)
+    run(moe_route_kernel<2>);
+  else if (p.n_experts <= 128)
+    run(moe_route_kernel<4>);
+  else if (p.n_experts <= 256)
+    run(moe_route_kernel<8>);
+  else if (p.n_experts <= 512)
+    run(moe_route_kernel<16>);
+  else
+    run(moe_route_kernel<32>);
   AKV_CUDA_CHECK_LAUNCH();
 }
 
