@@ -15,6 +15,7 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
+#include <span>
 #include <thread>
 
 #include "kv/disk_format.h"
@@ -303,27 +304,37 @@ struct Device {
   std::vector<SpillCodec> codecs;  // of the blocks written by write_blocks
 };
 
+// A first server of `pool_blocks` device blocks computes the first `n` blocks of `tokens`
+// (block b's content: kv_block(seed + b)), commits them and writes them to `disk`. Returns
+// their contents in `blocks`; `matched` gets what its first match found.
+void first_server_writes(DiskStore& disk, std::span<const std::int32_t> tokens, std::int32_t n, std::uint64_t seed,
+                         std::int32_t pool_blocks, std::vector<std::vector<std::byte>>& blocks,
+                         std::int32_t* matched = nullptr) {
+  Device first(pool_blocks);
+  first.kv.attach_tiers({.disk = &disk}, first.io());
+  KvSequence seq;
+  const std::int32_t m = first.kv.match(seq, tokens, "");
+  if (matched != nullptr) *matched = m;
+  ASSERT_TRUE(first.kv.allocate(seq, static_cast<std::int32_t>(tokens.size())));
+  for (std::int32_t b = 0; b < n; ++b) {
+    blocks.push_back(kv_block(seed + static_cast<std::uint64_t>(b)));
+    first.mem[static_cast<std::size_t>(seq.block_table()[b])] = blocks.back();
+  }
+  first.kv.commit(seq, tokens, static_cast<std::int32_t>(tokens.size()));
+  first.kv.spill_queued(1 << 20);
+  first.kv.release(seq);
+  disk.flush();
+}
+
 TEST(DiskLoad, AMatchWritesTheInt8HostSlotsAsInt8ToTheDevice) {
   ScratchDir dir;
   std::vector<std::int32_t> tokens(5 * kBs + 1);
   std::iota(tokens.begin(), tokens.end(), 7);
   auto disk = DiskStore::open_or_throw(disk_options(dir.path, SpillCodec::Int8));
   std::vector<std::vector<std::byte>> blocks;  // what the first server computed
-  {
-    Device first(8);
-    first.kv.attach_tiers({.disk = disk.get()}, first.io());
-    KvSequence seq;
-    EXPECT_EQ(first.kv.match(seq, tokens, ""), 0);
-    ASSERT_TRUE(first.kv.allocate(seq, static_cast<std::int32_t>(tokens.size())));
-    for (std::int32_t b = 0; b < 5; ++b) {
-      blocks.push_back(kv_block(300 + static_cast<std::uint64_t>(b)));
-      first.mem[static_cast<std::size_t>(seq.block_table()[b])] = blocks.back();
-    }
-    first.kv.commit(seq, tokens, static_cast<std::int32_t>(tokens.size()));
-    first.kv.spill_queued(1 << 20);
-    first.kv.release(seq);
-    disk->flush();
-  }
+  std::int32_t first_matched = -1;
+  ASSERT_NO_FATAL_FAILURE(first_server_writes(*disk, tokens, 5, 300, 8, blocks, &first_matched));
+  EXPECT_EQ(first_matched, 0);
   HostStore host(host_options(SpillCodec::Native, 8));
   Restorer restorer(
       disk.get(), [] {}, Restorer::kDefaultMaxBytes, 2, &host, /*device_decodes=*/true);
@@ -351,19 +362,7 @@ TEST(DiskLoad, ARunningLoadsLeadingBlocksReachTheDeviceBeforeItEnds) {
   std::vector<std::vector<std::byte>> blocks;
   {
     auto disk = DiskStore::open_or_throw(disk_options(dir.path, SpillCodec::Int8));
-    Device first(10);
-    first.kv.attach_tiers({.disk = disk.get()}, first.io());
-    KvSequence seq;
-    first.kv.match(seq, tokens, "");
-    ASSERT_TRUE(first.kv.allocate(seq, static_cast<std::int32_t>(tokens.size())));
-    for (std::int32_t b = 0; b < 8; ++b) {
-      blocks.push_back(kv_block(500 + static_cast<std::uint64_t>(b)));
-      first.mem[static_cast<std::size_t>(seq.block_table()[b])] = blocks.back();
-    }
-    first.kv.commit(seq, tokens, static_cast<std::int32_t>(tokens.size()));
-    first.kv.spill_queued(1 << 20);
-    first.kv.release(seq);
-    disk->flush();
+    ASSERT_NO_FATAL_FAILURE(first_server_writes(*disk, tokens, 8, 500, 10, blocks));
   }
   // After a restart, a disk that gives 5 blocks and then waits.
   test::Gate gate;
