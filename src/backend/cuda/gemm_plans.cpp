@@ -21,16 +21,18 @@ std::int64_t element_bytes(cudaDataType_t t) {
   return t == CUDA_R_32F ? 4 : 2;
 }
 
-// Column-major layout of `rows` x `cols` with leading dimension `ld` (our row-major [cols, rows]).
+// Column-major layout of `rows` x `cols` with leading dimension `ld` (our row-major [cols, rows]),
+// initialised in place: every GEMM call describes its operands, and Init, unlike Create, does not
+// allocate on the host.
 struct Layout {
   Layout(cudaDataType_t t, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-    AKV_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, static_cast<std::uint64_t>(rows),
-                                                static_cast<std::uint64_t>(cols), ld));
+    AKV_CUBLAS_CHECK(cublasLtMatrixLayoutInit(l, t, static_cast<std::uint64_t>(rows),
+                                              static_cast<std::uint64_t>(cols), ld));
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
-  Layout(const Layout&) = delete;
+  Layout(const Layout&) = delete;  // `l` points into this object
   Layout& operator=(const Layout&) = delete;
-  cublasLtMatrixLayout_t l = nullptr;
+  cublasLtMatrixLayoutOpaque_t storage{};
+  cublasLtMatrixLayout_t l = &storage;
 };
 
 }  // namespace
