@@ -3,11 +3,14 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/gemm_blas.h"
 #include "backend/cpu/host_buffer.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/quant_repack.h"
+#include "tensor/safetensors.h"
 
 namespace akv {
 namespace {
@@ -33,8 +36,85 @@ void FastBackend::for_rows(std::int64_t n_rows, std::int64_t cols, const Fn& fn)
   pool_.parallel_for(n_rows, 1, [&fn](std::int64_t b, std::int64_t e) { fn(b, e); });
 }
 
+WeightRef FastBackend::upload_weight(const TensorInfo& t) {
+  const WeightRef w = ReferenceBackend::upload_weight(t);
+  if (!repackable(w.dtype) || w.rows < kRepackRows || find_repacked_dot(isa_, w.dtype) == nullptr)
+    return w;
+  Repacked r;
+  r.size = repacked_bytes(w.dtype, w.rows, w.cols);
+  r.bytes = std::make_unique_for_overwrite<std::uint8_t[]>(r.size);
+  r.dtype = w.dtype;
+  r.rows = w.rows;
+  r.cols = w.cols;
+  std::uint8_t* bytes = r.bytes.get();
+  pool_.parallel_for((w.rows + kRepackRows - 1) / kRepackRows, 1,
+                     [&](std::int64_t g0, std::int64_t g1) {
+                       repack_groups(w.dtype, w.data, w.rows, w.cols, g0, g1, bytes);
+                     });
+  repacked_.emplace(bytes, std::move(r));
+  return {bytes, w.dtype, w.rows, w.cols};
+}
+
+const FastBackend::Repacked* FastBackend::find_repacked(const WeightRef& w) const {
+  if (repacked_.empty() || !repackable(w.dtype)) return nullptr;
+  const auto* p = static_cast<const std::uint8_t*>(w.data);
+  auto it = repacked_.upper_bound(p);
+  if (it == repacked_.begin()) return nullptr;
+  --it;
+  const auto at = reinterpret_cast<std::uintptr_t>(p),
+             first = reinterpret_cast<std::uintptr_t>(it->first);
+  return at < first + it->second.size ? &it->second : nullptr;
+}
+
+FastBackend::QuantKernel FastBackend::quant_kernel(const WeightRef& w) const {
+  QuantKernel k;
+  if (const Repacked* r = find_repacked(w)) {
+    const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+    const auto offset =
+        static_cast<std::size_t>(static_cast<const std::uint8_t*>(w.data) - r->bytes.get());
+    AKV_CHECK(r->dtype == w.dtype && r->cols == w.cols && offset % row_bytes == 0 &&
+                  static_cast<std::int64_t>(offset / row_bytes) + w.rows <= r->rows,
+              "a view of whole rows of a repacked weight");
+    k.format = ActFormat::Block32;
+    k.repacked = find_repacked_dot(isa_, w.dtype);
+    k.base = r->bytes.get();
+    k.first_row = static_cast<std::int64_t>(offset / row_bytes);
+    return k;
+  }
+  k.dot = find_quant_dot(isa_, w.dtype);
+  k.format = k.dot != nullptr ? act_format(w.dtype) : ActFormat::None;
+  return k;
+}
+
+WeightRef FastBackend::gguf_form(const WeightRef& w, std::vector<std::uint8_t>& gguf) const {
+  const QuantKernel k = quant_kernel(w);
+  if (k.repacked == nullptr) return w;
+  const std::size_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  gguf.resize(row_bytes * static_cast<std::size_t>(w.rows));
+  for (std::int64_t r = 0; r < w.rows; ++r)
+    unpack_row(w.dtype, k.base, w.cols, k.first_row + r,
+               gguf.data() + static_cast<std::size_t>(r) * row_bytes);
+  return {gguf.data(), w.dtype, w.rows, w.cols};
+}
+
 void FastBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
                         TensorRef out) {
+  // A repacked table (tied to lm_head): the looked-up rows back in GGUF blocks, then the oracle.
+  if (const QuantKernel k = quant_kernel(table); k.repacked != nullptr) {
+    AKV_CHECK(out.dtype == DType::F32 && out.rows == static_cast<std::int64_t>(ids.size()) &&
+                  out.cols == table.cols,
+              "embed shape");
+    embed_row_.resize(dtype_row_bytes(table.dtype, table.cols));
+    for (std::int64_t i = 0; i < out.rows; ++i) {
+      AKV_CHECK(ids[i] >= 0 && ids[i] < table.rows,
+                "token id out of vocabulary (validated upstream)");
+      unpack_row(table.dtype, k.base, table.cols, k.first_row + ids[i], embed_row_.data());
+      const std::span<float> y(out.row<float>(i), static_cast<std::size_t>(out.cols));
+      dequantize_weight_row({embed_row_.data(), table.dtype, 1, table.cols}, 0, y);
+      for (float& v : y) v *= scale;
+    }
+    return;
+  }
   // Quantized tables: the reference dequantizes the looked-up rows (one row per token).
   if (!fast_weight_dtype(table.dtype) || out.dtype != DType::F32)
     return ReferenceBackend::embed(table, ids, scale, out);
@@ -78,8 +158,10 @@ void FastBackend::matmul(TensorRef x, const WeightRef& w, const WeightRef* bias,
       (!has_bias || fast_weight_dtype(bias->dtype)))
     return matmul_quantized(x, w, bias, out);
   if (x.dtype != DType::F32 || out.dtype != DType::F32 || !fast_weight_dtype(w.dtype) ||
-      (has_bias && !fast_weight_dtype(bias->dtype)))
-    return ReferenceBackend::matmul(x, w, bias, out);
+      (has_bias && !fast_weight_dtype(bias->dtype))) {
+    std::vector<std::uint8_t> gguf;
+    return ReferenceBackend::matmul(x, gguf_form(w, gguf), bias, out);
+  }
   AKV_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "matmul shape");
   const GemvArgs a{.x = x.row<float>(0), .x_stride = x.stride, .n_rows = x.rows,
                    .w = w.data, .w_dtype = w.dtype, .k = w.cols,
@@ -99,8 +181,8 @@ void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const Weight
   const auto add_bias = [&](std::int64_t m, float v) {
     return has_bias ? v + load_f32(bias->data, bias->dtype, m) : v;
   };
-  const QuantDotFn dot = find_quant_dot(isa_, w.dtype);
-  if (dot == nullptr) {
+  const QuantKernel kernel = quant_kernel(w);
+  if (!kernel.found()) {
     // No integer kernel: each weight row dequantized (the oracle) once, f32 dots with every input.
     pool_.parallel_for(w.rows, 16, [&](std::int64_t b, std::int64_t e) {
       thread_local std::vector<float> row;
@@ -117,12 +199,13 @@ void FastBackend::matmul_quantized(TensorRef x, const WeightRef& w, const Weight
     });
     return;
   }
-  const std::size_t act_bytes = quantize_inputs(x, act_format(w.dtype));
+  const std::size_t act_bytes = quantize_inputs(x, kernel.format);
   const std::uint8_t* act = act_q8_.data();
   // Each weight row is read once for all inputs (decode: one input; prefill: the inputs'
-  // quantized rows stay in cache while the weight rows stream).
+  // quantized rows stay in cache while the weight rows stream). Chunks of 16 rows: whole
+  // groups of a repacked weight.
   pool_.parallel_for(w.rows, 16, [&](std::int64_t b, std::int64_t e) {
-    quantized_rows(w, bias, act, act_bytes, x.rows, out, b, e);
+    quantized_rows(w, kernel, bias, act, act_bytes, x.rows, out, b, e);
   });
 }
 
@@ -134,10 +217,10 @@ std::size_t FastBackend::quantize_inputs(TensorRef x, ActFormat format) {
   return act_bytes;
 }
 
-void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, const std::uint8_t* act,
-                                 std::size_t act_bytes, std::int64_t n_rows, TensorRef out, std::int64_t m0,
-                                 std::int64_t m1) const {
-  const QuantDotFn dot = find_quant_dot(isa_, w.dtype);
+void FastBackend::quantized_rows(const WeightRef& w, const QuantKernel& kernel,
+                                 const WeightRef* bias, const std::uint8_t* act,
+                                 std::size_t act_bytes, std::int64_t n_rows, TensorRef out,
+                                 std::int64_t m0, std::int64_t m1) const {
   const std::size_t w_row_bytes = dtype_row_bytes(w.dtype, w.cols);
   const std::int64_t n_blocks = w.cols / dtype_block_elems(w.dtype);
   const auto* w_data = static_cast<const std::uint8_t*>(w.data);
@@ -149,8 +232,13 @@ void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, cons
     const std::int64_t t1 = std::min(m1, t0 + tile);
     for (std::int64_t r = 0; r < n_rows; ++r) {
       float* y = out.row<float>(r);
-      dot(w_data + static_cast<std::size_t>(t0) * w_row_bytes, w_row_bytes, n_blocks,
-          act + static_cast<std::size_t>(r) * act_bytes, t1 - t0, y + t0);
+      const std::uint8_t* a = act + static_cast<std::size_t>(r) * act_bytes;
+      if (kernel.repacked != nullptr)
+        dot_repacked_rows(kernel.repacked, kernel.base, w_row_bytes, n_blocks, a,
+                          kernel.first_row + t0, kernel.first_row + t1, y + t0);
+      else
+        kernel.dot(w_data + static_cast<std::size_t>(t0) * w_row_bytes, w_row_bytes, n_blocks, a,
+                   t1 - t0, y + t0);
       if (has_bias)
         for (std::int64_t m = t0; m < t1; ++m) y[m] += load_f32(bias->data, bias->dtype, m);
     }
@@ -159,12 +247,13 @@ void FastBackend::quantized_rows(const WeightRef& w, const WeightRef* bias, cons
 
 bool FastBackend::shared_quantized_input(TensorRef x, std::span<const MatmulTarget> targets) const {
   if (targets.empty() || x.dtype != DType::F32 || x.rows == 0) return false;
-  const ActFormat format = act_format(targets[0].w->dtype);
+  const ActFormat format = quant_kernel(*targets[0].w).format;
   for (const MatmulTarget& t : targets) {
     const WeightRef& w = *t.w;
     const bool has_bias = t.bias != nullptr && !t.bias->empty();
-    if (!dtype_is_quantized(w.dtype) || find_quant_dot(isa_, w.dtype) == nullptr ||
-        act_format(w.dtype) != format || t.out.dtype != DType::F32 || (has_bias && !fast_weight_dtype(t.bias->dtype)))
+    const QuantKernel k = quant_kernel(w);
+    if (!dtype_is_quantized(w.dtype) || !k.found() || k.format != format ||
+        t.out.dtype != DType::F32 || (has_bias && !fast_weight_dtype(t.bias->dtype)))
       return false;
     AKV_CHECK(x.cols == w.cols && t.out.rows == x.rows && t.out.cols == w.rows, "matmul_multi shape");
   }
@@ -176,16 +265,21 @@ void FastBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     for (const MatmulTarget& t : targets) matmul(x, *t.w, t.bias, t.out);
     return;
   }
-  const std::size_t act_bytes = quantize_inputs(x, act_format(targets[0].w->dtype));
+  target_kernels_.clear();
+  for (const MatmulTarget& t : targets) target_kernels_.push_back(quant_kernel(*t.w));
+  const std::size_t act_bytes = quantize_inputs(x, target_kernels_[0].format);
   const std::uint8_t* act = act_q8_.data();
   std::int64_t total = 0;
   for (const MatmulTarget& t : targets) total += t.w->rows;
   // The targets' rows end to end: a chunk may span two targets.
   pool_.parallel_for(total, 16, [&](std::int64_t b, std::int64_t e) {
     std::int64_t first = 0;
-    for (const MatmulTarget& t : targets) {
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const MatmulTarget& t = targets[i];
       const std::int64_t lo = std::max(b, first), hi = std::min(e, first + t.w->rows);
-      if (lo < hi) quantized_rows(*t.w, t.bias, act, act_bytes, x.rows, t.out, lo - first, hi - first);
+      if (lo < hi)
+        quantized_rows(*t.w, target_kernels_[i], t.bias, act, act_bytes, x.rows, t.out, lo - first,
+                       hi - first);
       first += t.w->rows;
     }
   });
@@ -203,8 +297,10 @@ void FastBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
     return Backend::gated_mlp(x, w, act, gate_up, act_out, out);
   AKV_CHECK(gate_up.rows == n && gate_up.cols == 2 * inter && w.gate.rows == inter && w.up.rows == inter,
             "gated_mlp shape");
-  const std::size_t in_bytes = quantize_inputs(x, act_format(w.gate.dtype));
-  const ActFormat down_format = act_format(w.down.dtype);
+  const QuantKernel gate_kernel = quant_kernel(w.gate), up_kernel = quant_kernel(w.up);
+  const QuantKernel down_kernel = quant_kernel(w.down);
+  const std::size_t in_bytes = quantize_inputs(x, gate_kernel.format);
+  const ActFormat down_format = down_kernel.format;
   const std::size_t down_bytes = act_row_bytes(down_format, inter);
   act_down_.resize(down_bytes * static_cast<std::size_t>(n));
   // Chunks of whole activation blocks of down's input, so each quantizes its own part of it.
@@ -215,8 +311,8 @@ void FastBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
   const std::uint8_t* a_in = act_q8_.data();
   std::uint8_t* a_down = act_down_.data();
   pool_.parallel_for(inter, grain, [&](std::int64_t b, std::int64_t e) {
-    quantized_rows(w.gate, nullptr, a_in, in_bytes, n, gate, b, e);
-    quantized_rows(w.up, nullptr, a_in, in_bytes, n, up, b, e);
+    quantized_rows(w.gate, gate_kernel, nullptr, a_in, in_bytes, n, gate, b, e);
+    quantized_rows(w.up, up_kernel, nullptr, a_in, in_bytes, n, up, b, e);
     for (std::int64_t r = 0; r < n; ++r) {
       float* y = act_out.row<float>(r) + b;
       kernels_.glu(gate.row<float>(r) + b, up.row<float>(r) + b, y, e - b, kind);
@@ -225,7 +321,7 @@ void FastBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
     }
   });
   pool_.parallel_for(w.down.rows, 16, [&](std::int64_t b, std::int64_t e) {
-    quantized_rows(w.down, nullptr, a_down, down_bytes, n, out, b, e);
+    quantized_rows(w.down, down_kernel, nullptr, a_down, down_bytes, n, out, b, e);
   });
 }
 

@@ -2,12 +2,16 @@
 // with the hot ops replaced by threaded SIMD kernels (decode matmul, element-wise ops) and
 // OpenBLAS sgemm (prefill matmul, attention tiles). Activations are f32; weights F32, BF16 or
 // F16, or quantized (GGUF blocks: input rows quantized to int8 blocks, integer dot products,
-// quant_dot.h; types without an integer kernel dequantized one weight row at a time).
+// quant_dot.h; types without an integer kernel dequantized one weight row at a time). Q5_0 and
+// Q8_0 matrices are repacked at upload into groups of 8 rows (quant_repack.h): the WeightRef
+// keeps its dtype but points into this backend's copy, which only its own ops read.
 // Anything else (other dtypes, rare ops) falls back to the reference implementation.
 // Results differ from the reference by f32 rounding, and for quantized weights by the int8
 // rounding of the inputs (see tests/backend for the bounds).
 #pragma once
 
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/attention_fast.h"
@@ -15,6 +19,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/quant_repack.h"
 #include "backend/cpu/reference_backend.h"
 
 namespace akv {
@@ -44,6 +49,12 @@ class FastBackend : public ReferenceBackend {
   std::string_view name() const override { return "cpu-fast"; }
   int n_threads() const { return pool_.n_threads(); }
   Isa isa() const { return isa_; }
+
+  // Q5_0 / Q8_0 matrices of at least kRepackRows rows, when isa has their repacked kernel:
+  // a repacked copy this backend owns (the source is not read again; it may be freed or shared
+  // with another backend); anything else zero copy as the reference. Expensive: reads and
+  // rewrites the matrix (on the pool).
+  WeightRef upload_weight(const TensorInfo& t) override;
 
   void embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale,
              TensorRef out) override;
@@ -84,6 +95,23 @@ class FastBackend : public ReferenceBackend {
   // matmul with a quantized weight: integer kernel or dequantized-row fallback, rows of w on
   // the pool.
   void matmul_quantized(TensorRef x, const WeightRef& w, const WeightRef* bias, TensorRef out);
+  // The integer kernel of one quantized weight: GGUF rows, or a repacked matrix (w a view of
+  // its rows, as upload_weight returned it or an expert slice of it).
+  struct QuantKernel {
+    ActFormat format = ActFormat::None;
+    QuantDotFn dot = nullptr;          // GGUF rows
+    RepackedDotFn repacked = nullptr;  // repacked rows, from `base`
+    const std::uint8_t* base = nullptr;
+    std::int64_t first_row = 0;  // w's row 0 in the repacked matrix
+    bool found() const { return dot != nullptr || repacked != nullptr; }
+  };
+  QuantKernel quant_kernel(const WeightRef& w) const;
+  // The repacked matrix w's bytes lie in, or null.
+  struct Repacked;
+  const Repacked* find_repacked(const WeightRef& w) const;
+  // w in GGUF blocks: w itself, or the rows of a repacked w unpacked into `gguf` (for the
+  // reference paths: rare shapes and dtypes).
+  WeightRef gguf_form(const WeightRef& w, std::vector<std::uint8_t>& gguf) const;
   // Whether every target is a quantized weight with an integer kernel on isa_, taking x's
   // shape, all with the same activation format (f32 x and outputs, float or no bias).
   bool shared_quantized_input(TensorRef x, std::span<const MatmulTarget> targets) const;
@@ -91,8 +119,9 @@ class FastBackend : public ReferenceBackend {
   std::size_t quantize_inputs(TensorRef x, ActFormat format);
   // out[r, m] (+ bias[m]) for weight rows [m0, m1) of w (integer kernel on isa_) against
   // n_rows quantized input rows, act_bytes apart.
-  void quantized_rows(const WeightRef& w, const WeightRef* bias, const std::uint8_t* act, std::size_t act_bytes,
-                      std::int64_t n_rows, TensorRef out, std::int64_t m0, std::int64_t m1) const;
+  void quantized_rows(const WeightRef& w, const QuantKernel& kernel, const WeightRef* bias,
+                      const std::uint8_t* act, std::size_t act_bytes, std::int64_t n_rows,
+                      TensorRef out, std::int64_t m0, std::int64_t m1) const;
   void mxfp4_gemv(TensorRef x, const WeightRef& w, const WeightRef& scales, std::int64_t e, std::int64_t rows,
                   const WeightRef& bias, TensorRef out);
   WeightRef expert_matrix(ExpertFormat format, const WeightRef& w, const WeightRef& scales, std::int64_t e,
@@ -115,6 +144,18 @@ class FastBackend : public ReferenceBackend {
   std::vector<std::uint8_t> act_q8_;  // [n, act_row_bytes] the quantized inputs of a matmul
   std::vector<std::uint8_t> act_down_;  // [n, act_row_bytes] gated_mlp: down's quantized inputs
   PreparedDeltaRule delta_rule_;
+
+  // upload_weight's repacked matrices by first byte: [bytes, bytes + size) holds rows
+  // [0, rows) of a [rows, cols] matrix of `dtype`, padded to whole groups.
+  struct Repacked {
+    std::unique_ptr<std::uint8_t[]> bytes;
+    std::size_t size = 0;
+    DType dtype = DType::F32;
+    std::int64_t rows = 0, cols = 0;
+  };
+  std::map<const std::uint8_t*, Repacked> repacked_;
+  std::vector<QuantKernel> target_kernels_;  // matmul_multi: one per target
+  std::vector<std::uint8_t> embed_row_;      // embed: a repacked table's row in GGUF blocks
 
   // The moe op's routing of one call, kept to reuse the memory. a = token * top_k + choice.
   struct MoeRouting {

@@ -74,8 +74,13 @@ void FastBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
                       const MoeScratch& scratch, TensorRef out) {
   if (x.dtype != DType::F32 || out.dtype != DType::F32 ||
       (w.format == ExpertFormat::Float &&
-       (!fast_weight_dtype(w.gate_up.dtype) || !fast_weight_dtype(w.down.dtype))))
+       (!fast_weight_dtype(w.gate_up.dtype) || !fast_weight_dtype(w.down.dtype)))) {
+    // The reference reads GGUF blocks: expert stacks repacked at upload would need an f32 path
+    // here.
+    AKV_CHECK(find_repacked(w.gate_up) == nullptr && find_repacked(w.down) == nullptr,
+              "moe: repacked experts need f32 activations");
     return ReferenceBackend::moe(x, router_logits, w, p, scratch, out);
+  }
   check_moe_shapes(x, router_logits, w, p, scratch, out);
   const std::int64_t n = x.rows, k = p.top_k, hidden = x.cols, inter = p.inter;
   MoeRouting& r = moe_routing_;
