@@ -65,6 +65,44 @@ DevicePtr device_alloc(std::size_t bytes) {
   return DevicePtr(p);
 }
 
+// One activation row (batch-1 decode) through both forms of the GEMV (quant_gemv.h
+// QuantGemvForm), per matrix and for the whole layer, for the types of Q4_K_M and Q8_0 files.
+void one_row_by_form(cudaStream_t s, const float* x, void* qa, float* y, double copy_bw) {
+  constexpr cuda::QuantGemvForm kForms[] = {cuda::QuantGemvForm::WarpRows, cuda::QuantGemvForm::BlockStages,
+                                            cuda::QuantGemvForm::Auto};
+  constexpr const char* kFormNames[] = {"warp rows", "block stages", "auto (the default)"};
+  std::printf("\n| type | matrix | one row, form | us per call | weight GB/s | of copy bandwidth |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q4_K}) {
+    double layer_bytes = 0, layer_s[std::size(kForms)] = {};
+    for (const Matrix& m : kLayer) {
+      const std::size_t bytes = static_cast<std::size_t>(m.rows * cuda::quant_row_bytes(t, m.cols));
+      const int copies = static_cast<int>(std::max<std::size_t>(2, kRotateBytes / bytes + 1));
+      DevicePtr w = device_alloc(bytes * static_cast<std::size_t>(copies) + 16);
+      fill_bf16(w.get(), static_cast<std::int64_t>(bytes * static_cast<std::size_t>(copies) / 2), 11, 0.0f, 1.0f);
+      layer_bytes += static_cast<double>(bytes);
+      const cuda::QuantActivations a = cuda::quant_activations_in(qa, 1, m.cols);
+      cuda::launch_quantize_activations(x, m.cols, 1, m.cols, a, s);
+      for (std::size_t f = 0; f < std::size(kForms); ++f) {
+        const double sec = seconds_per_call(s, copies, [&](int i) {
+          const cuda::QuantWeight qw{static_cast<const char*>(w.get()) + static_cast<std::size_t>(i) * bytes, t,
+                                     m.rows, m.cols};
+          cuda::launch_quant_gemv(qw, a, 1, y, m.rows, s, kForms[f]);
+        });
+        layer_s[f] += sec;
+        const double rate = static_cast<double>(bytes) / sec;
+        std::printf("| %s | %s %lldx%lld | %s | %.1f | %.0f | %.1f%% |\n", ggml_type_name(t).data(), m.name,
+                    static_cast<long long>(m.rows), static_cast<long long>(m.cols), kFormNames[f], sec * 1e6,
+                    rate * 1e-9, 100.0 * rate / copy_bw);
+      }
+    }
+    for (std::size_t f = 0; f < std::size(kForms); ++f)
+      std::printf("| %s | whole layer (%.1f MB) | %s | %.1f | %.0f | %.1f%% |\n", ggml_type_name(t).data(),
+                  layer_bytes * 1e-6, kFormNames[f], layer_s[f] * 1e6, layer_bytes / layer_s[f] * 1e-9,
+                  100.0 * layer_bytes / layer_s[f] / copy_bw);
+  }
+}
+
 }  // namespace
 
 int run_quant_gemv_bench(double copy_bw) {
@@ -124,6 +162,7 @@ int run_quant_gemv_bench(double copy_bw) {
                 ggml_type_name(t).data(), dequant_s * 1e6, dequant_moved / dequant_s * 1e-9,
                 100.0 * dequant_moved / dequant_s / copy_bw);
   }
+  one_row_by_form(s, static_cast<const float*>(x.get()), qa.get(), static_cast<float*>(y.get()), copy_bw);
   cudaStreamDestroy(s);
   return 0;
 }

@@ -92,8 +92,10 @@ struct QuantCase {
 // multiple of 16 (the 32-element types), a row ending in a partial 1,024-element stage, and a
 // Llama-width row.
 std::vector<std::pair<std::int64_t, std::int64_t>> shapes(GgmlType t) {
-  if (ggml_type_traits(t).block_elems == 256) return {{37, 1280}, {64, 4096}};
-  return {{37, 1184}, {64, 4096}};
+  // 14,336 columns: 14 weight stages, so a warp's ring of stages wraps around (and each warp of
+  // the split form gets several).
+  if (ggml_type_traits(t).block_elems == 256) return {{37, 1280}, {64, 4096}, {9, 14336}};
+  return {{37, 1184}, {64, 4096}, {9, 14336}};
 }
 
 TEST(CudaQuant, DequantizeBf16MatchesOracleBitForBit) {
@@ -196,6 +198,20 @@ TEST(CudaQuant, GemvMatchesOracleProducts) {
         // about 0.5% RMS for normal data, so the product's relative error is ~0.5% too.
         const std::vector<double> full = reference_product(c, std::vector<double>(x.begin(), x.end()), n);
         EXPECT_LE(rel_error(y, full), 2e-2) << what << " vs f32 activations";
+
+        // One row through each form whatever the default picks for this width: a warp's own
+        // rows, or the block's warps sharing its rows' stages (another summation order).
+        for (const cuda::QuantGemvForm form : {cuda::QuantGemvForm::WarpRows, cuda::QuantGemvForm::BlockStages}) {
+          if (n != 1) break;
+          AKV_CUDA_CHECK(cudaMemset(yd.p, 0xff, static_cast<std::size_t>(rows + 3) * 4));
+          cuda::launch_quant_gemv({w.p, t, rows, cols}, a, 1, static_cast<float*>(yd.p), rows + 3,
+                                  backends().gpu.stream(), form);
+          backends().gpu.synchronize();
+          std::vector<float> y_form(static_cast<std::size_t>(rows));
+          AKV_CUDA_CHECK(cudaMemcpy(y_form.data(), yd.p, y_form.size() * 4, cudaMemcpyDeviceToHost));
+          EXPECT_LE(rel_error(y_form, exact), 1e-5)
+              << what << (form == cuda::QuantGemvForm::WarpRows ? ", warp rows" : ", block stages");
+        }
       }
     }
   }

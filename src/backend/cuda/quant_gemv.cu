@@ -43,9 +43,12 @@ struct Targets {
   int count;
 };
 
-// Grid: each warp takes kR consecutive weight rows (kWarps * kR rows per block) of its block's
-// target and walks them in step, so each activation load feeds kR rows. kM >= n activation rows.
-template <GgmlType T, int kM, int kR>
+// Grid, kSplit false (QuantGemvForm::WarpRows): each warp takes kR consecutive weight rows
+// (kWarps * kR rows per block) of its block's target and walks all their stages in step, so each
+// activation load feeds kR rows. kSplit true (QuantGemvForm::BlockStages): the block's warps share
+// kR rows, warp w taking stages w, w + kWarps, ...; their sums meet in shared memory (in warp
+// order: deterministic). kM >= n activation rows.
+template <GgmlType T, int kM, int kR, bool kSplit>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_gemv_kernel(Targets tg, std::int64_t row_bytes, std::int32_t cols, const std::int8_t* __restrict__ codes,
                       const float2* __restrict__ scales, std::int32_t n) {
@@ -68,10 +71,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       block = static_cast<std::int32_t>(blockIdx.x) - tg.first_block[t];
     }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::int32_t row0 = (block * kWarps + warp) * kR;
-  if (row0 >= rows) return;  // the whole warp: no barrier below waits for it
+  const std::int32_t row0 = kSplit ? block * kR : (block * kWarps + warp) * kR;
+  if (row0 >= rows) return;  // the whole warp (kSplit: the whole block): no barrier waits for it
   const std::int32_t row_blocks = cols / G::kElems;
   const std::int32_t n_stages = (row_blocks + S::kBlocks - 1) / S::kBlocks;
+  // This warp's stages: i-th is stage_of(i), i < my_stages.
+  const std::int32_t first = kSplit ? warp : 0, step = kSplit ? kWarps : 1;
+  const std::int32_t my_stages = n_stages > first ? (n_stages - first + step - 1) / step : 0;
+  auto stage_of = [&](std::int32_t i) { return first + i * step; };
   const std::uint8_t* row_ptr[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) row_ptr[r] = w + min(row0 + r, rows - 1) * row_bytes;  // past the end: a repeat
@@ -81,16 +88,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto skew = [&](int r, std::int32_t st) {
     return static_cast<int>(reinterpret_cast<std::uintptr_t>(row_ptr[r] + std::int64_t{st} * S::kBytes) & 15);
   };
-  // Requests stage st of every row into slot st % kPipe; one commit group per stage (empty past
-  // the last), so a wait for "all but the newest kPipe - 2 groups" means stage st has landed.
-  auto request = [&](std::int32_t st) {
-    if (st < n_stages) {
+  // Requests this warp's i-th stage of every row into slot i % kPipe; one commit group per stage
+  // (empty past the last), so a wait for "all but the newest kPipe - 2 groups" means it landed.
+  auto request = [&](std::int32_t i) {
+    if (i < my_stages) {
+      const std::int32_t st = stage_of(i);
       const int bytes = min(S::kBlocks, row_blocks - st * S::kBlocks) * G::kBytes;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         const std::uint8_t* base = row_ptr[r] + std::int64_t{st} * S::kBytes - skew(r, st);
         const int n_words = (skew(r, st) + bytes + 15) / 16;
-        std::uint8_t* slot = slots[warp][st % kPipe][r];
+        std::uint8_t* slot = slots[warp][i % kPipe][r];
 #pragma unroll
         for (int u = 0; u < S::kWordsPerLane; ++u) {
           const int i = lane + 32 * u;
@@ -101,7 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     cp_async_commit();
   };
 #pragma unroll
-  for (int st = 0; st < kPipe - 1; ++st) request(st);
+  for (int i = 0; i < kPipe - 1; ++i) request(i);
   pdl_wait();  // activations come from the kernel before
 
   float acc[kR][kM];
@@ -110,15 +118,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
   const std::int32_t groups = cols / kQuantGroup;
-  for (std::int32_t st = 0; st < n_stages; ++st) {
-    cp_async_wait<kPipe - 2>();  // this lane's copies of stage st are in
+  for (std::int32_t i = 0; i < my_stages; ++i) {
+    cp_async_wait<kPipe - 2>();  // this lane's copies of stage i are in
     __syncwarp();                // and every lane's; the slot refilled next was last read before
-    request(st + kPipe - 1);
+    request(i + kPipe - 1);
+    const std::int32_t st = stage_of(i);
     const std::int32_t group = st * (kStageElems / kQuantGroup) + lane;
     if (group >= groups) continue;  // past the row's end in its last stage
     LaneWeights lw[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][st % kPipe][r] + skew(r, st), lane);
+    for (int r = 0; r < kR; ++r) lw[r] = decode<T>(slots[warp][i % kPipe][r] + skew(r, st), lane);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= n) break;
@@ -141,13 +150,30 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   cp_async_wait<0>();
+  // kSplit: each warp's sums go to the start of its own first slot (its copies have landed and
+  // its lanes are done reading it).
+  __syncwarp();
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= n) break;
       const float v = warp_sum(acc[r][m]);
-      if (lane == m % 32 && row0 + r < rows) y[std::int64_t{m} * ys + row0 + r] = v;
+      if constexpr (kSplit) {
+        if (lane == 0) reinterpret_cast<float*>(slots[warp][0][0])[r * kM + m] = v;
+      } else if (lane == m % 32 && row0 + r < rows) {
+        y[std::int64_t{m} * ys + row0 + r] = v;
+      }
+    }
+  }
+  if constexpr (kSplit) {
+    __syncthreads();
+    const int r = static_cast<int>(threadIdx.x) / kM, m = static_cast<int>(threadIdx.x) % kM;
+    if (r < kR && m < n && row0 + r < rows) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += reinterpret_cast<const float*>(slots[w][0][0])[r * kM + m];
+      y[std::int64_t{m} * ys + row0 + r] = v;
     }
   }
 }
@@ -177,9 +203,10 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, std::in
 // Rows per warp: two while the accumulators (kR x kM) stay few, one beyond.
 constexpr int rows_per_warp(int m) { return m <= 8 ? 2 : 1; }
 
-template <GgmlType T, int kM>
+template <GgmlType T, int kM, bool kSplit = false>
 void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, cudaStream_t s) {
   constexpr int kR = rows_per_warp(kM);
+  constexpr int kBlockRows = kSplit ? kR : kWarps * kR;
   Targets tg{};
   tg.count = n_targets;
   std::int64_t blocks = 0;
@@ -189,19 +216,26 @@ void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a,
     tg.ys[t] = targets[t].y_stride;
     tg.rows[t] = static_cast<std::int32_t>(targets[t].w.rows);
     tg.first_block[t] = static_cast<std::int32_t>(blocks);
-    blocks += blocks_for(targets[t].w.rows, kWarps * kR);
+    blocks += blocks_for(targets[t].w.rows, kBlockRows);
   }
   AKV_CHECK(blocks < (std::int64_t{1} << 31), "quantized GEMV: grid");
   tg.first_block[n_targets] = static_cast<std::int32_t>(blocks);
   const QuantWeight& w = targets[0].w;
-  launch(quant_gemv_kernel<T, kM, kR>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, tg,
+  launch(quant_gemv_kernel<T, kM, kR, kSplit>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, tg,
          quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
          reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n));
 }
 
 template <GgmlType T>
-void launch_rows(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, cudaStream_t s) {
-  if (n <= 1) return launch_typed<T, 1>(targets, n_targets, a, n, s);
+void launch_rows(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, QuantGemvForm form,
+                 cudaStream_t s) {
+  if (n <= 1) {
+    if (form == QuantGemvForm::Auto)
+      form = quant_row_bytes(T, targets[0].w.cols) >= kQuantGemvSplitRowBytes ? QuantGemvForm::BlockStages
+                                                                               : QuantGemvForm::WarpRows;
+    return form == QuantGemvForm::BlockStages ? launch_typed<T, 1, true>(targets, n_targets, a, n, s)
+                                              : launch_typed<T, 1>(targets, n_targets, a, n, s);
+  }
   if (n <= 2) return launch_typed<T, 2>(targets, n_targets, a, n, s);
   if (n <= 4) return launch_typed<T, 4>(targets, n_targets, a, n, s);
   if (n <= 8) return launch_typed<T, 8>(targets, n_targets, a, n, s);
@@ -254,13 +288,13 @@ void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int
 }
 
 void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
-                       cudaStream_t s) {
+                       cudaStream_t s, QuantGemvForm form) {
   const QuantTarget t{w, y, y_stride};
-  launch_quant_gemv_multi(&t, 1, a, n, s);
+  launch_quant_gemv_multi(&t, 1, a, n, s, form);
 }
 
 void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
-                             cudaStream_t s) {
+                             cudaStream_t s, QuantGemvForm form) {
   AKV_CHECK(n >= 1 && n <= kQuantGemvMaxRows, "quantized GEMV: 1 to 64 rows");
   AKV_CHECK(n_targets >= 1 && n_targets <= kQuantGemvMaxTargets, "quantized GEMV: 1 to 3 targets");
   const QuantWeight& w0 = targets[0].w;
@@ -271,12 +305,12 @@ void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantAct
     AKV_CHECK(w.rows < (std::int64_t{1} << 31) && w.cols < (std::int64_t{1} << 31), "quantized GEMV: shape");
   }
   switch (w0.type) {
-    case GgmlType::Q8_0: return launch_rows<GgmlType::Q8_0>(targets, n_targets, a, n, s);
-    case GgmlType::Q4_0: return launch_rows<GgmlType::Q4_0>(targets, n_targets, a, n, s);
-    case GgmlType::MXFP4: return launch_rows<GgmlType::MXFP4>(targets, n_targets, a, n, s);
-    case GgmlType::Q4_K: return launch_rows<GgmlType::Q4_K>(targets, n_targets, a, n, s);
-    case GgmlType::Q5_K: return launch_rows<GgmlType::Q5_K>(targets, n_targets, a, n, s);
-    case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(targets, n_targets, a, n, s);
+    case GgmlType::Q8_0: return launch_rows<GgmlType::Q8_0>(targets, n_targets, a, n, form, s);
+    case GgmlType::Q4_0: return launch_rows<GgmlType::Q4_0>(targets, n_targets, a, n, form, s);
+    case GgmlType::MXFP4: return launch_rows<GgmlType::MXFP4>(targets, n_targets, a, n, form, s);
+    case GgmlType::Q4_K: return launch_rows<GgmlType::Q4_K>(targets, n_targets, a, n, form, s);
+    case GgmlType::Q5_K: return launch_rows<GgmlType::Q5_K>(targets, n_targets, a, n, form, s);
+    case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(targets, n_targets, a, n, form, s);
     default: AKV_CHECK(false, "quantized GEMV: unsupported type");
   }
 }

@@ -17,6 +17,15 @@ namespace akv::cuda {
 inline constexpr int kQuantGemvMaxRows = 64;  // most activation rows one GEMV launch takes
 inline constexpr int kQuantGroup = 32;        // columns per activation scale
 
+// How the GEMV spreads one activation row's work (more rows: always WarpRows). WarpRows: each warp
+// two weight rows, all their 1,024-column stages in turn. BlockStages: the four warps of a block
+// share two rows, each taking every fourth stage, so a long row has four warps' bytes in flight,
+// not one's. Auto: BlockStages for rows of kQuantGemvSplitRowBytes or more. Measured on an H100
+// (docs/perf/cuda.md): BlockStages reads Q4_K's and Q6_K's down_proj rows (8-12 KB) at 1.3-1.4x,
+// every Q8_0 matrix (4.3 KB rows and up) at 1.07x, and loses ~10% on 2.3-3.4 KB rows.
+enum class QuantGemvForm { Auto, WarpRows, BlockStages };
+inline constexpr std::int64_t kQuantGemvSplitRowBytes = 4096;
+
 // A quantized weight in device memory: row r's blocks start at data + r * row_bytes (row_bytes =
 // cols / block_elems * block_bytes), rows back to back as in the GGUF file. `data` is 16-byte
 // aligned and readable up to the next 16-byte boundary past the last row (alloc rounds up).
@@ -52,7 +61,7 @@ void launch_quantize_activations(const float* x, std::int64_t x_stride, std::int
 // quantized rows of width w.cols. f32 accumulation; the result equals the exact product of the
 // oracle-dequantized weights with the dequantized activations up to f32 rounding.
 void launch_quant_gemv(const QuantWeight& w, QuantActivations a, std::int64_t n, float* y, std::int64_t y_stride,
-                       CUstream_st* s);
+                       CUstream_st* s, QuantGemvForm form = QuantGemvForm::Auto);
 
 // One weight of a multi-target launch and where its product goes.
 struct QuantTarget {
@@ -65,6 +74,6 @@ inline constexpr int kQuantGemvMaxTargets = 3;  // q/k/v: one launch
 // (each target's rows a run of the grid's blocks): small matrices such as k and v no longer pay a
 // kernel each.
 void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
-                             CUstream_st* s);
+                             CUstream_st* s, QuantGemvForm form = QuantGemvForm::Auto);
 
 }  // namespace akv::cuda
