@@ -16,38 +16,43 @@ namespace {
 constexpr std::size_t kScaleBytes = 2 * kRepackRows;  // d[8]
 constexpr std::size_t kQhBytes = 32;                  // Q5_0's fifth-bit plane
 
-// The repacked bytes of block b of one group from its 8 GGUF rows (null: a padding row).
+// Byte j of the result: bit q = bit 4 q + j of qh (a transpose of the 8 x 4 bit matrix).
+std::uint32_t fifth_bit_plane(std::uint32_t qh) {
+  std::uint32_t plane = 0;
+  for (int j = 0; j < 4; ++j) {
+    std::uint32_t col = (qh >> j) & 0x11111111u;  // bit 4 q: q's bit
+    col = (col | col >> 3) & 0x03030303u;         // byte k: q = 2 k, 2 k + 1 in bits 0, 1
+    col = (col | col >> 6) & 0x000f000fu;         // q 0..3 in bits 0..3, q 4..7 in bits 16..19
+    plane |= ((col & 0xfu) | (col >> 12)) << (8 * j);
+  }
+  return plane;
+}
+
+// The repacked bytes of block b of one group from its 8 GGUF rows (null: a padding row, zeros).
 void repack_block_q5_0(const quant::BlockQ5_0* const rows[kRepackRows], std::int64_t b,
                        std::uint8_t* out) {
   std::uint8_t* qh = out + kScaleBytes;
   std::uint8_t* qs = qh + kQhBytes;
-  std::memset(out, 0, kRepackRows * sizeof(quant::BlockQ5_0));
   for (int r = 0; r < kRepackRows; ++r) {
-    if (rows[r] == nullptr) continue;
-    const quant::BlockQ5_0& w = rows[r][b];
-    std::memcpy(out + 2 * r, &w.d, 2);
+    quant::BlockQ5_0 w{};
+    if (rows[r] != nullptr) w = rows[r][b];
     std::uint32_t bits;
     std::memcpy(&bits, w.qh, 4);
-    for (int j = 0; j < 4; ++j) {
-      for (int q = 0; q < 8; ++q)
-        qh[4 * r + j] =
-            static_cast<std::uint8_t>(qh[4 * r + j] | (((bits >> (4 * q + j)) & 1u) << q));
-      for (int v = 0; v < 4; ++v) qs[32 * v + 4 * r + j] = w.qs[4 * v + j];
-    }
+    const std::uint32_t plane = fifth_bit_plane(bits);
+    std::memcpy(out + 2 * r, &w.d, 2);
+    std::memcpy(qh + 4 * r, &plane, 4);  // little-endian: byte j at 4 r + j
+    for (int v = 0; v < 4; ++v) std::memcpy(qs + 32 * v + 4 * r, w.qs + 4 * v, 4);
   }
 }
 
 void repack_block_q8_0(const quant::BlockQ8_0* const rows[kRepackRows], std::int64_t b,
                        std::uint8_t* out) {
   std::uint8_t* qs = out + kScaleBytes;
-  std::memset(out, 0, kRepackRows * sizeof(quant::BlockQ8_0));
   for (int r = 0; r < kRepackRows; ++r) {
-    if (rows[r] == nullptr) continue;
-    const quant::BlockQ8_0& w = rows[r][b];
+    quant::BlockQ8_0 w{};
+    if (rows[r] != nullptr) w = rows[r][b];
     std::memcpy(out + 2 * r, &w.d, 2);
-    for (int q = 0; q < 8; ++q)
-      for (int j = 0; j < 4; ++j)
-        qs[32 * q + 4 * r + j] = static_cast<std::uint8_t>(w.qs[4 * q + j]);
+    for (int q = 0; q < 8; ++q) std::memcpy(qs + 32 * q + 4 * r, w.qs + 4 * q, 4);
   }
 }
 
