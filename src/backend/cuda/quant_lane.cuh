@@ -44,27 +44,47 @@ __device__ __forceinline__ LaneWeights decode<GgmlType::Q4_0>(const std::uint8_t
   return w;
 }
 
+// The doubled E2M1 values of four codes (0..15, one per byte) as four int8: codes 0..7 from the
+// table, 8..15 their negations.
+__device__ __forceinline__ int e2m1_doubled4(std::uint32_t nib) {
+  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
+  const std::uint32_t sel =
+      (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
+  const std::uint32_t v = __byte_perm(kT0, kT1, sel);
+  const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
+  return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
+}
+
 template <>
 __device__ __forceinline__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage,
                                                                int lane) {
   const std::uint8_t* b = stage + lane * 17;
-  // The doubled e2m1 values: codes 0..7 from the table, 8..15 their negations.
-  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
-  auto lookup = [&](std::uint32_t nib) {  // four codes 0..15, one per byte
-    const std::uint32_t sel =
-        (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
-    const std::uint32_t v = __byte_perm(kT0, kT1, sel);
-    const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
-    return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
-  };
   LaneWeights w;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::uint32_t v = ld_u32(b + 1 + 4 * i);
-    w.q[i] = lookup(v & 0x0f0f0f0fu);
-    w.q[4 + i] = lookup((v >> 4) & 0x0f0f0f0fu);
+    w.q[i] = e2m1_doubled4(v & 0x0f0f0f0fu);
+    w.q[4 + i] = e2m1_doubled4((v >> 4) & 0x0f0f0f0fu);
   }
   w.lo = w.hi = e8m0_half(b[0]);
+  w.mn = 0.0f;
+  return w;
+}
+
+// A group of 32 MXFP4 values in the layout GPT-OSS releases (ExpertFormat::Mxfp4: 16 bytes with
+// value 2k in the low nibble of byte k and 2k + 1 in its high nibble; the E8M0 scale apart): the
+// same LaneWeights as decode<MXFP4> of the GGUF block holding these values (codes in element
+// order), so the dot products match bit for bit.
+__device__ __forceinline__ LaneWeights decode_mxfp4_split(uint4 nibbles, std::uint8_t scale) {
+  const std::uint32_t words[4] = {nibbles.x, nibbles.y, nibbles.z, nibbles.w};
+  LaneWeights w;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // word i: values 8i .. 8i + 7
+    const std::uint32_t lo = words[i] & 0x0f0f0f0fu, hi = (words[i] >> 4) & 0x0f0f0f0fu;
+    w.q[2 * i] = e2m1_doubled4(__byte_perm(lo, hi, 0x5140));      // 8i, 8i + 1, 8i + 2, 8i + 3
+    w.q[2 * i + 1] = e2m1_doubled4(__byte_perm(lo, hi, 0x7362));  // 8i + 4 .. 8i + 7
+  }
+  w.lo = w.hi = e8m0_half(scale);
   w.mn = 0.0f;
   return w;
 }
