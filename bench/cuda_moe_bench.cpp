@@ -203,10 +203,6 @@ void bench_mxfp4_decode(CudaBackend& be, double copy_bw, Call&& call, Experts&& 
     be.set_moe_mxfp4_decode(Mx::Int8);
     row("MXFP4 decode: int8 kernels (staged, dp4a; the default)", n,
         seconds_per_call(be, 64, [&](int i) { call(n, i); }));
-    cuda::set_moe_mxfp4_gate_up_blocks(3);
-    row("  the same, gate/up capped for 3 blocks a multiprocessor", n,
-        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
-    cuda::set_moe_mxfp4_gate_up_blocks(2);
     try {
       row("  expert launches alone (last routing)", n,
           seconds_per_call(be, 64, [&](int i) { experts(n, i); }));

@@ -243,9 +243,8 @@ __device__ __forceinline__ int window_groups(int groups, int s0) {
 // blockIdx.x + 0 .. 31 with its chosen expert's rows, activation(gate_j . x_t + bias, up_j . x_t
 // + bias), quantized as one group into aq (row a); a warp per kUnits units. Dynamic shared
 // memory: x's codes and scales (codes_bytes(hidden)), then kGateUpRows slots per warp.
-// kMinBlocks: blocks a multiprocessor must hold (registers capped to fit).
-template <class F, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kGateUpWarps * 32, kMinBlocks)
+template <class F>
+__global__ void __launch_bounds__(kGateUpWarps * 32)
     gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride, ExpertRows w,
                    const float* __restrict__ route, std::int64_t route_stride, const void* bias,
                    DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes, bool x_vec) {
@@ -483,21 +482,15 @@ struct DecodeArgs {
   Stream s;
 };
 
-int g_mxfp4_gate_up_blocks = 2;  // set_moe_mxfp4_gate_up_blocks
-
-template <class F, int kMinBlocks = 1>
+template <class F>
 void launch_gate_up(const DecodeArgs& a, const ExpertRows& rows) {
   static bool smem_set = false;  // one a format; the engine thread is the only caller
   const std::int64_t hidden = a.x.cols, pairs = a.x.rows * a.p.top_k, slot = F::slot_bytes(rows);
   const auto smem =
       static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
-  if (kMinBlocks > 1 && !smem_set)  // the shared memory carve-out that holds kMinBlocks blocks
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel<F, kMinBlocks>,
-                                        cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared));
-  allow_smem(gate_up_kernel<F, kMinBlocks>, smem_set, smem);
+  allow_smem(gate_up_kernel<F>, smem_set, smem);
   const bool x_vec = reinterpret_cast<std::uintptr_t>(a.x.data) % 16 == 0 && a.x.stride % 4 == 0;
-  launch(gate_up_kernel<F, kMinBlocks>,
+  launch(gate_up_kernel<F>,
          dim3(static_cast<unsigned>(a.p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
          dim3(kGateUpWarps * 32), smem, a.s, static_cast<const float*>(a.x.data), a.x.stride, rows,
          static_cast<const float*>(a.route.data), a.route.stride, a.w.gate_up_bias.data,
@@ -537,11 +530,6 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
-void set_moe_mxfp4_gate_up_blocks(int blocks) {
-  AKV_CHECK(blocks == 2 || blocks == 3, "moe: 2 or 3 MXFP4 gate/up blocks a multiprocessor");
-  g_mxfp4_gate_up_blocks = blocks;
-}
-
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
   if (p.n_experts > kMoeMaxExperts || p.top_k > 32) return false;
   if (w.format == ExpertFormat::Mxfp4)  // 16-byte nibble words: whole groups, aligned stacks
@@ -575,10 +563,7 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
                      activations_in(scratch.gate_up, pairs, p.inter),
                      s};
   if (w.format == ExpertFormat::Mxfp4) {
-    if (g_mxfp4_gate_up_blocks == 3)
-      launch_gate_up<SplitMxfp4Rows, 3>(a, mxfp4_rows(w.gate_up, w.gate_up_scales));
-    else
-      launch_gate_up<SplitMxfp4Rows>(a, mxfp4_rows(w.gate_up, w.gate_up_scales));
+    launch_gate_up<SplitMxfp4Rows>(a, mxfp4_rows(w.gate_up, w.gate_up_scales));
     launch_down<SplitMxfp4Rows>(a, mxfp4_rows(w.down, w.down_scales));
   } else {
     dispatch_quant(ggml_type(w.gate_up.dtype),

@@ -64,9 +64,6 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
 // down (rows are whole 16-byte words: widths of whole groups of 32) and both scales; at most
 // kMoeMaxExperts and 32 choices.
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
-// Measurements: the MXFP4 gate/up launch with registers capped for 3 blocks a multiprocessor
-// (some spill) instead of 2 (the default). The engine thread only.
-void set_moe_mxfp4_gate_up_blocks(int blocks);
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                              TensorRef out, Stream s);
 
