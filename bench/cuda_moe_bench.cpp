@@ -5,7 +5,8 @@
 // the chosen experts read per second against the device copy bandwidth (the decode bound), and
 // a 4096-token prefill in TFLOP/s, each with the per-pair kernels (the first CUDA MoE) and the
 // fast paths side by side in one run (decode: the two-launch kernels and their pipelined form;
-// GGUF blocks have one decode path and one prefill path).
+// GGUF blocks have one decode path and one prefill path; MXFP4 decodes through the f32 kernels
+// and through the int8 kernels of GGUF blocks, at 1 and 8 tokens).
 // Several copies of the layer and fresh router logits per call keep the chosen experts out of
 // the L2 cache, as in a forward over many layers.
 #include <cuda_runtime.h>
@@ -184,6 +185,54 @@ void bench_gguf(CudaBackend& be, const MoeShape& s, double copy_bw, Call&& call,
               static_cast<long long>(n), std::sqrt(num / std::max(den, 1e-300)));
 }
 
+// MXFP4 experts' decode at 1 and 8 tokens through the f32 kernels (pipelined) and the int8
+// kernels (CudaBackend::set_moe_mxfp4_decode), the int8 time split as bench_gguf's, and the two
+// paths' outputs on the same tokens.
+template <typename Call, typename Experts>
+void bench_mxfp4_decode(CudaBackend& be, double copy_bw, Call&& call, Experts&& experts,
+                        TensorRef out, std::int64_t hidden, double decode_bytes) {
+  using Mx = CudaBackend::MoeMxfp4Decode;
+  const auto row = [&](const char* path, std::int64_t n, double t) {
+    std::printf("| %s | %lld | %.1f us | %.0f | %.1f%% | - |\n", path, static_cast<long long>(n),
+                t * 1e6, decode_bytes / t * 1e-9, 100.0 * decode_bytes / t / copy_bw);
+  };
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{8}}) {
+    be.set_moe_mxfp4_decode(Mx::F32);
+    row("MXFP4 decode: f32 kernels (pipelined; before)", n,
+        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    be.set_moe_mxfp4_decode(Mx::Int8);
+    row("MXFP4 decode: int8 kernels (staged, dp4a; the default)", n,
+        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    try {
+      row("  expert launches alone (last routing)", n,
+          seconds_per_call(be, 64, [&](int i) { experts(n, i); }));
+      row("  whole op as a CUDA graph (64 calls)", n,
+          graph_seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    } catch (const std::exception& e) {
+      std::printf("(split timing failed: %s)\n", e.what());
+    }
+  }
+  std::printf(
+      "(decode GB/s: the chosen experts' bytes of one token, k distinct experts; at 8 tokens the\n"
+      "union is larger, so the column understates the bytes read there)\n");
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{8}}) {
+    std::vector<float> f32_out(static_cast<std::size_t>(n * hidden)), int8_out(f32_out.size());
+    be.set_moe_mxfp4_decode(Mx::F32);
+    call(n, 0);
+    be.download(out.rows_slice(0, n), f32_out);
+    be.set_moe_mxfp4_decode(Mx::Int8);
+    call(n, 0);
+    be.download(out.rows_slice(0, n), int8_out);
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < f32_out.size(); ++i) {
+      num += (double(int8_out[i]) - f32_out[i]) * (double(int8_out[i]) - f32_out[i]);
+      den += double(f32_out[i]) * f32_out[i];
+    }
+    std::printf("%lld tokens: MXFP4 int8 vs f32 decode output, relative L2 difference %.2e\n",
+                static_cast<long long>(n), std::sqrt(num / std::max(den, 1e-300)));
+  }
+}
+
 void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   const MoeParams p = params_of(s);
   std::vector<MoeWeights> layers;
@@ -220,17 +269,22 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   std::printf("| path | tokens | time per layer | chosen-expert GB/s | of copy bandwidth | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   using Kernels = CudaBackend::MoeKernels;
+  auto experts_only = [&](std::int64_t n, int i) {  // the int8 kernels on the last routing
+    cuda::launch_moe_decode_quant(x->tensor().rows_slice(0, n),
+                                  layers[static_cast<std::size_t>(i % s.copies)], p, scratch,
+                                  out->tensor().rows_slice(0, n), be.stream());
+  };
   if (s.gguf()) {
     auto route_only = [&](std::int64_t n, int i) {
       const TensorRef l = logits->tensor().rows_slice((i % kLogitSets) * max_n, n);
       cuda::launch_moe_route(l, p, scratch.route, be.stream());
     };
-    auto experts_only = [&](std::int64_t n, int i) {
-      cuda::launch_moe_decode_quant(x->tensor().rows_slice(0, n), layers[static_cast<std::size_t>(i % s.copies)], p,
-                                    scratch, out->tensor().rows_slice(0, n), be.stream());
-    };
     return bench_gguf(be, s, copy_bw, call, route_only, experts_only, out->tensor(), decode_bytes, prefill_flops);
   }
+  if (s.mxfp4)
+    bench_mxfp4_decode(be, copy_bw, call, experts_only, out->tensor(), s.hidden, decode_bytes);
+  be.set_moe_mxfp4_decode(
+      CudaBackend::MoeMxfp4Decode::F32);  // the rows below: the f32 decode kernels
   for (const Kernels k : {Kernels::PerPair, Kernels::ExpertLoop, Kernels::Grouped}) {
     be.set_moe_kernels(k);
     const char* path = k == Kernels::PerPair      ? "old (per-pair kernels)"
@@ -242,8 +296,9 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
       be.set_moe_decode_kernels(dk);
       const double t1 = seconds_per_call(be, 64, [&](int i) { call(1, i); });
       std::printf("| %s | 1 | %.1f us | %.0f | %.1f%% | - |\n",
-                  k == Kernels::PerPair      ? path
+                  k == Kernels::PerPair     ? path
                   : dk == Decode::TwoLaunch ? "new, decode: two launches (before)"
+                  : s.mxfp4                 ? "new, decode: pipelined (f32)"
                                             : "new, decode: pipelined (the default)",
                   t1 * 1e6, decode_bytes / t1 * 1e-9, 100.0 * decode_bytes / t1 / copy_bw);
     }
@@ -256,7 +311,8 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
                 static_cast<long long>(max_n), tp * 1e3, prefill_flops / tp * 1e-12);
   }
   // The new paths against the per-pair kernels on the same inputs (the parity tests hold the
-  // oracle; this checks the benchmark measured working kernels on these shapes).
+  // oracle; this checks the benchmark measured working kernels on these shapes; MXFP4: the f32
+  // decode kernels, the int8 ones against them above).
   for (const std::int64_t n : {std::int64_t{1}, max_n}) {
     std::vector<float> old_out(static_cast<std::size_t>(n * s.hidden)), new_out(old_out.size());
     be.set_moe_kernels(Kernels::PerPair);
@@ -273,6 +329,7 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
     std::printf("%lld tokens: new vs per-pair output, relative L2 difference %.2e\n", static_cast<long long>(n),
                 std::sqrt(num / std::max(den, 1e-300)));
   }
+  be.set_moe_mxfp4_decode(CudaBackend::MoeMxfp4Decode::Int8);
 }
 
 }  // namespace

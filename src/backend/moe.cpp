@@ -78,6 +78,19 @@ void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, st
   }
 }
 
+void mxfp4_row_to_gguf_blocks(const std::uint8_t* blocks, const std::uint8_t* scales,
+                              std::int64_t n, std::uint8_t* out) {
+  AKV_CHECK(n % 32 == 0, "mxfp4_row_to_gguf_blocks: a whole number of 32-value blocks");
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    const std::uint8_t* src = blocks + b * 16;  // value 2k: low nibble of byte k, 2k + 1: high
+    const auto code = [src](int j) { return (src[j / 2] >> (4 * (j % 2))) & 0x0f; };
+    std::uint8_t* dst = out + b * 17;
+    dst[0] = scales[b];
+    for (int j = 0; j < 16; ++j)
+      dst[1 + j] = static_cast<std::uint8_t>(code(j) | (code(j + 16) << 4));
+  }
+}
+
 void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef& scales,
                        std::int64_t row, float* out) {
   AKV_CHECK(row >= 0 && row < w.rows, "expert_matrix_row: row out of range");

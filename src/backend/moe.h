@@ -78,6 +78,13 @@ float mxfp4_scale_value(std::uint8_t e8m0);
 void decode_mxfp4_row(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n,
                       float* out);
 
+// The same `n` values as GGUF MXFP4 blocks (n / 32 blocks of 17 bytes: the E8M0 byte, then value
+// j in the low nibble of byte j and value j + 16 in its high nibble) into `out`: dequantize()
+// of them equals decode_mxfp4_row (scale 255 aside: NaN here, 2^127 in GGUF). The inverse of
+// the GGUF loader's unpacking; the CUDA tests compare the two layouts' kernels with it.
+void mxfp4_row_to_gguf_blocks(const std::uint8_t* blocks, const std::uint8_t* scales,
+                              std::int64_t n, std::uint8_t* out);
+
 // Row `row` of one stacked expert matrix (`w`, and `scales` for Mxfp4) as f32: w.cols values
 // (GgufBlocks: the dequantization oracle's values, tensor/dequantize.h).
 void expert_matrix_row(ExpertFormat format, const WeightRef& w, const WeightRef& scales,

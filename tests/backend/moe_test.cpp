@@ -54,6 +54,36 @@ TEST(Mxfp4, DecodesE2M1NibblesAndE8M0ScalesByHand) {
   EXPECT_EQ(out[63], 0.0f);
 }
 
+// The released layout repacked into GGUF blocks: every nibble pair at every position and every
+// finite scale decode to the same values through GGUF's dequantizer (the CUDA kernels of both
+// layouts are compared through this repack), and the nibbles land where GGUF puts them.
+TEST(Mxfp4, GgufBlocksOfTheReleasedLayoutDequantizeToTheSameValues) {
+  // Scales 0..254 (255 is NaN in one, 2^127 in the other), each over 16 blocks.
+  const std::int64_t n = 32 * 16 * 255;
+  std::vector<std::uint8_t> blocks(n / 2), scales(n / 32), gguf(n / 32 * 17);
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    scales[b] = static_cast<std::uint8_t>(b % 255);
+    for (int k = 0; k < 16; ++k)  // byte values 0..255 across a block's 16 bytes over 16 blocks
+      blocks[b * 16 + k] = static_cast<std::uint8_t>(16 * (b % 16) + k);
+  }
+  mxfp4_row_to_gguf_blocks(blocks.data(), scales.data(), n, gguf.data());
+  std::vector<float> want(n), got(n);
+  decode_mxfp4_row(blocks.data(), scales.data(), n, want.data());
+  dequantize(GgmlType::MXFP4, gguf, got);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << "value " << i;
+  // Block 0: value 2k is byte k's low nibble; in GGUF value j < 16 is byte j's low nibble and
+  // j + 16 its high one.
+  const std::uint8_t split[16] = {0x21, 0x43, 0x65, 0x87, 0xa9, 0xcb, 0xed, 0x0f,
+                                  0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
+  const std::uint8_t scale = 127;
+  std::uint8_t block[17];
+  mxfp4_row_to_gguf_blocks(split, &scale, 32, block);
+  EXPECT_EQ(block[0], 127);
+  EXPECT_EQ(block[1], 0x01);   // values 0 (1) and 16 (0)
+  EXPECT_EQ(block[2], 0x12);   // values 1 (split[0] high: 2) and 17 (split[8] high: 1)
+  EXPECT_EQ(block[16], 0xf0);  // values 15 (split[7] high: 0) and 31 (split[15] high: f)
+}
+
 TEST(MoeRouting, SoftmaxThenTopKAndTopKThenSoftmax) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f};
   std::int32_t ids[2];

@@ -5,8 +5,10 @@
 // two-launch baseline), the grouped prefill beyond (with experts no token picks and one nearly
 // every token picks), the per-pair baseline, shapes only the fallbacks take, and decode steps
 // recorded and replayed as CUDA graphs. GGUF-block experts (Q4_K_M's Q4_K gate/up with Q6_K
-// down, and Q4_K, Q5_K, Q8_0, Q4_0, MXFP4): decode against the host replay of the int8
-// activation rule (quant_gemv.h) over the oracle's weights, prefill against the reference.
+// down, and Q4_K, Q5_K, Q8_0, Q4_0, MXFP4) and MXFP4 experts through the int8 decode kernels
+// (the default; the f32 ones selectable): decode against the host replay of the int8 activation
+// rule (quant_gemv.h) over the oracle's weights, and MXFP4 bit for bit against the same values
+// as GGUF MXFP4 blocks; prefill against the reference.
 #include <cstring>
 #include <numeric>
 #include <ostream>
@@ -28,6 +30,9 @@ struct MoeShape {
 constexpr MoeShape kQwen3{"qwen3_moe", 256, 96, 16, 4, false, true};
 constexpr MoeShape kQwen3NoNorm{"qwen3_moe_no_norm", 256, 96, 16, 4, false, false};
 constexpr MoeShape kGptOss{"gpt_oss", 192, 96, 12, 4, true, false};
+// GPT-OSS-20B's hidden width (90 groups of 32: two staged windows, the second partial; not a
+// multiple of 256).
+constexpr MoeShape kGptOssWide{"gpt_oss_wide", 2880, 64, 8, 4, true, false};
 constexpr MoeShape kOdd{"odd_widths", 100, 40, 6, 2, false, true};  // rows not whole 16-byte chunks
 // GGUF-block experts: k-quant rows are whole 256-element blocks; top 8 of 8, top 1.
 constexpr MoeShape kQwen3Gguf{"qwen3_moe", 512, 256, 16, 4, false, true};
@@ -186,14 +191,19 @@ struct MoeCase {
   CudaBackend::MoeKernels kernels = CudaBackend::MoeKernels::Grouped;
   CudaBackend::MoeDecodeKernels decode = CudaBackend::MoeDecodeKernels::Pipelined;
   DType down = DType::F32;  // GGUF blocks (dtype quantized): down's block type
+  CudaBackend::MoeMxfp4Decode mx = CudaBackend::MoeMxfp4Decode::Int8;  // MXFP4 experts' decode
 };
 
 using Kernels = CudaBackend::MoeKernels;
 using Decode = CudaBackend::MoeDecodeKernels;
+using Mxfp4Decode = CudaBackend::MoeMxfp4Decode;
 
 std::string kernels_suffix(const MoeCase& c) {
-  return std::string(c.kernels == Kernels::PerPair ? "_per_pair" : c.kernels == Kernels::ExpertLoop ? "_loop" : "") +
-         (c.decode == Decode::TwoLaunch ? "_two_launch" : "");
+  return std::string(c.kernels == Kernels::PerPair      ? "_per_pair"
+                     : c.kernels == Kernels::ExpertLoop ? "_loop"
+                                                        : "") +
+         (c.decode == Decode::TwoLaunch ? "_two_launch" : "") +
+         (c.mxfp4 && c.mx == Mxfp4Decode::F32 ? "_f32_decode" : "");
 }
 std::string case_name(const MoeCase& c) {
   const std::string types = c.mxfp4                      ? "mxfp4"
@@ -205,14 +215,18 @@ std::string case_name(const MoeCase& c) {
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << case_name(c); }
 
 bool gguf(const MoeCase& c) { return dtype_is_quantized(c.dtype); }
-// GGUF blocks: the decode kernels (eager steps up to kMoeDecodeMaxRows, and per-pair mode), else
-// the grouped prefill.
-bool gguf_decode(const MoeCase& c) {
-  return gguf(c) && (c.n <= CudaBackend::kMoeDecodeMaxRows || c.kernels == Kernels::PerPair);
+// The int8 decode kernels (moe_decode_quant.cu): GGUF blocks in eager steps up to
+// kMoeDecodeMaxRows and in per-pair mode; MXFP4 in eager steps up to kMoeDecodeMaxRows unless
+// the f32 decode or the per-pair kernels are chosen. More rows: the grouped prefill.
+bool int8_decode(const MoeCase& c) {
+  if (gguf(c)) return c.n <= CudaBackend::kMoeDecodeMaxRows || c.kernels == Kernels::PerPair;
+  return c.mxfp4 && c.mx == Mxfp4Decode::Int8 && c.kernels != Kernels::PerPair &&
+         c.n <= CudaBackend::kMoeDecodeMaxRows;
 }
 
 std::string path_name(const MoeCase& c) {
-  if (gguf_decode(c)) return "GGUF decode kernels";
+  if (int8_decode(c))
+    return c.mxfp4 ? "int8 decode kernels (MXFP4 as released)" : "GGUF decode kernels";
   if (c.kernels == Kernels::PerPair) return "per-pair baseline";
   if (c.n <= CudaBackend::kMoeDecodeMaxRows)
     return c.decode == Decode::TwoLaunch ? "decode kernels (two launches)" : "decode kernels (pipelined)";
@@ -222,7 +236,8 @@ std::string path_name(const MoeCase& c) {
 // The grouped prefill rounds x and its intermediates to the experts' half dtype (bf16 for MXFP4),
 // like the dense prefill GEMMs; every other path computes in f32.
 double tolerance_for(const MoeCase& c) {
-  if (gguf_decode(c)) return 1e-3;  // against the int8 replay (rare flips of an activation's rounding)
+  // The int8 kernels against the int8 replay (rare flips of an activation's rounding).
+  if (int8_decode(c)) return 1e-3;
   const bool half = c.mxfp4 || c.dtype != DType::F32;
   return c.kernels != Kernels::PerPair && half && c.n > CudaBackend::kMoeDecodeMaxRows ? tolerance(DType::BF16)
                                                                                        : 1e-5;
@@ -242,9 +257,9 @@ std::vector<double> int8_rounded(const float* x, std::int64_t cols) {
   return out;
 }
 
-// The GGUF decode kernels' result on the host: the reference's rules (routing, activation,
+// The int8 decode kernels' result on the host: the reference's rules (routing, activation,
 // weighted sum) over the oracle's weights, with x and the activations int8-rounded first.
-std::vector<float> gguf_decode_replay(const MoeLayer& l, MoeIo& io) {
+std::vector<float> int8_decode_replay(const MoeLayer& l, MoeIo& io) {
   const MoeWeights w = l.weights(false);
   const MoeParams& p = l.p;
   const std::int64_t hidden = l.shape.hidden, inter = p.inter, n = io.x.cpu.rows;
@@ -294,9 +309,11 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
   const std::int64_t grouped_before = backends().gpu.moe_grouped_gemm_launches();
   backends().gpu.set_moe_kernels(c.kernels);
   backends().gpu.set_moe_decode_kernels(c.decode);
+  backends().gpu.set_moe_mxfp4_decode(c.mx);
   backends().gpu.moe(io.x.gpu, io.logits.gpu, l.weights(true), l.p, io.scratch(true), io.out.gpu);
   backends().gpu.set_moe_kernels(Kernels::Grouped);
   backends().gpu.set_moe_decode_kernels(Decode::Pipelined);
+  backends().gpu.set_moe_mxfp4_decode(Mxfp4Decode::Int8);
   // Float experts with 16-byte aligned rows take the grouped GEMM (gate/up and down) in prefill.
   // With odd widths each GEMM's operands are aligned or not by where its experts' rows start
   // (the routing), so either path may run there: only the results are checked.
@@ -309,8 +326,9 @@ TEST_P(MoeKernelsOnCuda, MatchReference) {
     EXPECT_EQ(launches, grouped_gemm ? 2 : 0)
         << case_name(c) << ": cublasGemmGroupedBatchedEx launches (none: unaligned operands or cuBLAS answered "
         << "NOT_SUPPORTED, so one GEMM per expert ran)";
-  const std::vector<float> got = io.out.get_gpu(), want = gguf_decode(c) ? gguf_decode_replay(l, io) : io.out.get_cpu();
-  if (gguf_decode(c)) {  // and the replay is within the int8 rounding of the oracle
+  const std::vector<float> got = io.out.get_gpu(),
+                           want = int8_decode(c) ? int8_decode_replay(l, io) : io.out.get_cpu();
+  if (int8_decode(c)) {  // and the replay is within the int8 rounding of the oracle
     EXPECT_LE(rel_error(want, io.out.get_cpu()), 5e-2) << case_name(c);
   }
   const double err = note_error(rel_error(got, want));
@@ -341,7 +359,18 @@ std::vector<MoeCase> moe_cases() {
   }
   for (std::int64_t n : {1, 3, 8}) {  // the decode kernels the pipelined ones replaced
     v.push_back({&kQwen3, DType::BF16, false, n, Kernels::Grouped, Decode::TwoLaunch});
-    v.push_back({&kGptOss, DType::F32, true, n, Kernels::Grouped, Decode::TwoLaunch});
+    v.push_back({&kGptOss, DType::F32, true, n, Kernels::Grouped, Decode::TwoLaunch, DType::F32,
+                 Mxfp4Decode::F32});
+    // MXFP4's f32 decode (pipelined), which the int8 kernels replaced as the default.
+    v.push_back({&kGptOss, DType::F32, true, n, Kernels::Grouped, Decode::Pipelined, DType::F32,
+                 Mxfp4Decode::F32});
+    // MXFP4 through the int8 kernels: GPT-OSS-20B's hidden width (a partial second window),
+    // Qwen3 rules (split gate/up, no biases), expert rows longer than a window and more choices
+    // than a down warp stages at once.
+    v.push_back({&kGptOssWide, DType::F32, true, n});
+    v.push_back({&kQwen3, DType::F32, true, n});
+    v.push_back({&kLongDown, DType::F32, true, n});
+    v.push_back({&kLongRows, DType::F32, true, n});
   }
   v.push_back({&kQwen3, DType::F32, false, 1});  // the pipelined decode over every float dtype
   v.push_back({&kQwen3, DType::F16, false, 1});
@@ -366,6 +395,7 @@ std::vector<MoeCase> moe_cases() {
     v.push_back(q(&kQwen3GgufOne, DType::Q8_0, DType::Q4_K, n));
     v.push_back(q(&kGptOss, DType::Q8_0, DType::Q4_0, n));
     v.push_back(q(&kGptOss, DType::MXFP4, DType::MXFP4, n));
+    v.push_back(q(&kGptOssWide, DType::MXFP4, DType::MXFP4, n));
   }
   for (std::int64_t n : {1, 3}) {
     v.push_back(q(&kLongRows, DType::Q8_0, DType::Q4_0, n));
@@ -383,11 +413,16 @@ INSTANTIATE_TEST_SUITE_P(Cases, MoeKernelsOnCuda, ::testing::ValuesIn(moe_cases(
 TEST(MoeKernelsOnCuda, RecordedDecodeSteps) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();
-  for (const int kind : {0, 1, 2}) {  // bf16, MXFP4, GGUF blocks (Q4_K gate/up, Q6_K down)
-    const bool mxfp4 = kind == 1, blocks = kind == 2;
+  // bf16, MXFP4 (int8 decode), GGUF blocks (Q4_K gate/up, Q6_K down), MXFP4 (f32 decode)
+  for (const int kind : {0, 1, 2, 3}) {
+    const bool mxfp4 = kind == 1 || kind == 3, blocks = kind == 2, int8 = kind == 1 || kind == 2;
     const MoeLayer l = blocks ? MoeLayer::random(kQwen3Gguf, DType::Q4_K, false, DType::Q6_K)
                               : MoeLayer::random(mxfp4 ? kGptOss : kQwen3, DType::BF16, mxfp4);
-    const char* name = blocks ? "qwen3_moe Q4_K/Q6_K" : mxfp4 ? "gpt_oss MXFP4" : "qwen3_moe BF16";
+    const char* name = blocks      ? "qwen3_moe Q4_K/Q6_K"
+                       : kind == 1 ? "gpt_oss MXFP4 (int8)"
+                       : mxfp4     ? "gpt_oss MXFP4 (f32)"
+                                   : "qwen3_moe BF16";
+    b.gpu.set_moe_mxfp4_decode(kind == 3 ? Mxfp4Decode::F32 : Mxfp4Decode::Int8);
     for (const std::int32_t n : {3, 24, 64}) {
       MoeIo io(l, n);
       const DecodeBatch d(b.gpu, n);
@@ -400,12 +435,70 @@ TEST(MoeKernelsOnCuda, RecordedDecodeSteps) {
         b.gpu.download(io.out.gpu, got);
         b.gpu.end_step();
         b.ref.moe(io.x.cpu, io.logits.cpu, l.weights(false), l.p, io.scratch(false), io.out.cpu);
-        const std::vector<float> want = blocks ? gguf_decode_replay(l, io) : io.out.get_cpu();
-        EXPECT_LE(note_error(rel_error(got, want)), blocks ? 1e-3 : 1e-5) << name << " n " << n << " step " << step;
+        const std::vector<float> want = int8 ? int8_decode_replay(l, io) : io.out.get_cpu();
+        EXPECT_LE(note_error(rel_error(got, want)), int8 ? 1e-3 : 1e-5)
+            << name << " n " << n << " step " << step;
       }
       const CudaBackend::StepStats after = b.gpu.step_stats();
       EXPECT_EQ(after.captured - before.captured, 1) << "n " << n;
       EXPECT_EQ(after.replayed - before.replayed, 2) << "n " << n;
+    }
+  }
+  b.gpu.set_moe_mxfp4_decode(Mxfp4Decode::Int8);
+}
+
+// `w` [rows, bytes of cols / 2] and `scales` [rows, cols / 32] (MXFP4 as released) as GGUF MXFP4
+// blocks [rows, cols] of the same values (mxfp4_row_to_gguf_blocks) on both backends.
+std::unique_ptr<WeightPair> gguf_mxfp4_of(const WeightPair& w, const WeightPair& scales) {
+  const std::int64_t rows = w.info.shape[0], cols = w.cpu.cols;
+  auto g = std::make_unique<WeightPair>();
+  const std::size_t row_bytes = dtype_row_bytes(DType::MXFP4, cols);
+  g->bytes.resize(row_bytes * static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    mxfp4_row_to_gguf_blocks(w.bytes.data() + r * (cols / 2), scales.bytes.data() + r * (cols / 32),
+                             cols, g->bytes.data() + static_cast<std::size_t>(r) * row_bytes);
+  g->info.name = "gguf_mxfp4";
+  g->info.dtype = DType::MXFP4;
+  g->info.shape = {rows, cols};
+  g->info.bytes = g->bytes;
+  g->cpu = backends().ref.upload_weight(g->info);
+  g->gpu = backends().gpu.upload_weight(g->info);
+  return g;
+}
+
+// MXFP4 experts as released and the same values as GGUF MXFP4 blocks through the int8 decode
+// kernels: each lane decodes the same codes and scales and sums in the same order, so the outputs
+// are equal bit for bit (eager steps and a recorded one; biases, interleaved gate/up, windows).
+TEST(MoeKernelsOnCuda, Mxfp4AsReleasedMatchesItsGgufBlocksBitForBit) {
+  AKV_SKIP_WITHOUT_CUDA();
+  Backends& b = backends();
+  for (const MoeShape* s : {&kGptOss, &kGptOssWide, &kLongDown, &kLongRows}) {
+    const MoeLayer l = MoeLayer::random(*s, DType::F32, true);
+    const std::unique_ptr<WeightPair> gu = gguf_mxfp4_of(*l.gu, *l.gu_scales),
+                                      dn = gguf_mxfp4_of(*l.dn, *l.dn_scales);
+    const MoeWeights released = l.weights(true);
+    MoeWeights blocks_w = released;
+    blocks_w.format = ExpertFormat::GgufBlocks;
+    blocks_w.gate_up = gu->gpu;
+    blocks_w.down = dn->gpu;
+    blocks_w.gate_up_scales = blocks_w.down_scales = {};
+    for (const std::int32_t n : {1, 3, 8, 24}) {
+      MoeIo io(l, n);
+      io.randomize();
+      const bool record = n > CudaBackend::kMoeDecodeMaxRows;  // eager 24 rows: the grouped prefill
+      const DecodeBatch d_released(b.gpu, n), d_blocks(b.gpu, n);  // a recording each
+      std::vector<float> split(static_cast<std::size_t>(n * s->hidden)), blocks(split.size());
+      for (const bool as_blocks : {false, true}) {
+        const DecodeBatch& d = as_blocks ? d_blocks : d_released;
+        if (record) b.gpu.begin_step(d.batch, d.kv, &d.layout);
+        b.gpu.moe(io.x.gpu, io.logits.gpu, as_blocks ? blocks_w : released, l.p, io.scratch(true),
+                  io.out.gpu);
+        b.gpu.download(io.out.gpu, as_blocks ? blocks : split);
+        if (record) b.gpu.end_step();
+        io.out.poison_gpu();
+      }
+      EXPECT_EQ(std::memcmp(split.data(), blocks.data(), split.size() * sizeof(float)), 0)
+          << s->name << " n " << n << ": relative difference " << rel_error(split, blocks);
     }
   }
 }

@@ -100,6 +100,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* moe_decode = std::getenv("AGENTKV_CUDA_MOE_DECODE");  // side-by-side model runs
   if (moe_decode != nullptr && std::strcmp(moe_decode, "two_launch") == 0)
     moe_decode_kernels_ = MoeDecodeKernels::TwoLaunch;
+  const char* moe_mxfp4 = std::getenv("AGENTKV_CUDA_MOE_MXFP4");
+  if (moe_mxfp4 != nullptr && std::strcmp(moe_mxfp4, "f32") == 0)
+    moe_mxfp4_decode_ = MoeMxfp4Decode::F32;
   slots_.resize(kUploadSlots);
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }

@@ -140,6 +140,14 @@ class CudaBackend final : public Backend {
   // AGENTKV_CUDA_MOE_DECODE=two_launch in the environment starts the backend with the former.
   enum class MoeDecodeKernels { TwoLaunch, Pipelined };
   void set_moe_decode_kernels(MoeDecodeKernels k) { moe_decode_kernels_ = k; }
+  // MXFP4 experts (ExpertFormat::Mxfp4, GPT-OSS as released) in decode: F32, the kernels above
+  // (E2M1 values in f32, parity 1e-5 with the oracle), or (the default) Int8, the staged kernels
+  // of GGUF blocks (moe_decode_quant.cu) reading the released layout: dp4a against x and the
+  // activations quantized to int8 per 32 columns, as the quantized GEMV. Shapes the int8 kernels
+  // do not take (unaligned stacks) fall back to F32. AGENTKV_CUDA_MOE_MXFP4=f32 in the
+  // environment starts the backend with F32.
+  enum class MoeMxfp4Decode { F32, Int8 };
+  void set_moe_mxfp4_decode(MoeMxfp4Decode d) { moe_mxfp4_decode_ = d; }
   // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
   std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
@@ -380,6 +388,7 @@ class CudaBackend final : public Backend {
   bool chunk_attention_ = true;
   MoeKernels moe_kernels_ = MoeKernels::Grouped;
   MoeDecodeKernels moe_decode_kernels_ = MoeDecodeKernels::Pipelined;
+  MoeMxfp4Decode moe_mxfp4_decode_ = MoeMxfp4Decode::Int8;
   bool moe_grouped_gemm_unsupported_ = false;  // cuBLAS answered NOT_SUPPORTED once
   std::int64_t moe_grouped_gemm_launches_ = 0;
   std::vector<std::int32_t> moe_offsets_;      // moe_grouped: the experts' first rows, read back

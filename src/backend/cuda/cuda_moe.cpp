@@ -2,8 +2,9 @@
 // or moe_decode.cu, moe_prefill.cu, and the per-pair baseline in moe.cu). Decode (at most kMoeDecodeMaxRows rows,
 // and every recorded step) routes and runs the experts without a host round trip; larger eager
 // batches sort the (token, choice) pairs by expert and multiply each expert's rows on the tensor
-// cores through cuBLAS, after one host wait for the experts' row counts. GGUF-block experts:
-// moe_decode_quant.cu for decode, each non-empty expert dequantized to bf16 for the prefill GEMMs.
+// cores through cuBLAS, after one host wait for the experts' row counts. GGUF-block experts, and
+// MXFP4 experts by default: moe_decode_quant.cu for decode (int8 activations, dp4a); each
+// non-empty expert dequantized to bf16 for the prefill GEMMs.
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -52,7 +53,8 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
                     .u(p.norm_topk_prob).u(static_cast<std::uint64_t>(p.act)).f(p.swiglu_limit).f(p.swiglu_alpha)
                     .u(p.interleaved_gate_up).t(scratch.route).t(scratch.gate_up).t(scratch.act).t(scratch.down)
                     .t(out).u(static_cast<std::uint64_t>(moe_kernels_))
-                    .u(static_cast<std::uint64_t>(moe_decode_kernels_)).h))
+                    .u(static_cast<std::uint64_t>(moe_decode_kernels_))
+                    .u(static_cast<std::uint64_t>(moe_mxfp4_decode_)).h))
     return;
   const bool grouped = !recording() && x.rows > kMoeDecodeMaxRows && grouped_supported(w, p);
   if (w.format == ExpertFormat::GgufBlocks) {  // no per-pair form: the decode kernels are the baseline
@@ -63,6 +65,12 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
       moe_grouped(x, w, p, scratch, out);
     else
       cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream());
+    return;
+  }
+  if (w.format == ExpertFormat::Mxfp4 && !grouped && moe_kernels_ != MoeKernels::PerPair &&
+      moe_mxfp4_decode_ == MoeMxfp4Decode::Int8 && cuda::moe_quant_supported(w, p)) {
+    cuda::launch_moe_route(router_logits, p, scratch.route, stream());
+    cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream());
     return;
   }
   const bool decode = !grouped && p.n_experts <= cuda::kMoeMaxExperts && cuda::moe_decode_supported(x, w, p);

@@ -1,7 +1,8 @@
-// The decode kernels of GGUF-block experts (moe_kernels.h, launch_moe_decode_quant): x and the
-// activations quantized to int8 per 32 columns (the quantized GEMV's rule, quant_gemv.h), the
-// chosen experts' rows copied whole into shared memory (cp.async, 16-byte words, all of a warp's
-// rows in flight at once) and decoded from there one lane group at a time (quant_lane.cuh), dp4a
+// The decode kernels of GGUF-block experts and of MXFP4 experts as released (moe_kernels.h,
+// launch_moe_decode_quant): x and the activations quantized to int8 per 32 columns (the
+// quantized GEMV's rule, quant_gemv.h), the chosen experts' rows copied whole into shared memory
+// (cp.async, 16-byte words, all of a warp's rows in flight at once; an MXFP4 row's nibbles and
+// its scales side by side) and decoded from there one lane group at a time (quant_lane.cuh), dp4a
 // dot products, the (row, group) items of a warp's rows spread over all 32 lanes. Two launches
 // after the routing: gate/up, a block per (pair, 32 hidden units), a warp per kUnits of them
 // (their gate and up rows), x quantized by each block into shared memory while the rows load,
@@ -45,6 +46,12 @@ template <GgmlType T>
 std::int64_t slot_bytes_for(std::int64_t row_bytes) {
   const std::int64_t window = std::min<std::int64_t>(row_bytes, kWindowStages * stage_bytes<T>());
   return (window + 15) / 16 * 16 + 32;
+}
+
+// Slots a down warp stages rows in: kDownRows, fewer when there are fewer choices (more blocks
+// fit a multiprocessor's shared memory: GPT-OSS's top 4).
+__host__ __device__ constexpr int down_slots(int top_k) {
+  return top_k < kDownRows ? top_k : kDownRows;
 }
 
 // The int8 codes and float2 (d, d * sum of codes) scales of `cols` columns, then the staging
@@ -153,21 +160,75 @@ __device__ __forceinline__ void quantize_group8(float4 v, int l8, bool store, st
   if (l8 == 0) *scale = make_float2(d, d * static_cast<float>(sum));
 }
 
-// Window `s0` (stages s0 .. s0 + kWindowStages - 1) of a row of row_bytes at `row` copied by
-// the warp into `slot` (cp.async, 16-byte words): its first byte lands at slot + the returned
-// offset (the row's address mod 16, so 4-byte words keep their alignment).
-template <GgmlType T>
-__device__ __forceinline__ int stage_window(const std::uint8_t* row, std::int64_t row_bytes, int s0,
-                                            std::uint8_t* slot, int lane) {
-  const std::int64_t first = std::int64_t{s0} * stage_bytes<T>();
-  const std::int64_t len = min(row_bytes - first, std::int64_t{kWindowStages} * stage_bytes<T>());
-  const auto a = reinterpret_cast<std::uintptr_t>(row + first);
+// `len` bytes at `src` copied by the warp into `slot` (cp.async, the 16-byte words around them:
+// at most len + 30 bytes): the first byte lands at slot + the returned offset (src's address mod
+// 16, so 4-byte words keep their alignment).
+__device__ __forceinline__ int stage_bytes_at(const std::uint8_t* src, std::int64_t len,
+                                              std::uint8_t* slot, int lane) {
+  const auto a = reinterpret_cast<std::uintptr_t>(src);
   const std::uintptr_t a0 = a & ~std::uintptr_t{15}, a1 = (a + len + 15) & ~std::uintptr_t{15};
   const int words = static_cast<int>((a1 - a0) / 16);
   for (int c = lane; c < words; c += 32)
     cp_async16(slot + 16 * c, reinterpret_cast<const void*>(a0 + 16 * c));
   return static_cast<int>(a & 15);
 }
+
+// Window `s0` (stages s0 .. s0 + kWindowStages - 1) of a row of row_bytes at `row` copied by
+// the warp into `slot`; returns where its first byte lands (stage_bytes_at).
+template <GgmlType T>
+__device__ __forceinline__ int stage_window(const std::uint8_t* row, std::int64_t row_bytes, int s0,
+                                            std::uint8_t* slot, int lane) {
+  const std::int64_t first = std::int64_t{s0} * stage_bytes<T>();
+  const std::int64_t len = min(row_bytes - first, std::int64_t{kWindowStages} * stage_bytes<T>());
+  return stage_bytes_at(row + first, len, slot, lane);
+}
+
+// Where the rows of one stacked expert matrix lie: GGUF blocks, row r at data + r * row_bytes;
+// MXFP4 as released, row r's nibbles at data + r * row_bytes (cols / 2) and its E8M0 scales at
+// scales + r * scale_bytes (cols / 32).
+struct ExpertRows {
+  const std::uint8_t* data;
+  std::int64_t row_bytes;
+  const std::uint8_t* scales;
+  std::int64_t scale_bytes;
+};
+
+// How the kernels stage and decode the rows of one format: slot_bytes (a slot holds one window
+// of a row), stage (window s0 of a row into a slot, by the warp; returns the offset decode takes)
+// and decode (group g of the staged window: lane weights as quant_lane.cuh's).
+// GGUF blocks of type T: a window is kWindowStages stages of whole blocks.
+template <GgmlType T>
+struct GgufRows {
+  static std::int64_t slot_bytes(const ExpertRows& r) { return slot_bytes_for<T>(r.row_bytes); }
+  __device__ static int stage(const ExpertRows& r, std::int64_t row, int s0, std::uint8_t* slot,
+                              int lane) {
+    return stage_window<T>(r.data + row * r.row_bytes, r.row_bytes, s0, slot, lane);
+  }
+  __device__ static LaneWeights decode(const std::uint8_t* slot, int off, int g) {
+    return decode_staged<T>(slot + off + (g / kStageGroups) * stage_bytes<T>(), g % kStageGroups);
+  }
+};
+
+// MXFP4 as released: a window's nibbles (16 bytes a group, 16-byte aligned: rows are whole
+// 16-byte words and the stack is aligned) at the slot's start, its scales kNibbles on.
+struct SplitMxfp4Rows {
+  static constexpr int kNibbles = kWindowStages * kStageGroups * 16;
+  static constexpr int kScales = kWindowStages * kStageGroups;
+  static std::int64_t slot_bytes(const ExpertRows&) { return kNibbles + kScales + 32; }
+  __device__ static int stage(const ExpertRows& r, std::int64_t row, int s0, std::uint8_t* slot,
+                              int lane) {
+    const std::int64_t g0 = std::int64_t{s0} * kStageGroups;
+    const std::int64_t nib0 = 16 * g0, nib_len = min(r.row_bytes - nib0, std::int64_t{kNibbles});
+    const std::uint8_t* nib = r.data + row * r.row_bytes + nib0;
+    for (int c = lane; c < nib_len / 16; c += 32) cp_async16(slot + 16 * c, nib + 16 * c);
+    const std::int64_t sc_len = min(r.scale_bytes - g0, std::int64_t{kScales});
+    return kNibbles +
+           stage_bytes_at(r.scales + row * r.scale_bytes + g0, sc_len, slot + kNibbles, lane);
+  }
+  __device__ static LaneWeights decode(const std::uint8_t* slot, int off, int g) {
+    return decode_mxfp4_split(*reinterpret_cast<const uint4*>(slot + 16 * g), slot[off + g]);
+  }
+};
 
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -182,10 +243,9 @@ __device__ __forceinline__ int window_groups(int groups, int s0) {
 // blockIdx.x + 0 .. 31 with its chosen expert's rows, activation(gate_j . x_t + bias, up_j . x_t
 // + bias), quantized as one group into aq (row a); a warp per kUnits units. Dynamic shared
 // memory: x's codes and scales (codes_bytes(hidden)), then kGateUpRows slots per warp.
-template <GgmlType T>
+template <class F>
 __global__ void __launch_bounds__(kGateUpWarps * 32)
-    gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride,
-                   const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
+    gate_up_kernel(const float* __restrict__ x, std::int64_t x_stride, ExpertRows w,
                    const float* __restrict__ route, std::int64_t route_stride, const void* bias,
                    DType bias_dtype, QuantActivations aq, DeviceMoe m, int slot_bytes, bool x_vec) {
   extern __shared__ __align__(16) std::uint8_t smem[];
@@ -214,8 +274,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
   auto issue = [&](int s0) {
 #pragma unroll
     for (int r = 0; r < kGateUpRows; ++r) {
-      const int off =
-          stage_window<T>(w + rows[r] * row_bytes, row_bytes, s0, slots + r * slot_bytes, lane);
+      const int off = F::stage(w, rows[r], s0, slots + r * slot_bytes, lane);
       if (lane == 0) offsets[warp][r] = off;
     }
   };
@@ -254,17 +313,16 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
     __syncwarp();
     int off[kGateUpRows];
 #pragma unroll
-    for (int r = 0; r < kGateUpRows; ++r) off[r] = r * slot_bytes + offsets[warp][r];
+    for (int r = 0; r < kGateUpRows; ++r) off[r] = offsets[warp][r];
     const int gw = window_groups(groups, s0);
     for (int g = lane; g < gw; g += 32) {  // a group of every row: x's codes read once
       const int group = s0 * kStageGroups + g;
       const int4* c = reinterpret_cast<const int4*>(xc + group * kQuantGroup);
       const int4 ca = c[0], cb = c[1];
       const float2 ds = xs[group];
-      const std::uint8_t* stages_at = slots + (g / kStageGroups) * stage_bytes<T>();
 #pragma unroll
       for (int r = 0; r < kGateUpRows; ++r)
-        part[r] += group_dot(decode_staged<T>(stages_at + off[r], g % kStageGroups), ca, cb, ds);
+        part[r] += group_dot(F::decode(slots + r * slot_bytes, off[r], g), ca, cb, ds);
     }
   }
 #pragma unroll
@@ -284,14 +342,13 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
 
 // out[t, r] = sum over the token's k choices of weight * (down row r of the expert . act of the
 // pair + down bias); token t = blockIdx.y, a warp per output row r. Dynamic shared memory: the
-// token's k activation rows' codes and scales (codes_bytes(top_k * inter)), then kDownRows slots
-// per warp.
-template <GgmlType T>
+// token's k activation rows' codes and scales (codes_bytes(top_k * inter)), then down_slots(top_k)
+// slots per warp.
+template <class F>
 __global__ void __launch_bounds__(kDownWarps * 32)
-    down_kernel(QuantActivations aq, const std::uint8_t* __restrict__ w, std::int64_t row_bytes,
-                const float* __restrict__ route, std::int64_t route_stride, const void* bias,
-                DType bias_dtype, float* __restrict__ out, std::int64_t out_stride, DeviceMoe m,
-                int slot_bytes) {
+    down_kernel(QuantActivations aq, ExpertRows w, const float* __restrict__ route,
+                std::int64_t route_stride, const void* bias, DType bias_dtype,
+                float* __restrict__ out, std::int64_t out_stride, DeviceMoe m, int slot_bytes) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   __shared__ int offsets[kDownWarps][kDownRows];
   __shared__ int experts[32];
@@ -314,15 +371,15 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   const int codes = m.top_k * m.inter, scales = m.top_k * groups;  // the token's
   auto* ac = reinterpret_cast<std::int8_t*>(smem);
   auto* as = reinterpret_cast<float2*>(smem + codes);
-  std::uint8_t* slots = smem + codes_bytes(codes) + std::int64_t{warp} * kDownRows * slot_bytes;
+  std::uint8_t* slots =
+      smem + codes_bytes(codes) + std::int64_t{warp} * down_slots(m.top_k) * slot_bytes;
   // Rows staged kDownRows choices at a time (i0 .. i0 + kDownRows - 1), each a window at a time.
   auto issue = [&](int i0, int s0) {
 #pragma unroll
     for (int k = 0; k < kDownRows; ++k) {
       if (i0 + k < m.top_k) {
         const std::int64_t row = std::int64_t{experts[i0 + k]} * m.hidden + r;
-        const int off =
-            stage_window<T>(w + row * row_bytes, row_bytes, s0, slots + k * slot_bytes, lane);
+        const int off = F::stage(w, row, s0, slots + k * slot_bytes, lane);
         if (lane == 0) offsets[warp][k] = off;
       }
     }
@@ -354,9 +411,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
         while (g >= gw) g -= gw, ++k;
         if (k >= n_rows) break;
         const int group = s0 * kStageGroups + g, i = i0 + k;
-        const std::uint8_t* stage =
-            slots + k * slot_bytes + offsets[warp][k] + (g / kStageGroups) * stage_bytes<T>();
-        acc += weights[i] * group_dot(decode_staged<T>(stage, g % kStageGroups),
+        acc += weights[i] * group_dot(F::decode(slots + k * slot_bytes, offsets[warp][k], g),
                                       ac + (i * m.inter + group * kQuantGroup),
                                       as[i * groups + group]);
       }
@@ -417,11 +472,71 @@ void allow_smem(K kernel, bool& done, std::size_t bytes) {
   done = true;
 }
 
+// What both launches of one call take.
+struct DecodeArgs {
+  TensorRef x, route, out;
+  const MoeWeights& w;
+  const MoeParams& p;
+  DeviceMoe m;
+  QuantActivations aq;
+  Stream s;
+};
+
+template <class F>
+void launch_gate_up(const DecodeArgs& a, const ExpertRows& rows) {
+  static bool smem_set = false;  // one a format; the engine thread is the only caller
+  const std::int64_t hidden = a.x.cols, pairs = a.x.rows * a.p.top_k, slot = F::slot_bytes(rows);
+  const auto smem =
+      static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
+  allow_smem(gate_up_kernel<F>, smem_set, smem);
+  const bool x_vec = reinterpret_cast<std::uintptr_t>(a.x.data) % 16 == 0 && a.x.stride % 4 == 0;
+  launch(gate_up_kernel<F>,
+         dim3(static_cast<unsigned>(a.p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
+         dim3(kGateUpWarps * 32), smem, a.s, static_cast<const float*>(a.x.data), a.x.stride, rows,
+         static_cast<const float*>(a.route.data), a.route.stride, a.w.gate_up_bias.data,
+         a.w.gate_up_bias.dtype, a.aq, a.m, static_cast<int>(slot), x_vec);
+}
+
+template <class F>
+void launch_down(const DecodeArgs& a, const ExpertRows& rows) {
+  static bool smem_set = false;
+  const std::int64_t slot = F::slot_bytes(rows);
+  int warps = kDownWarps;  // fewer where long rows would pass the shared memory cap
+  const auto smem_for = [&](int k) {
+    return static_cast<std::size_t>(codes_bytes(a.p.top_k * a.p.inter) +
+                                    k * down_slots(static_cast<int>(a.p.top_k)) * slot);
+  };
+  while (warps > 1 && smem_for(warps) > kMaxSmemBytes) warps /= 2;
+  allow_smem(down_kernel<F>, smem_set, smem_for(warps));
+  launch(down_kernel<F>, dim3(blocks_for(a.x.cols, warps), static_cast<unsigned>(a.x.rows)),
+         dim3(warps * 32), smem_for(warps), a.s, a.aq, rows,
+         static_cast<const float*>(a.route.data), a.route.stride, a.w.down_bias.data,
+         a.w.down_bias.dtype, static_cast<float*>(a.out.data), a.out.stride, a.m,
+         static_cast<int>(slot));
+}
+
+ExpertRows gguf_rows(const WeightRef& w) {
+  return {static_cast<const std::uint8_t*>(w.data), quant_row_bytes(ggml_type(w.dtype), w.cols),
+          nullptr, 0};
+}
+ExpertRows mxfp4_rows(const WeightRef& w, const WeightRef& scales) {
+  return {static_cast<const std::uint8_t*>(w.data), w.cols / 2,
+          static_cast<const std::uint8_t*>(scales.data), w.cols / 32};
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 }  // namespace
 
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
-  if (w.format != ExpertFormat::GgufBlocks || p.n_experts > kMoeMaxExperts || p.top_k > 32)
-    return false;
+  if (p.n_experts > kMoeMaxExperts || p.top_k > 32) return false;
+  if (w.format == ExpertFormat::Mxfp4)  // 16-byte nibble words: whole groups, aligned stacks
+    return w.gate_up.cols % kQuantGroup == 0 && w.down.cols % kQuantGroup == 0 &&
+           aligned16(w.gate_up.data) && aligned16(w.down.data) && !w.gate_up_scales.empty() &&
+           !w.down_scales.empty();
+  if (w.format != ExpertFormat::GgufBlocks) return false;
   for (const WeightRef* m : {&w.gate_up, &w.down}) {
     const std::optional<GgmlType> g = find_ggml_type_of(m->dtype);
     if (!g || !quant_kernels_support(*g)) return false;
@@ -431,45 +546,31 @@ bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
 
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p,
                              const MoeScratch& scratch, TensorRef out, Stream s) {
-  AKV_CHECK(moe_quant_supported(w, p), "moe: GGUF experts of types the CUDA kernels read");
+  AKV_CHECK(moe_quant_supported(w, p),
+            "moe: GGUF experts of types the CUDA kernels read, or aligned MXFP4 experts");
   const std::int64_t n = x.rows, hidden = x.cols, pairs = n * p.top_k;
   AKV_CHECK(hidden % kQuantGroup == 0 && p.inter % kQuantGroup == 0,
             "moe: GGUF experts of whole groups of 32");
   AKV_CHECK(pairs < (std::int64_t{1} << 16) && n < (std::int64_t{1} << 16) &&
                 hidden < (std::int64_t{1} << 24),
             "moe: GGUF decode grid");
-  const DeviceMoe m = device_moe(p, hidden);
-  const QuantActivations aq = activations_in(scratch.gate_up, pairs, p.inter);
-  const auto* route = static_cast<const float*>(scratch.route.data);
-  const GgmlType gu = ggml_type(w.gate_up.dtype), dn = ggml_type(w.down.dtype);
-  const bool x_vec = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
-  dispatch_quant(gu, [&]<GgmlType T>() {
-    static bool smem_set = false;  // the engine thread is the only caller
-    const std::int64_t row_bytes = quant_row_bytes(gu, hidden), slot = slot_bytes_for<T>(row_bytes);
-    const auto smem =
-        static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kGateUpRows * slot);
-    allow_smem(gate_up_kernel<T>, smem_set, smem);
-    launch(gate_up_kernel<T>,
-           dim3(static_cast<unsigned>(p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
-           dim3(kGateUpWarps * 32), smem, s, static_cast<const float*>(x.data), x.stride,
-           static_cast<const std::uint8_t*>(w.gate_up.data), row_bytes, route, scratch.route.stride,
-           w.gate_up_bias.data, w.gate_up_bias.dtype, aq, m, static_cast<int>(slot), x_vec);
-  });
-  dispatch_quant(dn, [&]<GgmlType T>() {
-    static bool smem_set = false;
-    const std::int64_t row_bytes = quant_row_bytes(dn, p.inter),
-                       slot = slot_bytes_for<T>(row_bytes);
-    int warps = kDownWarps;  // fewer where long rows would pass the shared memory cap
-    const auto smem_for = [&](int k) {
-      return static_cast<std::size_t>(codes_bytes(p.top_k * p.inter) + k * kDownRows * slot);
-    };
-    while (warps > 1 && smem_for(warps) > kMaxSmemBytes) warps /= 2;
-    allow_smem(down_kernel<T>, smem_set, smem_for(warps));
-    launch(down_kernel<T>, dim3(blocks_for(hidden, warps), static_cast<unsigned>(n)),
-           dim3(warps * 32), smem_for(warps), s, aq, static_cast<const std::uint8_t*>(w.down.data),
-           row_bytes, route, scratch.route.stride, w.down_bias.data, w.down_bias.dtype,
-           static_cast<float*>(out.data), out.stride, m, static_cast<int>(slot));
-  });
+  const DecodeArgs a{x,
+                     scratch.route,
+                     out,
+                     w,
+                     p,
+                     device_moe(p, hidden),
+                     activations_in(scratch.gate_up, pairs, p.inter),
+                     s};
+  if (w.format == ExpertFormat::Mxfp4) {
+    launch_gate_up<SplitMxfp4Rows>(a, mxfp4_rows(w.gate_up, w.gate_up_scales));
+    launch_down<SplitMxfp4Rows>(a, mxfp4_rows(w.down, w.down_scales));
+  } else {
+    dispatch_quant(ggml_type(w.gate_up.dtype),
+                   [&]<GgmlType T>() { launch_gate_up<GgufRows<T>>(a, gguf_rows(w.gate_up)); });
+    dispatch_quant(ggml_type(w.down.dtype),
+                   [&]<GgmlType T>() { launch_down<GgufRows<T>>(a, gguf_rows(w.down)); });
+  }
   AKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -44,7 +44,10 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
                                  TensorRef out, Stream s);
 
 // moe_decode_quant.cu: the experts of GGUF-block experts (ExpertFormat::GgufBlocks, gate_up and
-// down each of a type quant_kernels_support takes) after launch_moe_route, for any number of
+// down each of a type quant_kernels_support takes), or of MXFP4 experts in the layout GPT-OSS
+// releases (ExpertFormat::Mxfp4: each window's nibbles and scales staged side by side, decoded to
+// the same int8 codes and scales as GGUF's MXFP4 blocks of the same values, so the results match
+// those blocks' bit for bit) after launch_moe_route, for any number of
 // tokens (the decode path of eager steps up to kMoeDecodeMaxRows and of every recorded step), in
 // two launches: a block per (pair, 32 hidden units) copies the chosen expert's gate and up rows
 // into shared memory (cp.async) while it quantizes x to int8 per 32 columns (the quantized GEMV's
@@ -57,7 +60,9 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
 // activations (as the dense quantized GEMV, quant_gemv.h). Fails (AKV_CHECK) where a block's
 // shared memory would pass 200 KiB (x past about 130,000 columns; down: top_k times the expert
 // width past about 160,000).
-// moe_quant_supported: GgufBlocks of supported types, at most kMoeMaxExperts and 32 choices.
+// moe_quant_supported: GgufBlocks of supported types, or Mxfp4 with 16-byte aligned gate_up and
+// down (rows are whole 16-byte words: widths of whole groups of 32) and both scales; at most
+// kMoeMaxExperts and 32 choices.
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                              TensorRef out, Stream s);

@@ -44,27 +44,60 @@ __device__ __forceinline__ LaneWeights decode<GgmlType::Q4_0>(const std::uint8_t
   return w;
 }
 
+// The doubled E2M1 values of four codes (0..15, one per byte) as four int8: codes 0..7 from the
+// table, 8..15 their negations.
+__device__ __forceinline__ int e2m1_doubled4(std::uint32_t nib) {
+  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
+  const std::uint32_t sel =
+      (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
+  const std::uint32_t v = __byte_perm(kT0, kT1, sel);
+  const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
+  return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
+}
+
 template <>
 __device__ __forceinline__ LaneWeights decode<GgmlType::MXFP4>(const std::uint8_t* stage,
                                                                int lane) {
   const std::uint8_t* b = stage + lane * 17;
-  // The doubled e2m1 values: codes 0..7 from the table, 8..15 their negations.
-  constexpr std::uint32_t kT0 = 0x03020100u, kT1 = 0x0c080604u;
-  auto lookup = [&](std::uint32_t nib) {  // four codes 0..15, one per byte
-    const std::uint32_t sel =
-        (nib & 7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
-    const std::uint32_t v = __byte_perm(kT0, kT1, sel);
-    const std::uint32_t neg = ((nib >> 3) & 0x01010101u) * 0xffu;
-    return static_cast<int>((v & ~neg) | (__vsub4(0u, v) & neg));
-  };
   LaneWeights w;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::uint32_t v = ld_u32(b + 1 + 4 * i);
-    w.q[i] = lookup(v & 0x0f0f0f0fu);
-    w.q[4 + i] = lookup((v >> 4) & 0x0f0f0f0fu);
+    w.q[i] = e2m1_doubled4(v & 0x0f0f0f0fu);
+    w.q[4 + i] = e2m1_doubled4((v >> 4) & 0x0f0f0f0fu);
   }
   w.lo = w.hi = e8m0_half(b[0]);
+  w.mn = 0.0f;
+  return w;
+}
+
+// Eight E2M1 codes, the nibbles of v in order (the first in bits 0-3), as their doubled values
+// (e2m1_doubled4's): codes 0..3 in lo's bytes, 4..7 in hi's. Three byte permutes a four: the low
+// three bits of a code pick from the positive and from the negative half of the table, its sign
+// bit between the two (about a quarter of e2m1_doubled4's instructions).
+__device__ __forceinline__ void e2m1_doubled8(std::uint32_t v, int& lo, int& hi) {
+  constexpr std::uint32_t kPos0 = 0x03020100u, kPos1 = 0x0c080604u;  // 0, 1, 2, 3 | 4, 6, 8, 12
+  constexpr std::uint32_t kNeg0 = 0xfdfeff00u, kNeg1 = 0xf4f8fafcu;  // negated, as int8
+  const std::uint32_t idx = v & 0x77777777u;
+  const std::uint32_t half = 0x32103210u | ((v & 0x88888888u) >> 1);  // byte n, or n + 4: negative
+  lo = static_cast<int>(
+      __byte_perm(__byte_perm(kPos0, kPos1, idx), __byte_perm(kNeg0, kNeg1, idx), half));
+  hi = static_cast<int>(__byte_perm(__byte_perm(kPos0, kPos1, idx >> 16),
+                                    __byte_perm(kNeg0, kNeg1, idx >> 16), half >> 16));
+}
+
+// A group of 32 MXFP4 values in the layout GPT-OSS releases (ExpertFormat::Mxfp4: 16 bytes with
+// value 2k in the low nibble of byte k and 2k + 1 in its high nibble, so each word's nibbles are
+// eight values in order; the E8M0 scale apart): the same LaneWeights as decode<MXFP4> of the
+// GGUF block holding these values (codes in element order), so the dot products match bit for
+// bit.
+__device__ __forceinline__ LaneWeights decode_mxfp4_split(uint4 nibbles, std::uint8_t scale) {
+  LaneWeights w;
+  e2m1_doubled8(nibbles.x, w.q[0], w.q[1]);  // values 0 .. 7
+  e2m1_doubled8(nibbles.y, w.q[2], w.q[3]);
+  e2m1_doubled8(nibbles.z, w.q[4], w.q[5]);
+  e2m1_doubled8(nibbles.w, w.q[6], w.q[7]);  // values 24 .. 31
+  w.lo = w.hi = e8m0_half(scale);
   w.mn = 0.0f;
   return w;
 }
