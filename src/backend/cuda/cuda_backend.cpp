@@ -100,6 +100,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* moe_decode = std::getenv("AGENTKV_CUDA_MOE_DECODE");  // side-by-side model runs
   if (moe_decode != nullptr && std::strcmp(moe_decode, "two_launch") == 0)
     moe_decode_kernels_ = MoeDecodeKernels::TwoLaunch;
+  const char* delta_chunk = std::getenv("AGENTKV_CUDA_DELTA_CHUNK");
+  if (delta_chunk != nullptr && std::strcmp(delta_chunk, "fma") == 0)
+    delta_chunk_math_ = cuda::DeltaChunkMath::Fma;
+  else if (delta_chunk != nullptr && std::strcmp(delta_chunk, "tf32") == 0)
+    delta_chunk_math_ = cuda::DeltaChunkMath::Tf32;
   slots_.resize(kUploadSlots);
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }
@@ -592,7 +597,7 @@ void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, cons
       cuda::launch_gated_delta_rule_chunked(qkv, a, b, a_log, dt_bias, kv.recurrent_state[layer], long_seqs, n_long,
                                             max_tokens, static_cast<int>(st.n_k_heads),
                                             static_cast<int>(st.n_v_heads), k_dim, v_dim, out, scratch(bytes, 1),
-                                            bytes, stream());
+                                            bytes, delta_chunk_math_, stream());
     }
   }
   int n_seqs = 0;

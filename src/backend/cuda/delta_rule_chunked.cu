@@ -2,24 +2,23 @@
 // backend/cpu/delta_rule.h's delta_rule_chunked: a parallel pass over (chunk, value head) builds
 // what does not depend on the state (the UT transform's triangular inverse and the masked,
 // decayed q k^T), then one block per (value head, 32-column tile of the state) carries the state
-// through the chunks in order with a few small matrix products per chunk. Plain f32 FMA from
-// shared memory (no tensor cores); decode keeps linear_attention.cu's token-by-token kernel.
+// through the chunks in order with a few small matrix products per chunk: here in f32 FMA from
+// shared memory, or on the tensor cores (delta_rule_mma.cu); decode keeps linear_attention.cu's
+// token-by-token kernel.
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/delta_rule_chunk.cuh"
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/linear_attention.h"
 
 namespace akv::cuda {
 namespace {
 
-constexpr int kC = kDeltaChunkTokens;
-constexpr int kTile = 32;  // state columns per block of the state pass (one per lane)
+constexpr int kTile = kStateTile;  // state columns per block of the state pass (one per lane)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxKeyDim = 128;
+constexpr int kMaxKeyDim = kChunkMaxKeyDim;
 // The state pass: 16 warps (latency hiding: one block an SM), each thread column `lane`.
-constexpr int kStateThreads = 512;
 constexpr int kStateWarps = kStateThreads / 32;
 constexpr int kRowsPerWarp = kC / kStateWarps;               // chunk rows of each warp
 constexpr int kKeyRowsPerThread = kMaxKeyDim / kStateWarps;  // state rows each thread advances
@@ -31,41 +30,6 @@ static_assert((2 * kC * kC / 4) % kStateThreads == 0 && (kC * kTile) % kStateThr
 static_assert(kC == 64 && kThreads == 256,
               "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
               "4 lanes per column");
-
-// One (window chunk, sequence, value head)'s state-independent values in scratch:
-//   t    [kC, kC]  (I + A)^-1, lower with unit diagonal, A[i][j] = beta_i e^(cum_i - cum_j) k_i.k_j
-//                  for j < i (the UT transform: U = t R, R_i = beta_i (v_i - e^cum_i S^T k_i))
-//   p    [kC, kC]  e^(cum_i - cum_j) q_i.k_j for j <= i, else 0
-//   kinv [kC], qinv [kC]  the l2 normalisations (qinv with k_dim^-1/2), so that the state pass
-//                  reads the raw q, k rows of qkv
-//   beta [kC], cum [kC]   sigmoid(b); the running sum of the log decays g within the chunk
-// Rows past the chunk's last token hold zero inputs (t the identity there, p zero, g zero).
-constexpr int kChunkFloats = 2 * kC * kC + 4 * kC;
-constexpr int kT = 0, kP = kC * kC, kKinv = 2 * kC * kC, kQinv = kKinv + kC, kBeta = kQinv + kC,
-              kCum = kBeta + kC;
-
-struct ChunkedArgs {
-  const float* qkv;
-  std::int64_t qkv_stride;
-  const float* a;
-  std::int64_t a_stride;
-  const float* b;
-  std::int64_t b_stride;
-  float* state;              // [n_slots * n_v_heads * k_dim, v_dim]
-  const std::int32_t* seqs;  // [n_seqs][4] first_row, n_tokens, start_pos, slot
-  int n_k_heads, n_v_heads, k_dim, v_dim;
-  float* out;
-  std::int64_t out_stride;
-  float* scratch;     // [n_seqs][window_chunks][n_v_heads][kChunkFloats]
-  int window_first;   // chunk index (within each sequence) of the window's first chunk
-  int window_chunks;  // chunks per sequence in this window
-};
-
-__device__ float* chunk_scratch(const ChunkedArgs& p, int seq, int window_chunk, int h) {
-  return p.scratch +
-         ((static_cast<std::int64_t>(seq) * p.window_chunks + window_chunk) * p.n_v_heads + h) *
-             kChunkFloats;
-}
 
 // Shared floats of the prepare pass: q, k [kC][k_dim + 1], A [kC][kAStride], T [kC][kTStride],
 // beta, cum.
@@ -425,7 +389,7 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, Stream s) {
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s) {
   AKV_CHECK(delta_rule_chunked_fits(k_dim, v_dim),
             "gated_delta_rule chunked: k_head_dim a multiple of 4, <= 128");
   AKV_CHECK(a_log.dtype == dt_bias.dtype, "gated_delta_rule: A_log and dt_bias of one dtype");
@@ -472,6 +436,7 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                 .scratch = static_cast<float*>(scratch),
                 .window_first = 0,
                 .window_chunks = window};
+  const bool tensor_cores = math != DeltaChunkMath::Fma && delta_rule_chunk_mma_fits(k_dim, v_dim);
   const dim3 state_grid(static_cast<unsigned>(n_v_heads), blocks_for(v_dim, kTile),
                         static_cast<unsigned>(n_seqs));
   for (int first = 0; first < n_chunks; first += window) {
@@ -485,8 +450,12 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
              static_cast<const W*>(dt_bias.data));
     });
     AKV_CUDA_CHECK_LAUNCH();
-    launch(delta_chunk_state_kernel, state_grid, kStateThreads, state_smem, s, p);
-    AKV_CUDA_CHECK_LAUNCH();
+    if (tensor_cores) {
+      launch_delta_chunk_state_mma(p, state_grid, math == DeltaChunkMath::Tf32x3, s);
+    } else {
+      launch(delta_chunk_state_kernel, state_grid, kStateThreads, state_smem, s, p);
+      AKV_CUDA_CHECK_LAUNCH();
+    }
   }
 }
 

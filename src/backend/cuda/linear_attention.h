@@ -45,6 +45,13 @@ constexpr int kDeltaChunkTokens = 64;
 // Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend).
 constexpr int kDeltaChunkMinTokens = 32;
 bool delta_rule_chunked_fits(int k_dim, int v_dim);  // k_dim a multiple of 4, at most 128
+// How the state pass multiplies: f32 FMA from shared memory; or the tensor cores (mma.sync
+// m16n8k8 tf32, f32 accumulators, the state kept f32), each f32 operand split into two tf32
+// parts and three products (Tf32x3: within ~1e-6 of the FMA form), or one tf32 product (Tf32:
+// ~1e-3 relative error, the faster). The tensor-core forms take delta_rule_chunk_mma_fits()
+// shapes (k_dim a multiple of 16); others fall back to Fma.
+enum class DeltaChunkMath { Fma, Tf32x3, Tf32 };
+bool delta_rule_chunk_mma_fits(int k_dim, int v_dim);
 // Scratch for all chunks of `max_tokens` tokens at once, capped near 64 MiB (at least one chunk).
 std::size_t delta_rule_chunked_scratch_bytes(int n_seqs, int max_tokens, int n_v_heads);
 void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
@@ -52,6 +59,6 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, Stream s);
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s);
 
 }  // namespace akv::cuda
