@@ -2,10 +2,10 @@
 // at Qwen3.5-9B's shape (16 key heads, 32 value heads, k_dim = v_dim = 128) on one fresh
 // sequence of 64, 512, 4,096 and 16,384 tokens (and 8-32, where the chunked kernels' fixed cost
 // sets cuda::kDeltaChunkMinTokens): the token-by-token kernel against the chunked kernels
-// (delta_rule_chunked.cu) with each state pass (cuda::DeltaChunkMath: f32 FMA, tensor cores
-// 3xTF32 and TF32), milliseconds and tokens/s per layer, and the relative difference of each
-// one's outputs and final state to the token-by-token kernel's (a sanity check, not the parity
-// test).
+// (delta_rule_chunked.cu) with each form of their products (cuda::DeltaChunkMath: f32 FMA,
+// tensor cores 3xTF32 and TF32), milliseconds and tokens/s per layer, and the relative difference
+// of each one's outputs and final state to the token-by-token kernel's (a sanity check, not the
+// parity test).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,7 +72,7 @@ int run_delta_rule_bench() {
   AKV_CUDA_CHECK(cudaEventCreate(&e1));
   std::printf("\n(eager chunks of %d+ tokens take the chunked kernels in serving)\n\n",
               cuda::kDeltaChunkMinTokens);
-  // Form 0: token by token; then the chunked kernels with each state pass.
+  // Form 0: token by token; then the chunked kernels with each form of their products.
   struct Form {
     const char* name;
     cuda::DeltaChunkMath math;

@@ -1,7 +1,7 @@
 // Hybrid linear-attention models on the CUDA backend: the ops (output gate, short causal conv
 // token by token and tiled, gated delta rule) against the scalar reference on a batch of chunks
 // that start fresh or continue a state in their slots (the delta rule token by token and in chunks
-// of 64, the chunks' state pass in f32 FMA and on the tensor cores), and the Qwen3.5 / Qwen3-Next
+// of 64, the chunks' products in f32 FMA and on the tensor cores), and the Qwen3.5 / Qwen3-Next
 // fixtures' logits against their fp64 references (a 100-token prefill, chunked, then decode steps:
 // recorded CUDA graphs, the MoE models' routing on the device through Backend::moe). The output
 // gate also in its one-gate-per-row form (a MoE block's shared expert).
@@ -158,14 +158,14 @@ TEST(HybridOps, GatedDeltaRuleContinuesEachSlot) {
             1e-5);
 }
 
-// The chunked kernels (delta_rule_chunked.cu, and the state pass in `math`) against the scalar
+// The chunked kernels (delta_rule_chunked.cu, their products in `math`) against the scalar
 // reference (token by token in double) and against the token-by-token kernel, on a batch of two
 // sequences: slot 2 fresh with n tokens, slot 0 continuing its state at position 300 with n + 3
 // (a different split into chunks of 64). n covers one token, a chunk short of, at and past 64,
 // and many chunks; head dims from the fixtures' 16 to Qwen3.5's 128 and a v_dim that is no
 // multiple of the 32-column tile; decays fast (a ~ N(0, 1): about e^-1 a token) and slow (a - 6:
 // the state spans thousands of tokens). `tol` bounds out and state against both. Returns the
-// largest out difference to the FMA state pass over the cases.
+// largest out difference to the FMA form over the cases.
 double check_chunked_delta_rule(cuda::DeltaChunkMath math, double tol) {
   CudaBackend& gpu = backends().gpu;
   double most_from_fma = 0.0;
@@ -238,7 +238,7 @@ double check_chunked_delta_rule(cuda::DeltaChunkMath math, double tol) {
   return most_from_fma;
 }
 
-// The f32 FMA state pass. Tolerance: it accumulates in f32 (dots of <= 128 terms, the 64-row
+// The f32 FMA kernels. Tolerance: it accumulates in f32 (dots of <= 128 terms, the 64-row
 // triangular solve) against a double oracle; a host run of the same kernel code came within
 // 5e-7 relative at these sizes, and the token-by-token kernel's own bound here is 1e-5.
 TEST(HybridOps, GatedDeltaRuleChunkedMatchesOracle) {
@@ -246,20 +246,20 @@ TEST(HybridOps, GatedDeltaRuleChunkedMatchesOracle) {
   check_chunked_delta_rule(cuda::DeltaChunkMath::Fma, 1e-5);
 }
 
-// The tensor-core state pass with 3xTF32 products (the default). Each f32 operand is split into
-// two tf32 parts (22 significant bits together) and the dropped small x small product is ~2^-22
-// of a term, below f32 accumulation's own rounding: a host emulation of these products at the
-// Qwen3.5 shape (k_dim = v_dim = 128, 1,000 tokens) came within 5.2e-7 (out) and 2.1e-7 (state)
-// of double, as the FMA form (5.1e-7 / 1.9e-7); so the FMA form's 1e-5.
+// The tensor-core kernels with 3xTF32 products (the default). Each f32 operand is split into two
+// tf32 parts (22 significant bits together) and the dropped small x small product is ~2^-22 of a
+// term, below f32 accumulation's own rounding: a host emulation of both launches' products at
+// the Qwen3.5 shape (k_dim = v_dim = 128, 1,000 tokens) came within 5.2e-7 (out) and 2.1e-7
+// (state) of double, as the FMA form (5.1e-7 / 1.8e-7); so the FMA form's 1e-5.
 TEST(HybridOps, GatedDeltaRuleChunkedOnTensorCoresMatchesOracle) {
   AKV_SKIP_WITHOUT_CUDA();
   check_chunked_delta_rule(cuda::DeltaChunkMath::Tf32x3, 1e-5);
 }
 
-// The tensor-core state pass with one tf32 product each (operands rounded to 11 significant bits,
-// 2^-12 relative at most): the host emulation came within 3.5e-4 (fast decays) and 4.3e-4 (slow)
-// of double at the Qwen3.5 shape; 2e-3 bounds that with room for the smaller dims' shorter sums,
-// and a wrong chunk is O(1) off. Its distance from the FMA form shows the tensor cores ran.
+// The tensor-core kernels with one tf32 product each (operands rounded to 11 significant bits,
+// 2^-12 relative at most): the host emulation came within 4.5e-4 to 5.9e-4 of double over this
+// test's head dims, fast and slow decays, 1,000 tokens; 2e-3 bounds that, and a wrong chunk is
+// O(1) off. Its distance from the FMA form shows the tensor cores ran.
 TEST(HybridOps, GatedDeltaRuleChunkedTf32MatchesOracle) {
   AKV_SKIP_WITHOUT_CUDA();
   EXPECT_GT(check_chunked_delta_rule(cuda::DeltaChunkMath::Tf32, 2e-3), 1e-5);
@@ -309,7 +309,7 @@ TEST(HybridOps, GatedDeltaRuleChunkedAcrossScratchWindows) {
   const std::vector<float> want_state = all_state(backends().ref, cpu);
   for (const cuda::DeltaChunkMath math :
        {cuda::DeltaChunkMath::Fma, cuda::DeltaChunkMath::Tf32x3}) {
-    SCOPED_TRACE(::testing::Message() << "state pass " << static_cast<int>(math));
+    SCOPED_TRACE(::testing::Message() << "products " << static_cast<int>(math));
     for (std::int32_t slot = 0; slot < st.n_slots; ++slot) {  // back to the starting states
       std::vector<float> v(static_cast<std::size_t>(st.slot_floats()));
       read_state_slot(backends().ref, start, slot, v);
@@ -444,13 +444,13 @@ TEST_P(HybridOnCuda, PrefillThenDecodeMatchFp64) {
 }
 
 // The whole prompt (150-300 tokens) in one chunk and in chunks of 70 (states carried between
-// chunked calls, partial 64-token chunks) through the chunked delta rule with each state pass,
+// chunked calls, partial 64-token chunks) through the chunked delta rule with each form of its products,
 // against the same prompt with the delta rule token by token, and against fp64. Tolerance
 // between the two: both are f32 runs, each ~1e-5 from fp64 (PrefillThenDecodeMatchFp64: 0.9-1.5e-5
 // on an H100); the delta rule's forms differ by ~1e-6 at the op
 // (GatedDeltaRuleChunkedMatchesOracle), which the layers (norms, MoE routing weights) carry to up
 // to 2.1e-5 in the logits (H100). 1e-4 sits well under the 3e-4 the fp64 comparison allows; a wrong
-// chunk moves the logits by O(1). The TF32 state pass (~4e-4 at the op) is held to the fp64
+// chunk moves the logits by O(1). The TF32 form (~5e-4 at the op) is held to the fp64
 // tolerance only.
 TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
   AKV_SKIP_WITHOUT_CUDA();

@@ -158,7 +158,7 @@ class CudaBackend final : public Backend {
   // cuda::kDeltaChunkMinTokens by default; 1 sends every eager chunk to the chunked kernels, a
   // value past any chunk none (tests, before/after measurements).
   void set_delta_rule_chunk_min_tokens(std::int32_t n) { delta_rule_chunk_min_tokens_ = std::max(n, 1); }
-  // The chunked kernels' state pass (cuda::DeltaChunkMath): Tf32x3 (tensor cores) by default;
+  // The chunked kernels' products (cuda::DeltaChunkMath): Tf32x3 (tensor cores) by default;
   // AGENTKV_CUDA_DELTA_CHUNK=fma|tf32x3|tf32 in the environment starts the backend with another.
   void set_delta_chunk_math(cuda::DeltaChunkMath m) { delta_chunk_math_ = m; }
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/delta_rule_chunk.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/tf32_mma.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -31,23 +32,26 @@ static_assert(kC == 64 && kThreads == 256,
               "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
               "4 lanes per column");
 
-// Shared floats of the prepare pass: q, k [kC][k_dim + 1], A [kC][kAStride], T [kC][kTStride],
-// beta, cum.
+// Shared floats of the prepare pass: q, k [kC][k_dim + 4] (rows k_dim + 1 apart for the FMA
+// products, k_dim + 4 for the tensor cores'), A [kC][kAStride], T [kC][kTStride], beta, cum.
 constexpr int kAStride = kC + 16, kTStride = kC + 8;
 int prepare_smem_floats(int k_dim) {
-  return 2 * kC * (k_dim + 1) + kC * (kAStride + kTStride) + 2 * kC;
+  return 2 * kC * (k_dim + 4) + kC * (kAStride + kTStride) + 2 * kC;
 }
 
-// Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head.
-template <typename W>
+// Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head. kMath: q k^T and k k^T in
+// f32 FMA or on the tensor cores (3xTF32 or TF32, as the state pass; k_dim % 16 == 0 there).
+template <typename W, DeltaChunkMath kMath>
 __global__ void __launch_bounds__(kThreads)
     delta_chunk_prepare_kernel(ChunkedArgs p, const W* a_log, const W* dt_bias) {
   pdl_trigger();
   pdl_wait();
   extern __shared__ float4 smem_prepare[];
   float* sm = reinterpret_cast<float*>(smem_prepare);
-  // Row strides for conflict-free access (see each phase): ks odd, kAStride, kTStride.
-  const int dk = p.k_dim, ks = dk + 1, as = kAStride, ts = kTStride;
+  // Row strides for conflict-free access (see each phase): ks odd (FMA) or 4 mod 8 (fragments),
+  // kAStride, kTStride.
+  const int dk = p.k_dim, ks = kMath == DeltaChunkMath::Fma ? dk + 1 : dk + 4, as = kAStride,
+            ts = kTStride;
   float* q_s = sm;                // [kC][ks] normalised q (scaled)
   float* k_s = q_s + kC * ks;     // [kC][ks] normalised k
   float* a_s = k_s + kC * ks;     // [kC][as] A, strictly lower
@@ -122,36 +126,64 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // A into shared memory, p straight to scratch: thread t computes rows t / 16 + 16 y and
-  // columns t % 16 + 16 x (x, y < 4), 12 shared loads for 32 FMAs; a warp reads 2 rows i (two
-  // addresses) and 16 rows j (odd stride: distinct banks) at once.
-  {
-    const int ti = tid / 16, tj = tid % 16;
-    float kk[4][4] = {}, qk[4][4] = {};
-    for (int c = 0; c < dk; ++c) {
-      float ki[4], qi[4], kj[4];
+  if constexpr (kMath == DeltaChunkMath::Fma) {
+    // A into shared memory, p straight to scratch: thread t computes rows t / 16 + 16 y and
+    // columns t % 16 + 16 x (x, y < 4), 12 shared loads for 32 FMAs; a warp reads 2 rows i (two
+    // addresses) and 16 rows j (odd stride: distinct banks) at once.
+    {
+      const int ti = tid / 16, tj = tid % 16;
+      float kk[4][4] = {}, qk[4][4] = {};
+      for (int c = 0; c < dk; ++c) {
+        float ki[4], qi[4], kj[4];
 #pragma unroll
-      for (int y = 0; y < 4; ++y) {
-        ki[y] = k_s[(ti + 16 * y) * ks + c];
-        qi[y] = q_s[(ti + 16 * y) * ks + c];
-        kj[y] = k_s[(tj + 16 * y) * ks + c];
+        for (int y = 0; y < 4; ++y) {
+          ki[y] = k_s[(ti + 16 * y) * ks + c];
+          qi[y] = q_s[(ti + 16 * y) * ks + c];
+          kj[y] = k_s[(tj + 16 * y) * ks + c];
+        }
+#pragma unroll
+        for (int y = 0; y < 4; ++y)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            kk[y][x] += ki[y] * kj[x];
+            qk[y][x] += qi[y] * kj[x];
+          }
       }
 #pragma unroll
       for (int y = 0; y < 4; ++y)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          kk[y][x] += ki[y] * kj[x];
-          qk[y][x] += qi[y] * kj[x];
+          const int i = ti + 16 * y, j = tj + 16 * x;
+          const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
+          a_s[i * as + j] = j < i ? beta_s[i] * decay * kk[y][x] : 0.0f;
+          out[kP + i * kC + j] = decay * qk[y][x];
         }
     }
+  } else {
+    // The same entries on the tensor cores: warp w takes m16 tile w % 4 of the rows i of K K^T
+    // (w < 4: A) or Q K^T (w >= 4: p), and the n8 tiles of columns j up to the tile's diagonal.
+    constexpr bool kSplit = kMath == DeltaChunkMath::Tf32x3;
+    const int g = lane / 4, t = lane % 4, m = warp % 4, n_tiles = 2 * m + 2;
+    const bool qk_warp = warp >= 4;
+    const float* a_rows = (qk_warp ? q_s : k_s) + 16 * m * ks;
+    float acc[8][4] = {};
+    for (int k0 = 0; k0 < dk; k0 += 8) {
+      const Tf32Frag<4, kSplit> a = load_a<kSplit>(a_rows + k0, ks, g, t);
 #pragma unroll
-    for (int y = 0; y < 4; ++y)
+      for (int nt = 0; nt < 8; ++nt)
+        if (nt < n_tiles)
+          mma_frag<kSplit>(acc[nt], a, load_b_transposed<kSplit>(k_s + 8 * nt * ks + k0, ks, g, t));
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int i = ti + 16 * y, j = tj + 16 * x;
+        const int i = 16 * m + g + 8 * (x / 2), j = 8 * nt + 2 * t + x % 2;
         const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
-        a_s[i * as + j] = j < i ? beta_s[i] * decay * kk[y][x] : 0.0f;
-        out[kP + i * kC + j] = decay * qk[y][x];
+        if (qk_warp)
+          out[kP + i * kC + j] = decay * acc[nt][x];
+        else
+          a_s[i * as + j] = j < i ? beta_s[i] * decay * acc[nt][x] : 0.0f;
       }
   }
   __syncthreads();
@@ -409,14 +441,18 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
   if (!attributes_set) {
     const int most = static_cast<int>(sizeof(float)) *
                      std::max(prepare_smem_floats(kMaxKeyDim), state_smem_floats(kMaxKeyDim));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<float>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<__nv_bfloat16>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<__half>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_state_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    const auto set = [most](auto kernel) {
+      AKV_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    };
+    for (const DType t : {DType::F32, DType::BF16, DType::F16})
+      dispatch_float(t, [&](auto tag) {
+        using W = decltype(tag);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>);
+      });
+    set(delta_chunk_state_kernel);
     attributes_set = true;
   }
   ChunkedArgs p{.qkv = static_cast<const float*>(qkv.data),
@@ -437,13 +473,18 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                 .window_first = 0,
                 .window_chunks = window};
   const bool tensor_cores = math != DeltaChunkMath::Fma && delta_rule_chunk_mma_fits(k_dim, v_dim);
+  const DeltaChunkMath used = tensor_cores ? math : DeltaChunkMath::Fma;
   const dim3 state_grid(static_cast<unsigned>(n_v_heads), blocks_for(v_dim, kTile),
                         static_cast<unsigned>(n_seqs));
   for (int first = 0; first < n_chunks; first += window) {
     p.window_first = first;
     dispatch_float(a_log.dtype, [&](auto tag) {
       using W = decltype(tag);
-      launch(delta_chunk_prepare_kernel<W>,
+      const auto kernel =
+          used == DeltaChunkMath::Fma      ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>
+          : used == DeltaChunkMath::Tf32x3 ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>
+                                           : delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>;
+      launch(kernel,
              dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_v_heads),
                   static_cast<unsigned>(n_seqs)),
              kThreads, prepare_smem, s, p, static_cast<const W*>(a_log.data),

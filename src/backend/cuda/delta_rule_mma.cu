@@ -9,6 +9,7 @@
 #include "backend/cuda/delta_rule_chunk.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/tf32_mma.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -25,74 +26,6 @@ constexpr int qk_stride(int k_dim) {
 }  // q, k [kC][k_dim + 4]: A of K S, Q S
 static_assert(kC == 64 && kStateTile == 32 && kWarps == 16,
               "the warp maps below: 8 m16 tiles of [K; Q] x 4 n8 tiles of the columns");
-
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// c[4] += a[4] (m16k8 A fragment) x (b0, b1) (k8n8 B fragment).
-__device__ __forceinline__ void mma_tf32(float* c, const std::uint32_t* a, std::uint32_t b0,
-                                         std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// An operand fragment of N f32 values as tf32: big (rounded) and, with kSplit, small (the
-// rounded remainder; exact f32 subtraction).
-template <int N, bool kSplit>
-struct Frag {
-  std::uint32_t big[N], small[kSplit ? N : 1];
-  __device__ __forceinline__ void set(int i, float x) {
-    big[i] = to_tf32(x);
-    if constexpr (kSplit) small[i] = to_tf32(x - __uint_as_float(big[i]));
-  }
-};
-
-template <bool kSplit>
-__device__ __forceinline__ void mma(float* c, const Frag<4, kSplit>& a, const Frag<2, kSplit>& b) {
-  if constexpr (kSplit) {  // small terms first: they are the least significant
-    mma_tf32(c, a.small, b.big[0], b.big[1]);
-    mma_tf32(c, a.big, b.small[0], b.small[1]);
-  }
-  mma_tf32(c, a.big, b.big[0], b.big[1]);
-}
-
-// Lane roles in a fragment: g = lane / 4 (A/C rows, B columns), t = lane % 4 (A columns, B rows).
-// A (16 x 8) at m[row * ld + col], tile corner m: rows g, g + 8; columns t, t + 4.
-template <bool kSplit>
-__device__ __forceinline__ Frag<4, kSplit> load_a(const float* m, int ld, int g, int t) {
-  Frag<4, kSplit> f;
-  f.set(0, m[g * ld + t]);
-  f.set(1, m[(g + 8) * ld + t]);
-  f.set(2, m[g * ld + t + 4]);
-  f.set(3, m[(g + 8) * ld + t + 4]);
-  return f;
-}
-// A (16 x 8) stored transposed: A[row][col] = m[col * ld + row].
-template <bool kSplit>
-__device__ __forceinline__ Frag<4, kSplit> load_a_transposed(const float* m, int ld, int g, int t) {
-  Frag<4, kSplit> f;
-  f.set(0, m[t * ld + g]);
-  f.set(1, m[t * ld + g + 8]);
-  f.set(2, m[(t + 4) * ld + g]);
-  f.set(3, m[(t + 4) * ld + g + 8]);
-  return f;
-}
-// B (8 x 8) at m[k * ld + n], row k scaled by scale[k] (nullptr: none): rows t, t + 4; column g.
-template <bool kSplit>
-__device__ __forceinline__ Frag<2, kSplit> load_b(const float* m, int ld, int g, int t,
-                                                  const float* scale = nullptr) {
-  Frag<2, kSplit> f;
-  const float s0 = scale != nullptr ? scale[t] : 1.0f, s1 = scale != nullptr ? scale[t + 4] : 1.0f;
-  f.set(0, s0 * m[t * ld + g]);
-  f.set(1, s1 * m[(t + 4) * ld + g]);
-  return f;
-}
 
 // Asynchronous copies of 16 (or 4) bytes; `ok` false fills zeros (rows past a chunk's end,
 // columns past v_dim) without reading `src` (which must still be a valid address).
@@ -286,11 +219,11 @@ __global__ void __launch_bounds__(kStateThreads)
     {
       const float* a_rows = (k_warp ? k_s : q_s) + 16 * (mt % 4) * ldk;
       for (int k0 = 0; k0 < dk; k0 += 8) {
-        const Frag<4, kSplit> a = load_a<kSplit>(a_rows + k0, ldk, g, t);
+        const Tf32Frag<4, kSplit> a = load_a<kSplit>(a_rows + k0, ldk, g, t);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-          mma<kSplit>(acc[j], a,
-                      load_b<kSplit>(sm.S + k0 * kSStride + 8 * (nt0 + j), kSStride, g, t));
+          mma_frag<kSplit>(acc[j], a,
+                           load_b<kSplit>(sm.S + k0 * kSStride + 8 * (nt0 + j), kSStride, g, t));
       }
     }
     // 2. R_i = beta_i (v_i - e^cum_i (K S)_i) over the K warps' fragments (rows i0, i0 + 8).
@@ -314,8 +247,8 @@ __global__ void __launch_bounds__(kStateThreads)
       const int m3 = warp % 4, n3 = warp / 4;
       float uc[4] = {};
       for (int k0 = 0; k0 < 16 * (m3 + 1); k0 += 8)
-        mma<kSplit>(uc, load_a<kSplit>(sm.t + 16 * m3 * kTPStride + k0, kTPStride, g, t),
-                    load_b<kSplit>(sm.r + k0 * kRUStride + 8 * n3, kRUStride, g, t));
+        mma_frag<kSplit>(uc, load_a<kSplit>(sm.t + 16 * m3 * kTPStride + k0, kTPStride, g, t),
+                         load_b<kSplit>(sm.r + k0 * kRUStride + 8 * n3, kRUStride, g, t));
 #pragma unroll
       for (int x = 0; x < 4; ++x)
         sm.u[(16 * m3 + g + 8 * (x / 2)) * kRUStride + 8 * n3 + 2 * t + x % 2] = uc[x];
@@ -336,11 +269,12 @@ __global__ void __launch_bounds__(kStateThreads)
 #pragma unroll
         for (int x = 0; x < 4; ++x) acc[j][x] *= sm.qscale[i0 + 8 * (x / 2)];
       for (int k0 = 0; k0 < 16 * (m4 + 1); k0 += 8) {
-        const Frag<4, kSplit> a = load_a<kSplit>(sm.p + 16 * m4 * kTPStride + k0, kTPStride, g, t);
+        const Tf32Frag<4, kSplit> a =
+            load_a<kSplit>(sm.p + 16 * m4 * kTPStride + k0, kTPStride, g, t);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-          mma<kSplit>(acc[j], a,
-                      load_b<kSplit>(sm.u + k0 * kRUStride + 8 * (nt0 + j), kRUStride, g, t));
+          mma_frag<kSplit>(acc[j], a,
+                           load_b<kSplit>(sm.u + k0 * kRUStride + 8 * (nt0 + j), kRUStride, g, t));
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -362,10 +296,11 @@ __global__ void __launch_bounds__(kStateThreads)
           for (int x = 0; x < 4; ++x)
             sc[j][x] = g_last * sm.S[(16 * e + g + 8 * (x / 2)) * kSStride + 8 * j + 2 * t + x % 2];
         for (int k0 = 0; k0 < kC; k0 += 8) {
-          const Frag<4, kSplit> a = load_a_transposed<kSplit>(k_s + k0 * ldk + 16 * e, ldk, g, t);
+          const Tf32Frag<4, kSplit> a =
+              load_a_transposed<kSplit>(k_s + k0 * ldk + 16 * e, ldk, g, t);
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            mma<kSplit>(
+            mma_frag<kSplit>(
                 sc[j], a,
                 load_b<kSplit>(sm.u + k0 * kRUStride + 8 * j, kRUStride, g, t, sm.kscale + k0));
         }

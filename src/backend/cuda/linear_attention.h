@@ -45,11 +45,11 @@ constexpr int kDeltaChunkTokens = 64;
 // Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend).
 constexpr int kDeltaChunkMinTokens = 32;
 bool delta_rule_chunked_fits(int k_dim, int v_dim);  // k_dim a multiple of 4, at most 128
-// How the state pass multiplies: f32 FMA from shared memory; or the tensor cores (mma.sync
-// m16n8k8 tf32, f32 accumulators, the state kept f32), each f32 operand split into two tf32
-// parts and three products (Tf32x3: within ~1e-6 of the FMA form), or one tf32 product (Tf32:
-// ~1e-3 relative error, the faster). The tensor-core forms take delta_rule_chunk_mma_fits()
-// shapes (k_dim a multiple of 16); others fall back to Fma.
+// How both launches multiply: f32 FMA from shared memory; or the tensor cores (mma.sync m16n8k8
+// tf32, f32 accumulators, the state kept f32), each f32 operand split into two tf32 parts and
+// three products (Tf32x3: as exact as the FMA form), or one tf32 product (Tf32: ~5e-4 relative
+// error, the faster). The tensor-core forms take delta_rule_chunk_mma_fits() shapes (k_dim a
+// multiple of 16); others fall back to Fma.
 enum class DeltaChunkMath { Fma, Tf32x3, Tf32 };
 bool delta_rule_chunk_mma_fits(int k_dim, int v_dim);
 // Scratch for all chunks of `max_tokens` tokens at once, capped near 64 MiB (at least one chunk).
