@@ -1,10 +1,10 @@
 // The gated delta rule of prefill chunks in chunks of kDeltaChunkTokens tokens, the algebra of
 // backend/cpu/delta_rule.h's delta_rule_chunked: a parallel pass over (chunk, value head) builds
 // what does not depend on the state (the UT transform's triangular inverse and the masked,
-// decayed q k^T), then one block per (value head, 32-column tile of the state) carries the state
-// through the chunks in order with a few small matrix products per chunk: here in f32 FMA from
-// shared memory, or on the tensor cores (delta_rule_mma.cu); decode keeps linear_attention.cu's
-// token-by-token kernel.
+// decayed q k^T; its products in f32 FMA or on the tensor cores), then one block per (value head,
+// 32-column tile of the state) carries the state through the chunks in order with a few small
+// matrix products per chunk: here in f32 FMA from shared memory, on the tensor cores in
+// delta_rule_mma.cu. Decode keeps linear_attention.cu's token-by-token kernel.
 #include <algorithm>
 #include <cmath>
 
