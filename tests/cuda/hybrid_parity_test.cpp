@@ -472,8 +472,9 @@ TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
                    from_fp64 = note_error(rel_error(chunked.got, chunked.want));
       std::printf("%-20s %-6s chunks of %7d: rel diff to token by token %.3g, to fp64 %.3g\n",
                   GetParam().c_str(), form.name, chunk, from_recurrent, from_fp64);
-      if (form.math != cuda::DeltaChunkMath::Tf32)
+      if (form.math != cuda::DeltaChunkMath::Tf32) {
         EXPECT_LE(from_recurrent, 1e-4) << GetParam() << " " << form.name << " chunks of " << chunk;
+      }
       EXPECT_LE(from_fp64, 3e-4) << GetParam() << " " << form.name << " chunks of " << chunk;
     }
   }
