@@ -163,8 +163,9 @@ TEST(HybridOps, GatedDeltaRuleContinuesEachSlot) {
 // sequences: slot 2 fresh with n tokens, slot 0 continuing its state at position 300 with n + 3
 // (a different split into chunks of 64). n covers one token, a chunk short of, at and past 64,
 // and many chunks; head dims from the fixtures' 16 to Qwen3.5's 128 and a v_dim that is no
-// multiple of the 32-column tile; decays fast (a ~ N(0, 1): about e^-1 a token) and slow (a - 6:
-// the state spans thousands of tokens). `tol` bounds out and state against both. Returns the
+// multiple of the 32-column tile (there with qkv's rows not 16-byte aligned); decays fast
+// (a ~ N(0, 1): about e^-1 a token) and slow (a - 6: the state spans thousands of tokens).
+// `tol` bounds out and state against both. Returns the
 // largest out difference to the FMA form over the cases.
 double check_chunked_delta_rule(cuda::DeltaChunkMath math, double tol) {
   CudaBackend& gpu = backends().gpu;
@@ -185,7 +186,11 @@ double check_chunked_delta_rule(cuda::DeltaChunkMath math, double tol) {
         }
         const StateLayout& st = cpu.state;
         const std::int64_t rows = 2 * n + 3, nv = st.n_v_heads;
-        Pair qkv = Pair::random(rows, st.conv_channels, 8), b = Pair::random(rows, nv, 2, 2.0f);
+        // qkv 16-byte aligned (the tensor-core kernels' 16-byte copies), or for v_dim 24 with
+        // rows 3 floats off (their 4-byte copies).
+        const std::int64_t qkv_pad = d.v_head_dim == 24 ? 6 : 8;
+        Pair qkv = Pair::random(rows, st.conv_channels, qkv_pad),
+             b = Pair::random(rows, nv, 2, 2.0f);
         Pair a = Pair::make(rows, nv);
         std::vector<float> a_values = random_floats(static_cast<std::size_t>(rows * nv));
         for (float& x : a_values) x += shift;
