@@ -49,9 +49,9 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float4 smem_prepare[];
   float* sm = reinterpret_cast<float*>(smem_prepare);
   // Row strides for conflict-free access (see each phase): ks odd (FMA) or 4 mod 8 (fragments),
-  // kAStride, kTStride.
-  const int dk = p.k_dim, ks = kMath == DeltaChunkMath::Fma ? dk + 1 : dk + 4, as = kAStride,
-            ts = kTStride;
+  // as kAStride (FMA) or 4 mod 8, ts 8 mod 32.
+  constexpr bool kFma = kMath == DeltaChunkMath::Fma;
+  const int dk = p.k_dim, ks = kFma ? dk + 1 : dk + 4, as = kFma ? kAStride : kC + 4, ts = kTStride;
   float* q_s = sm;                // [kC][ks] normalised q (scaled)
   float* k_s = q_s + kC * ks;     // [kC][ks] normalised k
   float* a_s = k_s + kC * ks;     // [kC][as] A, strictly lower
@@ -188,10 +188,10 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // T = (I + A)^-1 by forward substitution, row by row, four lanes per column c (part q sums
-  // over j = q mod 4; T[j][c] = 0 for j < c): T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c].
-  // A column's four lanes share a warp, so a warp barrier orders its rows.
-  {
+  if constexpr (kFma) {
+    // T = (I + A)^-1 by forward substitution, row by row, four lanes per column c (part q sums
+    // over j = q mod 4; T[j][c] = 0 for j < c): T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c].
+    // A column's four lanes share a warp, so a warp barrier orders its rows.
     const int c = tid / 4, part = tid % 4;
     for (int i = 0; i < kC; ++i) {
       const float* ai = a_s + i * as;
@@ -201,6 +201,48 @@ __global__ void __launch_bounds__(kThreads)
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       if (part == 0) t_s[i * ts + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - sum;
       __syncwarp();
+    }
+  } else {
+    // T = (I + A)^-1 in 16 x 16 blocks: the diagonal blocks T_ii by the same forward
+    // substitution within each (16 rows, not 64), then the blocks below them one diagonal at a
+    // time on the tensor cores, T_ij = -T_ii X with X = sum_{j <= k < i} A_ik T_kj (blocks of
+    // earlier diagonals). X goes to A's upper triangle at block (j, i), which nothing reads.
+    constexpr bool kSplit = kMath == DeltaChunkMath::Tf32x3;
+    static_assert(kC == 64, "4 x 4 blocks of 16");
+    {
+      const int c = tid / 4, part = tid % 4, b0 = 16 * (c / 16);
+      for (int i = part; i < b0; i += 4) t_s[i * ts + c] = 0.0f;
+      for (int i = b0; i < b0 + 16; ++i) {
+        const float* ai = a_s + i * as;
+        float sum = 0.0f;
+        for (int j = b0 + part; j < i; j += 4) sum += ai[j] * t_s[j * ts + c];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (part == 0) t_s[i * ts + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - sum;
+        __syncwarp();
+      }
+    }
+    __syncthreads();
+    const int g = lane / 4, t = lane % 4;
+    for (int d = 1; d < 4; ++d) {  // block diagonal d: (i, i - d), one warp per n8 tile
+      if (warp < 2 * (4 - d)) {
+        const int i = d + warp / 2, j = i - d, nt = warp % 2;
+        float x[4] = {}, y[4] = {};
+        for (int k0 = 16 * j; k0 < 16 * i; k0 += 8)
+          mma_frag<kSplit>(x, load_a<kSplit>(a_s + 16 * i * as + k0, as, g, t),
+                           load_b<kSplit>(t_s + k0 * ts + 16 * j + 8 * nt, ts, g, t));
+        float* xs = a_s + 16 * j * as + 16 * i + 8 * nt;  // [16][8] of X at row stride as
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xs[(g + 8 * (e / 2)) * as + 2 * t + e % 2] = x[e];
+        __syncwarp();
+        for (int k0 = 0; k0 < 16; k0 += 8)
+          mma_frag<kSplit>(y, load_a<kSplit>(t_s + 16 * i * ts + 16 * i + k0, ts, g, t),
+                           load_b<kSplit>(xs + k0 * as, as, g, t));
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          t_s[(16 * i + g + 8 * (e / 2)) * ts + 16 * j + 8 * nt + 2 * t + e % 2] = -y[e];
+      }
+      __syncthreads();
     }
   }
   __syncthreads();
