@@ -463,7 +463,8 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s) {
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s,
+                                     DeltaChunkLaunches launches) {
   AKV_CHECK(delta_rule_chunked_fits(k_dim, v_dim),
             "gated_delta_rule chunked: k_head_dim a multiple of 4, <= 128");
   AKV_CHECK(a_log.dtype == dt_bias.dtype, "gated_delta_rule: A_log and dt_bias of one dtype");
@@ -520,19 +521,22 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                         static_cast<unsigned>(n_seqs));
   for (int first = 0; first < n_chunks; first += window) {
     p.window_first = first;
-    dispatch_float(a_log.dtype, [&](auto tag) {
-      using W = decltype(tag);
-      const auto kernel =
-          used == DeltaChunkMath::Fma      ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>
-          : used == DeltaChunkMath::Tf32x3 ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>
-                                           : delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>;
-      launch(kernel,
-             dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_v_heads),
-                  static_cast<unsigned>(n_seqs)),
-             kThreads, prepare_smem, s, p, static_cast<const W*>(a_log.data),
-             static_cast<const W*>(dt_bias.data));
-    });
-    AKV_CUDA_CHECK_LAUNCH();
+    if (launches != DeltaChunkLaunches::StateOnly) {
+      dispatch_float(a_log.dtype, [&](auto tag) {
+        using W = decltype(tag);
+        const auto kernel =
+            used == DeltaChunkMath::Fma      ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>
+            : used == DeltaChunkMath::Tf32x3 ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>
+                                             : delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>;
+        launch(kernel,
+               dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_v_heads),
+                    static_cast<unsigned>(n_seqs)),
+               kThreads, prepare_smem, s, p, static_cast<const W*>(a_log.data),
+               static_cast<const W*>(dt_bias.data));
+      });
+      AKV_CUDA_CHECK_LAUNCH();
+    }
+    if (launches == DeltaChunkLaunches::PrepareOnly) continue;
     if (tensor_cores) {
       launch_delta_chunk_state_mma(p, state_grid, math == DeltaChunkMath::Tf32x3, s);
     } else {

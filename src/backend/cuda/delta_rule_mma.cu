@@ -67,23 +67,23 @@ int smem_floats_async(int k_dim) {
          8 * kC + 4 * kC;
 }
 
-// Issues the copies of a chunk's raw q and k rows into qk (all threads). `vec16`: qkv's rows
-// and columns are 16-byte aligned.
+// Issues the copies of a chunk's raw q and k rows into qk (all threads; warp w rows w, w + 16,
+// .., lanes along a row: no divisions). `vec16`: qkv's rows and columns are 16-byte aligned.
 __device__ __forceinline__ void issue_qk(const ChunkedArgs& p, const ChunkAt& c, int kh, float* qk,
                                          bool vec16) {
-  const int dk = p.k_dim, ldk = qk_stride(dk);
+  const int dk = p.k_dim, ldk = qk_stride(dk), lane = threadIdx.x % 32;
   const std::int64_t key_dim = static_cast<std::int64_t>(p.n_k_heads) * dk;
-  const int width = vec16 ? 4 : 1, per_row = dk / width;
-  for (int e = threadIdx.x; e < 2 * kC * per_row; e += kStateThreads) {
-    const int which = e / (kC * per_row), i = (e / per_row) % kC, col = (e % per_row) * width;
+  for (int row = threadIdx.x / 32; row < 2 * kC; row += kWarps) {  // q rows, then k rows
+    const int i = row % kC;
     const bool ok = i < c.n;
-    const float* src =
-        p.qkv + (c.row0 + (ok ? i : 0)) * p.qkv_stride + which * key_dim + kh * dk + col;
-    float* dst = qk + (which * kC + i) * ldk + col;
-    if (vec16)
-      cp_async16_or_zero(dst, src, ok);
-    else
-      cp_async4_or_zero(dst, src, ok);
+    const float* src = p.qkv + (c.row0 + (ok ? i : 0)) * p.qkv_stride + (row / kC) * key_dim +
+                       static_cast<std::int64_t>(kh) * dk;
+    float* dst = qk + row * ldk;
+    if (vec16) {
+      if (4 * lane < dk) cp_async16_or_zero(dst + 4 * lane, src + 4 * lane, ok);
+    } else {
+      for (int col = lane; col < dk; col += 32) cp_async4_or_zero(dst + col, src + col, ok);
+    }
   }
 }
 
@@ -101,14 +101,14 @@ __device__ __forceinline__ void issue_square(const float* src, float* dst) {
 }
 
 // The chunk's v columns [col0, col0 + 32) of value head h into r (zeros past the chunk, past
-// v_dim).
+// v_dim): 16-byte copies of 8 lanes a row (4 rows a warp), or 4-byte copies of a row a warp.
 __device__ __forceinline__ void issue_v(const ChunkedArgs& p, const ChunkAt& c, int h, int col0,
                                         float* r, bool vec16) {
   const std::int64_t v0 =
       2 * static_cast<std::int64_t>(p.n_k_heads) * p.k_dim + static_cast<std::int64_t>(h) * p.v_dim;
-  const int width = vec16 ? 4 : 1, per_row = kStateTile / width;
-  for (int e = threadIdx.x; e < kC * per_row; e += kStateThreads) {
-    const int i = e / per_row, col = (e % per_row) * width;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int col = vec16 ? 4 * (lane % 8) : lane, row_step = vec16 ? 4 : 1;
+  for (int i = vec16 ? 4 * warp + lane / 8 : warp; i < kC; i += kWarps * row_step) {
     const bool ok = i < c.n && col0 + col < p.v_dim;
     const float* src = p.qkv + (c.row0 + (ok ? i : 0)) * p.qkv_stride + v0 + (ok ? col0 + col : 0);
     if (vec16)
@@ -218,6 +218,7 @@ __global__ void __launch_bounds__(kStateThreads)
     float acc[2][4] = {};
     {
       const float* a_rows = (k_warp ? k_s : q_s) + 16 * (mt % 4) * ldk;
+#pragma unroll 2
       for (int k0 = 0; k0 < dk; k0 += 8) {
         const Tf32Frag<4, kSplit> a = load_a<kSplit>(a_rows + k0, ldk, g, t);
 #pragma unroll

@@ -54,11 +54,15 @@ enum class DeltaChunkMath { Fma, Tf32x3, Tf32 };
 bool delta_rule_chunk_mma_fits(int k_dim, int v_dim);
 // Scratch for all chunks of `max_tokens` tokens at once, capped near 64 MiB (at least one chunk).
 std::size_t delta_rule_chunked_scratch_bytes(int n_seqs, int max_tokens, int n_v_heads);
+// `launches`: PrepareOnly / StateOnly run one of the two launches alone, to time each (the
+// result is only right with Both).
+enum class DeltaChunkLaunches { Both, PrepareOnly, StateOnly };
 void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      const WeightRef& a_log, const WeightRef& dt_bias,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s);
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s,
+                                     DeltaChunkLaunches launches = DeltaChunkLaunches::Both);
 
 }  // namespace akv::cuda

@@ -1,18 +1,13 @@
 // Warp-level tf32 tensor-core products (mma.sync m16n8k8, sm_80+) for f32 data in shared
 // memory: operand fragments rounded to tf32, or split into two tf32 parts for near-f32 products
-// (3xTF32: x = big + small; small*big + big*small + big*big, the dropped small*small ~2^-22 of
-// a term). Used by the chunked delta rule's kernels.
+// (3xTF32: x = big + small; small*big + big*small + big*big, the dropped small*small ~2^-21 of
+// a term). mma.sync reads a .tf32 operand's top 19 bits (the 13 low bits of the f32 are
+// ignored). Used by the chunked delta rule's kernels.
 #pragma once
 
 #include <cstdint>
 
 namespace akv::cuda {
-
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
 
 // c[4] += a[4] (m16k8 A fragment) x (b0, b1) (k8n8 B fragment).
 __device__ __forceinline__ void mma_tf32(float* c, const std::uint32_t* a, std::uint32_t b0,
@@ -24,14 +19,21 @@ __device__ __forceinline__ void mma_tf32(float* c, const std::uint32_t* a, std::
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// An operand fragment of N f32 values as tf32: big (rounded) and, with kSplit, small (the
-// rounded remainder; exact f32 subtraction).
+// x rounded to tf32 (to nearest, ties away from zero, as cvt.rna) with two integer operations:
+// add half a tf32 ulp, clear the 13 low bits. Finite x only.
+__device__ __forceinline__ std::uint32_t round_tf32(float x) {
+  return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
+// An operand fragment of N f32 values as tf32: big (rounded) and, with kSplit, small (the exact
+// f32 remainder, which the tensor cores read truncated to tf32: 2^-10 of it, ~2^-21 of x).
+// Integer rounding instead of cvt.rna keeps the split off the conversion units.
 template <int N, bool kSplit>
 struct Tf32Frag {
   std::uint32_t big[N], small[kSplit ? N : 1];
   __device__ __forceinline__ void set(int i, float x) {
-    big[i] = to_tf32(x);
-    if constexpr (kSplit) small[i] = to_tf32(x - __uint_as_float(big[i]));
+    big[i] = round_tf32(x);
+    if constexpr (kSplit) small[i] = __float_as_uint(x - __uint_as_float(big[i]));
   }
 };
 
