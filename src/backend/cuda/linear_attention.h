@@ -42,8 +42,9 @@ void launch_gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const Weig
 // 1, n_v_heads)) holds the per-chunk matrices of as many chunks as fit; longer sequences go in
 // several launches. Stream-ordered: no host wait.
 constexpr int kDeltaChunkTokens = 64;
-// Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend).
-constexpr int kDeltaChunkMinTokens = 32;
+// Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend): on
+// the tensor cores they beat the token-by-token kernel from 16 tokens at Qwen3.5's shape.
+constexpr int kDeltaChunkMinTokens = 16;
 bool delta_rule_chunked_fits(int k_dim, int v_dim);  // k_dim a multiple of 4, at most 128
 // How both launches multiply: f32 FMA from shared memory; or the tensor cores (mma.sync m16n8k8
 // tf32, f32 accumulators, the state kept f32), each f32 operand split into two tf32 parts and
