@@ -103,6 +103,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* moe_mxfp4 = std::getenv("AGENTKV_CUDA_MOE_MXFP4");
   if (moe_mxfp4 != nullptr && std::strcmp(moe_mxfp4, "f32") == 0)
     moe_mxfp4_decode_ = MoeMxfp4Decode::F32;
+  const char* delta_chunk = std::getenv("AGENTKV_CUDA_DELTA_CHUNK");
+  if (delta_chunk != nullptr && std::strcmp(delta_chunk, "fma") == 0)
+    delta_chunk_math_ = cuda::DeltaChunkMath::Fma;
+  else if (delta_chunk != nullptr && std::strcmp(delta_chunk, "tf32") == 0)
+    delta_chunk_math_ = cuda::DeltaChunkMath::Tf32;
   slots_.resize(kUploadSlots);
   for (UploadSlot& s : slots_) AKV_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
 }
@@ -595,7 +600,7 @@ void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, cons
       cuda::launch_gated_delta_rule_chunked(qkv, a, b, a_log, dt_bias, kv.recurrent_state[layer], long_seqs, n_long,
                                             max_tokens, static_cast<int>(st.n_k_heads),
                                             static_cast<int>(st.n_v_heads), k_dim, v_dim, out, scratch(bytes, 1),
-                                            bytes, stream());
+                                            bytes, delta_chunk_math_, stream());
     }
   }
   int n_seqs = 0;

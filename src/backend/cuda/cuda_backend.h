@@ -166,6 +166,9 @@ class CudaBackend final : public Backend {
   // cuda::kDeltaChunkMinTokens by default; 1 sends every eager chunk to the chunked kernels, a
   // value past any chunk none (tests, before/after measurements).
   void set_delta_rule_chunk_min_tokens(std::int32_t n) { delta_rule_chunk_min_tokens_ = std::max(n, 1); }
+  // The chunked kernels' products (cuda::DeltaChunkMath): Tf32x3 (tensor cores) by default;
+  // AGENTKV_CUDA_DELTA_CHUNK=fma|tf32x3|tf32 in the environment starts the backend with another.
+  void set_delta_chunk_math(cuda::DeltaChunkMath m) { delta_chunk_math_ = m; }
   void gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) override;
   // Greedy picks and plain temperature draws on the device (sample.cu), one block per row; only
   // the ids are copied back (at end_step inside a step). temperature and u travel with the
@@ -362,6 +365,7 @@ class CudaBackend final : public Backend {
   const std::int32_t* upload_state_seqs(const KvStorage& kv, const ForwardBatch& batch, std::int32_t min_tokens = 0,
                                         std::int32_t below_tokens = INT32_MAX, int* n_seqs = nullptr);
   std::int32_t delta_rule_chunk_min_tokens_ = cuda::kDeltaChunkMinTokens;
+  cuda::DeltaChunkMath delta_chunk_math_ = cuda::DeltaChunkMath::Tf32x3;
   std::int32_t conv1d_tile_min_tokens_ = cuda::kConvTileMinTokens;
   bool prefill_attention_d256_ = true;
   std::vector<std::int32_t> state_seqs_host_;

@@ -1,25 +1,25 @@
 // The gated delta rule of prefill chunks in chunks of kDeltaChunkTokens tokens, the algebra of
 // backend/cpu/delta_rule.h's delta_rule_chunked: a parallel pass over (chunk, value head) builds
 // what does not depend on the state (the UT transform's triangular inverse and the masked,
-// decayed q k^T), then one block per (value head, 32-column tile of the state) carries the state
-// through the chunks in order with a few small matrix products per chunk. Plain f32 FMA from
-// shared memory (no tensor cores); decode keeps linear_attention.cu's token-by-token kernel.
+// decayed q k^T; its products in f32 FMA or on the tensor cores), then one block per (value head,
+// 32-column tile of the state) carries the state through the chunks in order with a few small
+// matrix products per chunk: here in f32 FMA from shared memory, on the tensor cores in
+// delta_rule_mma.cu. Decode keeps linear_attention.cu's token-by-token kernel.
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/delta_rule_chunk.cuh"
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/linear_attention.h"
+#include "backend/cuda/tf32_mma.cuh"
 
 namespace akv::cuda {
 namespace {
 
-constexpr int kC = kDeltaChunkTokens;
-constexpr int kTile = 32;  // state columns per block of the state pass (one per lane)
+constexpr int kTile = kStateTile;  // state columns per block of the state pass (one per lane)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxKeyDim = 128;
+constexpr int kMaxKeyDim = kChunkMaxKeyDim;
 // The state pass: 16 warps (latency hiding: one block an SM), each thread column `lane`.
-constexpr int kStateThreads = 512;
 constexpr int kStateWarps = kStateThreads / 32;
 constexpr int kRowsPerWarp = kC / kStateWarps;               // chunk rows of each warp
 constexpr int kKeyRowsPerThread = kMaxKeyDim / kStateWarps;  // state rows each thread advances
@@ -32,58 +32,26 @@ static_assert(kC == 64 && kThreads == 256,
               "the prepare pass's thread maps: 16 x 16 threads of 4 x 4 entries, "
               "4 lanes per column");
 
-// One (window chunk, sequence, value head)'s state-independent values in scratch:
-//   t    [kC, kC]  (I + A)^-1, lower with unit diagonal, A[i][j] = beta_i e^(cum_i - cum_j) k_i.k_j
-//                  for j < i (the UT transform: U = t R, R_i = beta_i (v_i - e^cum_i S^T k_i))
-//   p    [kC, kC]  e^(cum_i - cum_j) q_i.k_j for j <= i, else 0
-//   kinv [kC], qinv [kC]  the l2 normalisations (qinv with k_dim^-1/2), so that the state pass
-//                  reads the raw q, k rows of qkv
-//   beta [kC], cum [kC]   sigmoid(b); the running sum of the log decays g within the chunk
-// Rows past the chunk's last token hold zero inputs (t the identity there, p zero, g zero).
-constexpr int kChunkFloats = 2 * kC * kC + 4 * kC;
-constexpr int kT = 0, kP = kC * kC, kKinv = 2 * kC * kC, kQinv = kKinv + kC, kBeta = kQinv + kC,
-              kCum = kBeta + kC;
-
-struct ChunkedArgs {
-  const float* qkv;
-  std::int64_t qkv_stride;
-  const float* a;
-  std::int64_t a_stride;
-  const float* b;
-  std::int64_t b_stride;
-  float* state;              // [n_slots * n_v_heads * k_dim, v_dim]
-  const std::int32_t* seqs;  // [n_seqs][4] first_row, n_tokens, start_pos, slot
-  int n_k_heads, n_v_heads, k_dim, v_dim;
-  float* out;
-  std::int64_t out_stride;
-  float* scratch;     // [n_seqs][window_chunks][n_v_heads][kChunkFloats]
-  int window_first;   // chunk index (within each sequence) of the window's first chunk
-  int window_chunks;  // chunks per sequence in this window
-};
-
-__device__ float* chunk_scratch(const ChunkedArgs& p, int seq, int window_chunk, int h) {
-  return p.scratch +
-         ((static_cast<std::int64_t>(seq) * p.window_chunks + window_chunk) * p.n_v_heads + h) *
-             kChunkFloats;
-}
-
-// Shared floats of the prepare pass: q, k [kC][k_dim + 1], A [kC][kAStride], T [kC][kTStride],
-// beta, cum.
+// Shared floats of the prepare pass: q, k [kC][k_dim + 4] (rows k_dim + 1 apart for the FMA
+// products, k_dim + 4 for the tensor cores'), A [kC][kAStride], T [kC][kTStride], beta, cum.
 constexpr int kAStride = kC + 16, kTStride = kC + 8;
 int prepare_smem_floats(int k_dim) {
-  return 2 * kC * (k_dim + 1) + kC * (kAStride + kTStride) + 2 * kC;
+  return 2 * kC * (k_dim + 4) + kC * (kAStride + kTStride) + 2 * kC;
 }
 
-// Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head.
-template <typename W>
+// Grid (window_chunks, n_v_heads, n_seqs): one chunk of one value head. kMath: q k^T and k k^T in
+// f32 FMA or on the tensor cores (3xTF32 or TF32, as the state pass; k_dim % 16 == 0 there).
+template <typename W, DeltaChunkMath kMath>
 __global__ void __launch_bounds__(kThreads)
     delta_chunk_prepare_kernel(ChunkedArgs p, const W* a_log, const W* dt_bias) {
   pdl_trigger();
   pdl_wait();
   extern __shared__ float4 smem_prepare[];
   float* sm = reinterpret_cast<float*>(smem_prepare);
-  // Row strides for conflict-free access (see each phase): ks odd, kAStride, kTStride.
-  const int dk = p.k_dim, ks = dk + 1, as = kAStride, ts = kTStride;
+  // Row strides for conflict-free access (see each phase): ks odd (FMA) or 4 mod 8 (fragments),
+  // as kAStride (FMA) or 4 mod 8, ts 8 mod 32.
+  constexpr bool kFma = kMath == DeltaChunkMath::Fma;
+  const int dk = p.k_dim, ks = kFma ? dk + 1 : dk + 4, as = kFma ? kAStride : kC + 4, ts = kTStride;
   float* q_s = sm;                // [kC][ks] normalised q (scaled)
   float* k_s = q_s + kC * ks;     // [kC][ks] normalised k
   float* a_s = k_s + kC * ks;     // [kC][as] A, strictly lower
@@ -158,44 +126,72 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // A into shared memory, p straight to scratch: thread t computes rows t / 16 + 16 y and
-  // columns t % 16 + 16 x (x, y < 4), 12 shared loads for 32 FMAs; a warp reads 2 rows i (two
-  // addresses) and 16 rows j (odd stride: distinct banks) at once.
-  {
-    const int ti = tid / 16, tj = tid % 16;
-    float kk[4][4] = {}, qk[4][4] = {};
-    for (int c = 0; c < dk; ++c) {
-      float ki[4], qi[4], kj[4];
+  if constexpr (kMath == DeltaChunkMath::Fma) {
+    // A into shared memory, p straight to scratch: thread t computes rows t / 16 + 16 y and
+    // columns t % 16 + 16 x (x, y < 4), 12 shared loads for 32 FMAs; a warp reads 2 rows i (two
+    // addresses) and 16 rows j (odd stride: distinct banks) at once.
+    {
+      const int ti = tid / 16, tj = tid % 16;
+      float kk[4][4] = {}, qk[4][4] = {};
+      for (int c = 0; c < dk; ++c) {
+        float ki[4], qi[4], kj[4];
 #pragma unroll
-      for (int y = 0; y < 4; ++y) {
-        ki[y] = k_s[(ti + 16 * y) * ks + c];
-        qi[y] = q_s[(ti + 16 * y) * ks + c];
-        kj[y] = k_s[(tj + 16 * y) * ks + c];
+        for (int y = 0; y < 4; ++y) {
+          ki[y] = k_s[(ti + 16 * y) * ks + c];
+          qi[y] = q_s[(ti + 16 * y) * ks + c];
+          kj[y] = k_s[(tj + 16 * y) * ks + c];
+        }
+#pragma unroll
+        for (int y = 0; y < 4; ++y)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            kk[y][x] += ki[y] * kj[x];
+            qk[y][x] += qi[y] * kj[x];
+          }
       }
 #pragma unroll
       for (int y = 0; y < 4; ++y)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          kk[y][x] += ki[y] * kj[x];
-          qk[y][x] += qi[y] * kj[x];
+          const int i = ti + 16 * y, j = tj + 16 * x;
+          const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
+          a_s[i * as + j] = j < i ? beta_s[i] * decay * kk[y][x] : 0.0f;
+          out[kP + i * kC + j] = decay * qk[y][x];
         }
     }
+  } else {
+    // The same entries on the tensor cores: warp w takes m16 tile w % 4 of the rows i of K K^T
+    // (w < 4: A) or Q K^T (w >= 4: p), and the n8 tiles of columns j up to the tile's diagonal.
+    constexpr bool kSplit = kMath == DeltaChunkMath::Tf32x3;
+    const int g = lane / 4, t = lane % 4, m = warp % 4, n_tiles = 2 * m + 2;
+    const bool qk_warp = warp >= 4;
+    const float* a_rows = (qk_warp ? q_s : k_s) + 16 * m * ks;
+    float acc[8][4] = {};
+    for (int k0 = 0; k0 < dk; k0 += 8) {
+      const Tf32Frag<4, kSplit> a = load_a<kSplit>(a_rows + k0, ks, g, t);
 #pragma unroll
-    for (int y = 0; y < 4; ++y)
+      for (int nt = 0; nt < 8; ++nt)
+        if (nt < n_tiles)
+          mma_frag<kSplit>(acc[nt], a, load_b_transposed<kSplit>(k_s + 8 * nt * ks + k0, ks, g, t));
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int i = ti + 16 * y, j = tj + 16 * x;
+        const int i = 16 * m + g + 8 * (x / 2), j = 8 * nt + 2 * t + x % 2;
         const float decay = j <= i ? expf(cum_s[i] - cum_s[j]) : 0.0f;  // <= 1: cum falls
-        a_s[i * as + j] = j < i ? beta_s[i] * decay * kk[y][x] : 0.0f;
-        out[kP + i * kC + j] = decay * qk[y][x];
+        if (qk_warp)
+          out[kP + i * kC + j] = decay * acc[nt][x];
+        else
+          a_s[i * as + j] = j < i ? beta_s[i] * decay * acc[nt][x] : 0.0f;
       }
   }
   __syncthreads();
 
-  // T = (I + A)^-1 by forward substitution, row by row, four lanes per column c (part q sums
-  // over j = q mod 4; T[j][c] = 0 for j < c): T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c].
-  // A column's four lanes share a warp, so a warp barrier orders its rows.
-  {
+  if constexpr (kFma) {
+    // T = (I + A)^-1 by forward substitution, row by row, four lanes per column c (part q sums
+    // over j = q mod 4; T[j][c] = 0 for j < c): T[i][c] = [i == c] - sum_{j < i} A[i][j] T[j][c].
+    // A column's four lanes share a warp, so a warp barrier orders its rows.
     const int c = tid / 4, part = tid % 4;
     for (int i = 0; i < kC; ++i) {
       const float* ai = a_s + i * as;
@@ -205,6 +201,48 @@ __global__ void __launch_bounds__(kThreads)
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       if (part == 0) t_s[i * ts + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - sum;
       __syncwarp();
+    }
+  } else {
+    // T = (I + A)^-1 in 16 x 16 blocks: the diagonal blocks T_ii by the same forward
+    // substitution within each (16 rows, not 64), then the blocks below them one diagonal at a
+    // time on the tensor cores, T_ij = -T_ii X with X = sum_{j <= k < i} A_ik T_kj (blocks of
+    // earlier diagonals). X goes to A's upper triangle at block (j, i), which nothing reads.
+    constexpr bool kSplit = kMath == DeltaChunkMath::Tf32x3;
+    static_assert(kC == 64, "4 x 4 blocks of 16");
+    {
+      const int c = tid / 4, part = tid % 4, b0 = 16 * (c / 16);
+      for (int i = part; i < b0; i += 4) t_s[i * ts + c] = 0.0f;
+      for (int i = b0; i < b0 + 16; ++i) {
+        const float* ai = a_s + i * as;
+        float sum = 0.0f;
+        for (int j = b0 + part; j < i; j += 4) sum += ai[j] * t_s[j * ts + c];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (part == 0) t_s[i * ts + c] = i < c ? 0.0f : (i == c ? 1.0f : 0.0f) - sum;
+        __syncwarp();
+      }
+    }
+    __syncthreads();
+    const int g = lane / 4, t = lane % 4;
+    for (int d = 1; d < 4; ++d) {  // block diagonal d: (i, i - d), one warp per n8 tile
+      if (warp < 2 * (4 - d)) {
+        const int i = d + warp / 2, j = i - d, nt = warp % 2;
+        float x[4] = {}, y[4] = {};
+        for (int k0 = 16 * j; k0 < 16 * i; k0 += 8)
+          mma_frag<kSplit>(x, load_a<kSplit>(a_s + 16 * i * as + k0, as, g, t),
+                           load_b<kSplit>(t_s + k0 * ts + 16 * j + 8 * nt, ts, g, t));
+        float* xs = a_s + 16 * j * as + 16 * i + 8 * nt;  // [16][8] of X at row stride as
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xs[(g + 8 * (e / 2)) * as + 2 * t + e % 2] = x[e];
+        __syncwarp();
+        for (int k0 = 0; k0 < 16; k0 += 8)
+          mma_frag<kSplit>(y, load_a<kSplit>(t_s + 16 * i * ts + 16 * i + k0, ts, g, t),
+                           load_b<kSplit>(xs + k0 * as, as, g, t));
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          t_s[(16 * i + g + 8 * (e / 2)) * ts + 16 * j + 8 * nt + 2 * t + e % 2] = -y[e];
+      }
+      __syncthreads();
     }
   }
   __syncthreads();
@@ -425,7 +463,8 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, Stream s) {
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s,
+                                     DeltaChunkLaunches launches) {
   AKV_CHECK(delta_rule_chunked_fits(k_dim, v_dim),
             "gated_delta_rule chunked: k_head_dim a multiple of 4, <= 128");
   AKV_CHECK(a_log.dtype == dt_bias.dtype, "gated_delta_rule: A_log and dt_bias of one dtype");
@@ -445,14 +484,18 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
   if (!attributes_set) {
     const int most = static_cast<int>(sizeof(float)) *
                      std::max(prepare_smem_floats(kMaxKeyDim), state_smem_floats(kMaxKeyDim));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<float>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<__nv_bfloat16>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prepare_kernel<__half>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    AKV_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_state_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    const auto set = [most](auto kernel) {
+      AKV_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    };
+    for (const DType t : {DType::F32, DType::BF16, DType::F16})
+      dispatch_float(t, [&](auto tag) {
+        using W = decltype(tag);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>);
+        set(delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>);
+      });
+    set(delta_chunk_state_kernel);
     attributes_set = true;
   }
   ChunkedArgs p{.qkv = static_cast<const float*>(qkv.data),
@@ -472,21 +515,34 @@ void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                 .scratch = static_cast<float*>(scratch),
                 .window_first = 0,
                 .window_chunks = window};
+  const bool tensor_cores = math != DeltaChunkMath::Fma && delta_rule_chunk_mma_fits(k_dim, v_dim);
+  const DeltaChunkMath used = tensor_cores ? math : DeltaChunkMath::Fma;
   const dim3 state_grid(static_cast<unsigned>(n_v_heads), blocks_for(v_dim, kTile),
                         static_cast<unsigned>(n_seqs));
   for (int first = 0; first < n_chunks; first += window) {
     p.window_first = first;
-    dispatch_float(a_log.dtype, [&](auto tag) {
-      using W = decltype(tag);
-      launch(delta_chunk_prepare_kernel<W>,
-             dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_v_heads),
-                  static_cast<unsigned>(n_seqs)),
-             kThreads, prepare_smem, s, p, static_cast<const W*>(a_log.data),
-             static_cast<const W*>(dt_bias.data));
-    });
-    AKV_CUDA_CHECK_LAUNCH();
-    launch(delta_chunk_state_kernel, state_grid, kStateThreads, state_smem, s, p);
-    AKV_CUDA_CHECK_LAUNCH();
+    if (launches != DeltaChunkLaunches::StateOnly) {
+      dispatch_float(a_log.dtype, [&](auto tag) {
+        using W = decltype(tag);
+        const auto kernel =
+            used == DeltaChunkMath::Fma      ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Fma>
+            : used == DeltaChunkMath::Tf32x3 ? delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32x3>
+                                             : delta_chunk_prepare_kernel<W, DeltaChunkMath::Tf32>;
+        launch(kernel,
+               dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_v_heads),
+                    static_cast<unsigned>(n_seqs)),
+               kThreads, prepare_smem, s, p, static_cast<const W*>(a_log.data),
+               static_cast<const W*>(dt_bias.data));
+      });
+      AKV_CUDA_CHECK_LAUNCH();
+    }
+    if (launches == DeltaChunkLaunches::PrepareOnly) continue;
+    if (tensor_cores) {
+      launch_delta_chunk_state_mma(p, state_grid, math == DeltaChunkMath::Tf32x3, s);
+    } else {
+      launch(delta_chunk_state_kernel, state_grid, kStateThreads, state_smem, s, p);
+      AKV_CUDA_CHECK_LAUNCH();
+    }
   }
 }
 

@@ -42,16 +42,29 @@ void launch_gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const Weig
 // 1, n_v_heads)) holds the per-chunk matrices of as many chunks as fit; longer sequences go in
 // several launches. Stream-ordered: no host wait.
 constexpr int kDeltaChunkTokens = 64;
-// Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend).
-constexpr int kDeltaChunkMinTokens = 32;
+// Eager prefill chunks of this many tokens or more take the chunked kernels (CudaBackend): on
+// the tensor cores they beat the token-by-token kernel from 16 tokens at Qwen3.5's shape.
+constexpr int kDeltaChunkMinTokens = 16;
 bool delta_rule_chunked_fits(int k_dim, int v_dim);  // k_dim a multiple of 4, at most 128
+// How both launches multiply: f32 FMA from shared memory; or the tensor cores (mma.sync m16n8k8
+// tf32, f32 accumulators, the state kept f32), each f32 operand split into two tf32 parts and
+// three products (Tf32x3, the default: as exact as the FMA form), or one tf32 product (Tf32:
+// ~5e-4 relative error in the op and 2e-3 to 2e-2 in the hybrid fixtures' logits, too inexact
+// for a model; kept for measurements). The tensor-core forms take delta_rule_chunk_mma_fits() shapes (k_dim a
+// multiple of 16); others fall back to Fma.
+enum class DeltaChunkMath { Fma, Tf32x3, Tf32 };
+bool delta_rule_chunk_mma_fits(int k_dim, int v_dim);
 // Scratch for all chunks of `max_tokens` tokens at once, capped near 64 MiB (at least one chunk).
 std::size_t delta_rule_chunked_scratch_bytes(int n_seqs, int max_tokens, int n_v_heads);
+// `launches`: PrepareOnly / StateOnly run one of the two launches alone, to time each (the
+// result is only right with Both).
+enum class DeltaChunkLaunches { Both, PrepareOnly, StateOnly };
 void launch_gated_delta_rule_chunked(TensorRef qkv, TensorRef a, TensorRef b,
                                      const WeightRef& a_log, const WeightRef& dt_bias,
                                      TensorRef state, const std::int32_t* seqs, int n_seqs,
                                      int max_tokens, int n_k_heads, int n_v_heads, int k_dim,
                                      int v_dim, TensorRef out, void* scratch,
-                                     std::size_t scratch_bytes, Stream s);
+                                     std::size_t scratch_bytes, DeltaChunkMath math, Stream s,
+                                     DeltaChunkLaunches launches = DeltaChunkLaunches::Both);
 
 }  // namespace akv::cuda
