@@ -82,6 +82,7 @@ int run_quant_gemv_bench(double copy_bw) {
   DevicePtr x = device_alloc(static_cast<std::size_t>(64 * max_cols) * 4);
   DevicePtr y = device_alloc(static_cast<std::size_t>(64 * max_rows) * 4);
   DevicePtr qa = device_alloc(cuda::quant_activation_bytes(64, max_cols));
+  DevicePtr qa_mma = device_alloc(cuda::quant_mma_activation_bytes(64, max_cols));
   DevicePtr bf16 = device_alloc(static_cast<std::size_t>(max_rows * 4096) * 2);
   fill_bf16(x.get(), 64 * max_cols * 2, 7, 0.0f,
             1.0f);  // finite f32 bit patterns from bf16 pairs; also bf16 x
@@ -113,9 +114,13 @@ int run_quant_gemv_bench(double copy_bw) {
       auto dequantize = [&](int i) { cuda::launch_dequantize_bf16(weight(i), bf16.get(), s); };
       for (std::size_t ri = 0; ri < std::size(kRows); ++ri) {
         const std::int64_t n = kRows[ri];
-        const cuda::QuantActivations a = cuda::quant_activations_in(qa.get(), n, m.cols);
+        const cuda::QuantActivations a = cuda::quant_activations_in(qa.get(), n, m.cols),
+                                     a_mma =
+                                         cuda::quant_mma_activations_in(qa_mma.get(), n, m.cols);
         cuda::launch_quantize_activations(static_cast<const float*>(x.get()), m.cols, n, m.cols, a,
                                           s);
+        cuda::launch_quantize_mma_activations(static_cast<const float*>(x.get()), m.cols, n, m.cols,
+                                              a_mma, s);
         for (int p = 0; p < kPaths; ++p) {
           if (p == kMma && !mma) continue;
           const double sec = seconds_per_call(s, copies, [&](int i) {
@@ -123,7 +128,7 @@ int run_quant_gemv_bench(double copy_bw) {
             if (p == kGemv) {
               cuda::launch_quant_gemv_multi(&target, 1, a, n, s);
             } else if (p == kMma) {
-              cuda::launch_quant_mma_multi(&target, 1, a, n, s);
+              cuda::launch_quant_mma_multi(&target, 1, a_mma, n, s);
             } else {  // the backend's path for more rows: x as bf16 [n, cols], y f32 [n, rows]
               dequantize(i);
               const float one = 1.0f, zero = 0.0f;

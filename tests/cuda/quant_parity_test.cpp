@@ -156,6 +156,26 @@ std::vector<double> reference_product(const QuantCase& c, const std::vector<doub
 
 enum class Kernel { Gemv, Mma };
 
+// The MMA kernel's activation layout (quant_gemv.h) of quantize_host's [n, cols] codes and
+// [n, cols / 32] scales: [cols / 32][n8][32] and [cols / 32][n8], rows n..n8-1 zero.
+void group_major(std::int64_t n, std::int64_t cols, std::vector<std::int8_t>& codes,
+                 std::vector<float>& scales) {
+  const std::int64_t n8 = (n + 7) / 8 * 8, groups = cols / cuda::kQuantGroup;
+  std::vector<std::int8_t> c(static_cast<std::size_t>(n8 * cols), 0);
+  std::vector<float> sc(static_cast<std::size_t>(n8 * groups * 2), 0.0f);
+  for (std::int64_t m = 0; m < n; ++m)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      for (int i = 0; i < cuda::kQuantGroup; ++i)
+        c[static_cast<std::size_t>((g * n8 + m) * cuda::kQuantGroup + i)] =
+            codes[static_cast<std::size_t>(m * cols + g * cuda::kQuantGroup + i)];
+      for (int i = 0; i < 2; ++i)
+        sc[static_cast<std::size_t>((g * n8 + m) * 2 + i)] =
+            scales[static_cast<std::size_t>((m * groups + g) * 2 + i)];
+    }
+  codes = std::move(c);
+  scales = std::move(sc);
+}
+
 // A host copy of one quantized weight on the device (zero-padded past its end, as uploads are).
 struct DeviceQuant {
   QuantCase c;
@@ -184,7 +204,9 @@ void check_products(Kernel kernel, const std::vector<const DeviceQuant*>& ws, st
   for (float& v : x) v = normal(rng());
   std::fill(x.begin() + cols / 2, x.begin() + cols / 2 + 32, 0.0f);
   const std::int64_t xs = cols + 32;
-  DeviceBytes xd(static_cast<std::size_t>(n * xs) * 4), qa(cuda::quant_activation_bytes(n, cols));
+  const bool mma = kernel == Kernel::Mma;
+  DeviceBytes xd(static_cast<std::size_t>(n * xs) * 4),
+      qa(mma ? cuda::quant_mma_activation_bytes(n, cols) : cuda::quant_activation_bytes(n, cols));
   AKV_CUDA_CHECK(
       cudaMemcpy2D(xd.p, xs * 4, x.data(), cols * 4, cols * 4, n, cudaMemcpyHostToDevice));
   std::vector<std::unique_ptr<DeviceBytes>> yd;  // each [n, rows + 3], NaN-poisoned
@@ -196,10 +218,14 @@ void check_products(Kernel kernel, const std::vector<const DeviceQuant*>& ws, st
     targets.push_back({w->weight(), static_cast<float*>(yd.back()->p), rows + 3});
   }
   settle_setup();
-  const cuda::QuantActivations a = cuda::quant_activations_in(qa.p, n, cols);
-  cuda::launch_quantize_activations(static_cast<const float*>(xd.p), xs, n, cols, a,
-                                    backends().gpu.stream());
-  if (kernel == Kernel::Gemv)
+  const auto* xf = static_cast<const float*>(xd.p);
+  const cuda::QuantActivations a = mma ? cuda::quant_mma_activations_in(qa.p, n, cols)
+                                       : cuda::quant_activations_in(qa.p, n, cols);
+  if (mma)
+    cuda::launch_quantize_mma_activations(xf, xs, n, cols, a, backends().gpu.stream());
+  else
+    cuda::launch_quantize_activations(xf, xs, n, cols, a, backends().gpu.stream());
+  if (!mma)
     cuda::launch_quant_gemv_multi(targets.data(), static_cast<int>(targets.size()), a, n,
                                   backends().gpu.stream());
   else
@@ -207,10 +233,13 @@ void check_products(Kernel kernel, const std::vector<const DeviceQuant*>& ws, st
                                  backends().gpu.stream());
   backends().gpu.synchronize();
 
-  std::vector<std::int8_t> codes, got_codes(static_cast<std::size_t>(n * cols));
-  std::vector<float> scales, got_scales(static_cast<std::size_t>(n * cols / cuda::kQuantGroup * 2));
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
   std::vector<double> xq;
   quantize_host(x, n, cols, codes, scales, xq);
+  if (mma) group_major(n, cols, codes, scales);
+  std::vector<std::int8_t> got_codes(codes.size());
+  std::vector<float> got_scales(scales.size());
   AKV_CUDA_CHECK(cudaMemcpy(got_codes.data(), a.codes, got_codes.size(), cudaMemcpyDeviceToHost));
   AKV_CUDA_CHECK(
       cudaMemcpy(got_scales.data(), a.scales, got_scales.size() * 4, cudaMemcpyDeviceToHost));

@@ -152,9 +152,11 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
   }
   if (!quantized) {
     matmul_plain(x, targets);
-  } else {  // per weight type: one launch for its targets (q/k/v, gate/up) of its path; x quantized
-            // once
-    cuda::QuantActivations a{};
+  } else {  // per weight type, one launch of its path for its targets (q/k/v, gate/up)
+    // x quantized at most once for each kernel's layout, both in one scratch buffer.
+    const std::size_t gemv_bytes = (cuda::quant_activation_bytes(x.rows, x.cols) + 15) / 16 * 16;
+    std::uint8_t* quant_scratch = nullptr;
+    cuda::QuantActivations a_gemv{}, a_mma{};
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const DType type = targets[i].w->dtype;
       if (!dtype_is_quantized(type)) {
@@ -170,17 +172,23 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
           if (targets[j].w->dtype == type) matmul_dequantized(x, *targets[j].w, targets[j].out);
         continue;
       }
-      if (a.codes == nullptr) {
-        a = cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6),
-                                       x.rows, x.cols);
-        cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows,
-                                          x.cols, a, stream());
+      if (quant_scratch == nullptr)
+        quant_scratch = static_cast<std::uint8_t*>(
+            scratch(gemv_bytes + cuda::quant_mma_activation_bytes(x.rows, x.cols), 6));
+      const auto* xf = static_cast<const float*>(x.data);
+      if (path == QuantPath::Gemv && a_gemv.codes == nullptr) {
+        a_gemv = cuda::quant_activations_in(quant_scratch, x.rows, x.cols);
+        cuda::launch_quantize_activations(xf, x.stride, x.rows, x.cols, a_gemv, stream());
+      }
+      if (path == QuantPath::Mma && a_mma.codes == nullptr) {
+        a_mma = cuda::quant_mma_activations_in(quant_scratch + gemv_bytes, x.rows, x.cols);
+        cuda::launch_quantize_mma_activations(xf, x.stride, x.rows, x.cols, a_mma, stream());
       }
       auto launch = [&](const cuda::QuantTarget* group, int k) {
         if (path == QuantPath::Mma)
-          cuda::launch_quant_mma_multi(group, k, a, x.rows, stream());
+          cuda::launch_quant_mma_multi(group, k, a_mma, x.rows, stream());
         else
-          cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+          cuda::launch_quant_gemv_multi(group, k, a_gemv, x.rows, stream());
       };
       cuda::QuantTarget group[cuda::kQuantGemvMaxTargets];
       int k = 0;

@@ -19,13 +19,18 @@ struct alignas(16) GroupScales {
 // the k index of the mma in any order as long as both take the same: kPaired types give lane t
 // elements 8t..8t+7 (one 8-byte activation load), the others 4t..4t+3 and 16+4t..16+4t+3 (two
 // 4-byte loads: Q4_0's nibble layout gives both words from one load; Q6_K's halves have their
-// own scales and go through two k16 mmas, one a half).
+// own scales and go through two k16 mmas, one a half). kWide types read a lane's bytes of a row
+// with 8-byte loads: their stages must be 8-byte aligned (16-byte blocks, 16-byte aligned rows).
 template <GgmlType T>
 struct Fragment;
 
+__device__ __forceinline__ uint2 ld_u64_aligned(const std::uint8_t* p) {
+  return *reinterpret_cast<const uint2*>(p);
+}
+
 template <>
 struct Fragment<GgmlType::Q8_0> {
-  static constexpr bool kPaired = true, kHalves = false, kMins = false;
+  static constexpr bool kPaired = true, kWide = false, kHalves = false, kMins = false;
   // stage: 8 blocks of 34 bytes, group j = block j.
   static __device__ __forceinline__ void words(const std::uint8_t* stage, int j, int t, int& w0,
                                                int& w1) {
@@ -41,7 +46,7 @@ struct Fragment<GgmlType::Q8_0> {
 
 template <>
 struct Fragment<GgmlType::Q4_0> {
-  static constexpr bool kPaired = false, kHalves = false, kMins = false;
+  static constexpr bool kPaired = false, kWide = false, kHalves = false, kMins = false;
   // stage: 8 blocks of 18 bytes; element e < 16 is the low nibble of qs[e], 16 + e its high one.
   static __device__ __forceinline__ void words(const std::uint8_t* stage, int j, int t, int& w0,
                                                int& w1) {
@@ -59,13 +64,13 @@ struct Fragment<GgmlType::Q4_0> {
 // (even j) or high nibbles of 32 consecutive qs bytes (Q5_K: bit j of qh[e] the fifth bit).
 template <>
 struct Fragment<GgmlType::Q4_K> {
-  static constexpr bool kPaired = true, kHalves = false, kMins = true;
+  static constexpr bool kPaired = true, kWide = true, kHalves = false, kMins = true;
   static __device__ __forceinline__ void words(const std::uint8_t* stage, int j, int t, int& w0,
                                                int& w1) {
-    const std::uint8_t* qs = stage + 16 + (j / 2) * 32 + 8 * t;
+    const uint2 qs = ld_u64_aligned(stage + 16 + (j / 2) * 32 + 8 * t);
     const int shift = 4 * (j % 2);
-    w0 = static_cast<int>((ld_u32(qs) >> shift) & 0x0f0f0f0fu);
-    w1 = static_cast<int>((ld_u32(qs + 4) >> shift) & 0x0f0f0f0fu);
+    w0 = static_cast<int>((qs.x >> shift) & 0x0f0f0f0fu);
+    w1 = static_cast<int>((qs.y >> shift) & 0x0f0f0f0fu);
   }
   static __device__ __forceinline__ GroupScales scales(const std::uint8_t* stage, int j) {
     int sc = 0, m = 0;
@@ -77,16 +82,14 @@ struct Fragment<GgmlType::Q4_K> {
 
 template <>
 struct Fragment<GgmlType::Q5_K> {
-  static constexpr bool kPaired = true, kHalves = false, kMins = true;
-  static __device__ __forceinline__ int word(const std::uint8_t* stage, int j, int e) {
-    const std::uint32_t lo = (ld_u32(stage + 48 + (j / 2) * 32 + e) >> (4 * (j % 2))) & 0x0f0f0f0fu;
-    const std::uint32_t hi = ((ld_u32(stage + 16 + e) >> j) & 0x01010101u) << 4;
-    return static_cast<int>(lo | hi);
-  }
+  static constexpr bool kPaired = true, kWide = true, kHalves = false, kMins = true;
   static __device__ __forceinline__ void words(const std::uint8_t* stage, int j, int t, int& w0,
                                                int& w1) {
-    w0 = word(stage, j, 8 * t);
-    w1 = word(stage, j, 8 * t + 4);
+    const uint2 qs = ld_u64_aligned(stage + 48 + (j / 2) * 32 + 8 * t);
+    const uint2 qh = ld_u64_aligned(stage + 16 + 8 * t);
+    const int shift = 4 * (j % 2);
+    w0 = static_cast<int>(((qs.x >> shift) & 0x0f0f0f0fu) | (((qh.x >> j) & 0x01010101u) << 4));
+    w1 = static_cast<int>(((qs.y >> shift) & 0x0f0f0f0fu) | (((qh.y >> j) & 0x01010101u) << 4));
   }
   static __device__ __forceinline__ GroupScales scales(const std::uint8_t* stage, int j) {
     return Fragment<GgmlType::Q4_K>::scales(stage, j);  // same header layout
@@ -98,7 +101,7 @@ struct Fragment<GgmlType::Q5_K> {
 // + e], minus 32; its halves have the int8 scales 2j and 2j + 1.
 template <>
 struct Fragment<GgmlType::Q6_K> {
-  static constexpr bool kPaired = false, kHalves = true, kMins = false;
+  static constexpr bool kPaired = false, kWide = false, kHalves = true, kMins = false;
   static __device__ __forceinline__ int word(const std::uint8_t* stage, int j, int e) {
     const int half = j / 4;
     const std::uint32_t lo =

@@ -72,10 +72,17 @@ void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantAct
 // per-row dp4a work dominates: 16 weight rows at a time decoded from the blocks into the int8 A
 // operand of mma.sync (m16n8k32; Q6_K, whose scales cover 16 elements, two m16n8k16), 8
 // activation rows at a time as B, int32 dots per 32-column group, both scales applied in f32.
-// Same contract and result (up to f32 rounding) as launch_quant_gemv_multi, for n <=
-// kQuantMmaMaxRows and the types quant_mma_supports.
+// Its activations are the codes and scales of the rule above laid out group-major, so that the
+// 8 rows of a fragment are one contiguous run: codes [cols / 32][n8][32] int8 and scales
+// [cols / 32][n8] float2 (d, d * sum), n8 = n rounded up to 8, rows n..n8-1 zero.
 inline constexpr int kQuantMmaMaxRows = 64;
 bool quant_mma_supports(GgmlType t);
+std::size_t quant_mma_activation_bytes(std::int64_t n, std::int64_t cols);
+QuantActivations quant_mma_activations_in(void* scratch, std::int64_t n, std::int64_t cols);
+void launch_quantize_mma_activations(const float* x, std::int64_t x_stride, std::int64_t n,
+                                     std::int64_t cols, QuantActivations a, CUstream_st* s);
+// launch_quant_gemv_multi's contract and result (up to f32 rounding) for n <= kQuantMmaMaxRows,
+// the types quant_mma_supports, and `a` from launch_quantize_mma_activations.
 void launch_quant_mma_multi(const QuantTarget* targets, int n_targets, QuantActivations a,
                             std::int64_t n, CUstream_st* s);
 

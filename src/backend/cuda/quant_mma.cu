@@ -8,7 +8,8 @@
 // scale) gives the int32 dots of 16 x 8 (weight row, activation row) pairs, and the block's and
 // the activation's scales are applied in f32. The warps' partial sums meet in shared memory.
 // Each weight byte is read from memory once per launch, whatever n; the activations (n x cols
-// int8, a few KB) are read by every block from L1/L2.
+// int8, a few KB, group-major so that each fragment load is one contiguous run) are read by every
+// block from L1/L2.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -53,9 +54,11 @@ struct Stage {
   static constexpr int kBytes = kBlocks * Geometry<T>::kBytes;  // of one row
   // 16-byte words covering kBytes from any 16-byte-aligned-down start.
   static constexpr int kWords = kBytes / 16 + 2;
-  // A row's place in a slot: kWords + 1 words of slack for ld_u32 past the end, rounded to an odd
-  // number of words so that rows g = 0..7 at the same offset fall in different banks.
-  static constexpr int kRowBytes = ((kWords + 1) | 1) * 16;
+  // A row's place in a slot: kWords + 1 words of slack for ld_u32 past the end, rounded so that
+  // the rows of one fragment load fall in different banks: an odd number of 16-byte words for
+  // 4-byte loads (8 rows x 16 bytes), of 32-byte units for 8-byte ones (4 rows x 32 bytes a phase).
+  static constexpr int kRowBytes =
+      Fragment<T>::kWide ? (((kWords + 2) / 2) | 1) * 32 : ((kWords + 1) | 1) * 16;
   static constexpr int kSlotBytes = kTileRows * kRowBytes;
   static constexpr int kCopiesPerLane = (kTileRows * kWords + 31) / 32;
 };
@@ -80,12 +83,13 @@ struct Targets {
   int count;
 };
 
-// kNT tiles of 8 activation rows (kNT * 8 >= n; rows past n repeat row n - 1, never stored).
+// kNT tiles of 8 activation rows, kNT * 8 >= n8 (n rounded up to 8); the activations in the
+// group-major layout of launch_quantize_mma_activations (rows n..n8-1 zero, never stored).
 template <GgmlType T, int kNT>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_mma_kernel(Targets tg, std::int64_t row_bytes, std::int32_t cols,
                      const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
-                     std::int32_t n) {
+                     std::int32_t n, std::int32_t n8) {
   using S = Stage<T>;
   using G = Geometry<T>;
   using F = Fragment<T>;
@@ -152,16 +156,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-  // Activation rows of this lane: B fragment row nt * 8 + g; accumulator columns nt * 8 + 2t, +1.
-  const std::int8_t* xb[kNT];
-  const float2* sx0[kNT];
-  const float2* sx1[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    xb[nt] = codes + std::int64_t{min(nt * 8 + g, n - 1)} * cols + (F::kPaired ? 8 * t : 4 * t);
-    sx0[nt] = scales + std::int64_t{min(nt * 8 + 2 * t, n - 1)} * groups;
-    sx1[nt] = scales + std::int64_t{min(nt * 8 + 2 * t + 1, n - 1)} * groups;
-  }
+  // Activation rows of this lane: B fragment row nt * 8 + g, accumulator columns nt * 8 + 2t and
+  // + 1 (their scales one 16-byte load); tiles at or past n8 are skipped.
+  const std::int8_t* xb = codes + g * kQuantGroup + (F::kPaired ? 8 * t : 4 * t);
+  const float4* sx = reinterpret_cast<const float4*>(scales + 2 * t);
 
   for (std::int32_t i = 0; i < my_stages; ++i) {
     cp_async_wait<kPipe - 2>();  // this lane's copies of stage i are in
@@ -189,16 +187,20 @@ __global__ void __launch_bounds__(kWarps * 32)
       const std::int32_t group = st * kGroups + j;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
+        if (nt * 8 >= n8) break;
+        const std::int64_t tile = std::int64_t{group} * n8 + nt * 8;  // its first row, [group][n8]
+        const std::int8_t* xq = xb + tile * kQuantGroup;
         int b0, b1;
         if constexpr (F::kPaired) {
-          const int2 v = __ldg(reinterpret_cast<const int2*>(xb[nt] + group * kQuantGroup));
+          const int2 v = __ldg(reinterpret_cast<const int2*>(xq));
           b0 = v.x;
           b1 = v.y;
         } else {
-          b0 = __ldg(reinterpret_cast<const int*>(xb[nt] + group * kQuantGroup));
-          b1 = __ldg(reinterpret_cast<const int*>(xb[nt] + group * kQuantGroup + 16));
+          b0 = __ldg(reinterpret_cast<const int*>(xq));
+          b1 = __ldg(reinterpret_cast<const int*>(xq + 16));
         }
-        const float2 s0 = __ldg(sx0[nt] + group), s1 = __ldg(sx1[nt] + group);
+        const float4 sc = __ldg(sx + tile / 2);
+        const float2 s0 = make_float2(sc.x, sc.y), s1 = make_float2(sc.z, sc.w);
         if constexpr (F::kHalves) {
           int lo[4], hi[4];
           mma_s8_k16(lo, a[0], a[1], b0);
@@ -253,6 +255,33 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Per group of 32 columns of one activation row (rows n..n8-1 zero): one warp, one column a lane,
+// the rule of launch_quantize_activations; consecutive warps take the rows of one group.
+__global__ void quantize_mma_activations_kernel(const float* __restrict__ x, std::int64_t xs,
+                                                std::int32_t n, std::int32_t n8, std::int32_t cols,
+                                                std::int8_t* __restrict__ codes,
+                                                float2* __restrict__ scales) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t w = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  if (w >= std::int64_t{n8} * (cols / kQuantGroup)) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const std::int64_t group = w / n8, m = w % n8;
+  const float v = m < n ? x[m * xs + group * kQuantGroup + lane] : 0.0f;
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+  codes[w * kQuantGroup + lane] = static_cast<std::int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) scales[w] = make_float2(d, d * static_cast<float>(sum));
+}
+
+constexpr std::int64_t rows8(std::int64_t n) {
+  return (n + 7) / 8 * 8;
+}
+
 template <GgmlType T, int kNT>
 void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
                   cudaStream_t s) {
@@ -280,7 +309,7 @@ void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a,
   launch(quant_mma_kernel<T, kNT>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), kSmem, s,
          tg, quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.cols),
          static_cast<const std::int8_t*>(a.codes), reinterpret_cast<const float2*>(a.scales),
-         static_cast<std::int32_t>(n));
+         static_cast<std::int32_t>(n), static_cast<std::int32_t>(rows8(n)));
 }
 
 template <GgmlType T>
@@ -293,6 +322,25 @@ void launch_rows(const QuantTarget* targets, int n_targets, QuantActivations a, 
 }
 
 }  // namespace
+
+std::size_t quant_mma_activation_bytes(std::int64_t n, std::int64_t cols) {
+  return quant_activation_bytes(rows8(n), cols);
+}
+
+QuantActivations quant_mma_activations_in(void* scratch, std::int64_t n, std::int64_t cols) {
+  return quant_activations_in(scratch, rows8(n), cols);
+}
+
+void launch_quantize_mma_activations(const float* x, std::int64_t x_stride, std::int64_t n,
+                                     std::int64_t cols, QuantActivations a, cudaStream_t s) {
+  AKV_CHECK(cols % kQuantGroup == 0, "quantized activations: cols a multiple of 32");
+  if (n == 0 || cols == 0) return;
+  constexpr int kThreads = 256;
+  const std::int64_t threads = rows8(n) * cols;  // one per element, whole warps per group
+  launch(quantize_mma_activations_kernel, dim3(blocks_for(threads, kThreads)), dim3(kThreads), 0, s,
+         x, x_stride, static_cast<std::int32_t>(n), static_cast<std::int32_t>(rows8(n)),
+         static_cast<std::int32_t>(cols), a.codes, reinterpret_cast<float2*>(a.scales));
+}
 
 bool quant_mma_supports(GgmlType t) {
   switch (t) {
