@@ -363,13 +363,13 @@ TEST(CudaQuant, BackendMatmulPathChoice) {
   const std::int64_t rows = 40, cols = 512;
   struct Setting {
     CudaBackend::QuantMatmulRows r;
-    P at[6];  // Q4_K at 1, 2, 16, 17, 64, 65 rows
+    P at[6];  // Q4_K at 1, 8, 9, 16, 17, 65 rows
   };
   const Setting settings[] = {
-      {{16, 16}, {P::Gemv, P::Gemv, P::Gemv, P::Dequant, P::Dequant, P::Dequant}},
-      {{}, {P::Gemv, P::Mma, P::Mma, P::Dequant, P::Dequant, P::Dequant}},
+      {{16, 16}, {P::Gemv, P::Gemv, P::Gemv, P::Gemv, P::Dequant, P::Dequant}},
+      {{}, {P::Gemv, P::Gemv, P::Mma, P::Mma, P::Dequant, P::Dequant}},
       {{0, 64}, {P::Mma, P::Mma, P::Mma, P::Mma, P::Mma, P::Dequant}}};
-  const std::int64_t ns[] = {1, 2, 16, 17, 64, 65};
+  const std::int64_t ns[] = {1, 8, 9, 16, 17, 65};
   for (const Setting& set : settings) {
     CudaBackend gpu;
     gpu.set_quant_matmul_rows(set.r);
@@ -507,8 +507,8 @@ TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
 }
 
 // A quantized matmul inside recorded decode steps (CUDA graphs): captured once per batch size,
-// then replayed with new activations; each step's result must follow its own x. One sequence
-// takes the GEMV, 2 and 9 the MMA kernel, 24 the dequantize + cuBLAS path (all recordable).
+// then replayed with new activations; each step's result must follow its own x. One and two
+// sequences take the GEMV, 9 the MMA kernel, 24 the dequantize + cuBLAS path (all recordable).
 TEST(CudaQuant, MatmulInsideRecordedSteps) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
