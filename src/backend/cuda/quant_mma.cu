@@ -161,11 +161,44 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int8_t* xb = codes + g * kQuantGroup + (F::kPaired ? 8 * t : 4 * t);
   const float4* sx = reinterpret_cast<const float4*>(scales + 2 * t);
 
+  // A chunk of a stage's activation fragments (B) and scales, kChunk groups x kNT tiles, loaded
+  // without a branch before anything waits for them: these loads go to L1/L2, and issued one
+  // group at a time each would cost the warp a full round trip.
+  constexpr int kChunk = kGroups / kNT;  // 48 registers
+  struct ActFragment {
+    int b0, b1;
+    float4 s;  // (d, d * sum) of accumulator columns 2t and 2t + 1
+  };
+  auto load_acts = [&](std::int32_t st, int j0, ActFragment(&f)[kChunk][kNT]) {
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      // Groups past the row's end (a partial last stage) and tiles past n8 read valid memory
+      // and are never accumulated or stored.
+      const std::int32_t group = min(st * kGroups + j0 + c, groups - 1);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const std::int64_t tile = std::int64_t{group} * n8 + min(nt * 8, n8 - 8);  // [group][n8]
+        const std::int8_t* xq = xb + tile * kQuantGroup;
+        if constexpr (F::kPaired) {
+          const int2 v = __ldg(reinterpret_cast<const int2*>(xq));
+          f[c][nt].b0 = v.x;
+          f[c][nt].b1 = v.y;
+        } else {
+          f[c][nt].b0 = __ldg(reinterpret_cast<const int*>(xq));
+          f[c][nt].b1 = __ldg(reinterpret_cast<const int*>(xq + 16));
+        }
+        f[c][nt].s = __ldg(sx + tile / 2);
+      }
+    }
+  };
+
   for (std::int32_t i = 0; i < my_stages; ++i) {
+    const std::int32_t st = warp + i * kWarps;
+    ActFragment f[kChunk][kNT];
+    load_acts(st, 0, f);
     cp_async_wait<kPipe - 2>();  // this lane's copies of stage i are in
     __syncwarp();                // and every lane's; the slot refilled next was last read before
     request(i + kPipe - 1);
-    const std::int32_t st = warp + i * kWarps;
     const std::uint8_t* slot = slots + (i % kPipe) * S::kSlotBytes;
     const int n_groups = min(kGroups, groups - st * kGroups);
     // The scales of the tile's 16 rows x 8 groups, table[j * 16 + r], four per lane.
@@ -178,53 +211,47 @@ __global__ void __launch_bounds__(kWarps * 32)
     const std::uint8_t* ra = slot + g * S::kRowBytes + skew(stage_ptr(g, st));
     const std::uint8_t* rb = slot + (g + 8) * S::kRowBytes + skew(stage_ptr(g + 8, st));
 #pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      if (j >= n_groups) break;
-      int a[4];  // rows g, g + 8 of the group: words w0 then w1
-      F::words(ra, j, t, a[0], a[2]);
-      F::words(rb, j, t, a[1], a[3]);
-      const GroupScales wa = table[j * kTileRows + g], wb = table[j * kTileRows + g + 8];
-      const std::int32_t group = st * kGroups + j;
+    for (int j0 = 0; j0 < kGroups; j0 += kChunk) {
+      if (j0 > 0) load_acts(st, j0, f);
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if (nt * 8 >= n8) break;
-        const std::int64_t tile = std::int64_t{group} * n8 + nt * 8;  // its first row, [group][n8]
-        const std::int8_t* xq = xb + tile * kQuantGroup;
-        int b0, b1;
-        if constexpr (F::kPaired) {
-          const int2 v = __ldg(reinterpret_cast<const int2*>(xq));
-          b0 = v.x;
-          b1 = v.y;
-        } else {
-          b0 = __ldg(reinterpret_cast<const int*>(xq));
-          b1 = __ldg(reinterpret_cast<const int*>(xq + 16));
-        }
-        const float4 sc = __ldg(sx + tile / 2);
-        const float2 s0 = make_float2(sc.x, sc.y), s1 = make_float2(sc.z, sc.w);
-        if constexpr (F::kHalves) {
-          int lo[4], hi[4];
-          mma_s8_k16(lo, a[0], a[1], b0);
-          mma_s8_k16(hi, a[2], a[3], b1);
-          acc[nt][0] +=
-              s0.x * (wa.lo * static_cast<float>(lo[0]) + wa.hi * static_cast<float>(hi[0]));
-          acc[nt][1] +=
-              s1.x * (wa.lo * static_cast<float>(lo[1]) + wa.hi * static_cast<float>(hi[1]));
-          acc[nt][2] +=
-              s0.x * (wb.lo * static_cast<float>(lo[2]) + wb.hi * static_cast<float>(hi[2]));
-          acc[nt][3] +=
-              s1.x * (wb.lo * static_cast<float>(lo[3]) + wb.hi * static_cast<float>(hi[3]));
-        } else {
-          int c[4];
-          mma_s8_k32(c, a, b0, b1);
-          acc[nt][0] += s0.x * wa.lo * static_cast<float>(c[0]);
-          acc[nt][1] += s1.x * wa.lo * static_cast<float>(c[1]);
-          acc[nt][2] += s0.x * wb.lo * static_cast<float>(c[2]);
-          acc[nt][3] += s1.x * wb.lo * static_cast<float>(c[3]);
-          if constexpr (F::kMins) {
-            acc[nt][0] -= wa.mn * s0.y;
-            acc[nt][1] -= wa.mn * s1.y;
-            acc[nt][2] -= wb.mn * s0.y;
-            acc[nt][3] -= wb.mn * s1.y;
+      for (int c = 0; c < kChunk; ++c) {
+        const int j = j0 + c;
+        int a[4];  // rows g, g + 8 of the group: words w0 then w1
+        F::words(ra, j, t, a[0], a[2]);
+        F::words(rb, j, t, a[1], a[3]);
+        const GroupScales wa = table[j * kTileRows + g], wb = table[j * kTileRows + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int b0 = f[c][nt].b0, b1 = f[c][nt].b1;
+          const float2 s0 = make_float2(f[c][nt].s.x, f[c][nt].s.y),
+                       s1 = make_float2(f[c][nt].s.z, f[c][nt].s.w);
+          if constexpr (F::kHalves) {
+            int lo[4], hi[4];
+            mma_s8_k16(lo, a[0], a[1], b0);
+            mma_s8_k16(hi, a[2], a[3], b1);
+            if (j >= n_groups) continue;
+            acc[nt][0] +=
+                s0.x * (wa.lo * static_cast<float>(lo[0]) + wa.hi * static_cast<float>(hi[0]));
+            acc[nt][1] +=
+                s1.x * (wa.lo * static_cast<float>(lo[1]) + wa.hi * static_cast<float>(hi[1]));
+            acc[nt][2] +=
+                s0.x * (wb.lo * static_cast<float>(lo[2]) + wb.hi * static_cast<float>(hi[2]));
+            acc[nt][3] +=
+                s1.x * (wb.lo * static_cast<float>(lo[3]) + wb.hi * static_cast<float>(hi[3]));
+          } else {
+            int cc[4];
+            mma_s8_k32(cc, a, b0, b1);
+            if (j >= n_groups) continue;
+            acc[nt][0] += s0.x * wa.lo * static_cast<float>(cc[0]);
+            acc[nt][1] += s1.x * wa.lo * static_cast<float>(cc[1]);
+            acc[nt][2] += s0.x * wb.lo * static_cast<float>(cc[2]);
+            acc[nt][3] += s1.x * wb.lo * static_cast<float>(cc[3]);
+            if constexpr (F::kMins) {
+              acc[nt][0] -= wa.mn * s0.y;
+              acc[nt][1] -= wa.mn * s1.y;
+              acc[nt][2] -= wb.mn * s0.y;
+              acc[nt][3] -= wb.mn * s1.y;
+            }
           }
         }
       }
