@@ -355,8 +355,9 @@ TEST(CudaQuant, BackendMatmulMatchesOracle) {
 }
 
 // Each choice of paths (set_quant_matmul_rows) on a backend of its own: the one before the MMA
-// kernel ({16, 16}), the default, and every row count on the MMA kernel; the path is the one the
-// setting names and the product matches the oracle's, MXFP4 (no MMA) on the GEMV up to 16 rows.
+// kernel ({16, 16}), a split between the three paths, and every row count on the MMA kernel; the
+// path is the one the setting names and the product matches the oracle's, MXFP4 (no MMA) on the
+// GEMV up to 16 rows.
 TEST(CudaQuant, BackendMatmulPathChoice) {
   AKV_SKIP_WITHOUT_CUDA();
   using P = CudaBackend::QuantPath;
@@ -367,7 +368,7 @@ TEST(CudaQuant, BackendMatmulPathChoice) {
   };
   const Setting settings[] = {
       {{16, 16}, {P::Gemv, P::Gemv, P::Gemv, P::Gemv, P::Dequant, P::Dequant}},
-      {{}, {P::Gemv, P::Gemv, P::Mma, P::Mma, P::Dequant, P::Dequant}},
+      {{8, 16}, {P::Gemv, P::Gemv, P::Mma, P::Mma, P::Dequant, P::Dequant}},
       {{0, 64}, {P::Mma, P::Mma, P::Mma, P::Mma, P::Mma, P::Dequant}}};
   const std::int64_t ns[] = {1, 8, 9, 16, 17, 65};
   for (const Setting& set : settings) {
