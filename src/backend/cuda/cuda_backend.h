@@ -6,9 +6,9 @@
 // cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
 // dtype, f32 accumulate and output; the gated MLP keeps its gate/up and act intermediates in
 // the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
-// stay as raw blocks on the device: matmuls of up to 8 rows run the quantized GEMV (quant_gemv.h,
-// int8 activations), 9 to 16 rows the int8 tensor-core kernel on the blocks (quant_mma.cu; the
-// GEMV for the types it does not take), larger ones, in recorded steps too, dequantize the weight
+// stay as raw blocks on the device: matmuls of up to 4 rows run the quantized GEMV (quant_gemv.h,
+// int8 activations), 5 to 32 rows the int8 tensor-core kernel on the blocks (quant_mma.cu; the
+// GEMV up to 16 rows for the types it does not take), larger ones, in recorded steps too, dequantize the weight
 // into a bf16 scratch matrix (allocated at upload, sized by the largest quantized weight up to 128
 // MiB; larger weights go in row chunks) for cuBLAS. Attention uses tensor cores for prefill chunks
 // with BF16 KV and head_dim 64/128, else CUDA cores with split-K (flash-decoding). Decode steps
@@ -184,7 +184,7 @@ class CudaBackend final : public Backend {
   // kernel, more rows dequantize + cuBLAS. {16, 16} is the choice before the MMA kernel (for
   // before/after measurements); gemv 0 sends every row count up to `mma` to the MMA kernel.
   struct QuantMatmulRows {
-    std::int64_t gemv = 8, mma = 16;
+    std::int64_t gemv = 4, mma = 32;
   };
   void set_quant_matmul_rows(QuantMatmulRows r);
   QuantPath quant_matmul_path(DType w, std::int64_t n) const;
