@@ -8,15 +8,15 @@
 // the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
 // stay as raw blocks on the device: matmuls of up to 4 rows run the quantized GEMV (quant_gemv.h,
 // int8 activations), 5 to 32 rows the int8 tensor-core kernel on the blocks (quant_mma.cu; the
-// GEMV up to 16 rows for the types it does not take), larger ones, in recorded steps too, dequantize the weight
-// into a bf16 scratch matrix (allocated at upload, sized by the largest quantized weight up to 128
-// MiB; larger weights go in row chunks) for cuBLAS. Attention uses tensor cores for prefill chunks
-// with BF16 KV and head_dim 64/128, else CUDA cores with split-K (flash-decoding). Decode steps
-// bracketed by begin_step/end_step run as CUDA graphs, one per batch size (step_graph.cpp);
-// everything else runs eagerly. KV blocks move to and from host memory through a pinned staging
-// ring on a copy stream of their own, or, for the host tier's mapped page-locked slots
-// (alloc_host), read and written in place by the gather, encode and decode kernels
-// (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
+// GEMV up to 16 rows for the types it does not take), larger ones, in recorded steps too,
+// dequantize the weight into a bf16 scratch matrix (allocated at upload, sized by the largest
+// quantized weight up to 128 MiB; larger weights go in row chunks) for cuBLAS. Attention uses
+// tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with split-K
+// (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one per batch
+// size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host memory
+// through a pinned staging ring on a copy stream of their own, or, for the host tier's mapped
+// page-locked slots (alloc_host), read and written in place by the gather, encode and decode
+// kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
 #pragma once
 
 #include <algorithm>
