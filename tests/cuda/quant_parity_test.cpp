@@ -1,13 +1,16 @@
 // The quantized weight kernels (backend/cuda/quant_*.h) against the scalar oracle
 // (tensor/dequantize.h) on random blocks of every type they take: the bf16 dequantizer bit for
 // bit, the activation quantizer code for code against its documented rule replayed here, and
-// the GEMV for 1 to 64 rows against f64 dot products over the oracle's weights.
+// the GEMV and the tensor-core (MMA) kernel for 1 to 64 rows against f64 dot products over the
+// oracle's weights; then the backend's choice between them and dequantize + cuBLAS.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -153,68 +156,163 @@ std::vector<double> reference_product(const QuantCase& c, const std::vector<doub
   return y;
 }
 
+enum class Kernel { Gemv, Mma };
+
+// The MMA kernel's activation layout (quant_gemv.h) of quantize_host's [n, cols] codes and
+// [n, cols / 32] scales: [cols / 32][n8][32] and [cols / 32][n8], rows n..n8-1 zero.
+void group_major(std::int64_t n, std::int64_t cols, std::vector<std::int8_t>& codes,
+                 std::vector<float>& scales) {
+  const std::int64_t n8 = (n + 7) / 8 * 8, groups = cols / cuda::kQuantGroup;
+  std::vector<std::int8_t> c(static_cast<std::size_t>(n8 * cols), 0);
+  std::vector<float> sc(static_cast<std::size_t>(n8 * groups * 2), 0.0f);
+  for (std::int64_t m = 0; m < n; ++m)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      for (int i = 0; i < cuda::kQuantGroup; ++i)
+        c[static_cast<std::size_t>((g * n8 + m) * cuda::kQuantGroup + i)] =
+            codes[static_cast<std::size_t>(m * cols + g * cuda::kQuantGroup + i)];
+      for (int i = 0; i < 2; ++i)
+        sc[static_cast<std::size_t>((g * n8 + m) * 2 + i)] =
+            scales[static_cast<std::size_t>((m * groups + g) * 2 + i)];
+    }
+  codes = std::move(c);
+  scales = std::move(sc);
+}
+
+// A host copy of one quantized weight on the device (zero-padded past its end, as uploads are).
+struct DeviceQuant {
+  QuantCase c;
+  DeviceBytes w;
+  explicit DeviceQuant(QuantCase qc) : c(std::move(qc)), w(c.bytes.size()) {
+    AKV_CUDA_CHECK(cudaMemcpy(w.p, c.bytes.data(), c.bytes.size(), cudaMemcpyHostToDevice));
+  }
+  cuda::QuantWeight weight() const { return {w.p, c.type, c.rows, c.cols}; }
+};
+
+// y_t [n, rows_t] of every weight (one type and width) by `kernel` in one launch, checked against
+// the f64 products: with the int8 activations (only f32 rounding: accumulation over <= 4096
+// terms) and with the f32 ones (int8 codes per 32 columns round each x by up to amax / 254, about
+// 0.5% RMS for normal data, so the product's relative error is ~0.5% too). Also checks the
+// quantized activations code for code against the documented rule.
+void check_products(Kernel kernel, const std::vector<const DeviceQuant*>& ws, std::int64_t n,
+                    cuda::QuantGemvForm form = cuda::QuantGemvForm::Auto) {
+  const std::int64_t cols = ws[0]->c.cols;
+  std::string what = std::string(kernel == Kernel::Gemv ? "GEMV " : "MMA ") +
+                     std::string(ggml_type_name(ws[0]->c.type));
+  for (const DeviceQuant* w : ws)
+    what += " " + std::to_string(w->c.rows) + "x" + std::to_string(cols);
+  what += " n " + std::to_string(n);
+  if (form != cuda::QuantGemvForm::Auto)
+    what += form == cuda::QuantGemvForm::WarpRows ? " warp rows" : " block stages";
+  // x, with a stride of cols + 32 on the device, and one all-zero group (scale 0).
+  std::vector<float> x(static_cast<std::size_t>(n * cols));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng());
+  std::fill(x.begin() + cols / 2, x.begin() + cols / 2 + 32, 0.0f);
+  const std::int64_t xs = cols + 32;
+  const bool mma = kernel == Kernel::Mma;
+  DeviceBytes xd(static_cast<std::size_t>(n * xs) * 4),
+      qa(mma ? cuda::quant_mma_activation_bytes(n, cols) : cuda::quant_activation_bytes(n, cols));
+  AKV_CUDA_CHECK(
+      cudaMemcpy2D(xd.p, xs * 4, x.data(), cols * 4, cols * 4, n, cudaMemcpyHostToDevice));
+  std::vector<std::unique_ptr<DeviceBytes>> yd;  // each [n, rows + 3], NaN-poisoned
+  std::vector<cuda::QuantTarget> targets;
+  for (const DeviceQuant* w : ws) {
+    const std::int64_t rows = w->c.rows;
+    yd.push_back(std::make_unique<DeviceBytes>(static_cast<std::size_t>(n * (rows + 3)) * 4));
+    AKV_CUDA_CHECK(cudaMemset(yd.back()->p, 0xff, static_cast<std::size_t>(n * (rows + 3)) * 4));
+    targets.push_back({w->weight(), static_cast<float*>(yd.back()->p), rows + 3});
+  }
+  settle_setup();
+  const auto* xf = static_cast<const float*>(xd.p);
+  const cuda::QuantActivations a = mma ? cuda::quant_mma_activations_in(qa.p, n, cols)
+                                       : cuda::quant_activations_in(qa.p, n, cols);
+  if (mma)
+    cuda::launch_quantize_mma_activations(xf, xs, n, cols, a, backends().gpu.stream());
+  else
+    cuda::launch_quantize_activations(xf, xs, n, cols, a, backends().gpu.stream());
+  if (!mma)
+    cuda::launch_quant_gemv_multi(targets.data(), static_cast<int>(targets.size()), a, n,
+                                  backends().gpu.stream(), form);
+  else
+    cuda::launch_quant_mma_multi(targets.data(), static_cast<int>(targets.size()), a, n,
+                                 backends().gpu.stream());
+  backends().gpu.synchronize();
+
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  std::vector<double> xq;
+  quantize_host(x, n, cols, codes, scales, xq);
+  if (mma) group_major(n, cols, codes, scales);
+  std::vector<std::int8_t> got_codes(codes.size());
+  std::vector<float> got_scales(scales.size());
+  AKV_CUDA_CHECK(cudaMemcpy(got_codes.data(), a.codes, got_codes.size(), cudaMemcpyDeviceToHost));
+  AKV_CUDA_CHECK(
+      cudaMemcpy(got_scales.data(), a.scales, got_scales.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got_codes, codes) << what;
+  EXPECT_EQ(got_scales, scales) << what;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    const std::int64_t rows = ws[i]->c.rows;
+    std::vector<float> y(static_cast<std::size_t>(n * rows));
+    AKV_CUDA_CHECK(cudaMemcpy2D(y.data(), rows * 4, yd[i]->p, (rows + 3) * 4, rows * 4, n,
+                                cudaMemcpyDeviceToHost));
+    const std::vector<double> exact = reference_product(ws[i]->c, xq, n);
+    EXPECT_LE(note_error(rel_error(y, exact)), 1e-5)
+        << what << " target " << i << " vs int8 activations";
+    const std::vector<double> full =
+        reference_product(ws[i]->c, std::vector<double>(x.begin(), x.end()), n);
+    EXPECT_LE(rel_error(y, full), 2e-2) << what << " target " << i << " vs f32 activations";
+    // The stride's padding columns stay poisoned: nothing is written past a target's rows.
+    std::vector<float> pad(static_cast<std::size_t>(n * 3));
+    AKV_CUDA_CHECK(cudaMemcpy2D(pad.data(), 12, static_cast<const float*>(yd[i]->p) + rows,
+                                (rows + 3) * 4, 12, n, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(std::all_of(pad.begin(), pad.end(), [](float v) { return std::isnan(v); })) << what;
+  }
+}
+
 TEST(CudaQuant, GemvMatchesOracleProducts) {
   AKV_SKIP_WITHOUT_CUDA();
-  for (GgmlType t : kTypes) {
+  for (GgmlType t : kTypes)
     for (auto [rows, cols] : shapes(t)) {
-      const QuantCase c = QuantCase::make(t, rows, cols);
-      DeviceBytes w(c.bytes.size());
-      AKV_CUDA_CHECK(cudaMemcpy(w.p, c.bytes.data(), c.bytes.size(), cudaMemcpyHostToDevice));
-      for (std::int64_t n : {1, 2, 7, 33, 64}) {
-        const std::string what = std::string(ggml_type_name(t)) + " " + std::to_string(rows) + "x" +
-                                 std::to_string(cols) + " n " + std::to_string(n);
-        // x, with a stride of cols + 32 on the device, and one all-zero group (scale 0).
-        std::vector<float> x(static_cast<std::size_t>(n * cols));
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        for (float& v : x) v = normal(rng());
-        std::fill(x.begin() + cols / 2, x.begin() + cols / 2 + 32, 0.0f);
-        const std::int64_t xs = cols + 32;
-        DeviceBytes xd(static_cast<std::size_t>(n * xs) * 4), yd(static_cast<std::size_t>(n * (rows + 3)) * 4);
-        DeviceBytes qa(cuda::quant_activation_bytes(n, cols));
-        AKV_CUDA_CHECK(cudaMemcpy2D(xd.p, xs * 4, x.data(), cols * 4, cols * 4, n, cudaMemcpyHostToDevice));
-        AKV_CUDA_CHECK(cudaMemset(yd.p, 0xff, static_cast<std::size_t>(n * (rows + 3)) * 4));  // NaN poison
-        settle_setup();
-        const cuda::QuantActivations a = cuda::quant_activations_in(qa.p, n, cols);
-        cuda::launch_quantize_activations(static_cast<const float*>(xd.p), xs, n, cols, a, backends().gpu.stream());
-        cuda::launch_quant_gemv({w.p, t, rows, cols}, a, n, static_cast<float*>(yd.p), rows + 3,
-                                backends().gpu.stream());
-        backends().gpu.synchronize();
-        std::vector<float> y(static_cast<std::size_t>(n * rows));
-        AKV_CUDA_CHECK(cudaMemcpy2D(y.data(), rows * 4, yd.p, (rows + 3) * 4, rows * 4, n, cudaMemcpyDeviceToHost));
+      const DeviceQuant w(QuantCase::make(t, rows, cols));
+      for (std::int64_t n : {1, 2, 7, 33, 64}) check_products(Kernel::Gemv, {&w}, n);
+      // One row through each form whatever the default picks for this width: a warp's own
+      // rows, or the block's warps sharing its rows' stages (another summation order).
+      for (const cuda::QuantGemvForm form : {cuda::QuantGemvForm::WarpRows, cuda::QuantGemvForm::BlockStages})
+        check_products(Kernel::Gemv, {&w}, 1, form);
+    }
+}
 
-        std::vector<std::int8_t> codes, got_codes(static_cast<std::size_t>(n * cols));
-        std::vector<float> scales, got_scales(static_cast<std::size_t>(n * cols / cuda::kQuantGroup * 2));
-        std::vector<double> xq;
-        quantize_host(x, n, cols, codes, scales, xq);
-        AKV_CUDA_CHECK(cudaMemcpy(got_codes.data(), a.codes, got_codes.size(), cudaMemcpyDeviceToHost));
-        AKV_CUDA_CHECK(cudaMemcpy(got_scales.data(), a.scales, got_scales.size() * 4, cudaMemcpyDeviceToHost));
-        EXPECT_EQ(got_codes, codes) << what;
-        EXPECT_EQ(got_scales, scales) << what;
+constexpr GgmlType kMmaTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                                  GgmlType::Q6_K};
 
-        // Against the quantized activations: only f32 rounding (accumulation over <= 4096 terms).
-        const std::vector<double> exact = reference_product(c, xq, n);
-        EXPECT_LE(note_error(rel_error(y, exact)), 1e-5) << what << " vs int8 activations";
-        // Against the f32 activations: int8 codes per 32 columns round each x by up to amax/254,
-        // about 0.5% RMS for normal data, so the product's relative error is ~0.5% too.
-        const std::vector<double> full = reference_product(c, std::vector<double>(x.begin(), x.end()), n);
-        EXPECT_LE(rel_error(y, full), 2e-2) << what << " vs f32 activations";
-
-        // One row through each form whatever the default picks for this width: a warp's own
-        // rows, or the block's warps sharing its rows' stages (another summation order).
-        for (const cuda::QuantGemvForm form : {cuda::QuantGemvForm::WarpRows, cuda::QuantGemvForm::BlockStages}) {
-          if (n != 1) break;
-          AKV_CUDA_CHECK(cudaMemset(yd.p, 0xff, static_cast<std::size_t>(rows + 3) * 4));
-          cuda::launch_quant_gemv({w.p, t, rows, cols}, a, 1, static_cast<float*>(yd.p), rows + 3,
-                                  backends().gpu.stream(), form);
-          backends().gpu.synchronize();
-          std::vector<float> y_form(static_cast<std::size_t>(rows));
-          AKV_CUDA_CHECK(cudaMemcpy(y_form.data(), yd.p, y_form.size() * 4, cudaMemcpyDeviceToHost));
-          EXPECT_LE(rel_error(y_form, exact), 1e-5)
-              << what << (form == cuda::QuantGemvForm::WarpRows ? ", warp rows" : ", block stages");
-        }
-      }
+// The MMA kernel takes 16 weight rows a block and 8 activation rows an mma: rows 37 leave a
+// partial tile, n not a multiple of 8 partial activation tiles (their rows past n are repeats,
+// never stored); the 1184- and 1280-column rows end in a partial 256-column stage (32-element
+// types) or give the block's four warps unequal numbers of stages.
+TEST(CudaQuant, MmaMatchesOracleProducts) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kMmaTypes) {
+    EXPECT_TRUE(cuda::quant_mma_supports(t)) << ggml_type_name(t);
+    for (auto [rows, cols] : shapes(t)) {
+      const DeviceQuant w(QuantCase::make(t, rows, cols));
+      for (std::int64_t n : {1, 2, 3, 8, 9, 16, 17, 33, 64}) check_products(Kernel::Mma, {&w}, n);
     }
   }
+  EXPECT_FALSE(cuda::quant_mma_supports(GgmlType::MXFP4));
+}
+
+// Three weights of one type in one launch (q/k/v): each target's rows a run of the grid, each
+// output its own weight's product; a 4096-row Q4_K weight among them as in an 8B layer's q.
+TEST(CudaQuant, MmaMultiTargetMatchesOracle) {
+  AKV_SKIP_WITHOUT_CUDA();
+  for (GgmlType t : kMmaTypes) {
+    const DeviceQuant q(QuantCase::make(t, 50, 512)), k(QuantCase::make(t, 16, 512)),
+        v(QuantCase::make(t, 37, 512));
+    for (std::int64_t n : {2, 9, 16, 40}) check_products(Kernel::Mma, {&q, &k, &v}, n);
+  }
+  const DeviceQuant q(QuantCase::make(GgmlType::Q4_K, 4096, 1024)),
+      k(QuantCase::make(GgmlType::Q4_K, 24, 1024));
+  check_products(Kernel::Mma, {&q, &k}, 8);
 }
 
 // --- through the backend: upload_weight keeps the blocks; matmul, matmul_multi and embed -----
@@ -240,10 +338,14 @@ struct UploadedQuant {
   }
 };
 
-// Up to kQuantGemvRows rows: the GEMV on int8 activations (~0.5% error, see above); more:
-// the oracle's weights rounded to bf16 and activations rounded to bf16 for cuBLAS (bf16 tolerance).
-double quant_matmul_tolerance(std::int64_t n) {
-  return n <= CudaBackend::kQuantGemvRows ? 2e-2 : tolerance(DType::BF16);
+// The GEMV and the MMA kernel on int8 activations (~0.5% error, see above); dequantize + cuBLAS:
+// the oracle's weights rounded to bf16 and activations rounded to bf16 (bf16 tolerance).
+double quant_matmul_tolerance(const CudaBackend& gpu, DType w, std::int64_t n) {
+  return gpu.quant_matmul_path(w, n) == CudaBackend::QuantPath::Dequant ? tolerance(DType::BF16)
+                                                                        : 2e-2;
+}
+double quant_matmul_tolerance(DType w, std::int64_t n) {
+  return quant_matmul_tolerance(backends().gpu, w, n);
 }
 
 TEST(CudaQuant, BackendMatmulMatchesOracle) {
@@ -256,7 +358,60 @@ TEST(CudaQuant, BackendMatmulMatchesOracle) {
       out.poison_gpu();
       backends().gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
       const double err = note_error(rel_error(out.get_gpu(), w->product(x.get_cpu(), n)));
-      EXPECT_LE(err, quant_matmul_tolerance(n)) << ggml_type_name(t) << " n " << n;
+      EXPECT_LE(err, quant_matmul_tolerance(w->gpu.dtype, n)) << ggml_type_name(t) << " n " << n;
+    }
+  }
+}
+
+// Each choice of paths (set_quant_matmul_rows) on a backend of its own: the one before the MMA
+// kernel ({16, 16}), a split between the three paths, and every row count on the MMA kernel; the
+// path is the one the setting names and the product matches the oracle's, MXFP4 (no MMA) on the
+// GEMV up to 16 rows.
+TEST(CudaQuant, BackendMatmulPathChoice) {
+  AKV_SKIP_WITHOUT_CUDA();
+  using P = CudaBackend::QuantPath;
+  const std::int64_t rows = 40, cols = 512;
+  struct Setting {
+    CudaBackend::QuantMatmulRows r;
+    P at[6];  // Q4_K at 1, 8, 9, 16, 17, 65 rows
+  };
+  const Setting settings[] = {
+      {{16, 16}, {P::Gemv, P::Gemv, P::Gemv, P::Gemv, P::Dequant, P::Dequant}},
+      {{8, 16}, {P::Gemv, P::Gemv, P::Mma, P::Mma, P::Dequant, P::Dequant}},
+      {{0, 64}, {P::Mma, P::Mma, P::Mma, P::Mma, P::Mma, P::Dequant}}};
+  const std::int64_t ns[] = {1, 8, 9, 16, 17, 65};
+  for (const Setting& set : settings) {
+    CudaBackend gpu;
+    gpu.set_quant_matmul_rows(set.r);
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(gpu.quant_matmul_path(DType::Q4_K, ns[i]), set.at[i])
+          << set.r.gemv << "/" << set.r.mma << " n " << ns[i];
+      EXPECT_EQ(gpu.quant_matmul_path(DType::MXFP4, ns[i]), ns[i] <= 16 ? P::Gemv : P::Dequant)
+          << ns[i];
+    }
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4}) {
+      const QuantCase c = QuantCase::make(t, rows, cols);
+      TensorInfo info{.name = "w",
+                      .dtype = *find_dtype_of(t),
+                      .shape = {rows, cols},
+                      .bytes = c.bytes,
+                      .file = "random"};
+      const WeightRef w = gpu.upload_weight(info);
+      for (std::int64_t n : ns) {
+        const auto x_buf = gpu.alloc(DType::F32, n, cols), out_buf = gpu.alloc(DType::F32, n, rows);
+        const std::vector<float> x = random_floats(static_cast<std::size_t>(n * cols));
+        gpu.upload(x, x_buf->tensor());
+        gpu.upload(std::vector<float>(static_cast<std::size_t>(n * rows),
+                                      std::numeric_limits<float>::quiet_NaN()),
+                   out_buf->tensor());
+        gpu.matmul(x_buf->tensor(), w, nullptr, out_buf->tensor());
+        std::vector<float> got(static_cast<std::size_t>(n * rows));
+        gpu.download(out_buf->tensor(), got);
+        const double err =
+            rel_error(got, reference_product(c, std::vector<double>(x.begin(), x.end()), n));
+        EXPECT_LE(note_error(err), quant_matmul_tolerance(gpu, w.dtype, n))
+            << ggml_type_name(t) << " " << set.r.gemv << "/" << set.r.mma << " n " << n;
+      }
     }
   }
 }
@@ -306,8 +461,11 @@ TEST(CudaQuant, BackendMatmulMultiMixesQuantizedAndPlain) {
     std::memcpy(b.data(), bias->bytes.data(), b.size() * sizeof(float));
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t c = 0; c < 64; ++c) want_q[r * 64 + c] += b[c];
-    EXPECT_LE(note_error(rel_error(oq.get_gpu(), want_q)), quant_matmul_tolerance(n)) << "Q4_K n " << n;
-    EXPECT_LE(note_error(rel_error(ok.get_gpu(), k->product(xs, n))), quant_matmul_tolerance(n)) << "Q8_0 n " << n;
+    EXPECT_LE(note_error(rel_error(oq.get_gpu(), want_q)), quant_matmul_tolerance(DType::Q4_K, n))
+        << "Q4_K n " << n;
+    EXPECT_LE(note_error(rel_error(ok.get_gpu(), k->product(xs, n))),
+              quant_matmul_tolerance(DType::Q8_0, n))
+        << "Q8_0 n " << n;
     EXPECT_LE(ov.error(), n <= 8 ? 1e-5 : tolerance(DType::BF16)) << "BF16 n " << n;
   }
 }
@@ -333,7 +491,8 @@ TEST(CudaQuant, BackendMatmulMultiGroupsTargetsByType) {
     backends().gpu.matmul_multi(x.gpu, targets);
     const std::vector<float> xs = x.get_cpu();
     for (int i = 0; i < 5; ++i)
-      EXPECT_LE(note_error(rel_error(outs[i].get_gpu(), w[i]->product(xs, n))), quant_matmul_tolerance(n))
+      EXPECT_LE(note_error(rel_error(outs[i].get_gpu(), w[i]->product(xs, n))),
+                quant_matmul_tolerance(w[i]->gpu.dtype, n))
           << "target " << i << " (" << ggml_type_name(types[i]) << ") n " << n;
   }
 }
@@ -358,14 +517,14 @@ TEST(CudaQuant, BackendEmbedMatchesOracleExactly) {
 }
 
 // A quantized matmul inside recorded decode steps (CUDA graphs): captured once per batch size,
-// then replayed with new activations; each step's result must follow its own x. Two sequences
-// take the GEMV, 24 the dequantize + cuBLAS path (both recordable).
+// then replayed with new activations; each step's result must follow its own x. One sequence
+// takes the GEMV, 9 and 24 the MMA kernel, 40 the dequantize + cuBLAS path (all recordable).
 TEST(CudaQuant, MatmulInsideRecordedSteps) {
   AKV_SKIP_WITHOUT_CUDA();
   CudaBackend& gpu = backends().gpu;
   const std::int64_t rows = 128, cols = 1024;
   const auto w = UploadedQuant::make(GgmlType::Q4_K, rows, cols);
-  for (const std::int32_t n : {2, 24}) {
+  for (const std::int32_t n : {1, 9, 24, 40}) {
     const DecodeBatch d(gpu, n);
     Pair x = Pair::make(n, cols), out = Pair::make(n, rows);
     const CudaBackend::StepStats before = gpu.step_stats();
@@ -377,7 +536,8 @@ TEST(CudaQuant, MatmulInsideRecordedSteps) {
       gpu.matmul(x.gpu, w->gpu, nullptr, out.gpu);
       gpu.download(out.gpu, got);
       gpu.end_step();
-      EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))), quant_matmul_tolerance(n))
+      EXPECT_LE(note_error(rel_error(got, w->product(x.get_cpu(), n))),
+                quant_matmul_tolerance(DType::Q4_K, n))
           << "n " << n << " step " << step;
     }
     const CudaBackend::StepStats after = gpu.step_stats();

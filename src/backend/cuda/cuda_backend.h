@@ -6,16 +6,17 @@
 // cuBLAS (F32 weights: SGEMM; BF16/F16 weights: activations rounded to the weight
 // dtype, f32 accumulate and output; the gated MLP keeps its gate/up and act intermediates in
 // the weight dtype there). Quantized weights (GGUF blocks: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K)
-// stay as raw blocks on the device: matmuls of at most 16 rows (kQuantGemvRows) run the
-// quantized GEMV (quant_gemv.h, int8 activations), larger ones, in recorded steps too, dequantize the weight into a bf16
-// scratch matrix (allocated at upload, sized by the largest quantized weight up to 128 MiB; larger
-// weights go in row chunks) for cuBLAS. Attention uses
-// tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with
-// split-K (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one
-// per batch size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host
-// memory through a pinned staging ring on a copy stream of their own, or, for the host tier's
-// mapped page-locked slots (alloc_host), read and written in place by the gather, encode and
-// decode kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
+// stay as raw blocks on the device: matmuls of up to 4 rows run the quantized GEMV (quant_gemv.h,
+// int8 activations), 5 to 32 rows the int8 tensor-core kernel on the blocks (quant_mma.cu; the
+// GEMV up to 16 rows for the types it does not take), larger ones, in recorded steps too,
+// dequantize the weight into a bf16 scratch matrix (allocated at upload, sized by the largest
+// quantized weight up to 128 MiB; larger weights go in row chunks) for cuBLAS. Attention uses
+// tensor cores for prefill chunks with BF16 KV and head_dim 64/128, else CUDA cores with split-K
+// (flash-decoding). Decode steps bracketed by begin_step/end_step run as CUDA graphs, one per batch
+// size (step_graph.cpp); everything else runs eagerly. KV blocks move to and from host memory
+// through a pinned staging ring on a copy stream of their own, or, for the host tier's mapped
+// page-locked slots (alloc_host), read and written in place by the gather, encode and decode
+// kernels (kv_transfer.cpp, kv_codec.cu). Engine thread only, like every Backend.
 #pragma once
 
 #include <algorithm>
@@ -182,11 +183,22 @@ class CudaBackend final : public Backend {
   void begin_step(const ForwardBatch& batch, const KvStorage& kv, const void* caller) override;
   void end_step() override;
   static constexpr std::int32_t kMaxGraphTokens = 64;
-  // Activation rows up to which a quantized matmul runs the GEMV on the raw blocks; more rows
-  // dequantize to bf16 for a cuBLAS GEMM, in recorded steps too (docs/perf/cuda.md: the GEMV's
-  // time per layer grows with the rows, the dequantize + GEMM's hardly does).
+  // Which kernel a quantized matmul of n activation rows runs (docs/perf/cuda.md): the GEMV on
+  // the raw blocks (dp4a: its work per weight byte grows with the rows), the int8 tensor-core
+  // kernel on the raw blocks (types cuda::quant_mma_supports), or the weight dequantized to bf16
+  // for a cuBLAS GEMM (whose time hardly depends on the rows). Recorded steps take each of them.
+  enum class QuantPath { Gemv, Mma, Dequant };
+  // Rows up to which the types the MMA kernel does not take run the GEMV.
   static constexpr std::int64_t kQuantGemvRows = 16;
   static_assert(kQuantGemvRows <= cuda::kQuantGemvMaxRows, "the GEMV takes that many rows");
+  // For the types the MMA kernel takes: up to `gemv` rows the GEMV, up to `mma` rows the MMA
+  // kernel, more rows dequantize + cuBLAS. {16, 16} is the choice before the MMA kernel (for
+  // before/after measurements); gemv 0 sends every row count up to `mma` to the MMA kernel.
+  struct QuantMatmulRows {
+    std::int64_t gemv = 4, mma = 32;
+  };
+  void set_quant_matmul_rows(QuantMatmulRows r);
+  QuantPath quant_matmul_path(DType w, std::int64_t n) const;
   // Graphs on (the default; AGENTKV_CUDA_GRAPHS=0 in the environment turns them off) or off.
   // Recorded graphs stay while off (they go when a device buffer is allocated or freed).
   void set_step_graphs(bool on);
@@ -286,8 +298,8 @@ class CudaBackend final : public Backend {
                 std::span<std::byte> host, std::uint64_t signature);
   // out = x @ w^T for every target through the skinny GEMM (one launch).
   void skinny(TensorRef x, std::span<const MatmulTarget> targets);
-  // out = x @ w^T for a quantized weight and more than kQuantGemvRows rows: the weight
-  // dequantized to bf16 in row chunks, each through cuBLAS.
+  // out = x @ w^T for a quantized weight on QuantPath::Dequant: the weight dequantized to bf16
+  // in row chunks, each through cuBLAS.
   void matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out);
   // The kernels' view of a quantized weight (its dtype one the kernels read: AKV_CHECK).
   static cuda::QuantWeight quant_weight(const WeightRef& w);
@@ -381,10 +393,11 @@ class CudaBackend final : public Backend {
                                             // expert), 3: sample_rows ids,
                                             // 4 and 5: gated_mlp's half gate/up and act when
                                             // the caller's buffers are strided, 6: int8
-                                            // activations of the quantized GEMV
+                                            // activations of the quantized GEMV and MMA
   void* dequant_scratch_ = nullptr;         // bf16 rows of a quantized weight (prefill GEMMs)
   std::size_t dequant_scratch_bytes_ = 0;
   std::int64_t dequant_chunk_elems_ = kDequantChunkElems;
+  QuantMatmulRows quant_rows_;
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions

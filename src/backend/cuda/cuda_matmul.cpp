@@ -1,6 +1,7 @@
 // CudaBackend's matmuls (cuda_backend.h): half-precision GEMMs through cuBLASLt with cached
 // algorithms (gemm_plans.h) and their start-up warm-up, the GEMV and skinny kernels for few rows,
-// GGUF block weights (GEMV on the raw blocks, or a bf16 copy then cuBLAS), and the gated MLP.
+// GGUF block weights (GEMV or int8 tensor-core kernel on the raw blocks, or a bf16 copy then
+// cuBLAS), and the gated MLP.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -151,18 +152,11 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
   }
   if (!quantized) {
     matmul_plain(x, targets);
-  } else if (x.rows > kQuantGemvRows) {  // dequantize + cuBLAS per quantized target
-    for (const MatmulTarget& t : targets) {
-      if (dtype_is_quantized(t.w->dtype))
-        matmul_dequantized(x, *t.w, t.out);
-      else
-        matmul_plain(x, {&t, 1});
-    }
-  } else {  // x quantized once; one GEMV launch per weight type (q/k/v, gate/up); plain ones apart
-    const cuda::QuantActivations a = cuda::quant_activations_in(
-        scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6), x.rows, x.cols);
-    cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols,
-                                      a, stream());
+  } else {  // per weight type, one launch of its path for its targets (q/k/v, gate/up)
+    // x quantized at most once for each kernel's layout, both in one scratch buffer.
+    const std::size_t gemv_bytes = (cuda::quant_activation_bytes(x.rows, x.cols) + 15) / 16 * 16;
+    std::uint8_t* quant_scratch = nullptr;
+    cuda::QuantActivations a_gemv{}, a_mma{};
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const DType type = targets[i].w->dtype;
       if (!dtype_is_quantized(type)) {
@@ -172,22 +166,61 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
       bool seen = false;  // launched with an earlier target of its type
       for (std::size_t j = 0; j < i; ++j) seen = seen || targets[j].w->dtype == type;
       if (seen) continue;
+      const QuantPath path = quant_matmul_path(type, x.rows);
+      if (path == QuantPath::Dequant) {
+        for (std::size_t j = i; j < targets.size(); ++j)
+          if (targets[j].w->dtype == type) matmul_dequantized(x, *targets[j].w, targets[j].out);
+        continue;
+      }
+      if (quant_scratch == nullptr)
+        quant_scratch = static_cast<std::uint8_t*>(
+            scratch(gemv_bytes + cuda::quant_mma_activation_bytes(x.rows, x.cols), 6));
+      const auto* xf = static_cast<const float*>(x.data);
+      if (path == QuantPath::Gemv && a_gemv.codes == nullptr) {
+        a_gemv = cuda::quant_activations_in(quant_scratch, x.rows, x.cols);
+        cuda::launch_quantize_activations(xf, x.stride, x.rows, x.cols, a_gemv, stream());
+      }
+      if (path == QuantPath::Mma && a_mma.codes == nullptr) {
+        a_mma = cuda::quant_mma_activations_in(quant_scratch + gemv_bytes, x.rows, x.cols);
+        cuda::launch_quantize_mma_activations(xf, x.stride, x.rows, x.cols, a_mma, stream());
+      }
+      auto launch = [&](const cuda::QuantTarget* group, int k) {
+        if (path == QuantPath::Mma)
+          cuda::launch_quant_mma_multi(group, k, a_mma, x.rows, stream());
+        else
+          cuda::launch_quant_gemv_multi(group, k, a_gemv, x.rows, stream());
+      };
       cuda::QuantTarget group[cuda::kQuantGemvMaxTargets];
       int k = 0;
       for (std::size_t j = i; j < targets.size(); ++j) {
         if (targets[j].w->dtype != type) continue;
         if (k == cuda::kQuantGemvMaxTargets) {
-          cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+          launch(group, k);
           k = 0;
         }
         group[k++] = {quant_weight(*targets[j].w), static_cast<float*>(targets[j].out.data),
                       targets[j].out.stride};
       }
-      cuda::launch_quant_gemv_multi(group, k, a, x.rows, stream());
+      launch(group, k);
     }
   }
   for (const MatmulTarget& t : targets)
     if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
+}
+
+void CudaBackend::set_quant_matmul_rows(QuantMatmulRows r) {
+  AKV_CHECK(r.gemv >= 0 && r.gemv <= cuda::kQuantGemvMaxRows && r.mma >= 0 &&
+                r.mma <= cuda::kQuantMmaMaxRows,
+            "quantized matmul rows: the GEMV takes up to 64 rows, the MMA kernel 64");
+  quant_rows_ = r;
+}
+
+CudaBackend::QuantPath CudaBackend::quant_matmul_path(DType w, std::int64_t n) const {
+  const std::optional<GgmlType> t = find_ggml_type_of(w);
+  const bool mma = t.has_value() && cuda::quant_mma_supports(*t);
+  if (mma && n > quant_rows_.gemv && n <= quant_rows_.mma) return QuantPath::Mma;
+  if (n <= (mma ? quant_rows_.gemv : kQuantGemvRows)) return QuantPath::Gemv;
+  return QuantPath::Dequant;
 }
 
 void CudaBackend::matmul_dequantized(TensorRef x, const WeightRef& w, TensorRef out) {

@@ -2,7 +2,8 @@
 // y[n, rows] = x[n, cols] . W^T for n <= kQuantGemvMaxRows, x and y f32 (the CUDA backend's
 // activations). x is first quantized to int8 per 32 columns (launch_quantize_activations); the
 // GEMV multiplies those codes with the weight codes four at a time (dp4a) and applies both
-// scales in f32. Larger matmuls go through dequantize + GEMM (quant_dequant.h).
+// scales in f32. The tensor-core kernel below (quant_mma.cu) computes the same product for more
+// activation rows; larger matmuls go through dequantize + GEMM (quant_dequant.h).
 #pragma once
 
 #include <cstddef>
@@ -75,5 +76,23 @@ inline constexpr int kQuantGemvMaxTargets = 3;  // q/k/v: one launch
 // kernel each.
 void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
                              CUstream_st* s, QuantGemvForm form = QuantGemvForm::Auto);
+
+// The same product on the tensor cores (quant_mma.cu), for the activation rows where the GEMV's
+// per-row dp4a work dominates: 16 weight rows at a time decoded from the blocks into the int8 A
+// operand of mma.sync (m16n8k32; Q6_K, whose scales cover 16 elements, two m16n8k16), 8
+// activation rows at a time as B, int32 dots per 32-column group, both scales applied in f32.
+// Its activations are the codes and scales of the rule above laid out group-major, so that the
+// 8 rows of a fragment are one contiguous run: codes [cols / 32][n8][32] int8 and scales
+// [cols / 32][n8] float2 (d, d * sum), n8 = n rounded up to 8, rows n..n8-1 zero.
+inline constexpr int kQuantMmaMaxRows = 64;
+bool quant_mma_supports(GgmlType t);
+std::size_t quant_mma_activation_bytes(std::int64_t n, std::int64_t cols);
+QuantActivations quant_mma_activations_in(void* scratch, std::int64_t n, std::int64_t cols);
+void launch_quantize_mma_activations(const float* x, std::int64_t x_stride, std::int64_t n,
+                                     std::int64_t cols, QuantActivations a, CUstream_st* s);
+// launch_quant_gemv_multi's contract and result (up to f32 rounding) for n <= kQuantMmaMaxRows,
+// the types quant_mma_supports, and `a` from launch_quantize_mma_activations.
+void launch_quant_mma_multi(const QuantTarget* targets, int n_targets, QuantActivations a,
+                            std::int64_t n, CUstream_st* s);
 
 }  // namespace akv::cuda
