@@ -10,6 +10,7 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_gemv.h"
+#include "backend/cuda/quant_targets.cuh"
 #include "backend/cuda/quant_lane.cuh"
 
 namespace akv::cuda {
@@ -33,16 +34,6 @@ struct Stage {
   static_assert(kSlotBytes % 16 == 0, "slots stay 16-byte aligned");
 };
 
-// The weights of one launch: target t takes blocks [first_block[t], first_block[t + 1]).
-struct Targets {
-  const std::uint8_t* w[kQuantGemvMaxTargets];
-  float* y[kQuantGemvMaxTargets];
-  std::int64_t ys[kQuantGemvMaxTargets];
-  std::int32_t rows[kQuantGemvMaxTargets];
-  std::int32_t first_block[kQuantGemvMaxTargets + 1];
-  int count;
-};
-
 // Grid, kSplit false (QuantGemvForm::WarpRows): each warp takes kR consecutive weight rows
 // (kWarps * kR rows per block) of its block's target and walks all their stages in step, so each
 // activation load feeds kR rows. kSplit true (QuantGemvForm::BlockStages): the block's warps share
@@ -50,26 +41,17 @@ struct Targets {
 // order: deterministic). kM >= n activation rows.
 template <GgmlType T, int kM, int kR, bool kSplit>
 __global__ void __launch_bounds__(kWarps * 32)
-    quant_gemv_kernel(Targets tg, std::int64_t row_bytes, std::int32_t cols, const std::int8_t* __restrict__ codes,
+    quant_gemv_kernel(QuantLaunchTargets tg, std::int64_t row_bytes, std::int32_t cols, const std::int8_t* __restrict__ codes,
                       const float2* __restrict__ scales, std::int32_t n) {
   using S = Stage<T>;
   using G = Geometry<T>;
   __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][S::kSlotBytes];
   pdl_trigger();
-  // This block's target (static indices: the parameters stay in the constant bank).
-  const std::uint8_t* __restrict__ w = tg.w[0];
-  float* __restrict__ y = tg.y[0];
-  std::int64_t ys = tg.ys[0];
-  std::int32_t rows = tg.rows[0], block = static_cast<std::int32_t>(blockIdx.x);
-#pragma unroll
-  for (int t = 1; t < kQuantGemvMaxTargets; ++t)
-    if (t < tg.count && static_cast<std::int32_t>(blockIdx.x) >= tg.first_block[t]) {
-      w = tg.w[t];
-      y = tg.y[t];
-      ys = tg.ys[t];
-      rows = tg.rows[t];
-      block = static_cast<std::int32_t>(blockIdx.x) - tg.first_block[t];
-    }
+  const BlockTarget bt = block_target(tg);
+  const std::uint8_t* __restrict__ w = bt.w;
+  float* __restrict__ y = bt.y;
+  const std::int64_t ys = bt.ys;
+  const std::int32_t rows = bt.rows, block = bt.block;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const std::int32_t row0 = kSplit ? block * kR : (block * kWarps + warp) * kR;
   if (row0 >= rows) return;  // the whole warp (kSplit: the whole block): no barrier waits for it
@@ -207,21 +189,9 @@ template <GgmlType T, int kM, bool kSplit = false>
 void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n, cudaStream_t s) {
   constexpr int kR = rows_per_warp(kM);
   constexpr int kBlockRows = kSplit ? kR : kWarps * kR;
-  Targets tg{};
-  tg.count = n_targets;
-  std::int64_t blocks = 0;
-  for (int t = 0; t < n_targets; ++t) {
-    tg.w[t] = static_cast<const std::uint8_t*>(targets[t].w.data);
-    tg.y[t] = targets[t].y;
-    tg.ys[t] = targets[t].y_stride;
-    tg.rows[t] = static_cast<std::int32_t>(targets[t].w.rows);
-    tg.first_block[t] = static_cast<std::int32_t>(blocks);
-    blocks += blocks_for(targets[t].w.rows, kBlockRows);
-  }
-  AKV_CHECK(blocks < (std::int64_t{1} << 31), "quantized GEMV: grid");
-  tg.first_block[n_targets] = static_cast<std::int32_t>(blocks);
+  const QuantLaunchTargets tg = launch_targets(targets, n_targets, kBlockRows);
   const QuantWeight& w = targets[0].w;
-  launch(quant_gemv_kernel<T, kM, kR, kSplit>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, tg,
+  launch(quant_gemv_kernel<T, kM, kR, kSplit>, dim3(static_cast<unsigned>(tg.blocks)), dim3(kWarps * 32), 0, s, tg,
          quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.cols), static_cast<const std::int8_t*>(a.codes),
          reinterpret_cast<const float2*>(a.scales), static_cast<std::int32_t>(n));
 }

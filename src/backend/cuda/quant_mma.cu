@@ -17,6 +17,7 @@
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_fragment.cuh"
 #include "backend/cuda/quant_gemv.h"
+#include "backend/cuda/quant_targets.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -73,21 +74,11 @@ constexpr int smem_bytes() {
   return std::max(staging, partials);
 }
 
-// The weights of one launch: target t takes blocks [first_block[t], first_block[t + 1]).
-struct Targets {
-  const std::uint8_t* w[kQuantGemvMaxTargets];
-  float* y[kQuantGemvMaxTargets];
-  std::int64_t ys[kQuantGemvMaxTargets];
-  std::int32_t rows[kQuantGemvMaxTargets];
-  std::int32_t first_block[kQuantGemvMaxTargets + 1];
-  int count;
-};
-
 // kNT tiles of 8 activation rows, kNT * 8 >= n8 (n rounded up to 8); the activations in the
 // group-major layout of launch_quantize_mma_activations (rows n..n8-1 zero, never stored).
 template <GgmlType T, int kNT>
 __global__ void __launch_bounds__(kWarps * 32)
-    quant_mma_kernel(Targets tg, std::int64_t row_bytes, std::int32_t cols,
+    quant_mma_kernel(QuantLaunchTargets tg, std::int64_t row_bytes, std::int32_t cols,
                      const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
                      std::int32_t n, std::int32_t n8) {
   using S = Stage<T>;
@@ -95,20 +86,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   using F = Fragment<T>;
   extern __shared__ __align__(16) std::uint8_t smem[];
   pdl_trigger();
-  // This block's target (static indices: the parameters stay in the constant bank).
-  const std::uint8_t* __restrict__ w = tg.w[0];
-  float* __restrict__ y = tg.y[0];
-  std::int64_t ys = tg.ys[0];
-  std::int32_t rows = tg.rows[0], block = static_cast<std::int32_t>(blockIdx.x);
-#pragma unroll
-  for (int t = 1; t < kQuantGemvMaxTargets; ++t)
-    if (t < tg.count && static_cast<std::int32_t>(blockIdx.x) >= tg.first_block[t]) {
-      w = tg.w[t];
-      y = tg.y[t];
-      ys = tg.ys[t];
-      rows = tg.rows[t];
-      block = static_cast<std::int32_t>(blockIdx.x) - tg.first_block[t];
-    }
+  const BlockTarget bt = block_target(tg);
+  const std::uint8_t* __restrict__ w = bt.w;
+  float* __restrict__ y = bt.y;
+  const std::int64_t ys = bt.ys;
+  const std::int32_t rows = bt.rows, block = bt.block;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const std::int32_t row0 = block * kTileRows;
   const std::int32_t row_blocks = cols / G::kElems, groups = cols / kQuantGroup;
@@ -319,21 +301,9 @@ void launch_typed(const QuantTarget* targets, int n_targets, QuantActivations a,
     return true;
   }();
   (void)configured;
-  Targets tg{};
-  tg.count = n_targets;
-  std::int64_t blocks = 0;
-  for (int t = 0; t < n_targets; ++t) {
-    tg.w[t] = static_cast<const std::uint8_t*>(targets[t].w.data);
-    tg.y[t] = targets[t].y;
-    tg.ys[t] = targets[t].y_stride;
-    tg.rows[t] = static_cast<std::int32_t>(targets[t].w.rows);
-    tg.first_block[t] = static_cast<std::int32_t>(blocks);
-    blocks += blocks_for(targets[t].w.rows, kTileRows);
-  }
-  AKV_CHECK(blocks < (std::int64_t{1} << 31), "quantized MMA: grid");
-  tg.first_block[n_targets] = static_cast<std::int32_t>(blocks);
+  const QuantLaunchTargets tg = launch_targets(targets, n_targets, kTileRows);
   const QuantWeight& w = targets[0].w;
-  launch(quant_mma_kernel<T, kNT>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), kSmem, s,
+  launch(quant_mma_kernel<T, kNT>, dim3(static_cast<unsigned>(tg.blocks)), dim3(kWarps * 32), kSmem, s,
          tg, quant_row_bytes(w.type, w.cols), static_cast<std::int32_t>(w.cols),
          static_cast<const std::int8_t*>(a.codes), reinterpret_cast<const float2*>(a.scales),
          static_cast<std::int32_t>(n), static_cast<std::int32_t>(rows8(n)));

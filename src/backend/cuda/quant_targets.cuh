@@ -1,0 +1,59 @@
+// The weights of one quantized matmul launch (quant_gemv.cu, quant_mma.cu): up to
+// kQuantGemvMaxTargets weights of one type and width (q/k/v, gate/up), target t taking the grid's
+// blocks [first_block[t], first_block[t + 1]).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/quant_gemv.h"
+#include "base/check.h"
+
+namespace akv::cuda {
+
+struct QuantLaunchTargets {
+  const std::uint8_t* w[kQuantGemvMaxTargets];
+  float* y[kQuantGemvMaxTargets];
+  std::int64_t ys[kQuantGemvMaxTargets];
+  std::int32_t rows[kQuantGemvMaxTargets];
+  std::int32_t first_block[kQuantGemvMaxTargets + 1];
+  int count;
+  std::int64_t blocks;  // the grid
+};
+
+// `targets` with `rows_per_block` weight rows a block.
+inline QuantLaunchTargets launch_targets(const QuantTarget* targets, int n_targets, std::int64_t rows_per_block) {
+  QuantLaunchTargets tg{};
+  tg.count = n_targets;
+  for (int t = 0; t < n_targets; ++t) {
+    tg.w[t] = static_cast<const std::uint8_t*>(targets[t].w.data);
+    tg.y[t] = targets[t].y;
+    tg.ys[t] = targets[t].y_stride;
+    tg.rows[t] = static_cast<std::int32_t>(targets[t].w.rows);
+    tg.first_block[t] = static_cast<std::int32_t>(tg.blocks);
+    tg.blocks += blocks_for(targets[t].w.rows, static_cast<int>(rows_per_block));
+  }
+  AKV_CHECK(tg.blocks < (std::int64_t{1} << 31), "quantized matmul: grid");
+  tg.first_block[n_targets] = static_cast<std::int32_t>(tg.blocks);
+  return tg;
+}
+
+// What the calling block works on: its target's weight, output (row stride ys) and rows, and its
+// index among that target's blocks.
+struct BlockTarget {
+  const std::uint8_t* w;
+  float* y;
+  std::int64_t ys;
+  std::int32_t rows, block;
+};
+// Static indices only, so that `tg` (a kernel parameter) stays in the constant bank.
+__device__ __forceinline__ BlockTarget block_target(const QuantLaunchTargets& tg) {
+  const auto b = static_cast<std::int32_t>(blockIdx.x);
+  BlockTarget r{tg.w[0], tg.y[0], tg.ys[0], tg.rows[0], b};
+#pragma unroll
+  for (int t = 1; t < kQuantGemvMaxTargets; ++t)
+    if (t < tg.count && b >= tg.first_block[t]) r = {tg.w[t], tg.y[t], tg.ys[t], tg.rows[t], b - tg.first_block[t]};
+  return r;
+}
+
+}  // namespace akv::cuda
