@@ -10,7 +10,7 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_gemv.h"
-#include "backend/cuda/quant_targets.cuh"
+#include "backend/cuda/quant_launch.cuh"
 #include "backend/cuda/quant_lane.cuh"
 
 namespace akv::cuda {
@@ -171,15 +171,7 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, std::in
   if (g >= std::int64_t{n} * groups) return;  // whole warps leave together
   const int lane = threadIdx.x % 32;
   const std::int64_t m = g / groups, c = (g % groups) * kQuantGroup + lane;
-  const float v = x[m * xs + c];
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-  codes[m * cols + c] = static_cast<std::int8_t>(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) scales[g] = make_float2(d, d * static_cast<float>(sum));
+  quantize_group(x[m * xs + c], lane, &codes[m * cols + c], &scales[g]);
 }
 
 // Rows per warp: two while the accumulators (kR x kM) stay few, one beyond.

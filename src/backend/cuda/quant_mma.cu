@@ -17,7 +17,7 @@
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/quant_fragment.cuh"
 #include "backend/cuda/quant_gemv.h"
-#include "backend/cuda/quant_targets.cuh"
+#include "backend/cuda/quant_launch.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -276,15 +276,8 @@ __global__ void quantize_mma_activations_kernel(const float* __restrict__ x, std
   if (w >= std::int64_t{n8} * (cols / kQuantGroup)) return;  // whole warps leave together
   const int lane = threadIdx.x % 32;
   const std::int64_t group = w / n8, m = w % n8;
-  const float v = m < n ? x[m * xs + group * kQuantGroup + lane] : 0.0f;
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-  codes[w * kQuantGroup + lane] = static_cast<std::int8_t>(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) scales[w] = make_float2(d, d * static_cast<float>(sum));
+  quantize_group(m < n ? x[m * xs + group * kQuantGroup + lane] : 0.0f, lane, &codes[w * kQuantGroup + lane],
+                 &scales[w]);
 }
 
 constexpr std::int64_t rows8(std::int64_t n) {

@@ -1,6 +1,6 @@
-// The weights of one quantized matmul launch (quant_gemv.cu, quant_mma.cu): up to
-// kQuantGemvMaxTargets weights of one type and width (q/k/v, gate/up), target t taking the grid's
-// blocks [first_block[t], first_block[t + 1]).
+// What the quantized matmul kernels (quant_gemv.cu, quant_mma.cu) share: the weights of one
+// launch, up to kQuantGemvMaxTargets of one type and width (q/k/v, gate/up), target t taking the
+// grid's blocks [first_block[t], first_block[t + 1]); and the activations' quantization rule.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,20 @@ __device__ __forceinline__ BlockTarget block_target(const QuantLaunchTargets& tg
   for (int t = 1; t < kQuantGemvMaxTargets; ++t)
     if (t < tg.count && b >= tg.first_block[t]) r = {tg.w[t], tg.y[t], tg.ys[t], tg.rows[t], b - tg.first_block[t]};
   return r;
+}
+
+// One group of kQuantGroup activations, one a lane of a warp (all 32 call it): the lane's int8
+// code to `code` and, from lane 0, (d, d * the sum of the group's codes) to `scale`, by the rule
+// QuantActivations states (quant_gemv.h).
+__device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code, float2* scale) {
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+  *code = static_cast<std::int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) *scale = make_float2(d, d * static_cast<float>(sum));
 }
 
 }  // namespace akv::cuda
