@@ -19,6 +19,7 @@
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/quant_lane.cuh"
+#include "backend/cuda/quant_launch.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -119,20 +120,6 @@ __device__ __forceinline__ LaneWeights decode_staged(const std::uint8_t* stage, 
     if (reinterpret_cast<std::uintptr_t>(stage) % 16 == 0) return decode_q4k_aligned(stage, lane);
   }
   return decode<T>(stage, lane);
-}
-
-// v (lane l: element l of a group of 32) quantized to int8 by the warp: code at *code, the
-// group's (d, d * sum of codes) at *scale by lane 0. launch_quantize_activations' rule and results.
-__device__ __forceinline__ void quantize_group(float v, int lane, std::int8_t* code,
-                                               float2* scale) {
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-  *code = static_cast<std::int8_t>(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) *scale = make_float2(d, d * static_cast<float>(sum));
 }
 
 // Group g of 32 values quantized by 8 lanes (lane l8 = lane % 8 holding elements 4 l8 .. 4 l8 + 3
