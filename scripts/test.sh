@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Sets up agentkv and runs every test: the unit, model and server tests (ctest), the CUDA build,
-# a Release build with warnings as errors, a ThreadSanitizer run of the engine, KV and server tests, then each libFuzzer target under
-# ASan and UBSan for a bounded time (AGENTKV_FUZZ_SECONDS each, default 40). Any missing
-# prerequisite (node/npm, the CUDA toolkit, clang) fails the run.
+# Sets up agentkv and runs every test: the unit, model and server tests (ctest), a Release build
+# of the server and the CUDA backend with warnings as errors, a ThreadSanitizer run of the engine,
+# KV and server tests, then each libFuzzer target under ASan and UBSan for a bounded time
+# (AGENTKV_FUZZ_SECONDS each, default 40). Any missing prerequisite (node/npm, the CUDA toolkit,
+# clang) fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CI builds treat warnings as errors (users' builds do not: AGENTKV_WERROR defaults to OFF).
 export AGENTKV_WERROR=ON
+# Prints each stage's start with the minutes spent so far (CI keeps the whole run under 45).
+SECONDS=0
+stage() { echo "== $1 ($((SECONDS / 60)) min in)"; }
+stage "setup and build"
 scripts/setup.sh
 # Headless Chromium for the dashboard's browser test (tests/app/dashboard_browser.py).
 if ! command -v chromium >/dev/null; then
@@ -17,27 +22,31 @@ fi
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 jobs="$(nproc)"
+stage "ctest"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-# The CUDA backend must compile (its tests report Skipped without a GPU). A machine without the
-# toolkit fails here unless AGENTKV_CUDA_BUILD=OFF says to leave it out.
-if [[ "${AGENTKV_CUDA_BUILD:-ON}" != OFF ]]; then
+# One Release build (GCC -O3, warnings as errors) of the server and the CUDA backend: the CUDA
+# code must compile (its tests report Skipped without a GPU), and -O3 brings warnings -O2 does
+# not (users build Release without -Werror, which AGENTKV_WERROR leaves off by default). A
+# machine without the toolkit fails here unless AGENTKV_CUDA_BUILD=OFF says to leave CUDA out.
+cuda=ON
+release_targets=(agentkv cuda_parity_test)
+if [[ "${AGENTKV_CUDA_BUILD:-ON}" == OFF ]]; then
+  cuda=OFF
+  release_targets=(agentkv)
+else
   [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "FAIL: no CUDA toolkit in /usr/local/cuda (AGENTKV_CUDA_BUILD=OFF skips the CUDA build)"; exit 1; }
-  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_CUDA=ON \
-    -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
-  cmake --build build-cuda -j"$jobs" --target agentkv cuda_parity_test
-  ctest --test-dir build-cuda --output-on-failure -L cuda
 fi
-
-# A Release build (GCC -O3) of the server with warnings as errors: -O3 brings warnings -O2 does
-# not (users build Release without -Werror, which AGENTKV_WERROR leaves off by default).
-cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DAGENTKV_WERROR=ON -DAGENTKV_TESTS=OFF \
+stage "Release build (CUDA $cuda)"
+cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DAGENTKV_CUDA=$cuda -DAGENTKV_WERROR=ON \
   -DAGENTKV_BENCH=OFF >/dev/null
-cmake --build build-release -j"$jobs" --target agentkv
+cmake --build build-release -j"$jobs" --target "${release_targets[@]}"
+if [[ $cuda == ON ]]; then ctest --test-dir build-release --output-on-failure -L cuda; fi
 
 # ThreadSanitizer: the engine, KV and server tests (the engine thread, HTTP threads, the
 # tiers' IO threads) in a clang build of their own. Not here: disk_store_crash_test (forks a
 # threaded child, which TSan refuses) and block_codec_test (single-threaded numerics).
+stage "ThreadSanitizer"
 tsan_tests=(kv_test disk_store_test disk_budget_test engine_unit_test engine_model_test agent_memory_test
   server_unit_test retention_policy_test remote_store_test restorer_test)
 CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_TSAN=ON \
@@ -48,6 +57,7 @@ tsan_regex="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan -R "$tsan_regex" --output-on-failure -j"$jobs"
 
+stage "fuzzing"
 # Fuzzing: a clang build with sanitizers, separate from the main build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DAGENTKV_FUZZ=ON -DAGENTKV_TESTS=OFF -DAGENTKV_BENCH=OFF -DAGENTKV_WERROR=ON >/dev/null
@@ -72,4 +82,5 @@ for name in "${fuzz_targets[@]}"; do
   fi
   tail -n 5 "$log"
 done
+stage "done"
 echo "all tests passed"
