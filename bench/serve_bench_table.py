@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""One markdown table from serve_bench.py runs of a hybrid model (bench/hybrid_gpu_bench.sh): per
+"""One markdown table from serve_bench.py runs of a model (bench/serve_gpu_bench.sh): per
 run, the cold TTFT, the next turn, the agent's return from the host tier and from disk after a
 restart, each return against that agent's own cold TTFT (issue target: <= 0.1), and, given the
 run's --kv-dir, the state blocks (recurrent-state snapshots) the disk tier holds. Standard
 library only.
 
-  python3 bench/hybrid_bench_table.py RUN.json[=KV_DIR] ...
+  python3 bench/serve_bench_table.py RUN.json[=KV_DIR] ...
 """
 import json
 import os

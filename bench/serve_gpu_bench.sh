@@ -1,14 +1,19 @@
 #!/bin/bash
-# Serving benchmark of a Qwen3.5-shaped hybrid (bench/make_hybrid_bench_model.py: real layer
-# shapes, reduced depth, bf16) on one GPU, in one go: agentkv at each --intervals value (cold
-# prompt, next turns, the agent's return after other agents push it to the host tier, its return
-# after a restart from the disk tier), then llama.cpp's llama-server on the same weights
-# converted to GGUF (cold, next turns, return after another agent). Prints one table
-# (bench/hybrid_bench_table.py); docs/perf/hybrid.md reports it.
+# Serving benchmark on one GPU beside llama.cpp's llama-server, in one go: by default a
+# Qwen3.5-shaped hybrid written by bench/make_hybrid_bench_model.py (real layer shapes, reduced
+# depth, bf16), or with --model any model directory agentkv serves (the MoE shapes of
+# make_tiny_model, with a tokenizer and chat template beside them). agentkv runs once per
+# --intervals value on a hybrid, once on other models (cold prompt, next turns, the agent's
+# return after other agents push it to the host tier, its return after a restart from the disk
+# tier), then llama-server on the same weights converted to GGUF (cold, next turns, return after
+# another agent). Prints one table (bench/serve_bench_table.py); docs/perf/hybrid.md and
+# docs/perf/cuda.md (mixture of experts) report it.
 #
-#   bench/hybrid_gpu_bench.sh --agentkv BIN --testdata DIR --work DIR --out DIR [--llama-src DIR] [options]
+#   bench/serve_gpu_bench.sh --agentkv BIN --testdata DIR --work DIR --out DIR [--llama-src DIR] [options]
 #
 # --testdata: the shared test data (tokenizers/qwen3, chat-templates/.../Qwen3.5-4B.jinja).
+# --model: serve this directory (config.json, weights, tokenizer.json, tokenizer_config.json with
+#   its chat_template) instead of writing the hybrid; kept as it is, converted for llama.cpp.
 # --work: scratch space (the model, ~6 GB at the defaults; KV directories; the llama.cpp build,
 #   reused when WORK/llama-build/bin/llama-server exists). --out: JSON, logs, table.md.
 # --llama-src: a llama.cpp source tree (needs python3 with torch, numpy and transformers for its
@@ -19,14 +24,14 @@
 #   --reply-tokens 16 --llama-reply-tokens 1
 #   (each flag is described where it is parsed, below).
 # CPU dry run of the whole agentkv path (tiny model, no llama.cpp):
-#   bench/hybrid_gpu_bench.sh --agentkv build/agentkv --testdata ../shared/testdata --work W --out O \
+#   bench/serve_gpu_bench.sh --agentkv build/agentkv --testdata ../shared/testdata --work W --out O \
 #     --backend cpu --tokens 1024 --system-tokens 256 --next-tokens 64 --intervals "256 512" --deadline-s 900 \
 #     --model-args "--hidden 128 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 \
 #       --linear-k-heads 2 --linear-v-heads 4 --linear-head-dim 32" --preset small --layers 4
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-AGENTKV='' TESTDATA='' WORK='' OUT='' LLAMA_SRC='' BACKEND=cuda PRESET=qwen3.5-9b LAYERS=8 MODEL_ARGS=''
+AGENTKV='' TESTDATA='' WORK='' OUT='' LLAMA_SRC='' MODEL='' BACKEND=cuda PRESET=qwen3.5-9b LAYERS=8 MODEL_ARGS=''
 TOKENS=16384 SYSTEM_TOKENS=2048 NEXT_TOKENS=512 NEXT_TURNS=3 EVICT=2 INTERVALS="1024 8192"
 REPLY=16 LLAMA_REPLY=1 POOL_AGENTS=1.5 KV_CACHE_MB='' PORT=8190 JOBS=12 DEADLINE_S=540 RUN_S=170 TIMEOUT_S=60 THREADS=0
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
@@ -37,6 +42,7 @@ while [ $# -gt 0 ]; do
     --work) WORK=$2 ;;
     --out) OUT=$2 ;;
     --llama-src) LLAMA_SRC=$2 ;;
+    --model) MODEL=$2 ;;                # a model directory to serve (no hybrid is written)
     --backend) BACKEND=$2 ;;            # cuda | cpu (the dry run)
     --threads) THREADS=$2 ;;            # agentkv --threads on the CPU (0: all cores)
     --preset) PRESET=$2 ;;              # make_hybrid_bench_model.py --preset (layer shapes)
@@ -96,7 +102,13 @@ M=$WORK/model
 DTYPE=bf16; [ "$BACKEND" = cuda ] || DTYPE=f32
 MODEL_FLAGS="--preset $PRESET --layers $LAYERS --dtype $DTYPE $MODEL_ARGS"
 GGUF=$WORK/model.gguf
-if [ "$(cat "$M/made-with" 2> /dev/null)" = "$MODEL_FLAGS" ]; then
+if [ -n "$MODEL" ]; then
+  M=$(cd "$MODEL" && pwd) || exit 2
+  DTYPE=bf16; [ "$BACKEND" = cuda ] || DTYPE=f32
+  [ "$(cat "$WORK/model.gguf.from" 2> /dev/null)" = "$M" ] || rm -f "$GGUF"
+  echo "$M" > "$WORK/model.gguf.from"
+  t "model $M ($(du -sh "$M" | cut -f1))"
+elif [ "$(cat "$M/made-with" 2> /dev/null)" = "$MODEL_FLAGS" ]; then
   t "model kept from an earlier run ($MODEL_FLAGS)"
 else
   rm -rf "$M" "$GGUF"
@@ -107,19 +119,24 @@ else
   echo "$MODEL_FLAGS" > "$M/made-with"
   t "model written ($(du -sh "$M" | cut -f1))"
 fi
+# Hybrids (linear-attention layers) run once per snapshot interval; other models once.
+LINEAR=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1] + '/config.json'))
+print(sum(t == 'linear_attention' for t in c.get('layer_types') or []))" "$M")
+[ "$LINEAR" -gt 0 ] || INTERVALS=none
 if [ -n "$LLAMA_SRC" ] && [ ! -f "$GGUF" ]; then
   setsid nice -n 10 bash -c "PYTHONPATH='$LLAMA_SRC/gguf-py' python3 '$LLAMA_SRC/convert_hf_to_gguf.py' '$M' \
     --outtype $DTYPE --no-mtp --outfile '$GGUF.part' && mv '$GGUF.part' '$GGUF'" > "$OUT/convert.log" 2>&1 < /dev/null &
   CONVERT_PID=$!
 fi
 
-# 3. agentkv, one server per snapshot interval; the device pool holds POOL_AGENTS prompts, so
+# 3. agentkv, one server per snapshot interval (hybrids); the device pool holds POOL_AGENTS prompts, so
 # EVICT other agents push the first one's blocks to the host tier.
 if [ -z "$KV_CACHE_MB" ]; then
   # KV is kept for the full-attention layers only (one in four): K and V rows of kv_heads * head_dim.
   KV_BYTES=2; [ "$BACKEND" = cuda ] || KV_BYTES=4
   KV_CACHE_MB=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1] + '/config.json'))
-full = c['layer_types'].count('full_attention')
+types = c.get('layer_types') or []
+full = len(types) - types.count('linear_attention') if types else c['num_hidden_layers']
 per_token = full * 2 * c['num_key_value_heads'] * c['head_dim'] * int(sys.argv[2])
 print(int(float(sys.argv[3]) * 1.15 * int(sys.argv[4]) * per_token / 2**20) + 1)" "$M" "$KV_BYTES" "$POOL_AGENTS" "$TOKENS")
 fi
@@ -128,19 +145,21 @@ BENCH_FLAGS="--tokens $TOKENS --system-tokens $SYSTEM_TOKENS --next-tokens $NEXT
 TABLE_ARGS=()
 P=$PORT
 for IV in $INTERVALS; do
-  KV=$WORK/kv-iv$IV; rm -rf "$KV"
+  TAG=agentkv-iv$IV; [ "$IV" = none ] && TAG=agentkv
+  KV=$WORK/kv-$TAG; rm -rf "$KV"
   SERVER="$AGENTKV serve --model $M --port $P --backend $BACKEND --threads $THREADS --kv-cache-mb $KV_CACHE_MB \
-    --kv-host-bytes 4G --kv-dir $KV --state-snapshot-interval $IV --state-snapshot-bytes 16G"
-  echo "== agentkv, snapshot interval $IV: $SERVER"
+    --kv-host-bytes 4G --kv-dir $KV"
+  [ "$IV" = none ] || SERVER="$SERVER --state-snapshot-interval $IV --state-snapshot-bytes 16G"
+  echo "== $TAG: $SERVER"
   LIMIT=$(( $(left) - 30 )); if [ "$LIMIT" -gt "$RUN_S" ]; then LIMIT=$RUN_S; fi
-  [ "$LIMIT" -gt 30 ] || { t "no time left for interval $IV"; break; }
+  [ "$LIMIT" -gt 30 ] || { t "no time left for $TAG"; break; }
   # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout -s INT "$LIMIT" python3 bench/serve_bench.py --label "agentkv-iv$IV" \
-    --url "http://127.0.0.1:$P" --json "$OUT/agentkv-iv$IV.json" --server-log "$OUT/agentkv-iv$IV.log" \
+  PYTHONUNBUFFERED=1 timeout -s INT "$LIMIT" python3 bench/serve_bench.py --label "$TAG" \
+    --url "http://127.0.0.1:$P" --json "$OUT/$TAG.json" --server-log "$OUT/$TAG.log" \
     --server-cmd "$SERVER" --scenarios cold,next_turn,host_return,disk_return --evict-agents "$EVICT" \
-    --reply-tokens "$REPLY" $BENCH_FLAGS > "$OUT/agentkv-iv$IV.txt" 2>&1
-  t "agentkv interval $IV: exit $?"; grep -E "^(cold|next|return|error)" "$OUT/agentkv-iv$IV.txt"
-  TABLE_ARGS+=("$OUT/agentkv-iv$IV.json=$KV")
+    --reply-tokens "$REPLY" $BENCH_FLAGS > "$OUT/$TAG.txt" 2>&1
+  t "$TAG: exit $?"; grep -E "^(cold|next|return|error)" "$OUT/$TAG.txt"
+  TABLE_ARGS+=("$OUT/$TAG.json=$KV")
   P=$(( P + 1 ))
 done
 
@@ -171,5 +190,5 @@ if [ -n "$LLAMA_SRC" ]; then
 fi
 
 # 5. The table.
-python3 bench/hybrid_bench_table.py "${TABLE_ARGS[@]}" | tee "$OUT/table.md"
+python3 bench/serve_bench_table.py "${TABLE_ARGS[@]}" | tee "$OUT/table.md"
 t "done (load average $(cut -d' ' -f1-3 /proc/loadavg))"
