@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
-# A Qwen3-30B-A3B-shaped mixture of experts (random bf16 weights at reduced depth) on the GPU, next
-# to llama.cpp on the same weights converted with its own converter: batch-1 decode (256 tokens
-# after a short and after a 4K prompt) and the 4K prefill (agentkv generate --backend cuda against
-# llama-bench -p 4096 -n 128), plus cuda_bench --moe 1 (one layer against the copy bandwidth);
-# then the same on the file llama-quantize makes of it (--quant, default Q4_K_M: Q4_K experts with
-# Q6_K down on some layers), agentkv reading that GGUF directly (experts in their blocks).
-# Prints one table per weight format. Builds nothing of agentkv (the binaries are given); builds
-# llama-bench and llama-quantize when the given llama.cpp build folder lacks them. Per-token times scale with the depth; the ratios
-# between the engines do not. docs/perf/cuda.md ("Mixture of experts") says how to read it.
+# A mixture of experts of a real model's shape (random weights) on the GPU, next to llama.cpp on
+# the same weights converted with its own converter: batch-1 decode (256 tokens after a short and
+# after a 4K prompt) and the 4K prefill (agentkv generate --backend cuda against llama-bench -p
+# 4096 -n 128), plus cuda_bench --moe 1 (one layer against the copy bandwidth). Two families:
+#  - qwen3-moe (default): Qwen3-30B-A3B, bf16 at reduced depth; then the same on the file
+#    llama-quantize makes of it (--quant, default Q4_K_M: Q4_K experts with Q6_K down on some
+#    layers), agentkv reading that GGUF directly (experts in their blocks).
+#  - gpt-oss: GPT-OSS-20B, all 24 layers by default (~13.7 GB), attention and router in bf16,
+#    experts in MXFP4 as OpenAI released them (`*_blocks` / `*_scales`); the converter keeps them
+#    MXFP4 (GGUF type MXFP4), so both engines read the same 4.25-bit experts. agentkv runs the
+#    safetensors directory and the converted GGUF; no llama-quantize step (--quant none).
+# Prints one table per weight format (gpt-oss: per file agentkv reads). Builds nothing of agentkv
+# (the binaries are given); builds llama-bench and llama-quantize when the given llama.cpp build
+# folder lacks them. Per-token times scale with the depth; the ratios between the engines do not.
+# docs/perf/cuda.md ("Mixture of experts") says how to read it.
 #
 # Usage: bench/moe_gpu_bench.sh --bin DIR --llama-src DIR --llama-build DIR --tokenizer DIR
-#          --work DIR --out DIR [--layers 12] [--prompt 4096] [--gen 256] [--backend cuda]
-#          [--model-args "..."] [--jobs N] [--converter SCRIPT] [--reps 3] [--bin-libs DIRS]
-#          [--quant Q4_K_M|none]
+#          --work DIR --out DIR [--family qwen3-moe|gpt-oss] [--layers 12|24] [--prompt 4096]
+#          [--gen 256] [--backend cuda] [--model-args "..."] [--jobs N] [--converter SCRIPT]
+#          [--reps 3] [--bin-libs DIRS] [--quant Q4_K_M|none]
 #   --bin          agentkv, make_tiny_model and (with --backend cuda) cuda_bench
 #   --bin-libs     folders (a:b) of the shared libraries those need, for them only
 #   --llama-src    llama.cpp source (convert_hf_to_gguf.py, gguf-py, and what its build needs)
 #   --llama-build  llama.cpp build folder: bin/llama-bench is used, or built there when absent
-#   --tokenizer    Qwen3 tokenizer folder (tokenizer.json or tokenizer.json.xz, tokenizer_config.json)
-#   --work         scratch space (the model and its GGUF: ~16 GB at 12 layers); kept, and reused
-#                  by a later run with the same model arguments
+#   --tokenizer    the family's tokenizer folder, Qwen3's or GPT-OSS's (tokenizer.json or
+#                  tokenizer.json.xz, tokenizer_config.json): llama.cpp's converter reads it
+#                  through transformers' AutoTokenizer
+#   --work         scratch space (the model and its GGUF: ~16 GB at 12 qwen3-moe layers, ~27 GB
+#                  for the whole gpt-oss); kept, and reused by a later run with the same model
+#                  arguments
+#   --family       qwen3-moe (default) or gpt-oss
+#   --layers       depth (default 12 for qwen3-moe, of 48; 24 for gpt-oss, all)
 #   --out          logs and the table (table.md)
 #   --model-args   extra make_tiny_model flags (a small model for a CPU dry run)
 #   --backend      cuda, or cpu for a dry run without a GPU (no cuda_bench; llama-bench on the CPU)
 #   --converter    the converter script (default: --llama-src's convert_hf_to_gguf.py)
-#   --quant        llama-quantize type of the second run (default Q4_K_M), none: bf16 only
+#   --quant        llama-quantize type of the second run (qwen3-moe; default Q4_K_M), none: bf16
+#                  only; gpt-oss: none only
 set -euo pipefail
 
-BIN="" LLAMA_SRC="" LLAMA_BUILD="" TOKENIZER="" WORK="" OUT="" LAYERS=12 PROMPT=4096 GEN=256
-BACKEND=cuda MODEL_ARGS="" JOBS=$(nproc) CONVERTER="" REPS=3 BIN_LIBS="" QUANT=Q4_K_M
+BIN="" LLAMA_SRC="" LLAMA_BUILD="" TOKENIZER="" WORK="" OUT="" LAYERS="" PROMPT=4096 GEN=256
+BACKEND=cuda MODEL_ARGS="" JOBS=$(nproc) CONVERTER="" REPS=3 BIN_LIBS="" QUANT="" FAMILY=qwen3-moe
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin) BIN="$2" ;;
@@ -47,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS="$2" ;;
     --bin-libs) BIN_LIBS="$2" ;;
     --quant) QUANT="$2" ;;
+    --family) FAMILY="$2" ;;
     *) echo "moe_gpu_bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -55,10 +68,19 @@ for v in BIN LLAMA_SRC LLAMA_BUILD TOKENIZER WORK OUT; do
   [[ -n "${!v}" ]] || { echo "moe_gpu_bench: --$(echo $v | tr 'A-Z_' 'a-z-') is required" >&2; exit 2; }
 done
 [[ "$BACKEND" == cuda || "$BACKEND" == cpu ]] || { echo "moe_gpu_bench: --backend cuda or cpu" >&2; exit 2; }
+# The family: make_tiny_model's preset, the depth and quantization by default, the GGUF's name
+# (the converter's --outtype bf16 keeps GPT-OSS's MXFP4 experts as they are).
+case "$FAMILY" in
+  qwen3-moe) PRESET=qwen3-30b-a3b LAYERS="${LAYERS:-12}" QUANT="${QUANT:-Q4_K_M}" GGUF_NAME=model-bf16.gguf ;;
+  gpt-oss)
+    PRESET=gpt-oss-20b LAYERS="${LAYERS:-24}" QUANT="${QUANT:-none}" GGUF_NAME=model-mxfp4.gguf
+    [[ "$QUANT" == none ]] || { echo "moe_gpu_bench: gpt-oss runs --quant none (its experts stay MXFP4)" >&2; exit 2; } ;;
+  *) echo "moe_gpu_bench: --family qwen3-moe or gpt-oss" >&2; exit 2 ;;
+esac
 CONVERTER="${CONVERTER:-$LLAMA_SRC/convert_hf_to_gguf.py}"
 mkdir -p "$WORK" "$OUT"
 WORK="$(cd "$WORK" && pwd)" OUT="$(cd "$OUT" && pwd)" LLAMA_SRC="$(cd "$LLAMA_SRC" && pwd)"
-MODEL="$WORK/model" GGUF="$WORK/model-bf16.gguf" QGGUF="$WORK/model-$QUANT.gguf"
+MODEL="$WORK/model" GGUF="$WORK/$GGUF_NAME" QGGUF="$WORK/model-$QUANT.gguf"
 T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
 akv() { LD_LIBRARY_PATH="$BIN_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }  # agentkv's binaries
@@ -79,8 +101,8 @@ if [[ ! -x "$LLAMA_BUILD/bin/llama-bench" || ( "$QUANT" != none && ! -x "$LLAMA_
   t "building llama-bench and llama-quantize in $LLAMA_BUILD (log: llama-build.log)"
 fi
 
-# 2. The model (reused when the same arguments wrote it), the real Qwen3 tokenizer beside it.
-SPEC="--preset qwen3-30b-a3b --layers $LAYERS --dtype bf16 $MODEL_ARGS"
+# 2. The model (reused when the same arguments wrote it), the family's real tokenizer beside it.
+SPEC="--preset $PRESET --layers $LAYERS --dtype bf16 $MODEL_ARGS"
 if [[ "$(cat "$MODEL/.spec" 2> /dev/null)" != "$SPEC" ]]; then
   rm -rf "$MODEL" "$GGUF"
   # shellcheck disable=SC2086  # MODEL_ARGS is a list of flags
@@ -125,10 +147,22 @@ agentkv_runs() {
 }
 agentkv_runs "$MODEL" ""
 
-# 5. llama.cpp on the same weights.
+# 5. llama.cpp on the same weights (gpt-oss: agentkv on the converted GGUF first).
 if [[ -n "$CONVERT_PID" ]]; then
   wait "$CONVERT_PID" || { echo "conversion failed:"; tail -20 "$OUT/convert.log"; }
   t "converted: $(du -h "$GGUF" 2> /dev/null | cut -f1)"
+fi
+if [[ "$FAMILY" == gpt-oss && -s "$GGUF" ]]; then
+  cp "$MODEL/tokenizer.json" "$MODEL/tokenizer_config.json" "$WORK/"  # the GGUF's sidecar folder
+  agentkv_runs "$GGUF" g-
+  # The same weights in two files: greedy ids should agree (the MXFP4 decoders match bit for bit).
+  for n in short long; do
+    if cmp -s "$OUT/agentkv-$n.ids" "$OUT/agentkv-g-$n.ids"; then
+      t "agentkv $n: safetensors and GGUF generated the same ids"
+    else
+      t "agentkv $n: safetensors and GGUF generated different ids (agentkv-$n.ids, agentkv-g-$n.ids)"
+    fi
+  done
 fi
 if [[ -n "$BUILD_PID" ]]; then
   wait "$BUILD_PID" || { echo "llama-bench build failed:"; grep -E -A5 "error|FAILED" "$OUT/llama-build.log" | head -30; }
@@ -158,16 +192,21 @@ if [[ "$QUANT" != none ]]; then
 fi
 
 # 7. The tables.
-python3 - "$MODEL/config.json" "$OUT" "$PROMPT" "$GEN" "$BACKEND" "$QUANT" "$QGGUF" << 'EOF' | tee "$OUT/table.md"
+python3 - "$MODEL/config.json" "$OUT" "$PROMPT" "$GEN" "$BACKEND" "$QUANT" "$QGGUF" "$FAMILY" "$GGUF" << 'EOF' | tee "$OUT/table.md"
 import json, os, re, sys
 
 config_path, out, prompt, gen, backend = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-quant, qgguf = sys.argv[6], sys.argv[7]
+quant, qgguf, family, gguf = sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
 c = json.load(open(config_path))
 h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
 hd = c.get("head_dim") or h // c["num_attention_heads"]
 q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-experts, k, w = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+experts = c.get("num_experts") or c["num_local_experts"]  # Qwen3-MoE / GPT-OSS
+k, w = c["num_experts_per_tok"], c.get("moe_intermediate_size") or c["intermediate_size"]
+mxfp4 = (c.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+sliding = [t == "sliding_attention" for t in c.get("layer_types", [])] or [False] * layers
+window = c.get("sliding_window") or 0
+shape_name, full_depth = ("GPT-OSS-20B", 24) if family == "gpt-oss" else ("Qwen3-30B-A3B", 48)
 
 
 def read(name):
@@ -176,13 +215,15 @@ def read(name):
 
 
 def kv_bytes(context):
-    return layers * 2 * (2 * kv * context)  # bf16 K and V of every layer
+    """bf16 K and V of every layer: `context` positions, a sliding layer's window at most."""
+    return sum(2 * (2 * kv * (min(context, window) if s else context)) for s in sliding)
 
 
 def bytes_per_token(context):
-    """bf16 bytes a batch-1 decode step reads: attention, router, the k chosen experts, the KV of
-    `context` positions (bf16) on every layer, and the output head."""
-    layer = 2 * (2 * q * h + 2 * kv * h + experts * h + k * 3 * w * h)
+    """Bytes a batch-1 decode step reads: attention and router in bf16, the k chosen experts (bf16,
+    or MXFP4's 17 bytes a 32), the KV of `context` positions (bf16) on every layer, the output head."""
+    expert_bytes = k * 3 * w * h * (17 / 32 if mxfp4 else 2)
+    layer = 2 * (2 * q * h + 2 * kv * h + experts * h) + expert_bytes
     return layers * layer + 2 * vocab * h + kv_bytes(context)
 
 
@@ -273,7 +314,7 @@ def table(title, tag, llama_tag, bound, bound_note):
          llama(0, 128, prompt, llama_tag), prompt + gen / 2),
         (f"prefill {prompt} tokens (llama.cpp: pp{prompt})", long_ and long_[1], llama(prompt, 0, 0, llama_tag), None),
     ]
-    print(f"\n## Qwen3-30B-A3B shape, {layers} of 48 layers, {title}, backend {backend}")
+    print(f"\n## {shape_name} shape, {layers} of {full_depth} layers, {title}, backend {backend}")
     print(f"hidden {h}, {experts} experts top {k}, expert width {w}, {c['num_attention_heads']}/"
           f"{c['num_key_value_heads']} heads of {hd}, vocab {vocab}; copy bandwidth "
           + (f"{copy_bw / 1e9:.0f} GB/s" if copy_bw else "not measured") + "\n")
@@ -292,8 +333,20 @@ def table(title, tag, llama_tag, bound, bound_note):
             print(f"note: agentkv {tag}{name}: decode stopped at {int(r[2])} tokens (end of sequence)")
 
 
-table("bf16", "", "", bytes_per_token, f"bf16 bytes a token reads (attention, router, {k} experts a layer, KV, "
-      "output head)")
+if family == "gpt-oss":
+    # The converted GGUF holds the same bytes as the checkpoint: its own tensors bound both runs.
+    exists = os.path.exists(gguf)
+    bound = (lambda ctx: file_bytes_per_token(gguf, ctx)) if exists else bytes_per_token
+    note = (f"the GGUF's bytes a token reads (its tensors, {k} of {experts} experts a layer, bf16 KV "
+            "within the window on sliding layers; not the token embeddings)" if exists else
+            f"bytes a token reads (bf16 attention, router, {k} experts a layer in "
+            f"{'MXFP4' if mxfp4 else 'bf16'}, KV, output head)")
+    experts_name = "MXFP4 experts" if mxfp4 else "bf16 experts"
+    table(f"{experts_name}, agentkv on the safetensors checkpoint (released layout)", "", "", bound, note)
+    table(f"{experts_name}, agentkv on llama.cpp's converted GGUF", "g-", "", bound, note)
+else:
+    table("bf16", "", "", bytes_per_token, f"bf16 bytes a token reads (attention, router, {k} experts a layer, "
+          "KV, output head)")
 if quant != "none" and os.path.exists(qgguf):
     table(f"{quant} (llama-quantize)", "q-", "-q", lambda ctx: file_bytes_per_token(qgguf, ctx),
           f"the {quant} file's bytes a token reads (its tensors, {k} of {experts} experts a layer, bf16 KV; not "

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -134,7 +135,8 @@ TEST(TinyModel, Qwen3MoeWritesPerExpertTensorsTheLoaderRuns) {
   EXPECT_EQ(r.find(l1 + "experts.6.gate_proj.weight"), nullptr);
   EXPECT_EQ(r.find(l1 + "down_proj.weight"), nullptr);  // no dense MLP
   r.get_or_throw("model.layers.0.self_attn.q_norm.weight");
-  EXPECT_EQ(r.size(), 1 + 2 * (8 + 1 + 6 * 3) + 2u);  // embed, layers (attention, router, experts), norm, head
+  EXPECT_EQ(r.size(), 1 + 2 * (8 + 1 + 6 * 3) +
+                          2u);  // embed, layers (attention, router, experts), norm, head
 
   const ModelConfig c = load_model_config(dir);
   EXPECT_EQ(c.family, Family::Qwen3Moe);
@@ -161,6 +163,172 @@ TEST(TinyModel, Qwen3MoeWritesPerExpertTensorsTheLoaderRuns) {
 
   spec.moe.top_k = 7;
   EXPECT_THROW(resolve_tiny_model_spec(spec), Error);
+}
+
+// GPT-OSS's E2M1 code values; an MXFP4 element is kE2m1[code] * 2^(scale - 127).
+constexpr float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+
+// Row `row` of expert `e` of an MXFP4 projection as released (blocks [E, rows, groups, 16]:
+// value 2k of a group in the low nibble of byte k; scales [E, rows, groups]).
+std::vector<float> mxfp4_row(const TensorInfo& blocks, const TensorInfo& scales, std::int64_t e,
+                             std::int64_t row) {
+  const std::int64_t rows = blocks.shape[1], groups = blocks.shape[2];
+  std::vector<float> out;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::size_t at = static_cast<std::size_t>((e * rows + row) * groups + g);
+    const float scale = std::ldexp(1.0f, int(scales.bytes[at]) - 127);
+    for (std::int64_t k = 0; k < 16; ++k) {
+      const std::uint8_t b = blocks.bytes[at * 16 + static_cast<std::size_t>(k)];
+      out.push_back(kE2m1[b & 15] * scale);
+      out.push_back(kE2m1[b >> 4] * scale);
+    }
+  }
+  return out;
+}
+
+TinyModelSpec small_gpt_oss() {
+  TinyModelSpec s = small("gpt_oss");
+  s.hidden = 64, s.intermediate = 32, s.layers = 4, s.heads = 4, s.kv_heads = 2, s.head_dim = 16;
+  s.moe.n_experts = 8, s.moe.top_k = 2, s.sliding_window = 8, s.dtype = DType::BF16;
+  s.yarn = {4.0, 128, 32.0, 1.0};
+  return s;
+}
+
+// Prefill of four ids and one decode step through the reference backend: finite logits, and
+// the greedy form agrees with the arg-max of the logits.
+void expect_runs(const std::string& dir, std::int64_t vocab) {
+  ReferenceBackend backend;
+  std::unique_ptr<Model> model = load_model(dir, backend);
+  SequenceRunner runner(*model, backend, 32);
+  const std::vector<std::int32_t> ids = {1, 5, 60, 33};
+  std::span<const float> logits = runner.append(ids);
+  ASSERT_EQ(static_cast<std::int64_t>(logits.size()), vocab);
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  const std::int32_t want = argmax_row(logits);
+  SequenceRunner greedy(*model, backend, 32);
+  EXPECT_EQ(greedy.append_greedy(ids), want);
+  EXPECT_EQ(greedy.append_greedy({&want, 1}), argmax_row(runner.append({&want, 1})));
+}
+
+TEST(TinyModel, GptOssWritesTheReleasedMxfp4LayoutTheLoaderRuns) {
+  const TinyModelSpec spec = small_gpt_oss();
+  const std::string dir = temp_dir("gpt_oss");
+  write_tiny_model(spec, dir);
+  SafetensorsReader r = SafetensorsReader::open_or_throw(dir);
+  const std::string a = "model.layers.3.self_attn.", e = "model.layers.3.mlp.experts.";
+  r.get_or_throw(a + "q_proj.bias", std::vector<std::int64_t>{64});
+  r.get_or_throw(a + "k_proj.bias", std::vector<std::int64_t>{32});
+  r.get_or_throw(a + "o_proj.bias", std::vector<std::int64_t>{64});
+  r.get_or_throw(a + "sinks", std::vector<std::int64_t>{4});
+  r.get_or_throw("model.layers.3.mlp.router.weight", std::vector<std::int64_t>{8, 64});
+  r.get_or_throw("model.layers.3.mlp.router.bias", std::vector<std::int64_t>{8});
+  const TensorInfo& gu =
+      r.get_or_throw(e + "gate_up_proj_blocks", std::vector<std::int64_t>{8, 64, 2, 16});
+  const TensorInfo& gu_s =
+      r.get_or_throw(e + "gate_up_proj_scales", std::vector<std::int64_t>{8, 64, 2});
+  const TensorInfo& dn =
+      r.get_or_throw(e + "down_proj_blocks", std::vector<std::int64_t>{8, 64, 1, 16});
+  const TensorInfo& dn_s =
+      r.get_or_throw(e + "down_proj_scales", std::vector<std::int64_t>{8, 64, 1});
+  EXPECT_EQ(r.get_or_throw(e + "gate_up_proj_bias", std::vector<std::int64_t>{8, 64}).dtype,
+            DType::BF16);
+  EXPECT_EQ(r.get_or_throw(e + "down_proj_bias", std::vector<std::int64_t>{8, 64}).dtype,
+            DType::BF16);
+  for (const TensorInfo* t : {&gu, &gu_s, &dn, &dn_s}) EXPECT_EQ(t->dtype, DType::U8) << t->name;
+  EXPECT_EQ(r.find(e + "gate_up_proj"), nullptr);
+  EXPECT_EQ(r.find("model.layers.3.mlp.down_proj.weight"), nullptr);  // no dense MLP
+  EXPECT_EQ(r.size(), 1 + 4 * (2 + 9 + 2 + 6) + 2u);                  // embed, layers, norm, head
+  EXPECT_EQ(tiny_model_parameters(resolve_tiny_model_spec(spec)),
+            2 * 64 * 64 + 64 +
+                4 * (2 * 64 + 64 * 64 * 2 + 32 * 64 * 2 + 64 + 32 * 2 + 64 + 4 + 8 * 64 + 8 +
+                     8 * 64 * 64 + 8 * 64 + 8 * 32 * 64 + 8 * 64));
+
+  // Every E2M1 code occurs; the scales sit within 2^+-1 of the power of two nearest
+  // 1/(2.93 sqrt(fan_in)) (2.93: the codes' rms; fan_in 64: 2^-5, byte 122; 32: 2^-4), so the
+  // decoded weights have a std near 1/sqrt(fan_in), as the float tensors do.
+  std::array<int, 16> seen{};
+  for (std::uint8_t b : gu.bytes) ++seen[b & 15], ++seen[b >> 4];
+  for (int c = 0; c < 16; ++c) EXPECT_GT(seen[c], 0) << "code " << c;
+  std::array<int, 256> scale_seen{};
+  for (std::uint8_t sc : gu_s.bytes) ++scale_seen[sc];
+  EXPECT_EQ(scale_seen[121] + scale_seen[122] + scale_seen[123],
+            static_cast<int>(gu_s.bytes.size()));
+  EXPECT_TRUE(scale_seen[121] > 0 && scale_seen[122] > 0 && scale_seen[123] > 0);
+  for (std::uint8_t sc : dn_s.bytes) ASSERT_TRUE(sc >= 122 && sc <= 124) << int(sc);
+  double sum_sq = 0;
+  std::int64_t n = 0;
+  for (std::int64_t ex = 0; ex < 8; ++ex)
+    for (std::int64_t row = 0; row < 64; ++row)
+      for (float x : mxfp4_row(gu, gu_s, ex, row)) sum_sq += double(x) * x, ++n;
+  ASSERT_EQ(n, 8 * 64 * 64);
+  const double rms = std::sqrt(sum_sq / double(n));
+  EXPECT_GT(rms, 0.6 / 8.0);
+  EXPECT_LT(rms, 2.0 / 8.0);
+
+  // The config parses as GPT-OSS with everything the loader keys on.
+  const ModelConfig c = load_model_config(dir);
+  EXPECT_EQ(c.family, Family::GptOss);
+  EXPECT_EQ(c.moe.n_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.inter, 32);
+  EXPECT_EQ(c.moe.swiglu_limit, 7.0);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ(c.layer_is_sliding, std::vector<bool>({true, false, true, false}));
+  EXPECT_EQ(c.rope.type, RopeType::Yarn);
+  EXPECT_EQ(c.rope.theta, 150000.0);
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position, 128);
+  EXPECT_FALSE(c.rope.truncate);
+  const auto config = nlohmann::json::parse(read_all(dir + "/config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "mxfp4");
+
+  expect_runs(dir, 64);
+}
+
+TEST(TinyModel, GptOssFloatExpertsRun) {
+  TinyModelSpec spec = small_gpt_oss();
+  spec.moe.expert_dtype = DType::BF16;
+  spec.intermediate = 24;  // float experts need no multiple of 32
+  const std::string dir = temp_dir("gpt_oss_bf16");
+  write_tiny_model(spec, dir);
+  SafetensorsReader r = SafetensorsReader::open_or_throw(dir);
+  const std::string e = "model.layers.0.mlp.experts.";
+  EXPECT_EQ(r.get_or_throw(e + "gate_up_proj", std::vector<std::int64_t>{8, 64, 48}).dtype,
+            DType::BF16);
+  r.get_or_throw(e + "down_proj", std::vector<std::int64_t>{8, 24, 64});
+  EXPECT_EQ(r.find(e + "gate_up_proj_blocks"), nullptr);
+  const auto config = nlohmann::json::parse(read_all(dir + "/config.json"));
+  EXPECT_FALSE(config.contains("quantization_config"));
+  EXPECT_EQ(load_model_config(dir).moe.inter, 24);
+  expect_runs(dir, 64);
+
+  spec.moe.expert_dtype = DType::MXFP4;  // 24 is no multiple of 32
+  EXPECT_THROW(resolve_tiny_model_spec(spec), Error);
+  spec.intermediate = 32, spec.moe.expert_dtype = DType::I32;
+  EXPECT_THROW(resolve_tiny_model_spec(spec), Error);
+}
+
+TEST(TinyModel, GptOssShardsKeepBlocksWithTheirScales) {
+  TinyModelSpec spec = small_gpt_oss();
+  const std::string single = temp_dir("gpt_oss_single"), sharded = temp_dir("gpt_oss_sharded");
+  write_tiny_model(spec, single);
+  spec.max_shard_bytes = 3000;  // below one gate_up_proj_blocks (8 * 64 * 2 * 16 = 16 KiB)
+  write_tiny_model(spec, sharded);
+  const auto index = nlohmann::json::parse(read_all(sharded + "/model.safetensors.index.json"));
+  const auto& map = index["weight_map"];
+  for (std::int64_t l = 0; l < 4; ++l)
+    for (const std::string proj : {"gate_up_proj", "down_proj"}) {
+      const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts." + proj;
+      EXPECT_EQ(map[p + "_blocks"], map[p + "_scales"]) << p;
+      EXPECT_NE(map[p + "_scales"], map[p + "_bias"]) << p;  // the limit splits after the pair
+    }
+  SafetensorsReader a = SafetensorsReader::open_or_throw(single);
+  SafetensorsReader b = SafetensorsReader::open_or_throw(sharded);
+  ASSERT_EQ(a.names(), b.names());
+  for (const std::string& name : a.names())
+    EXPECT_TRUE(same_bytes(a.get_or_throw(name), b.get_or_throw(name))) << name;
 }
 
 TEST(TinyModel, SameSeedSameBytesOtherSeedOther) {
@@ -268,6 +436,39 @@ TEST(TinyModel, PresetsHaveTheRealShapes) {
   EXPECT_EQ(mc.moe.inter, 768);
   EXPECT_EQ(mc.n_kv_heads, 4);
   EXPECT_EQ(mc.head_dim, 128);
+
+  TinyModelSpec oss;
+  apply_tiny_model_preset("gpt-oss-20b", oss);
+  oss = resolve_tiny_model_spec(oss);
+  EXPECT_EQ(tiny_model_parameters(oss), 20914757184u);  // gpt-oss-20b
+  TinyModelSpec oss_bf16 = oss;
+  oss_bf16.moe.expert_dtype = DType::BF16;
+  EXPECT_EQ(parameters_of(oss_bf16), 20914757184u);  // the same model with float experts
+  const ModelConfig oc = parse_model_config(tiny_model_config_json(oss), "gpt-oss-20b");
+  EXPECT_EQ(oc.family, Family::GptOss);
+  EXPECT_EQ(oc.hidden_size, 2880);
+  EXPECT_EQ(oc.n_layers, 24);
+  EXPECT_EQ(oc.n_heads, 64);
+  EXPECT_EQ(oc.n_kv_heads, 8);
+  EXPECT_EQ(oc.head_dim, 64);
+  EXPECT_EQ(oc.vocab_size, 201088);
+  EXPECT_EQ(oc.moe.n_experts, 32);
+  EXPECT_EQ(oc.moe.top_k, 4);
+  EXPECT_EQ(oc.moe.inter, 2880);
+  EXPECT_EQ(oc.moe.swiglu_limit, 7.0);
+  EXPECT_EQ(oc.sliding_window, 128);
+  ASSERT_EQ(oc.layer_is_sliding.size(), 24u);
+  for (std::size_t l = 0; l < 24; ++l) EXPECT_EQ(oc.layer_is_sliding[l], l % 2 == 0) << l;
+  EXPECT_EQ(oc.rope.type, RopeType::Yarn);
+  EXPECT_EQ(oc.rope.theta, 150000.0);
+  EXPECT_EQ(oc.rope.factor, 32.0);
+  EXPECT_EQ(oc.rope.original_max_position, 4096);
+  EXPECT_EQ(oc.rope.beta_fast, 32.0);
+  EXPECT_EQ(oc.rope.beta_slow, 1.0);
+  EXPECT_FALSE(oc.rope.truncate);
+  EXPECT_EQ(oc.max_position_embeddings, 131072);
+  EXPECT_TRUE(oc.attention_bias);
+  EXPECT_FALSE(oc.tie_word_embeddings);
 }
 
 TEST(TinyModel, BadSpecsAreRejected) {
