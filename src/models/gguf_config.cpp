@@ -19,13 +19,19 @@ struct ArchInfo {
   Family family;
 };
 constexpr ArchInfo kArchs[] = {
-    {"llama", "LlamaForCausalLM", Family::Llama}, {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
-    {"qwen3", "Qwen3ForCausalLM", Family::Qwen3}, {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
+    {"llama", "LlamaForCausalLM", Family::Llama},
+    {"qwen2", "Qwen2ForCausalLM", Family::Qwen2},
+    {"qwen3", "Qwen3ForCausalLM", Family::Qwen3},
+    {"gemma3", "Gemma3ForCausalLM", Family::Gemma3},
     {"phi3", "Phi3ForCausalLM", Family::Phi3},
     {"qwen3moe", "Qwen3MoeForCausalLM", Family::Qwen3Moe},
     {"gpt-oss", "GptOssForCausalLM", Family::GptOss},
+    {"qwen3next", "Qwen3NextForCausalLM", Family::Qwen3Next},
+    {"qwen35", "Qwen3_5ForCausalLM", Family::Qwen35},
+    {"qwen35moe", "Qwen3_5MoeForCausalLM", Family::Qwen35},
 };
-constexpr std::string_view kArchNames = "llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss";
+constexpr std::string_view kArchNames =
+    "llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss, qwen3next, qwen35, qwen35moe";
 
 [[noreturn]] void fail_key(const GgufReader& g, const std::string& key,
                            const std::string& problem) {
@@ -136,6 +142,13 @@ void read_sliding(const GgufReader& g, const std::string& a, ModelConfig& c) {
   if (!any) c.sliding_window = 0;
 }
 
+// Whether layer `l` has stacked experts (gate and up apart, or fused by --fuse-gate-up-exps).
+bool has_experts(const GgufReader& g, std::int64_t l) {
+  const std::string blk = "blk." + std::to_string(l) + ".";
+  return g.find(blk + "ffn_gate_exps.weight") != nullptr ||
+         g.find(blk + "ffn_gate_up_exps.weight") != nullptr;
+}
+
 // Experts on the layers that have stacked expert tensors (Qwen3-MoE's mlp_only layers keep a
 // dense ffn_gate/up/down); the expert width from expert_feed_forward_length.
 void read_moe(const GgufReader& g, const std::string& a, ModelConfig& c) {
@@ -145,8 +158,7 @@ void read_moe(const GgufReader& g, const std::string& a, ModelConfig& c) {
   if (m.top_k > m.n_experts) fail_key(g, a + ".expert_used_count", "exceeds the expert count");
   m.inter = positive(g, a + ".expert_feed_forward_length");
   m.layer_is_moe.assign(static_cast<std::size_t>(c.n_layers), false);
-  for (std::int64_t l = 0; l < c.n_layers; ++l)
-    m.layer_is_moe[l] = g.find("blk." + std::to_string(l) + ".ffn_gate_exps.weight") != nullptr;
+  for (std::int64_t l = 0; l < c.n_layers; ++l) m.layer_is_moe[l] = has_experts(g, l);
   if (c.family == Family::Qwen3Moe) {
     // Not stored: llama.cpp always renormalises Qwen3-MoE's top-k weights, as every released
     // Qwen3-MoE config does.
@@ -159,6 +171,77 @@ void read_moe(const GgufReader& g, const std::string& a, ModelConfig& c) {
                                               "layer is a mixture of experts)");
     m.swiglu_limit = 7.0;  // not stored; llama.cpp hard-codes it too
     c.intermediate_size = m.inter;
+  }
+}
+
+// Which of the `n_all` blocks (MTP blocks included) are Gated DeltaNet layers: the
+// attention.recurrent_layers key (an array with one flag per block, or one flag for all) when
+// present, else every full_attention_interval-th layer (default 4, as llama.cpp) is full attention.
+std::vector<bool> read_linear_layers(const GgufReader& g, const std::string& a, std::int64_t n_all,
+                                     std::int64_t n_layers) {
+  const GgufMetadata& md = g.metadata();
+  std::vector<bool> linear(static_cast<std::size_t>(n_layers), false);
+  const std::string key = a + ".attention.recurrent_layers";
+  if (const GgufValue* v = md.find(key)) {
+    if (v->type == GgufValueType::Array) {
+      if (v->n_elems != static_cast<std::uint64_t>(n_all))
+        fail_key(g, key, "expected block_count entries");
+      if (v->elem_type == GgufValueType::Bool) {
+        for (std::int64_t l = 0; l < n_layers; ++l) linear[l] = v->raw[l] != 0;
+      } else {
+        const std::vector<std::int32_t> flags = md.get_i32_array(key);
+        for (std::int64_t l = 0; l < n_layers; ++l) linear[l] = flags[l] != 0;
+      }
+      return linear;
+    }
+    const bool all = v->type == GgufValueType::Bool ? md.get_bool(key) : md.get_u32(key) != 0;
+    linear.assign(linear.size(), all);
+    return linear;
+  }
+  const std::uint32_t interval = md.find_u32(a + ".full_attention_interval").value_or(4);
+  if (interval == 0) fail_key(g, a + ".full_attention_interval", "must be positive");
+  for (std::int64_t l = 0; l < n_layers; ++l) linear[l] = (l + 1) % interval != 0;
+  return linear;
+}
+
+// Qwen3-Next / Qwen3.5: the Gated DeltaNet shapes under llama.cpp's ssm.* names (group_count:
+// key heads, time_step_rank: value heads, state_size: key head width, inner_size: value heads x
+// value head width, conv_kernel), the linear layers, and the MoE with a sigmoid-gated shared
+// expert on the layers with stacked experts. The router's renormalised top-k is not stored:
+// llama.cpp always renormalises for these architectures, as config.json does for Qwen3.5.
+void read_hybrid(const GgufReader& g, const std::string& a, std::int64_t n_all, ModelConfig& c) {
+  const GgufMetadata& md = g.metadata();
+  LinearAttentionConfig& la = c.hybrid.linear;
+  la.n_k_heads = positive(g, a + ".ssm.group_count");
+  la.n_v_heads = positive(g, a + ".ssm.time_step_rank");
+  la.k_head_dim = positive(g, a + ".ssm.state_size");
+  la.conv_kernel = positive(g, a + ".ssm.conv_kernel");
+  const std::int64_t inner = positive(g, a + ".ssm.inner_size");
+  if (la.n_v_heads % la.n_k_heads != 0)
+    fail_key(g, a + ".ssm.time_step_rank", "must be a multiple of ssm.group_count");
+  if (inner % la.n_v_heads != 0)
+    fail_key(g, a + ".ssm.inner_size", "must be a multiple of ssm.time_step_rank");
+  la.v_head_dim = inner / la.n_v_heads;
+  la.layer_is_linear = read_linear_layers(g, a, n_all, c.n_layers);
+
+  SharedExpertMoeConfig& m = c.hybrid.moe;
+  m.n_experts = md.find_u32(a + ".expert_count").value_or(0);
+  if (m.n_experts == 0) return;
+  m.top_k = positive(g, a + ".expert_used_count");
+  if (m.top_k > m.n_experts) fail_key(g, a + ".expert_used_count", "exceeds the expert count");
+  m.expert_intermediate = positive(g, a + ".expert_feed_forward_length");
+  m.shared_intermediate = positive(g, a + ".expert_shared_feed_forward_length");
+  m.norm_topk_prob = md.find_bool(a + ".expert_weights_norm").value_or(true);
+  c.moe = {.n_experts = m.n_experts,
+           .top_k = m.top_k,
+           .inter = m.expert_intermediate,
+           .norm_topk_prob = m.norm_topk_prob,
+           .swiglu_limit = 0.0,
+           .shared_inter = m.shared_intermediate,
+           .layer_is_moe = std::vector<bool>(static_cast<std::size_t>(c.n_layers), false)};
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    c.moe.layer_is_moe[l] = has_experts(g, l);
+    if (!c.moe.layer_is_moe[l]) m.mlp_only_layers.push_back(l);
   }
 }
 
@@ -178,20 +261,34 @@ ModelConfig model_config_from_gguf(const GgufReader& g) {
     if (x.gguf == a) arch = &x;
   if (arch == nullptr)
     throw Error(ErrorKind::Unsupported, g.path() + ": GGUF architecture '" + a +
-                                            "' is not supported (" + std::string(kArchNames) +
-                                            ")");
+                                            "' is not supported (" + std::string(kArchNames) + ")");
   const bool moe = arch->family == Family::Qwen3Moe || arch->family == Family::GptOss;
-  if (!moe && md.find_u32(a + ".expert_count").value_or(0) > 0)
-    throw Error(ErrorKind::Unsupported, g.path() + ": mixture-of-experts '" + a +
-                                            "' models are not supported (qwen3moe, gpt-oss)");
+  const bool hybrid = is_hybrid(arch->family);
+  if (!moe && !hybrid && md.find_u32(a + ".expert_count").value_or(0) > 0)
+    throw Error(ErrorKind::Unsupported,
+                g.path() + ": mixture-of-experts '" + a +
+                    "' models are not supported (qwen3moe, gpt-oss, qwen3next, qwen35moe)");
 
   ModelConfig c;
   c.architecture = std::string(arch->hf);
   c.model_type = a;
   c.family = arch->family;
   c.hidden_size = positive(g, a + ".embedding_length");
-  c.intermediate_size = positive(g, a + ".feed_forward_length");
-  c.n_layers = positive(g, a + ".block_count");
+  const std::string ffn_key = a + ".feed_forward_length";
+  if (!hybrid || md.has(ffn_key)) c.intermediate_size = positive(g, ffn_key);
+  // Multi-token-prediction blocks (Qwen3-Next, Qwen3.5) follow the decoder's; we do not run them.
+  const std::int64_t n_all = positive(g, a + ".block_count");
+  const std::int64_t n_mtp = md.find_u32(a + ".nextn_predict_layers").value_or(0);
+  if (n_mtp >= n_all) fail_key(g, a + ".nextn_predict_layers", "must be below block_count");
+  c.n_layers = n_all - n_mtp;
+  if (hybrid) {
+    read_hybrid(g, a, n_all, c);
+    // A hybrid MoE may have no dense MLP: size the MLP scratch for its experts, as config.json's.
+    if (!md.has(ffn_key))
+      c.intermediate_size = c.hybrid.moe.n_experts > 0 ? std::max(c.hybrid.moe.expert_intermediate,
+                                                                  c.hybrid.moe.shared_intermediate)
+                                                       : positive(g, ffn_key);
+  }
   c.n_heads = positive(g, a + ".attention.head_count");
   c.n_kv_heads = md.has(a + ".attention.head_count_kv")
                      ? positive(g, a + ".attention.head_count_kv")

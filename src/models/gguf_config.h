@@ -1,8 +1,9 @@
 // GGUF metadata ({arch}.* keys, as llama.cpp's converter writes them) -> the same ModelConfig
 // that config.json gives, for the families agentkv runs: llama (and Mistral, which converts to
-// llama), qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss. Some facts live in tensors, not keys:
-// vocab size (token embedding rows), tied embeddings (no output.weight), attention biases,
-// Llama 3 RoPE scaling (rope_freqs), LongRoPE factors, which layers are MoE (ffn_gate_exps).
+// llama), qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss, and the hybrids qwen3next, qwen35 and
+// qwen35moe (HybridConfig from the ssm.* keys). Some facts live in tensors, not keys: vocab size
+// (token embedding rows), tied embeddings (no output.weight), attention biases, Llama 3 RoPE
+// scaling (rope_freqs), LongRoPE factors, which layers are MoE (ffn_gate_exps).
 #pragma once
 
 #include "models/config.h"

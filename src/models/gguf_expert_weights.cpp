@@ -12,18 +12,6 @@ namespace akv {
 
 namespace {
 
-const GgufTensor& expert_tensor(const GgufReader& g, const std::string& name,
-                                const std::vector<std::int64_t>& shape) {
-  const GgufTensor& t = g.get_or_throw(name);
-  if (t.shape() != shape) {
-    std::string want;
-    for (const std::int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-    throw Error(ErrorKind::BadFormat,
-                t.file + ": tensor '" + name + "' has the wrong shape (expected [" + want + "])");
-  }
-  return t;
-}
-
 std::vector<float> values(const GgufTensor& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   dequantize(t.type, t.bytes, v);
@@ -64,11 +52,18 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
   const Proj projs[3] = {Proj{"gate", "gate_proj", inter, hidden},
                          Proj{"up", "up_proj", inter, hidden},
                          Proj{"down", "down_proj", hidden, inter}};
+  // --fuse-gate-up-exps stacks each expert's gate rows, then its up rows, in ffn_gate_up_exps:
+  // gate and up are then the two halves of each expert's slice.
+  const GgufTensor* fused = g.find(blk + "ffn_gate_up_exps.weight");
   const GgufTensor* stacks[3];
   for (int i = 0; i < 3; ++i)
-    stacks[i] = &expert_tensor(g, blk + "ffn_" + projs[i].gguf + "_exps.weight",
-                               {n, projs[i].rows, projs[i].cols});
+    stacks[i] =
+        fused != nullptr && i < 2
+            ? &gguf_tensor_of_shape(g, blk + "ffn_gate_up_exps.weight", {n, 2 * inter, hidden})
+            : &gguf_tensor_of_shape(g, blk + "ffn_" + projs[i].gguf + "_exps.weight",
+                                    {n, projs[i].rows, projs[i].cols});
   const bool blocks = keep_qwen3_moe_blocks(stacks, keep_quantized);
+  std::span<const std::uint8_t> converted;
   for (int i = 0; i < 3; ++i) {
     const Proj& p = projs[i];
     const GgufTensor& t = *stacks[i];
@@ -77,17 +72,23 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
     if (blocks) {
       stored = *find_dtype_of(t.type);
     } else if (plain_dtype(t.type) != dtype) {
-      out.storage.push_back(encode_f32(values(t), dtype));
-      bytes = out.storage.back();
+      if (fused == nullptr || i == 0 || i == 2) {
+        out.storage.push_back(encode_f32(values(t), dtype));
+        converted = out.storage.back();
+      }
+      bytes = converted;
     }
+    const bool half = fused != nullptr && i < 2;  // gate (i = 0) or up (i = 1) of a fused stack
     const std::size_t per_expert = bytes.size() / static_cast<std::size_t>(n);
+    const std::size_t size = half ? per_expert / 2 : per_expert;
+    const std::size_t offset = half && i == 1 ? size : 0;
     for (std::int64_t e = 0; e < n; ++e)
-      out.tensors.push_back(
-          TensorInfo{.name = hf + "experts." + std::to_string(e) + "." + p.hf + ".weight",
-                     .dtype = stored,
-                     .shape = {p.rows, p.cols},
-                     .bytes = bytes.subspan(static_cast<std::size_t>(e) * per_expert, per_expert),
-                     .file = t.file});
+      out.tensors.push_back(TensorInfo{
+          .name = hf + "experts." + std::to_string(e) + "." + p.hf + ".weight",
+          .dtype = stored,
+          .shape = {p.rows, p.cols},
+          .bytes = bytes.subspan(static_cast<std::size_t>(e) * per_expert + offset, size),
+          .file = t.file});
   }
 }
 
@@ -130,9 +131,11 @@ void add_mxfp4(MappedTensors& out, const std::string& name,
 void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string& blk,
                     const std::string& hf, DType dtype, MappedTensors& out) {
   const std::int64_t n = c.moe.n_experts, hidden = c.hidden_size, inter = c.moe.inter;
-  const GgufTensor& gate = expert_tensor(g, blk + "ffn_gate_exps.weight", {n, inter, hidden});
-  const GgufTensor& up = expert_tensor(g, blk + "ffn_up_exps.weight", {n, inter, hidden});
-  const GgufTensor& down = expert_tensor(g, blk + "ffn_down_exps.weight", {n, hidden, inter});
+  const GgufTensor& gate =
+      gguf_tensor_of_shape(g, blk + "ffn_gate_exps.weight", {n, inter, hidden});
+  const GgufTensor& up = gguf_tensor_of_shape(g, blk + "ffn_up_exps.weight", {n, inter, hidden});
+  const GgufTensor& down =
+      gguf_tensor_of_shape(g, blk + "ffn_down_exps.weight", {n, hidden, inter});
   const std::string e = hf + "experts.";
   const int n_mxfp4 = (gate.type == GgmlType::MXFP4) + (up.type == GgmlType::MXFP4) +
                       (down.type == GgmlType::MXFP4);
@@ -163,8 +166,10 @@ void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string
         gate.file);
     add(out, e + "down_proj", dtype, {n, inter, hidden}, encode_f32(down_t, dtype), down.file);
   }
-  const std::vector<float> gb = values(expert_tensor(g, blk + "ffn_gate_exps.bias", {n, inter}));
-  const std::vector<float> ub = values(expert_tensor(g, blk + "ffn_up_exps.bias", {n, inter}));
+  const std::vector<float> gb =
+      values(gguf_tensor_of_shape(g, blk + "ffn_gate_exps.bias", {n, inter}));
+  const std::vector<float> ub =
+      values(gguf_tensor_of_shape(g, blk + "ffn_up_exps.bias", {n, inter}));
   std::vector<float> gate_up_bias(gb.size() * 2);
   for (std::size_t i = 0; i < gb.size(); ++i) {
     gate_up_bias[2 * i] = gb[i];
@@ -172,11 +177,23 @@ void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string
   }
   add(out, e + "gate_up_proj_bias", dtype, {n, 2 * inter}, encode_f32(gate_up_bias, dtype),
       gate.file);
-  const GgufTensor& db = expert_tensor(g, blk + "ffn_down_exps.bias", {n, hidden});
+  const GgufTensor& db = gguf_tensor_of_shape(g, blk + "ffn_down_exps.bias", {n, hidden});
   add(out, e + "down_proj_bias", dtype, {n, hidden}, encode_f32(values(db), dtype), db.file);
 }
 
 }  // namespace
+
+const GgufTensor& gguf_tensor_of_shape(const GgufReader& g, const std::string& name,
+                                       const std::vector<std::int64_t>& shape) {
+  const GgufTensor& t = g.get_or_throw(name);
+  if (t.shape() != shape) {
+    std::string want;
+    for (const std::int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(ErrorKind::BadFormat,
+                t.file + ": tensor '" + name + "' has the wrong shape (expected [" + want + "])");
+  }
+  return t;
+}
 
 std::optional<DType> plain_dtype(GgmlType t) {
   switch (t) {
@@ -209,12 +226,12 @@ void append_gguf_experts(const GgufReader& g, const ModelConfig& c, std::int64_t
                          const KeepQuantized& keep_quantized, MappedTensors& out) {
   const std::string blk = "blk." + std::to_string(layer) + ".";
   const std::string hf = "model.layers." + std::to_string(layer) + ".mlp.";
-  AKV_CHECK(c.family == Family::Qwen3Moe || c.family == Family::GptOss,
+  AKV_CHECK(c.family == Family::Qwen3Moe || c.family == Family::GptOss || is_hybrid(c.family),
             "append_gguf_experts: an MoE family");
-  if (c.family == Family::Qwen3Moe)
-    append_qwen3_moe(g, c, blk, hf, dtype, keep_quantized, out);
-  else
+  if (c.family == Family::GptOss)
     append_gpt_oss(g, c, blk, hf, dtype, out);
+  else  // Qwen3-MoE, and the hybrids' routed experts (their shared expert maps 1:1)
+    append_qwen3_moe(g, c, blk, hf, dtype, keep_quantized, out);
 }
 
 }  // namespace akv

@@ -1,11 +1,11 @@
 // GGUF's stacked expert tensors (llama.cpp's blk.N.ffn_{gate,up,down}_exps.{weight,bias}) ->
 // the checkpoint tensors the MoE families load, so qwen3_moe and gpt_oss have no GGUF code:
-// Qwen3-MoE's per-expert mlp.experts.E.{gate,up,down}_proj.weight (slices of the stack, in
-// their GGUF blocks when the backend takes the types, else dequantized);
-// GPT-OSS's experts.gate_up_proj ([E, hidden, 2 * inter], gate and up interleaved, as
-// released) and experts.down_proj ([E, inter, hidden]) with their biases, or for MXFP4 files
-// the released experts.*_{blocks,scales} (ggml's block layout undone). Internal to
-// gguf_weights.cpp; not a public entry point.
+// Qwen3-MoE's (and the hybrids') per-expert mlp.experts.E.{gate,up,down}_proj.weight (slices of the
+// stack, in their GGUF blocks when the backend takes the types, else dequantized); GPT-OSS's
+// experts.gate_up_proj ([E, hidden, 2 * inter], gate and up interleaved, as released) and
+// experts.down_proj ([E, inter, hidden]) with their biases, or for MXFP4 files the released
+// experts.*_{blocks,scales} (ggml's block layout undone). Internal to gguf_weights.cpp; not a
+// public entry point.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,11 @@ struct MappedTensors {
   std::vector<std::vector<std::uint8_t>> storage;  // moving it keeps each buffer's address
 };
 
+// Tensor `name` of `gguf`; Error{NotFound} when absent, Error{BadFormat} naming the file and the
+// tensor when its shape (checkpoint order) is not `shape`.
+const GgufTensor& gguf_tensor_of_shape(const GgufReader& gguf, const std::string& name,
+                                       const std::vector<std::int64_t>& shape);
+
 // F32/F16/BF16 as a DType; nullopt for quantized types.
 std::optional<DType> plain_dtype(GgmlType t);
 
@@ -36,6 +41,8 @@ std::vector<std::uint8_t> encode_f32(std::span<const float> v, DType dtype);
 using KeepQuantized = std::function<bool(DType)>;
 
 // Appends layer `layer`'s expert tensors under checkpoint names, float ones in `dtype`.
+// Qwen3-MoE and the hybrids (Qwen3-Next, Qwen3.5-MoE) take gate and up from ffn_gate_exps and
+// ffn_up_exps, or from the halves of each expert in ffn_gate_up_exps (--fuse-gate-up-exps).
 // Qwen3-MoE stacks that are all quantized, of types keep_quantized accepts, with gate and up of
 // one type, stay in their blocks (TensorInfo of the block dtype, zero copy); others are
 // dequantized to `dtype`. Throws Error{BadFormat} naming the file and tensor for a missing tensor

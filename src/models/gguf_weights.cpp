@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "models/gguf_expert_weights.h"
+#include "models/gguf_hybrid_weights.h"
 #include "tensor/dequantize.h"
 
 namespace akv {
@@ -36,6 +37,16 @@ constexpr LayerName kGptOssNames[] = {
     {"post_attention_norm", "post_attention_layernorm"},
     {"ffn_gate_inp", "mlp.router"},
 };
+// Qwen3-Next / Qwen3.5: the MLP norm, the router and the sigmoid-gated shared expert. (Their
+// Gated DeltaNet tensors: gguf_hybrid_weights.h.)
+constexpr LayerName kHybridNames[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_gate_inp", "mlp.gate"},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
+};
 
 std::optional<std::string_view> layer_stem(std::string_view stem, Family family) {
   if (family == Family::Gemma3)
@@ -44,6 +55,11 @@ std::optional<std::string_view> layer_stem(std::string_view stem, Family family)
   if (family == Family::GptOss)
     for (const LayerName& n : kGptOssNames)
       if (n.gguf == stem) return n.hf;
+  if (is_hybrid(family)) {
+    for (const LayerName& n : kHybridNames)
+      if (n.gguf == stem) return n.hf;
+    if (is_gguf_linear_attention_stem(stem)) return std::nullopt;  // mapped per layer
+  }
   if (family == Family::Qwen3Moe && stem == "ffn_gate_inp") return "mlp.gate";
   if (family == Family::Phi3 && stem == "ffn_up") return "mlp.gate_up_proj";
   for (const LayerName& n : kLayerNames)
@@ -69,6 +85,19 @@ std::vector<std::uint8_t> unpermute_rows(std::span<const std::uint8_t> bytes, st
         std::memcpy(out.data() + dst * row_bytes, bytes.data() + src * row_bytes, row_bytes);
       }
   return out;
+}
+
+// The layer index of a "blk.N." tensor name; nullopt for other names.
+std::optional<std::int64_t> gguf_layer(std::string_view name) {
+  if (!name.starts_with("blk.")) return std::nullopt;
+  const std::size_t dot = name.find('.', 4);
+  if (dot == std::string_view::npos || dot == 4) return std::nullopt;
+  std::int64_t layer = 0;
+  for (const char ch : name.substr(4, dot - 4)) {
+    if (ch < '0' || ch > '9' || layer > (std::int64_t{1} << 40)) return std::nullopt;
+    layer = layer * 10 + (ch - '0');
+  }
+  return layer;
 }
 
 }  // namespace
@@ -101,7 +130,7 @@ DType gguf_weight_dtype(const GgufReader& g, DType quantized_dtype) {
   DType out = DType::F32;
   for (const std::string& name : g.names()) {
     const GgufTensor& t = *g.find(name);
-    if (t.dims.size() < 2) continue;  // norms and biases stay f32 in every GGUF file
+    if (t.dims.size() < 2) continue;          // norms and biases stay f32 in every GGUF file
     if (t.type == GgmlType::MXFP4) continue;  // GPT-OSS experts, loaded as they are
     if (ggml_type_traits(t.type).quantized) return quantized_dtype;
     if (const auto d = plain_dtype(t.type); d && *d != DType::F32) out = *d;
@@ -116,11 +145,17 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
   MappedTensors out;
   std::vector<TensorInfo>& tensors = out.tensors;
   std::vector<std::vector<std::uint8_t>>& storage = out.storage;
+  const bool hybrid = is_hybrid(c.family);
   for (const std::string& name : g.names()) {
+    // Multi-token-prediction blocks follow the decoder's (model_config_from_gguf).
+    if (const auto layer = gguf_layer(name); layer && *layer >= c.n_layers) continue;
     const auto hf = hf_tensor_name(name, c.family);
     if (!hf) continue;
     const GgufTensor& t = *g.find(name);
     TensorInfo info{.name = *hf, .dtype = dtype, .shape = t.shape(), .bytes = {}, .file = t.file};
+    // The shared expert's gate is one row; llama.cpp's loader also takes it as a vector.
+    if (hybrid && name.ends_with(".ffn_gate_inp_shexp.weight") && t.dims.size() == 1)
+      info.shape = {1, t.numel()};
 
     std::span<const std::uint8_t> bytes = t.bytes;
     std::vector<std::uint8_t> unpermuted;
@@ -135,13 +170,16 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
       unpermuted = unpermute_rows(t.bytes, rows, c.head_dim);
       bytes = unpermuted;
     }
-    const bool gemma_norm = c.family == Family::Gemma3 && name.ends_with("norm.weight");
+    // The converter stored Gemma's and the hybrids' RMSNorm weights as 1 + w (all but the
+    // Gated DeltaNet's gated norm, ssm_norm, which gguf_hybrid_weights maps).
+    const bool plus_one_norm =
+        (c.family == Family::Gemma3 || hybrid) && name.ends_with("norm.weight");
     const auto stored = plain_dtype(t.type);
     const auto quantized = find_dtype_of(t.type);
     const bool keep_blocks = t.dims.size() == 2 && quantized && dtype_is_quantized(*quantized) &&
                              keep_quantized(*quantized);
     if (keep_blocks) info.dtype = *quantized;
-    if ((stored == dtype || keep_blocks) && !gemma_norm) {
+    if ((stored == dtype || keep_blocks) && !plus_one_norm) {
       if (unpermuted.empty()) {
         info.bytes = bytes;  // zero copy from the mapping
       } else {
@@ -151,8 +189,9 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
     } else {
       std::vector<float> v(static_cast<std::size_t>(t.numel()));
       dequantize(t.type, bytes, v);
-      // The converter stored Gemma's norm weights as 1 + w; the model adds the 1 itself.
-      if (gemma_norm)
+      // The model adds the 1 itself. Where 1 + w >= 0.5 subtracting 1 rounds nothing, so the
+      // model's 1 + w is the file's value.
+      if (plus_one_norm)
         for (float& x : v) x -= 1.0f;
       storage.push_back(encode_f32(v, dtype));
       info.bytes = storage.back();
@@ -161,6 +200,10 @@ SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf, cons
   }
   for (std::int64_t l = 0; l < static_cast<std::int64_t>(c.moe.layer_is_moe.size()); ++l)
     if (c.moe.layer_is_moe[l]) append_gguf_experts(g, c, l, dtype, keep_quantized, out);
+  if (hybrid)
+    for (std::int64_t l = 0; l < c.n_layers; ++l)
+      if (c.hybrid.linear.layer_is_linear[l])
+        append_gguf_linear_attention(g, c, l, dtype, keep_quantized, out);
   return SafetensorsReader::from_memory(g.path(), std::move(tensors), std::move(storage),
                                         std::move(gguf));
 }

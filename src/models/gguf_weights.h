@@ -1,7 +1,9 @@
 // A GGUF file's tensors under the checkpoint (Hugging Face) names the families load, so GGUF is
 // a second weight source beside safetensors with no family code of its own. Undoes what
-// llama.cpp's converter did: the Q/K row permutation of llama-arch files and Gemma's +1 on
-// norm weights; rows stay in the checkpoint orientation ([out, in]).
+// llama.cpp's converter did: the Q/K row permutation of llama-arch files, the +1 on Gemma's and
+// the hybrids' norm weights, the stacked experts (gguf_expert_weights.h) and the hybrids' Gated
+// DeltaNet layouts (gguf_hybrid_weights.h); rows stay in the checkpoint orientation ([out, in]).
+// Multi-token-prediction blocks after the decoder's are not loaded.
 // Quantized matrices of a type the backend's matmul takes stay in their blocks (the Q/K row
 // permutation moves whole block rows); every other quantized tensor is dequantized here, at
 // load, into one float dtype for the whole model.
@@ -33,9 +35,8 @@ DType gguf_weight_dtype(const GgufReader& gguf, DType quantized_dtype);
 // keep_quantized(t), which keep their blocks as TensorInfo of dtype t, shape [rows, cols].
 // The result keeps `gguf`'s mappings alive.
 // Throws Error naming the file and tensor for a tensor whose shape cannot be mapped.
-SafetensorsReader weights_from_gguf(std::shared_ptr<const GgufReader> gguf,
-                                    const ModelConfig& config, DType dtype,
-                                    const std::function<bool(DType)>& keep_quantized =
-                                        [](DType) { return false; });
+SafetensorsReader weights_from_gguf(
+    std::shared_ptr<const GgufReader> gguf, const ModelConfig& config, DType dtype,
+    const std::function<bool(DType)>& keep_quantized = [](DType) { return false; });
 
 }  // namespace akv

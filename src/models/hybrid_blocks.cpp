@@ -12,7 +12,8 @@ GatedDeltaNetWeights load_gated_delta_net(WeightLoader& w, DerivedWeights& d,
   const std::int64_t C = la.conv_channels(), vd = la.value_dim(), H = c.hidden_size;
   const std::string p = prefix + "linear_attn.";
   GatedDeltaNetWeights g;
-  if (fused_qkvz) {
+  // A Qwen3-Next GGUF file carries the separate projections (gguf_hybrid_weights.h).
+  if (fused_qkvz && !w.has(p + "in_proj_qkv.weight")) {
     // Per key-head group: [q dk | k dk | v r*dv | z r*dv] and [b r | a r], r = nv / nk.
     const std::int64_t r = nv / nk, group = 2 * dk + 2 * r * dv;
     std::vector<std::int64_t> q, k, v, z, b, a;

@@ -31,7 +31,9 @@ struct GatedAttentionWeights {
   WeightRef o;               // [hidden, h * d]
 };
 
-// Loads `prefix` + "linear_attn." in either checkpoint layout (fused_qkvz: Qwen3-Next).
+// Loads `prefix` + "linear_attn." in either checkpoint layout (fused_qkvz: Qwen3-Next's
+// in_proj_qkvz / in_proj_ba, unless the weights have Qwen3.5's separate in_proj_qkv, in_proj_z,
+// in_proj_b and in_proj_a, as Qwen3-Next GGUF files give).
 GatedDeltaNetWeights load_gated_delta_net(WeightLoader& w, DerivedWeights& d,
                                           const std::string& prefix, const ModelConfig& c,
                                           bool fused_qkvz);

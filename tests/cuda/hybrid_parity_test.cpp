@@ -4,9 +4,11 @@
 // of 64, the chunks' products in f32 FMA and on the tensor cores), and the Qwen3.5 / Qwen3-Next
 // fixtures' logits against their fp64 references (a 100-token prefill, chunked, then decode steps:
 // recorded CUDA graphs, the MoE models' routing on the device through Backend::moe). The output
-// gate also in its one-gate-per-row form (a MoE block's shared expert).
+// gate also in its one-gate-per-row form (a MoE block's shared expert). The fixtures run loaded
+// from their checkpoints and from their f32 GGUF conversions (tests/models/testdata/gguf).
 #include "models/model.h"
 #include "../engine/engine_test_util.h"
+#include "../models/gguf_test_util.h"
 #include "parity_util.h"
 
 namespace akv::test {
@@ -402,11 +404,14 @@ struct FixtureRun {
 };
 
 // The fixture's prompt through the CUDA backend in chunks of `first` tokens, then `rest` tokens
-// per step (slot 1 of 2).
+// per step (slot 1 of 2). `name`: a tiny-random-w2 checkpoint, or "gguf/<checkpoint>" for its
+// f32 GGUF file (same reference).
 FixtureRun run_fixture(const std::string& name, std::int32_t first, std::int32_t rest) {
-  const std::string dir = testdata_dir() + "/models/tiny-random-w2/" + name;
+  const bool gguf = name.starts_with("gguf/");
+  const std::string checkpoint = gguf ? name.substr(5) : name;
+  const std::string dir = testdata_dir() + "/models/tiny-random-w2/" + checkpoint;
   CudaBackend& gpu = backends().gpu;
-  auto model = load_model(dir, gpu);
+  auto model = load_model(gguf ? gguf_fixture(checkpoint + "-f32") : dir, gpu);
   const SafetensorsReader ref = SafetensorsReader::open_or_throw(dir + "/reference.safetensors");
   const std::vector<std::int32_t> ids = read_ids(ref);
   const TensorInfo& t = ref.get_or_throw("full_logits_f64");
@@ -492,8 +497,15 @@ TEST_P(HybridOnCuda, ChunkedPrefillMatchesTokenByToken) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HybridOnCuda,
-                         ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text"),
-                         fixture_test_name);
+                         ::testing::Values("qwen3_5-text", "qwen3-next", "qwen3_5-moe-text",
+                                           "gguf/qwen3_5-text", "gguf/qwen3-next",
+                                           "gguf/qwen3_5-moe-text"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-' || ch == '/') ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace akv::test

@@ -1,7 +1,8 @@
 // The hybrid linear-attention models of ../shared/testdata/models/tiny-random-w2 (Qwen3.5 text,
 // Qwen3-Next, Qwen3.5-MoE) against their fp64 reference logits, on the scalar reference backend
-// and the fast CPU backend: the whole sequence in one prefill, in uneven chunks (the recurrent
-// state carried across chunk boundaries), and token by token (the decode form of the recurrence);
+// and the fast CPU backend, loaded from the checkpoint and from its f32 GGUF conversion
+// (testdata/gguf): the whole sequence in one prefill, in uneven chunks (the recurrent state
+// carried across chunk boundaries), and token by token (the decode form of the recurrence);
 // plus the greedy continuation.
 //
 // Tolerance: |got - want| <= 3e-4 * max|want|. The reference's own f32 run is off its f64 run
@@ -20,6 +21,7 @@
 
 #include "backend/cpu/fast_backend.h"
 #include "backend/cpu/reference_backend.h"
+#include "gguf_test_util.h"
 #include "models/model.h"
 #include "tensor/safetensors.h"
 
@@ -45,13 +47,15 @@ struct Fixture {
   std::vector<double> want;  // [ids, vocab]
 };
 
-Fixture load(const std::string& name, const std::string& backend_name) {
+// `source`: "safetensors" (the checkpoint) or "gguf" (testdata/gguf/<name>-f32.gguf).
+Fixture load(const std::string& name, const std::string& backend_name, const std::string& source) {
   Fixture f;
   if (backend_name == "fast")
     f.backend = std::make_unique<FastBackend>();
   else
     f.backend = std::make_unique<ReferenceBackend>();
-  f.model = load_model(kDir + name, *f.backend);
+  f.model =
+      load_model(source == "gguf" ? test::gguf_fixture(name + "-f32") : kDir + name, *f.backend);
   const SafetensorsReader ref =
       SafetensorsReader::open_or_throw(kDir + name + "/reference.safetensors");
   f.ids = read_ids(ref, "full_ids");
@@ -102,11 +106,12 @@ double max_rel_error(std::span<const float> got, std::span<const double> want) {
   return max_err / max_ref;
 }
 
-class Hybrid : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class Hybrid : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {
+};
 
 TEST_P(Hybrid, OnePrefillMatchesFp64Reference) {
-  const auto& [name, backend_name] = GetParam();
-  Fixture f = load(name, backend_name);
+  const auto& [name, backend_name, source] = GetParam();
+  Fixture f = load(name, backend_name, source);
   const double err = max_rel_error(
       run_chunks(*f.model, *f.backend, f.ids, {static_cast<std::int32_t>(f.ids.size())}), f.want);
   EXPECT_LE(err, kRelTolerance);
@@ -114,16 +119,16 @@ TEST_P(Hybrid, OnePrefillMatchesFp64Reference) {
 }
 
 TEST_P(Hybrid, UnevenChunksMatchFp64Reference) {
-  const auto& [name, backend_name] = GetParam();
-  Fixture f = load(name, backend_name);
+  const auto& [name, backend_name, source] = GetParam();
+  Fixture f = load(name, backend_name, source);
   const double err =
       max_rel_error(run_chunks(*f.model, *f.backend, f.ids, {37, 1, 64, 5, 100}), f.want);
   EXPECT_LE(err, kRelTolerance);
 }
 
 TEST_P(Hybrid, TokenByTokenMatchesFp64Reference) {
-  const auto& [name, backend_name] = GetParam();
-  Fixture f = load(name, backend_name);
+  const auto& [name, backend_name, source] = GetParam();
+  Fixture f = load(name, backend_name, source);
   const double err = max_rel_error(run_chunks(*f.model, *f.backend, f.ids, {1}), f.want);
   EXPECT_LE(err, kRelTolerance);
 }
@@ -131,8 +136,8 @@ TEST_P(Hybrid, TokenByTokenMatchesFp64Reference) {
 // The KV arrays (and so KV blocks in every tier) hold the full-attention layers only; the
 // fidelity tests above run on that layout, so each attention layer finds its own array.
 TEST_P(Hybrid, KvHoldsTheFullAttentionLayersOnly) {
-  const auto& [name, backend_name] = GetParam();
-  Fixture f = load(name, backend_name);
+  const auto& [name, backend_name, source] = GetParam();
+  Fixture f = load(name, backend_name, source);
   const ModelConfig& c = f.model->config();
   std::ifstream in(kDir + name + "/config.json");
   const auto config = nlohmann::json::parse(in);
@@ -148,8 +153,8 @@ TEST_P(Hybrid, KvHoldsTheFullAttentionLayersOnly) {
 }
 
 TEST_P(Hybrid, GreedyContinuationMatchesReferenceIds) {
-  const auto& [name, backend_name] = GetParam();
-  Fixture f = load(name, backend_name);
+  const auto& [name, backend_name, source] = GetParam();
+  Fixture f = load(name, backend_name, source);
   std::ifstream in(kDir + name + "/reference.json");
   const auto ref = nlohmann::json::parse(in);
   const auto prompt = ref["input_ids"].get<std::vector<std::int32_t>>();
@@ -170,9 +175,11 @@ TEST_P(Hybrid, GreedyContinuationMatchesReferenceIds) {
 INSTANTIATE_TEST_SUITE_P(Models, Hybrid,
                          ::testing::Combine(::testing::Values("qwen3_5-text", "qwen3-next",
                                                               "qwen3_5-moe-text"),
-                                            ::testing::Values("reference", "fast")),
+                                            ::testing::Values("reference", "fast"),
+                                            ::testing::Values("safetensors", "gguf")),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           if (std::get<2>(info.param) == "gguf") n += "_gguf";
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;

@@ -11,6 +11,10 @@ Usage: python3 tools/gguf/convert_tiny.py --llama-cpp LLAMA_CPP --model DIR --ou
 file (llama-bench runs on token ids; docs/perf/cpu_quant.md). Tensors and model metadata are
 the same either way.
 
+The hybrids (Qwen3-Next, Qwen3.5 dense and MoE) are converted with the converter's --no-mtp: its
+Qwen3-Next/Qwen3.5 classes otherwise expect multi-token-prediction layers, which the tiny
+checkpoints do not have.
+
 Needs numpy and torch (Debian: python3-numpy python3-torch). Four shims, none of which touches
 tensors or model metadata:
   - `transformers` is not needed: a stub AutoConfig makes the converter read config.json itself
@@ -30,6 +34,11 @@ import sys
 import tempfile
 import types
 from pathlib import Path
+
+
+# Architectures whose converter expects multi-token-prediction layers unless told there are none
+# (the tiny checkpoints have none).
+NO_MTP_ARCHS = {"Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"}
 
 
 def install_transformers_stub():
@@ -113,6 +122,8 @@ def main():
 
         conv.get_model_class = get_model_class
         sys.argv = ["convert_hf_to_gguf.py", str(model), "--outtype", args.outtype, "--outfile", args.out]
+        if arch in NO_MTP_ARCHS:
+            sys.argv.append("--no-mtp")
         conv.main()
     # Sanity: the written file opens with gguf-py.
     gguf.GGUFReader(args.out)

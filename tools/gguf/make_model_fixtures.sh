@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates tests/models/testdata/gguf/: the shared tiny-random checkpoints converted by
-# llama.cpp's convert_hf_to_gguf.py (through convert_tiny.py), xz-compressed; the MoE ones from
-# tiny-random-w2, GPT-OSS also with its experts in MXFP4 (mxfp4_checkpoint.py).
+# llama.cpp's convert_hf_to_gguf.py (through convert_tiny.py), xz-compressed; the MoE and hybrid
+# ones from tiny-random-w2, GPT-OSS also with its experts in MXFP4 (mxfp4_checkpoint.py).
 # Usage: tools/gguf/make_model_fixtures.sh LLAMA_CPP [TESTDATA]   (TESTDATA: ../shared/testdata)
 set -euo pipefail
 llama="$1"
@@ -21,6 +21,9 @@ for m in llama3-rope-scaled smollm2-like-llama-tied qwen2-bias-tied qwen3-qknorm
 done
 w2="$testdata/models/tiny-random-w2"
 convert qwen3-moe f32 "$w2/qwen3-moe"
+for m in qwen3-next qwen3_5-text qwen3_5-moe-text; do  # the hybrids (arches qwen3next, qwen35, qwen35moe)
+  convert "$m" f32 "$w2/$m"
+done
 convert gpt-oss f16 "$w2/gpt-oss"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
