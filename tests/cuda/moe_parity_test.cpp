@@ -1,5 +1,5 @@
-// The mixture-of-experts models on the CUDA backend: attention with sinks (decode, prefill chunks
-// that would otherwise take the tensor-core kernels, windows, splits), and the tiny Qwen3-MoE and
+// The mixture-of-experts models on the CUDA backend: attention with sinks (decode and prefill
+// chunks on the tensor-core kernels and the CUDA-core one, windows, splits), and the tiny Qwen3-MoE and
 // GPT-OSS models against their fp64 logits and greedy ids. The moe op itself:
 // moe_kernels_parity_test.cpp.
 #include <fstream>
@@ -22,6 +22,9 @@ TEST(AttentionSinksOnCuda, MatchReference) {
     EXPECT_LE(attention_error(kv, 8, 2, 64, 0, 0.0, {{0, 70}, {100, 33}}, true), tol);
     EXPECT_LE(attention_error(kv, 4, 2, 16, 8, 0.0, {{0, 40}, {50, 1}}, true), tol);
     EXPECT_LE(attention_error(kv, 8, 1, 128, 128, 0.0, {{0, 300}, {600, 1}}, true), tol);
+    // Long chunks (one split a tile) and a short chunk over a long context (split keys, merged).
+    EXPECT_LE(attention_error(kv, 8, 2, 64, 0, 0.0, {{0, 512}, {600, 40}}, true), tol);
+    EXPECT_LE(attention_error(kv, 8, 2, 64, 128, 0.0, {{0, 512}, {600, 40}}, true), tol);
   }
 }
 

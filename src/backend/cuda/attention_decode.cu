@@ -270,6 +270,8 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t t = bt.t0 + r / kG;
     const int h = h0 + r % kG;
     if (sa.n_splits == 1) {
+      // A sink adds exp(sink) to the softmax's denominator (mx and sum are in log2 units).
+      if (a.sinks != nullptr) sum += exp2f(a.sinks[h] * kLog2e - mx);
       sa.out[t * sa.out_stride + std::int64_t{h} * D + d] = acc / sum;
     } else {  // merge_kernel's layout; its max is in natural-log units
       float* p = sa.partial + ((t * a.n_heads + h) * sa.n_splits + split) * (D + 2);
@@ -321,7 +323,7 @@ void launch_d(const KvView& kv, const DeviceBatch& b, const AttentionArgs& a, co
 
 bool decode_attention_mma_supported(const KvView& kv, const AttentionArgs& a, const SplitArgs& sa,
                                     int heads_per_block) {
-  return a.sinks == nullptr && kv.dtype == DType::BF16 && (a.head_dim == 64 || a.head_dim == 128) &&
+  return kv.dtype == DType::BF16 && (a.head_dim == 64 || a.head_dim == 128) &&
          (heads_per_block == 2 || heads_per_block == 4 || heads_per_block == 8) && kv.row_width % 8 == 0 &&
          sa.q_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(sa.q) % 8 == 0;
 }

@@ -296,6 +296,8 @@ __global__ void __launch_bounds__(block_threads<D, kHeads>(), resident_blocks<D>
             make_float2(o[r / 2][dt][2 * (r % 2)], o[r / 2][dt][2 * (r % 2) + 1]);
       continue;
     }
+    // A sink adds exp(sink) to the softmax's denominator (m_run and l are in log2 units).
+    if (a.sinks != nullptr) l += exp2f(a.sinks[h0 + hl] * kLog2e - m_run[r]);
     const float inv = 1.0f / l;
     float* orow = out + t * os + std::int64_t{h0 + hl} * D + 2 * c;
 #pragma unroll

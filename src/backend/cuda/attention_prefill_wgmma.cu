@@ -290,6 +290,8 @@ __global__ void __launch_bounds__(kHeads * 128, 4 / kHeads)
         *reinterpret_cast<float2*>(p + 2 + 8 * j + 2 * c) = make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
       continue;
     }
+    // A sink adds exp(sink) to the softmax's denominator (m_run and l are in log2 units).
+    if (a.sinks != nullptr) l += exp2f(a.sinks[h0 + wg] * kLog2e - m_run[r]);
     const float inv = 1.0f / l;
     float* orow = out + t * os + std::int64_t{h0 + wg} * D + 2 * c;
 #pragma unroll

@@ -490,8 +490,8 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
         1));
   };
   const bool q_aligned = reinterpret_cast<std::uintptr_t>(q.data) % 16 == 0 && q.stride % 4 == 0;
-  // Sinks: the CUDA-core split kernel only (its final normalisation and the merge add them).
-  if (a.sinks == nullptr && b.max_chunk >= kMinPrefillChunk && q_aligned &&
+  // Sinks: each kernel's final normalisation (one split) or the merge (several) adds them.
+  if (b.max_chunk >= kMinPrefillChunk && q_aligned &&
       cuda::prefill_attention_supported(L.dtype, a.head_dim) && (a.head_dim != 256 || prefill_attention_d256_)) {
     // Tiles x head groups that leave SMs idle (a short chunk over a long context) split their keys.
     const int n_splits = chunk_attention_ ? cuda::prefill_attention_splits(b, a, sm_count_) : 1;
