@@ -218,6 +218,17 @@ class Backend {
   // Writes k, v [n, n_kv_heads * head_dim] into the layer's KV blocks at each token's position.
   virtual void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v,
                         const ForwardBatch& batch) = 0;
+  // rope of qk [n, (n_heads + n_kv_heads) * head_dim] at batch.positions (q heads first, then
+  // k: its last kv.layout.row_width() columns), then store_kv of that k and v into `layer`: the
+  // attention's position step as one op, so a device backend may run it as one kernel. Results
+  // equal to the two calls. The default makes them.
+  virtual void rope_store_kv(TensorRef qk, TensorRef v, std::int64_t head_dim,
+                             const RopeParams& rope, KvStorage& kv, std::int64_t layer,
+                             const ForwardBatch& batch) {
+    const std::int64_t kv_width = kv.layout.row_width();
+    this->rope(qk, head_dim, rope, batch.positions);
+    store_kv(kv, layer, qk.cols_slice(qk.cols - kv_width, kv_width), v, batch);
+  }
   // out[n, n_heads * head_dim] = causal softmax(q k^T * scale) v over each sequence's cached
   // positions (including the tokens just stored).
   virtual void attention(TensorRef q, const KvStorage& kv, std::int64_t layer,

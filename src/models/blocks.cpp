@@ -103,9 +103,9 @@ void run_attention(const AttentionWeights& w, LayerContext& ctx, TensorRef xn) {
     b.rms_norm(q, w.q_norm, ctx.qk_norm_eps, ctx.norm_offset, q);
     b.rms_norm(k, w.k_norm, ctx.qk_norm_eps, ctx.norm_offset, k);
   }
-  // q and k are adjacent in qkv: one rope call rotates the heads of both.
-  b.rope(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), p.head_dim, ctx.rope, ctx.batch.positions);
-  b.store_kv(ctx.kv, ctx.layer, k, v, ctx.batch);
+  // q and k are adjacent in qkv: one call rotates the heads of both and stores k and v.
+  b.rope_store_kv(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), v, p.head_dim, ctx.rope, ctx.kv,
+                  ctx.layer, ctx.batch);
   AttentionParams with_sinks = p;
   with_sinks.sinks = w.sinks;
   b.attention(q, ctx.kv, ctx.layer, ctx.batch, with_sinks, ctx.ws.attn);

@@ -103,6 +103,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* moe_mxfp4 = std::getenv("AGENTKV_CUDA_MOE_MXFP4");
   if (moe_mxfp4 != nullptr && std::strcmp(moe_mxfp4, "f32") == 0)
     moe_mxfp4_decode_ = MoeMxfp4Decode::F32;
+  const char* fuse = std::getenv("AGENTKV_CUDA_FUSE");
+  decode_fusion_ = fuse == nullptr || std::strcmp(fuse, "0") != 0;
   const char* delta_chunk = std::getenv("AGENTKV_CUDA_DELTA_CHUNK");
   if (delta_chunk != nullptr && std::strcmp(delta_chunk, "fma") == 0)
     delta_chunk_math_ = cuda::DeltaChunkMath::Fma;
@@ -182,6 +184,7 @@ WeightRef CudaBackend::upload_weight(const TensorInfo& t) {
   WeightRef w = alloc_weight(t.dtype, rows, cols);
   AKV_CHECK(t.bytes.size() == static_cast<std::size_t>(rows) * dtype_row_bytes(t.dtype, cols), "weight byte size");
   note_gemm_weight(w);
+  quantized_weights_ = quantized_weights_ || dtype_is_quantized(t.dtype);
   if (dtype_is_quantized(t.dtype)) {  // the prefill path's bf16 rows: allocated now, never inside a step
     const std::int64_t chunk_rows = std::min(rows, std::max<std::int64_t>(1, dequant_chunk_elems_ / cols));
     const std::size_t need = static_cast<std::size_t>(chunk_rows * cols) * 2;
@@ -277,6 +280,7 @@ void CudaBackend::copy_out(const void* device, std::size_t stride_bytes, std::si
 }
 
 void CudaBackend::upload(std::span<const float> host, TensorRef x) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(x.dtype == DType::F32, "upload: F32 tensors only");
   AKV_CHECK(static_cast<std::int64_t>(host.size()) == x.rows * x.cols, "upload size mismatch");
   AKV_CHECK(!in_step_, "upload inside a recorded step");
@@ -397,6 +401,7 @@ void* CudaBackend::scratch(std::size_t bytes, int which) {
 // --- ops ---------------------------------------------------------------------------------------
 
 void CudaBackend::embed(const WeightRef& table, std::span<const std::int32_t> ids, float scale, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(out.rows == static_cast<std::int64_t>(ids.size()) && out.cols == table.cols, "embed shape");
   const auto* d_ids = static_cast<const std::int32_t*>(upload_small(ids.data(), ids.size_bytes()));
   if (recording() && replaying(Sig().u(kEmbed).w(table).p(d_ids).f(scale).t(out).h)) return;
@@ -410,11 +415,37 @@ void CudaBackend::embed(const WeightRef& table, std::span<const std::int32_t> id
 }
 
 void CudaBackend::rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_offset, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   if (recording() && replaying(Sig().u(kRmsNorm).t(x).w(w).f(eps).f(weight_offset).t(out).h)) return;
-  cuda::launch_rms_norm(x, w, eps, weight_offset, out, stream());
+  norm_with_codes(x, nullptr, w, eps, weight_offset, out);
+}
+
+void CudaBackend::norm_with_codes(TensorRef x, const TensorRef* res, const WeightRef& w, float eps,
+                                  float weight_offset, TensorRef out) {
+  const bool codes = decode_fusion_ && quantized_weights_ && x.rows >= 1 &&
+                     x.rows <= quant_rows_.gemv && cuda::rms_norm_quantize_fits(x, w, out, res);
+  if (!codes) {
+    if (res != nullptr)
+      cuda::launch_add_rms_norm(x, *res, w, eps, weight_offset, out, stream());
+    else
+      cuda::launch_rms_norm(x, w, eps, weight_offset, out, stream());
+    return;
+  }
+  const cuda::QuantActivations a = cuda::quant_activations_in(
+      scratch(cuda::quant_activation_bytes(out.rows, out.cols), 7), out.rows, out.cols);
+  cuda::launch_rms_norm_quantize(x, res, w, eps, weight_offset, out, a, stream());
+  norm_codes_ = {out.data, out.rows, out.cols, out.stride, op_seq_, a};
+}
+
+const cuda::QuantActivations* CudaBackend::norm_codes_for(TensorRef x) const {
+  const NormCodes& c = norm_codes_;
+  const bool same = c.seq == op_seq_ && c.data == x.data && c.rows == x.rows && c.cols == x.cols &&
+                    c.stride == x.stride && x.dtype == DType::F32;
+  return same ? &c.a : nullptr;
 }
 
 void CudaBackend::add(TensorRef acc, TensorRef x) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
   if (recording() && replaying(Sig().u(kAdd).t(acc).t(x).h)) return;
   cuda::launch_add(acc, x, stream());
@@ -423,12 +454,14 @@ void CudaBackend::add(TensorRef acc, TensorRef x) {
 void CudaBackend::add_rms_norm(TensorRef acc, TensorRef x, const WeightRef& w, float eps, float weight_offset,
                                TensorRef out) {
   AKV_CHECK(acc.rows == x.rows && acc.cols == x.cols, "add shape");
+  ++op_seq_;  // see norm_codes_
   if (recording() && replaying(Sig().u(kAddRmsNorm).t(acc).t(x).w(w).f(eps).f(weight_offset).t(out).h)) return;
-  cuda::launch_add_rms_norm(acc, x, w, eps, weight_offset, out, stream());
+  norm_with_codes(acc, &x, w, eps, weight_offset, out);
 }
 
 void CudaBackend::rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
                        std::span<const std::int32_t> positions) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(static_cast<std::int64_t>(positions.size()) == x.rows, "rope positions");
   AKV_CHECK(static_cast<std::int64_t>(rope.inv_freq.size()) >= rope.rotary_dim / 2, "rope table");
   const auto* d_pos = static_cast<const std::int32_t*>(upload_small(positions.data(), positions.size_bytes()));
@@ -448,7 +481,50 @@ void check_tables(const KvLayout& L, const ForwardBatch& batch) {
 }
 }  // namespace
 
+void CudaBackend::set_decode_fusion(bool on) {
+  AKV_CHECK(!in_step_, "set_decode_fusion inside a recorded step");
+  if (on != decode_fusion_) drop_graphs(false);
+  decode_fusion_ = on;
+}
+
+void CudaBackend::rope_store_kv(TensorRef qk, TensorRef v, std::int64_t head_dim,
+                                const RopeParams& rope, KvStorage& kv, std::int64_t layer,
+                                const ForwardBatch& batch) {
+  ++op_seq_;              // see norm_codes_
+  if (!decode_fusion_) {  // the two ops, each recorded on its own
+    Backend::rope_store_kv(qk, v, head_dim, rope, kv, layer, batch);
+    return;
+  }
+  const KvLayout& L = kv.layout;
+  AKV_CHECK(static_cast<std::int64_t>(batch.positions.size()) == qk.rows, "rope positions");
+  AKV_CHECK(static_cast<std::int64_t>(rope.inv_freq.size()) >= rope.rotary_dim / 2, "rope table");
+  AKV_CHECK(v.cols == L.row_width() && L.head_dim == head_dim, "rope_store_kv width");
+  check_tables(L, batch);
+  const auto* d_pos = static_cast<const std::int32_t*>(
+      upload_small(batch.positions.data(), batch.positions.size_bytes()));
+  const auto* d_freq =
+      static_cast<const double*>(upload_small(rope.inv_freq.data(), rope.inv_freq.size_bytes()));
+  const cuda::DeviceBatch b = upload_batch(batch);
+  if (recording() && replaying(Sig()
+                                   .u(kRopeStoreKv)
+                                   .t(qk)
+                                   .t(v)
+                                   .u(static_cast<std::uint64_t>(head_dim))
+                                   .p(d_pos)
+                                   .p(d_freq)
+                                   .u(static_cast<std::uint64_t>(rope.rotary_dim))
+                                   .f(rope.attention_scaling)
+                                   .p(kv.k[layer].data)
+                                   .p(kv.v[layer].data)
+                                   .h))
+    return;
+  cuda::launch_rope_store_kv(qk, v, head_dim, d_freq, rope.rotary_dim, rope.attention_scaling,
+                             d_pos, kv.k[layer].data, kv.v[layer].data, L.dtype, L.row_width(),
+                             static_cast<std::int32_t>(L.block_size), b, stream());
+}
+
 void CudaBackend::store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v, const ForwardBatch& batch) {
+  ++op_seq_;  // see norm_codes_
   const KvLayout& L = kv.layout;
   AKV_CHECK(k.cols == L.row_width() && v.cols == L.row_width(), "store_kv width");
   check_tables(L, batch);
@@ -460,6 +536,7 @@ void CudaBackend::store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, Tenso
 
 void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                             const AttentionParams& p, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   const KvLayout& L = kv.layout;
   AKV_CHECK(p.n_kv_heads == L.n_kv_heads && p.head_dim == L.head_dim && p.n_heads % p.n_kv_heads == 0,
             "attention heads");
@@ -515,6 +592,7 @@ void CudaBackend::attention(TensorRef q, const KvStorage& kv, std::int64_t layer
 void CudaBackend::set_chunk_attention(bool on) { chunk_attention_ = on; }
 
 void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(gate.rows == up.rows && gate.cols == up.cols && out.cols == gate.cols && out.rows == gate.rows,
             "glu shape");
   if (recording() && replaying(Sig().u(kGlu).t(gate).t(up).u(act == GluActivation::GeluTanh).t(out).h)) return;
@@ -522,11 +600,13 @@ void CudaBackend::glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef
 }
 
 void CudaBackend::softcap(TensorRef x, float cap) {
+  ++op_seq_;  // see norm_codes_
   if (recording() && replaying(Sig().u(kSoftcap).t(x).f(cap).h)) return;
   cuda::launch_softcap(x, cap, stream());
 }
 
 void CudaBackend::sigmoid_mul(TensorRef x, TensorRef gate) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(x.rows == gate.rows && (x.cols == gate.cols || gate.cols == 1), "sigmoid_mul shape");
   if (recording() && replaying(Sig().u(kSigmoidMul).t(x).t(gate).h)) return;
   cuda::launch_sigmoid_mul(x, gate, stream());
@@ -547,6 +627,7 @@ const std::int32_t* CudaBackend::upload_state_seqs(const KvStorage& kv, const Fo
 
 void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, std::int64_t layer,
                                 const ForwardBatch& batch) {
+  ++op_seq_;  // see norm_codes_
   const StateLayout& st = kv.state;
   AKV_CHECK(layer >= 0 && layer < st.n_layers && x.cols == st.conv_channels && w.rows == st.conv_channels &&
                 w.cols == st.conv_rows + 1,
@@ -580,6 +661,7 @@ void CudaBackend::causal_conv1d(TensorRef x, const WeightRef& w, KvStorage& kv, 
 void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, const WeightRef& a_log,
                                    const WeightRef& dt_bias, KvStorage& kv, std::int64_t layer,
                                    const ForwardBatch& batch, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   const StateLayout& st = kv.state;
   AKV_CHECK(layer >= 0 && layer < st.n_layers &&
                 qkv.cols == 2 * st.n_k_heads * st.k_head_dim + st.n_v_heads * st.v_head_dim &&
@@ -615,6 +697,7 @@ void CudaBackend::gated_delta_rule(TensorRef qkv, TensorRef a, TensorRef b, cons
 }
 
 void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(out.rows == static_cast<std::int64_t>(rows.size()) && out.cols == x.cols, "gather shape");
   for (std::int32_t r : rows) AKV_CHECK(r >= 0 && r < x.rows, "gather row out of range");
   const auto* d_rows = static_cast<const std::int32_t*>(upload_small(rows.data(), rows.size_bytes()));
@@ -624,6 +707,7 @@ void CudaBackend::gather_rows(TensorRef x, std::span<const std::int32_t> rows, T
 
 void CudaBackend::sample_rows(TensorRef logits, std::span<const float> temperature, std::span<const double> u,
                               std::span<std::int32_t> out) {
+  ++op_seq_;  // see norm_codes_
   AKV_CHECK(logits.dtype == DType::F32, "sample_rows: F32 logits");
   const auto n = static_cast<std::size_t>(logits.rows);
   AKV_CHECK(out.size() == n && temperature.size() == n && u.size() == n, "sample_rows: one value per row");

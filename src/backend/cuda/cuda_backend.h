@@ -110,13 +110,20 @@ class CudaBackend final : public Backend {
   void rope(TensorRef x, std::int64_t head_dim, const RopeParams& rope,
             std::span<const std::int32_t> positions) override;
   void store_kv(KvStorage& kv, std::int64_t layer, TensorRef k, TensorRef v, const ForwardBatch& batch) override;
+  // With decode fusion on: one kernel over (token, head, pair) (cuda::launch_rope_store_kv);
+  // off: rope, then store_kv.
+  void rope_store_kv(TensorRef qk, TensorRef v, std::int64_t head_dim, const RopeParams& rope,
+                     KvStorage& kv, std::int64_t layer, const ForwardBatch& batch) override;
   void attention(TensorRef q, const KvStorage& kv, std::int64_t layer, const ForwardBatch& batch,
                  const AttentionParams& p, TensorRef out) override;
   void glu(TensorRef gate, TensorRef up, GluActivation act, TensorRef out) override;
   // With more than kGemvMaxRows rows and gate/up/down all BF16 or all F16: x rounded to half once,
   // gate/up GEMMs writing half, a half GLU, the down GEMM reading half act (f32 accumulate, f32
   // out). The half intermediates live in gate_up's and act_out's memory where those are
-  // contiguous, else in scratch. Otherwise the default composition.
+  // contiguous, else in scratch. With decode fusion on and a quantized down weight on the GEMV
+  // path (at most quant_rows_.gemv rows): gate/up through matmul_multi, then the GLU writing act
+  // and the down GEMV's int8 codes in one kernel, then the down GEMV. Otherwise the default
+  // composition.
   void gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act, TensorRef gate_up, TensorRef act_out,
                  TensorRef out) override;
   // cuda_moe.cpp. Routing always on the device. At most kMoeDecodeMaxRows rows, and inside a
@@ -199,6 +206,15 @@ class CudaBackend final : public Backend {
   };
   void set_quant_matmul_rows(QuantMatmulRows r);
   QuantPath quant_matmul_path(DType w, std::int64_t n) const;
+  // Decode fusion (on by default; AGENTKV_CUDA_FUSE=0 in the environment starts the backend with
+  // it off, for before/after measurements): rope_store_kv as one kernel; a whole-row rms_norm or
+  // add_rms_norm also writing the int8 codes of its output for the quantized GEMV that follows
+  // (see norm_codes_); gated_mlp's GLU writing the down GEMV's int8 codes; q/k and v of two
+  // quantized types (Q4_K/Q5_K + Q6_K) in one GEMV launch (mixed_gemv). Results are the same bit
+  // for bit either way.
+  // Drops the recorded steps (their ops were the other choice's); not inside a step.
+  void set_decode_fusion(bool on);
+  bool decode_fusion() const { return decode_fusion_; }
   // Graphs on (the default; AGENTKV_CUDA_GRAPHS=0 in the environment turns them off) or off.
   // Recorded graphs stay while off (they go when a device buffer is allocated or freed).
   void set_step_graphs(bool on);
@@ -386,22 +402,57 @@ class CudaBackend final : public Backend {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
-  Scratch scratch_[7];                      // 0: half-precision matmul input (and moe's grouped
+  Scratch scratch_[8];                      // 0: half-precision matmul input (and moe's grouped
                                             // rows), 1: attention partials (moe's expert groups,
                                             // the chunked delta rule's per-chunk matrices),
                                             // 2: skinny GEMM partial sums (moe's dequantized MXFP4
                                             // expert), 3: sample_rows ids,
                                             // 4 and 5: gated_mlp's half gate/up and act when
                                             // the caller's buffers are strided, 6: int8
-                                            // activations of the quantized GEMV and MMA
+                                            // activations of the quantized GEMV and MMA,
+                                            // 7: the int8 codes of a norm's output (norm_codes_)
   void* dequant_scratch_ = nullptr;         // bf16 rows of a quantized weight (prefill GEMMs)
   std::size_t dequant_scratch_bytes_ = 0;
   std::int64_t dequant_chunk_elems_ = kDequantChunkElems;
   QuantMatmulRows quant_rows_;
+  // Decode fusion's handoff from a norm to the quantized GEMV of its output. A whole-row
+  // rms_norm/add_rms_norm of at most quant_rows_.gemv rows (fusion on, quantized weights
+  // uploaded) also writes its output's GEMV activation codes (cuda::QuantActivations) into
+  // scratch 7 and records them here with op_seq_ after its own bump. matmul_multi takes them
+  // instead of quantizing x when x is that output (data, rows, cols, stride) and op_seq_ has not
+  // moved since: every op that may write an activation (upload included) bumps op_seq_ on entry,
+  // composite ops (matmul, gated_mlp) only after the matmul_multi they start with. The same op
+  // order replays in a recorded step, so captured and eager steps decide alike. Writes to the
+  // norm's output from outside the backend's ops (raw cudaMemcpy) are not seen: do not.
+  struct NormCodes {
+    const void* data = nullptr;
+    std::int64_t rows = 0, cols = 0, stride = 0;
+    std::uint64_t seq = 0;
+    cuda::QuantActivations a{};
+  };
+  NormCodes norm_codes_;
+  std::uint64_t op_seq_ = 1;        // norm_codes_.seq 0: none
+  bool quantized_weights_ = false;  // a quantized weight was uploaded
+  // The norm ops with decode fusion's codes (see norm_codes_); res null: rms_norm.
+  void norm_with_codes(TensorRef x, const TensorRef* res, const WeightRef& w, float eps,
+                       float weight_offset, TensorRef out);
+  // norm_codes_'s codes when x is the output they were written for and no op ran since, else null.
+  const cuda::QuantActivations* norm_codes_for(TensorRef x) const;
+  // matmul_multi's GEMV of quantized targets of two types in one launch (decode fusion: v in
+  // Q6_K next to q/k in Q4_K or Q5_K, cuda::launch_quant_gemv_mixed), biases not added; false
+  // (nothing queued) for other targets. x's codes: norm_codes, else quantized into scratch 6
+  // (quant_scratch, allocated here when null).
+  bool mixed_gemv(TensorRef x, std::span<const MatmulTarget> targets,
+                  const cuda::QuantActivations* norm_codes, std::uint8_t*& quant_scratch);
+  // gated_mlp's quantized decode path (fusion on, down on the GEMV): gate/up through
+  // matmul_multi, then GLU and the down codes in one kernel, then the down GEMV.
+  void gated_mlp_quantized(TensorRef x, const GatedMlpWeights& w, GluActivation act,
+                           TensorRef gate_up, TensorRef act_out, TensorRef out);
   unsigned* skinny_counters_ = nullptr;     // [cuda::kSkinnyCounters], zero between launches
 
   std::uint64_t alloc_epoch_ = 0;           // CudaBuffer constructions and destructions
   bool graphs_on_ = true;
+  bool decode_fusion_ = true;
   bool chunk_attention_ = true;
   MoeKernels moe_kernels_ = MoeKernels::Grouped;
   MoeDecodeKernels moe_decode_kernels_ = MoeDecodeKernels::Pipelined;

@@ -3,6 +3,7 @@
 // GGUF block weights (GEMV or int8 tensor-core kernel on the raw blocks, or a bf16 copy then
 // cuBLAS), and the gated MLP.
 #include <algorithm>
+#include <optional>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -142,6 +143,8 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     AKV_CHECK(t.out.dtype == DType::F32, "matmul: f32 activations");
     quantized = quantized || dtype_is_quantized(t.w->dtype);
   }
+  const cuda::QuantActivations* norm_codes = norm_codes_for(x);  // before this op's bump
+  ++op_seq_;
   if (x.rows == 0 || targets.empty()) return;
   if (recording()) {
     Sig sig;
@@ -157,6 +160,12 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
     const std::size_t gemv_bytes = (cuda::quant_activation_bytes(x.rows, x.cols) + 15) / 16 * 16;
     std::uint8_t* quant_scratch = nullptr;
     cuda::QuantActivations a_gemv{}, a_mma{};
+    if (decode_fusion_ && x.rows <= quant_rows_.gemv &&
+        mixed_gemv(x, targets, norm_codes, quant_scratch)) {
+      for (const MatmulTarget& t : targets)
+        if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
+      return;
+    }
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const DType type = targets[i].w->dtype;
       if (!dtype_is_quantized(type)) {
@@ -177,8 +186,12 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
             scratch(gemv_bytes + cuda::quant_mma_activation_bytes(x.rows, x.cols), 6));
       const auto* xf = static_cast<const float*>(x.data);
       if (path == QuantPath::Gemv && a_gemv.codes == nullptr) {
-        a_gemv = cuda::quant_activations_in(quant_scratch, x.rows, x.cols);
-        cuda::launch_quantize_activations(xf, x.stride, x.rows, x.cols, a_gemv, stream());
+        if (norm_codes != nullptr) {  // the norm that wrote x wrote its codes too
+          a_gemv = *norm_codes;
+        } else {
+          a_gemv = cuda::quant_activations_in(quant_scratch, x.rows, x.cols);
+          cuda::launch_quantize_activations(xf, x.stride, x.rows, x.cols, a_gemv, stream());
+        }
       }
       if (path == QuantPath::Mma && a_mma.codes == nullptr) {
         a_mma = cuda::quant_mma_activations_in(quant_scratch + gemv_bytes, x.rows, x.cols);
@@ -206,6 +219,49 @@ void CudaBackend::matmul_multi(TensorRef x, std::span<const MatmulTarget> target
   }
   for (const MatmulTarget& t : targets)
     if (t.bias != nullptr && !t.bias->empty()) cuda::launch_add_bias(t.out, *t.bias, stream());
+}
+
+bool CudaBackend::mixed_gemv(TensorRef x, std::span<const MatmulTarget> targets,
+                             const cuda::QuantActivations* norm_codes,
+                             std::uint8_t*& quant_scratch) {
+  if (targets.size() < 2 || targets.size() > static_cast<std::size_t>(cuda::kQuantGemvMaxTargets))
+    return false;
+  std::optional<GgmlType> first, second;  // the pair's order: quant_gemv_mixes
+  for (const MatmulTarget& t : targets) {
+    const std::optional<GgmlType> g = find_ggml_type_of(t.w->dtype);
+    if (!g.has_value() || quant_matmul_path(t.w->dtype, x.rows) != QuantPath::Gemv) return false;
+    if (*g == GgmlType::Q6_K) {
+      second = g;
+    } else if (!first.has_value() || *first == *g) {
+      first = g;
+    } else {
+      return false;  // a third type
+    }
+  }
+  if (!first.has_value() || !second.has_value() ||
+      !cuda::quant_gemv_mixes(*first, *second, x.cols, x.rows))
+    return false;
+  cuda::QuantTarget group[cuda::kQuantGemvMaxTargets];
+  int k = 0, n_first = 0;
+  for (const bool want_first : {true, false})
+    for (const MatmulTarget& t : targets)
+      if ((find_ggml_type_of(t.w->dtype) == first) == want_first) {
+        group[k++] = {quant_weight(*t.w), static_cast<float*>(t.out.data), t.out.stride};
+        n_first += want_first ? 1 : 0;
+      }
+  cuda::QuantActivations a{};
+  if (norm_codes != nullptr) {
+    a = *norm_codes;
+  } else {
+    if (quant_scratch == nullptr)
+      quant_scratch =
+          static_cast<std::uint8_t*>(scratch(cuda::quant_activation_bytes(x.rows, x.cols), 6));
+    a = cuda::quant_activations_in(quant_scratch, x.rows, x.cols);
+    cuda::launch_quantize_activations(static_cast<const float*>(x.data), x.stride, x.rows, x.cols,
+                                      a, stream());
+  }
+  cuda::launch_quant_gemv_mixed(group, k, n_first, a, x.rows, stream());
+  return true;
 }
 
 void CudaBackend::set_quant_matmul_rows(QuantMatmulRows r) {
@@ -284,10 +340,18 @@ void CudaBackend::matmul_plain(TensorRef x, std::span<const MatmulTarget> target
 
 void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation act,
                             TensorRef gate_up, TensorRef act_out, TensorRef out) {
+  if (decode_fusion_ && dtype_is_quantized(w.down.dtype) &&
+      quant_matmul_path(w.down.dtype, x.rows) == QuantPath::Gemv &&
+      act_out.cols % cuda::kQuantGroup == 0 && act_out.dtype == DType::F32 &&
+      gate_up.dtype == DType::F32 && out.dtype == DType::F32) {
+    gated_mlp_quantized(x, w, act, gate_up, act_out, out);
+    return;
+  }
   if (!half_mlp(x, w)) {  // the unfused ops, each recorded on its own inside a step
     Backend::gated_mlp(x, w, act, gate_up, act_out, out);
     return;
   }
+  ++op_seq_;  // see norm_codes_
   const std::int64_t n = x.rows, k = x.cols, inter = act_out.cols;
   const bool fused = !w.gate_up.empty();
   AKV_CHECK(x.dtype == DType::F32 && gate_up.dtype == DType::F32 && act_out.dtype == DType::F32 &&
@@ -335,6 +399,39 @@ void CudaBackend::gated_mlp(TensorRef x, const GatedMlpWeights& w, GluActivation
   cuda::launch_glu_half(gu_h.cols_slice(0, inter), gu_h.cols_slice(inter, inter),
                         act == GluActivation::GeluTanh, act_h, stream());
   gemm_half(act_h.data, act_h.stride, n, w.down, out.data, DType::F32, out.stride);
+}
+
+void CudaBackend::gated_mlp_quantized(TensorRef x, const GatedMlpWeights& w, GluActivation act,
+                                      TensorRef gate_up, TensorRef act_out, TensorRef out) {
+  const std::int64_t n = x.rows, inter = act_out.cols;
+  AKV_CHECK(gate_up.rows == n && act_out.rows == n && out.rows == n && gate_up.cols == 2 * inter,
+            "gated_mlp shape");
+  AKV_CHECK(w.down.cols == inter && out.cols == w.down.rows, "gated_mlp: down weight shape");
+  const TensorRef gate = gate_up.cols_slice(0, inter);
+  const TensorRef up = gate_up.cols_slice(inter, inter);
+  if (!w.gate_up.empty()) {  // recorded as a matmul of its own; takes the norm's codes of x
+    matmul(x, w.gate_up, nullptr, gate_up);
+  } else {
+    const MatmulTarget targets[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
+    matmul_multi(x, targets);
+  }
+  ++op_seq_;  // see norm_codes_
+  if (n == 0) return;
+  if (recording() && replaying(Sig()
+                                   .u(kGluDown)
+                                   .t(gate)
+                                   .t(up)
+                                   .u(act == GluActivation::GeluTanh)
+                                   .t(act_out)
+                                   .w(w.down)
+                                   .t(out)
+                                   .h))
+    return;
+  const cuda::QuantActivations a =
+      cuda::quant_activations_in(scratch(cuda::quant_activation_bytes(n, inter), 6), n, inter);
+  cuda::launch_glu_quantize(gate, up, act == GluActivation::GeluTanh, act_out, a, stream());
+  const cuda::QuantTarget down{quant_weight(w.down), static_cast<float*>(out.data), out.stride};
+  cuda::launch_quant_gemv_multi(&down, 1, a, n, stream());
 }
 
 }  // namespace akv

@@ -42,6 +42,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w, const MoeParams& p,
                       const MoeScratch& scratch, TensorRef out) {
+  ++op_seq_;  // see norm_codes_
   check_moe_shapes(x, router_logits, w, p, scratch, out);
   AKV_CHECK(x.dtype == DType::F32 && router_logits.dtype == DType::F32 && out.dtype == DType::F32, "moe: f32");
   if (x.rows == 0) return;

@@ -1,11 +1,12 @@
-// Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU (f32, and half
-// for the fused MLP), softcap, row gather, f32 -> half conversion (cuBLAS inputs), the KV append
-// and KV block copies.
+// Elementwise and data-movement kernels: embedding lookup, residual add, bias, GLU (f32, f32 with
+// the down GEMV's int8 codes, and half for the fused MLP), softcap, row gather, f32 -> half
+// conversion (cuBLAS inputs), the KV append and KV block copies.
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_launch.cuh"
 
 namespace akv::cuda {
 namespace {
@@ -73,6 +74,24 @@ __global__ void glu_vec_kernel(const float* gate, std::int64_t gs, const float* 
   const float4 u = *reinterpret_cast<const float4*>(up + r * us + c);
   auto act = [](float x) { return kGelu ? gelu_tanh(x) : silu(x); };
   *reinterpret_cast<float4*>(out + r * os + c) = make_float4(act(g.x) * u.x, act(g.y) * u.y, act(g.z) * u.z, act(g.w) * u.w);
+}
+
+// glu_kernel (f32) with out's GEMV codes: one warp per 32-column group of a row, a column a lane.
+template <bool kGelu>
+__global__ void glu_quantize_kernel(const float* gate, std::int64_t gs, const float* up,
+                                    std::int64_t us, float* out, std::int64_t os, std::int32_t n,
+                                    std::int32_t cols, std::int8_t* codes, float2* scales) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int32_t groups = cols / kQuantGroup;
+  const std::int64_t g = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  if (g >= std::int64_t{n} * groups) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const std::int64_t r = g / groups, c = (g % groups) * kQuantGroup + lane;
+  const float x = gate[r * gs + c];
+  const float a = (kGelu ? gelu_tanh(x) : silu(x)) * up[r * us + c];
+  out[r * os + c] = a;
+  quantize_group(a, lane, &codes[r * cols + c], &scales[g]);
 }
 
 // Eight half columns per thread, 16-byte loads and stores (cols and strides multiples of 8,
@@ -203,6 +222,30 @@ void launch_glu(TensorRef gate, TensorRef up, bool gelu, TensorRef out, Stream s
     else
       launch(glu_kernel<float, false>, g, kThreads, 0, s, gp, gate.stride, upp, up.stride, op, out.stride, out.cols);
   }
+  AKV_CUDA_CHECK_LAUNCH();
+}
+
+void launch_glu_quantize(TensorRef gate, TensorRef up, bool gelu, TensorRef out, QuantActivations a,
+                         Stream s) {
+  AKV_CHECK(out.cols % kQuantGroup == 0, "glu_quantize: cols a multiple of 32");
+  AKV_CHECK(
+      gate.rows == out.rows && up.rows == out.rows && gate.cols == out.cols && up.cols == out.cols,
+      "glu_quantize shape");
+  if (out.rows == 0) return;
+  AKV_CHECK(out.rows * out.cols < (std::int64_t{1} << 31), "glu_quantize: too large");
+  const std::int64_t threads = out.rows * out.cols;  // one per element, whole warps per group
+  const auto* gp = static_cast<const float*>(gate.data);
+  const auto* upp = static_cast<const float*>(up.data);
+  auto* op = static_cast<float*>(out.data);
+  const auto n = static_cast<std::int32_t>(out.rows);
+  const auto cols = static_cast<std::int32_t>(out.cols);
+  auto* scales = reinterpret_cast<float2*>(a.scales);
+  if (gelu)
+    launch(glu_quantize_kernel<true>, blocks_for(threads, kThreads), kThreads, 0, s, gp,
+           gate.stride, upp, up.stride, op, out.stride, n, cols, a.codes, scales);
+  else
+    launch(glu_quantize_kernel<false>, blocks_for(threads, kThreads), kThreads, 0, s, gp,
+           gate.stride, upp, up.stride, op, out.stride, n, cols, a.codes, scales);
   AKV_CUDA_CHECK_LAUNCH();
 }
 

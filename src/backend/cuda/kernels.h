@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cuda/quant_gemv.h"
 #include "backend/tensor_ref.h"
 
 struct CUstream_st;
@@ -63,6 +64,11 @@ void launch_glu(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out, Str
 // The same with gate, up and out all BF16 or all F16 (computed in f32, rounded once): the fused
 // MLP's intermediates. 16-byte accesses where cols, strides and rows allow.
 void launch_glu_half(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out, Stream s);
+// launch_glu (f32) that also writes the int8 codes of out [n, cols] into `a` by the rule of
+// launch_quantize_activations (quant_gemv.h): the same floats and codes as the two launches, in
+// one. cols % kQuantGroup == 0; a sized quant_activation_bytes(n, cols).
+void launch_glu_quantize(TensorRef gate, TensorRef up, bool gelu_tanh, TensorRef out,
+                         QuantActivations a, Stream s);
 void launch_softcap(TensorRef x, float cap, Stream s);
 void launch_gather_rows(TensorRef x, const std::int32_t* rows, TensorRef out, Stream s);
 // dst [x.rows, x.cols] contiguous, of dtype BF16 or F16, from the f32 tensor x.
@@ -107,8 +113,26 @@ void launch_rms_norm(TensorRef x, const WeightRef& w, float eps, float weight_of
 // acc += res, then out = rms_norm(acc).
 void launch_add_rms_norm(TensorRef acc, TensorRef res, const WeightRef& w, float eps, float weight_offset,
                          TensorRef out, Stream s);
+// Whether launch_rms_norm_quantize takes this norm: whole rows (w.cols == x.cols), cols a
+// multiple of kQuantGroup, 16-byte aligned rows, more than 512 (or with res) and at most 4,096
+// columns: the shapes whose plain norm runs the one-block register kernel.
+bool rms_norm_quantize_fits(TensorRef x, const WeightRef& w, TensorRef out, const TensorRef* res);
+// launch_rms_norm (res null) or launch_add_rms_norm (acc = x, res) that also writes the int8
+// codes of out [n, cols] into `a` by the rule of launch_quantize_activations: the same floats and
+// codes as the norm followed by that launch. Only shapes rms_norm_quantize_fits takes (AKV_CHECK).
+void launch_rms_norm_quantize(TensorRef x, const TensorRef* res, const WeightRef& w, float eps,
+                              float weight_offset, TensorRef out, QuantActivations a, Stream s);
 void launch_rope(TensorRef x, std::int64_t head_dim, const double* inv_freq, std::int64_t rotary_dim,
                  double attention_scaling, const std::int32_t* positions, Stream s);
+// launch_rope of qk [n, (n_q_heads + n_kv_heads) * head_dim] (k: its last row_width columns),
+// then launch_store_kv of that k and v [n, row_width] into the KV arrays, in one launch over
+// (token, head, pair): the same floats and KV bytes as the two launches. head_dim and rotary_dim
+// even; b.n_tokens == n.
+void launch_rope_store_kv(TensorRef qk, TensorRef v, std::int64_t head_dim, const double* inv_freq,
+                          std::int64_t rotary_dim, double attention_scaling,
+                          const std::int32_t* positions, void* k_cache, void* v_cache,
+                          DType kv_dtype, std::int64_t row_width, std::int32_t block_size,
+                          const DeviceBatch& b, Stream s);
 
 // gemv.cu: out[n, m] = x[n, k] @ w[m, k]^T for n <= kGemvMaxRows (no bias), for up to
 // kGemvMaxTargets weights of one dtype and width k in one launch.

@@ -29,8 +29,27 @@ struct Sig {
   }
 };
 
-enum OpKind : std::uint64_t { kEmbed = 1, kRmsNorm, kMatmul, kAdd, kAddRmsNorm, kRope, kStoreKv, kAttention, kGlu,
-                              kSoftcap, kGather, kDownload, kGatedMlp, kSample, kMoe, kSigmoidMul, kConv1d,
-                              kDeltaRule };
+enum OpKind : std::uint64_t {
+  kEmbed = 1,
+  kRmsNorm,
+  kMatmul,
+  kAdd,
+  kAddRmsNorm,
+  kRope,
+  kStoreKv,
+  kAttention,
+  kGlu,
+  kSoftcap,
+  kGather,
+  kDownload,
+  kGatedMlp,
+  kSample,
+  kMoe,
+  kSigmoidMul,
+  kConv1d,
+  kDeltaRule,
+  kRopeStoreKv,
+  kGluDown
+};
 
 }  // namespace akv::cuda

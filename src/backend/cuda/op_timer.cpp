@@ -196,6 +196,12 @@ void CudaOpTimer::store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef
   b_.store_kv(kv, l, k, v, b);
 }
 
+void CudaOpTimer::rope_store_kv(TensorRef qk, TensorRef v, std::int64_t hd, const RopeParams& r,
+                                KvStorage& kv, std::int64_t l, const ForwardBatch& b) {
+  Scope s(*this, "rope_store_kv");
+  b_.rope_store_kv(qk, v, hd, r, kv, l, b);
+}
+
 void CudaOpTimer::attention(TensorRef q, const KvStorage& kv, std::int64_t l, const ForwardBatch& b,
                             const AttentionParams& p, TensorRef o) {
   Scope s(*this, "attention");

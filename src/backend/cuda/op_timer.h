@@ -98,6 +98,8 @@ class CudaOpTimer final : public Backend {
             std::span<const std::int32_t> p) override;
   void store_kv(KvStorage& kv, std::int64_t l, TensorRef k, TensorRef v,
                 const ForwardBatch& b) override;
+  void rope_store_kv(TensorRef qk, TensorRef v, std::int64_t hd, const RopeParams& r, KvStorage& kv,
+                     std::int64_t l, const ForwardBatch& b) override;
   void attention(TensorRef q, const KvStorage& kv, std::int64_t l, const ForwardBatch& b,
                  const AttentionParams& p, TensorRef o) override;
   void glu(TensorRef g, TensorRef u, GluActivation a, TensorRef o) override;

@@ -39,15 +39,16 @@ struct Stage {
 // activation load feeds kR rows. kSplit true (QuantGemvForm::BlockStages): the block's warps share
 // kR rows, warp w taking stages w, w + kWarps, ...; their sums meet in shared memory (in warp
 // order: deterministic). kM >= n activation rows.
-template <GgmlType T, int kM, int kR, bool kSplit>
-__global__ void __launch_bounds__(kWarps * 32)
-    quant_gemv_kernel(QuantLaunchTargets tg, std::int64_t row_bytes, std::int32_t cols, const std::int8_t* __restrict__ codes,
-                      const float2* __restrict__ scales, std::int32_t n) {
+// The body: block `bt` of a launch over weights of type T (rows row_bytes apart), its warps' rings
+// in `slots` (kSlot >= Stage<T>::kSlotBytes bytes a slot).
+template <GgmlType T, int kM, int kR, bool kSplit, int kSlot>
+__device__ __forceinline__ void gemv_block(const BlockTarget& bt, std::int64_t row_bytes,
+                                           std::int32_t cols, const std::int8_t* __restrict__ codes,
+                                           const float2* __restrict__ scales, std::int32_t n,
+                                           std::uint8_t (*slots)[kPipe][kR][kSlot]) {
   using S = Stage<T>;
   using G = Geometry<T>;
-  __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][S::kSlotBytes];
-  pdl_trigger();
-  const BlockTarget bt = block_target(tg);
+  static_assert(kSlot >= S::kSlotBytes, "a slot holds a stage");
   const std::uint8_t* __restrict__ w = bt.w;
   float* __restrict__ y = bt.y;
   const std::int64_t ys = bt.ys;
@@ -160,6 +161,37 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+template <GgmlType T, int kM, int kR, bool kSplit>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_kernel(QuantLaunchTargets tg, std::int64_t row_bytes, std::int32_t cols,
+                      const std::int8_t* __restrict__ codes, const float2* __restrict__ scales,
+                      std::int32_t n) {
+  constexpr int kSlot = Stage<T>::kSlotBytes;
+  __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][kSlot];
+  pdl_trigger();
+  gemv_block<T, kM, kR, kSplit, kSlot>(block_target(tg), row_bytes, cols, codes, scales, n, slots);
+}
+
+// Targets of two types in one launch (WarpRows form): blocks before split_block read T1 weights
+// (rows row_bytes1 apart), the others T2. Each block runs exactly what quant_gemv_kernel would
+// for its rows, so the outputs are those of one launch per type.
+template <GgmlType T1, GgmlType T2, int kM, int kR>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_mixed_kernel(QuantLaunchTargets tg, std::int32_t split_block,
+                            std::int64_t row_bytes1, std::int64_t row_bytes2, std::int32_t cols,
+                            const std::int8_t* __restrict__ codes,
+                            const float2* __restrict__ scales, std::int32_t n) {
+  constexpr int kSlot =
+      Stage<T1>::kSlotBytes > Stage<T2>::kSlotBytes ? Stage<T1>::kSlotBytes : Stage<T2>::kSlotBytes;
+  __shared__ __align__(16) std::uint8_t slots[kWarps][kPipe][kR][kSlot];
+  pdl_trigger();
+  const BlockTarget bt = block_target(tg);
+  if (static_cast<std::int32_t>(blockIdx.x) < split_block)
+    gemv_block<T1, kM, kR, false, kSlot>(bt, row_bytes1, cols, codes, scales, n, slots);
+  else
+    gemv_block<T2, kM, kR, false, kSlot>(bt, row_bytes2, cols, codes, scales, n, slots);
+}
+
 // Per group of 32 columns: one warp, one column a lane.
 __global__ void quantize_activations_kernel(const float* __restrict__ x, std::int64_t xs, std::int32_t n,
                                             std::int32_t cols, std::int8_t* __restrict__ codes,
@@ -204,6 +236,27 @@ void launch_rows(const QuantTarget* targets, int n_targets, QuantActivations a, 
   if (n <= 16) return launch_typed<T, 16>(targets, n_targets, a, n, s);
   if (n <= 32) return launch_typed<T, 32>(targets, n_targets, a, n, s);
   return launch_typed<T, 64>(targets, n_targets, a, n, s);
+}
+
+template <GgmlType T1, GgmlType T2, int kM>
+void launch_mixed_typed(const QuantTarget* targets, int n_targets, int n_first, QuantActivations a,
+                        std::int64_t n, cudaStream_t s) {
+  constexpr int kR = rows_per_warp(kM);
+  const QuantLaunchTargets tg = launch_targets(targets, n_targets, kWarps * kR);
+  const std::int64_t cols = targets[0].w.cols;
+  launch(quant_gemv_mixed_kernel<T1, T2, kM, kR>, dim3(static_cast<unsigned>(tg.blocks)),
+         dim3(kWarps * 32), 0, s, tg, tg.first_block[n_first], quant_row_bytes(T1, cols),
+         quant_row_bytes(T2, cols), static_cast<std::int32_t>(cols),
+         static_cast<const std::int8_t*>(a.codes), reinterpret_cast<const float2*>(a.scales),
+         static_cast<std::int32_t>(n));
+}
+
+template <GgmlType T1, GgmlType T2>
+void launch_mixed_rows(const QuantTarget* targets, int n_targets, int n_first, QuantActivations a,
+                       std::int64_t n, cudaStream_t s) {
+  if (n <= 1) return launch_mixed_typed<T1, T2, 1>(targets, n_targets, n_first, a, n, s);
+  if (n <= 2) return launch_mixed_typed<T1, T2, 2>(targets, n_targets, n_first, a, n, s);
+  return launch_mixed_typed<T1, T2, 4>(targets, n_targets, n_first, a, n, s);
 }
 
 constexpr std::size_t align16(std::size_t b) { return (b + 15) & ~std::size_t{15}; }
@@ -275,6 +328,37 @@ void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantAct
     case GgmlType::Q6_K: return launch_rows<GgmlType::Q6_K>(targets, n_targets, a, n, form, s);
     default: AKV_CHECK(false, "quantized GEMV: unsupported type");
   }
+}
+
+bool quant_gemv_mixes(GgmlType first, GgmlType second, std::int64_t cols, std::int64_t n) {
+  const bool pair =
+      second == GgmlType::Q6_K && (first == GgmlType::Q4_K || first == GgmlType::Q5_K);
+  if (!pair || n < 1 || n > kQuantGemvMixedMaxRows) return false;
+  // One row: Auto's form must be WarpRows for both (rows under kQuantGemvSplitRowBytes).
+  return n > 1 || (quant_row_bytes(first, cols) < kQuantGemvSplitRowBytes &&
+                   quant_row_bytes(second, cols) < kQuantGemvSplitRowBytes);
+}
+
+void launch_quant_gemv_mixed(const QuantTarget* targets, int n_targets, int n_first,
+                             QuantActivations a, std::int64_t n, cudaStream_t s) {
+  AKV_CHECK(n_first >= 1 && n_first < n_targets && n_targets <= kQuantGemvMaxTargets,
+            "mixed quantized GEMV: 2 or 3 targets of two types");
+  const GgmlType t1 = targets[0].w.type, t2 = targets[n_first].w.type;
+  const std::int64_t cols = targets[0].w.cols;
+  AKV_CHECK(quant_gemv_mixes(t1, t2, cols, n),
+            "mixed quantized GEMV: a pair of types and rows it takes");
+  for (int t = 0; t < n_targets; ++t) {
+    const QuantWeight& w = targets[t].w;
+    AKV_CHECK(w.type == (t < n_first ? t1 : t2) && w.cols == cols,
+              "mixed quantized GEMV: targets by type, one width");
+    AKV_CHECK(reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0,
+              "quantized GEMV: 16-byte aligned weight");
+    AKV_CHECK(w.rows < (std::int64_t{1} << 31) && w.cols < (std::int64_t{1} << 31),
+              "quantized GEMV: shape");
+  }
+  if (t1 == GgmlType::Q4_K)
+    return launch_mixed_rows<GgmlType::Q4_K, GgmlType::Q6_K>(targets, n_targets, n_first, a, n, s);
+  return launch_mixed_rows<GgmlType::Q5_K, GgmlType::Q6_K>(targets, n_targets, n_first, a, n, s);
 }
 
 }  // namespace akv::cuda

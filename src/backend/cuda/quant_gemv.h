@@ -77,6 +77,17 @@ inline constexpr int kQuantGemvMaxTargets = 3;  // q/k/v: one launch
 void launch_quant_gemv_multi(const QuantTarget* targets, int n_targets, QuantActivations a, std::int64_t n,
                              CUstream_st* s, QuantGemvForm form = QuantGemvForm::Auto);
 
+// launch_quant_gemv_multi for targets of two types in one launch, so a small matrix of the other
+// type (v in Q6_K next to q/k in Q4_K: the llama-quantize _M mixes) pays no launch and tail of its
+// own: targets[0, n_first) of one type, the rest of another, one width, n <= 4 rows. Each block
+// runs exactly the single-type kernel's work for its rows: results equal to one launch per type.
+// quant_gemv_mixes: the pairs (Q4_K or Q5_K, then Q6_K) and shapes it takes (one row: both types'
+// rows under kQuantGemvSplitRowBytes, so both would take WarpRows).
+inline constexpr int kQuantGemvMixedMaxRows = 4;
+bool quant_gemv_mixes(GgmlType first, GgmlType second, std::int64_t cols, std::int64_t n);
+void launch_quant_gemv_mixed(const QuantTarget* targets, int n_targets, int n_first,
+                             QuantActivations a, std::int64_t n, CUstream_st* s);
+
 // The same product on the tensor cores (quant_mma.cu), for the activation rows where the GEMV's
 // per-row dp4a work dominates: 16 weight rows at a time decoded from the blocks into the int8 A
 // operand of mma.sync (m16n8k32; Q6_K, whose scales cover 16 elements, two m16n8k16), 8

@@ -57,7 +57,7 @@ struct StepGraph {
   std::vector<std::uint32_t> upload_slots;  // [upload call of the step] its slot
   std::vector<std::uint64_t> ops;           // [op call of the step] its signature
   std::vector<Download> downloads;
-  Scratch scratch[7];  // indexed like CudaBackend::scratch_
+  Scratch scratch[8];          // indexed like CudaBackend::scratch_
   std::vector<void*> retired;  // scratch outgrown during the capture (still in the graph)
   std::uint64_t last_use = 0;
 };
