@@ -113,8 +113,9 @@ void run_gated_attention(const GatedAttentionWeights& w, LayerContext& ctx, Hybr
   be.matmul_multi(xn, targets);
   be.rms_norm(q, w.q_norm, ctx.qk_norm_eps, ctx.norm_offset, q);
   be.rms_norm(k, w.k_norm, ctx.qk_norm_eps, ctx.norm_offset, k);
-  be.rope(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), p.head_dim, ctx.rope, ctx.batch.positions);
-  be.store_kv(ctx.kv, kv_layer, k, v, ctx.batch);
+  // q and k are adjacent in qkv: one call rotates the heads of both and stores k and v.
+  be.rope_store_kv(ctx.ws.qkv.cols_slice(0, q_dim + kv_dim), v, p.head_dim, ctx.rope, ctx.kv, kv_layer,
+                   ctx.batch);
   be.attention(q, ctx.kv, kv_layer, ctx.batch, p, ctx.ws.attn);
   be.sigmoid_mul(ctx.ws.attn, hw.gate);
   be.matmul(ctx.ws.attn, w.o, nullptr, ctx.ws.y);
