@@ -6,7 +6,6 @@
 // by launch_quantize_activations.
 #include <cuda_runtime.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -21,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_gemv.h"
+#include "../models/gguf_test_util.h"
 #include "models/model.h"
 #include "parity_util.h"
 #include "tensor/quantize.h"
@@ -433,20 +433,6 @@ TEST(CudaFusion, BackendQkvOfTwoTypesEqualWithFusionOnAndOff) {
 
 // --- whole models -------------------------------------------------------------------------------
 
-// testdata/gguf/<file>.xz of the models tests, decompressed into the build tree once.
-std::string gguf_fixture(const std::string& file) {
-  namespace fs = std::filesystem;
-  const fs::path xz = fs::path(AGENTKV_MODELS_TESTDATA) / "gguf" / (file + ".xz");
-  const fs::path out = fs::path(AGENTKV_TESTDATA_UNPACKED) / "models-gguf" / file;
-  if (!fs::exists(out)) {
-    fs::create_directories(out.parent_path());
-    const std::string tmp = out.string() + ".tmp" + std::to_string(::getpid());
-    EXPECT_EQ(std::system(("xz -dkc '" + xz.string() + "' > '" + tmp + "'").c_str()), 0) << xz;
-    fs::rename(tmp, out);
-  }
-  return out.string();
-}
-
 struct Greedy {
   std::vector<std::int32_t> ids;
   std::vector<float> logits;  // every step's
@@ -504,7 +490,7 @@ TEST_P(FusionOnModels, GreedyIdsAndLogitsEqualWithFusionOnAndOff) {
   AKV_SKIP_WITHOUT_CUDA();
   const ModelCase& c = GetParam();
   const std::string path =
-      c.quantize ? testdata_dir() + "/models/tiny-random/" + c.name : gguf_fixture(c.name);
+      c.quantize ? testdata_dir() + "/models/tiny-random/" + c.name : unpacked_fixture(c.name);
   CudaBackend gpu;
   auto model = load_model(path, gpu, c.quantize);
   constexpr int kSteps = 24;
