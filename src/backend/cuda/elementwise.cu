@@ -83,15 +83,13 @@ __global__ void glu_quantize_kernel(const float* gate, std::int64_t gs, const fl
                                     std::int32_t cols, std::int8_t* codes, float2* scales) {
   pdl_trigger();
   pdl_wait();
-  const std::int32_t groups = cols / kQuantGroup;
-  const std::int64_t g = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  if (g >= std::int64_t{n} * groups) return;  // whole warps leave together
-  const int lane = threadIdx.x % 32;
-  const std::int64_t r = g / groups, c = (g % groups) * kQuantGroup + lane;
+  WarpGroup w;
+  if (!warp_group(n, cols, w)) return;
+  const std::int64_t r = w.row, c = w.col;
   const float x = gate[r * gs + c];
   const float a = (kGelu ? gelu_tanh(x) : silu(x)) * up[r * us + c];
   out[r * os + c] = a;
-  quantize_group(a, lane, &codes[r * cols + c], &scales[g]);
+  quantize_group(a, w.lane, &codes[r * cols + c], &scales[w.group]);
 }
 
 // Eight half columns per thread, 16-byte loads and stores (cols and strides multiples of 8,

@@ -198,12 +198,9 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, std::in
                                             float2* __restrict__ scales) {
   pdl_trigger();
   pdl_wait();
-  const std::int32_t groups = cols / kQuantGroup;
-  const std::int64_t g = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  if (g >= std::int64_t{n} * groups) return;  // whole warps leave together
-  const int lane = threadIdx.x % 32;
-  const std::int64_t m = g / groups, c = (g % groups) * kQuantGroup + lane;
-  quantize_group(x[m * xs + c], lane, &codes[m * cols + c], &scales[g]);
+  WarpGroup w;
+  if (!warp_group(n, cols, w)) return;
+  quantize_group(x[w.row * xs + w.col], w.lane, &codes[w.row * cols + w.col], &scales[w.group]);
 }
 
 // Rows per warp: two while the accumulators (kR x kM) stay few, one beyond.

@@ -56,6 +56,23 @@ __device__ __forceinline__ BlockTarget block_target(const QuantLaunchTargets& tg
   return r;
 }
 
+// The kQuantGroup-column group of an activation matrix [n, cols] that this thread's warp takes
+// (grid-wide warp index = group index; one column a lane): false past the last group (whole
+// warps leave together).
+struct WarpGroup {
+  std::int64_t group, row, col;  // col: this lane's column
+  int lane;
+};
+__device__ __forceinline__ bool warp_group(std::int32_t n, std::int32_t cols, WarpGroup& wg) {
+  const std::int32_t groups = cols / kQuantGroup;
+  wg.group = (std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  if (wg.group >= std::int64_t{n} * groups) return false;
+  wg.lane = static_cast<int>(threadIdx.x % 32);
+  wg.row = wg.group / groups;
+  wg.col = (wg.group % groups) * kQuantGroup + wg.lane;
+  return true;
+}
+
 // One group of kQuantGroup activations, one a lane of a warp (all 32 call it): the lane's int8
 // code to `code` and, from lane 0, (d, d * the sum of the group's codes) to `scale`, by the rule
 // QuantActivations states (quant_gemv.h).
