@@ -27,6 +27,15 @@
 namespace akv::test {
 namespace {
 
+// A host F32 vector as a 1-D tensor to upload (the vector must outlive the upload).
+TensorInfo f32_info(const char* name, const std::vector<float>& v) {
+  return {.name = name,
+          .dtype = DType::F32,
+          .shape = {static_cast<std::int64_t>(v.size())},
+          .bytes = {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(float)},
+          .file = "random"};
+}
+
 const auto* const kPrintErrors = ::testing::AddGlobalTestEnvironment(new PrintWorstErrors);
 
 // Raw device bytes (x.rows rows of x.cols elements, x.stride apart) copied to the host.
@@ -259,13 +268,7 @@ TEST(CudaFusion, BackendMatmulReusesNormCodesOnlyWhenNothingRanBetween) {
       .name = "w", .dtype = DType::Q4_K, .shape = {rows, cols}, .bytes = wq, .file = "random"};
   const WeightRef w = gpu.upload_weight(wi);
   std::vector<float> nf = random_floats(static_cast<std::size_t>(cols), 0.3f);
-  const TensorInfo ni{
-      .name = "n",
-      .dtype = DType::F32,
-      .shape = {cols},
-      .bytes = {reinterpret_cast<const std::uint8_t*>(nf.data()), nf.size() * sizeof(float)},
-      .file = "random"};
-  const WeightRef norm = gpu.upload_weight(ni);
+  const WeightRef norm = gpu.upload_weight(f32_info("n", nf));
   for (const std::int64_t n : {1, 4}) {
     const auto acc = gpu.alloc(DType::F32, n, cols), res = gpu.alloc(DType::F32, n, cols);
     const auto xn = gpu.alloc(DType::F32, n, cols), z = gpu.alloc(DType::F32, n, cols);
@@ -387,19 +390,7 @@ TEST(CudaFusion, BackendQkvOfTwoTypesEqualWithFusionOnAndOff) {
       v(gpu, DType::Q6_K, 64, cols);
   std::vector<float> bf = random_floats(256, 0.1f),
                      nf = random_floats(static_cast<std::size_t>(cols), 0.3f);
-  const TensorInfo bi{
-      .name = "b",
-      .dtype = DType::F32,
-      .shape = {256},
-      .bytes = {reinterpret_cast<const std::uint8_t*>(bf.data()), bf.size() * sizeof(float)},
-      .file = "random"};
-  const TensorInfo ni{
-      .name = "n",
-      .dtype = DType::F32,
-      .shape = {cols},
-      .bytes = {reinterpret_cast<const std::uint8_t*>(nf.data()), nf.size() * sizeof(float)},
-      .file = "random"};
-  const WeightRef bias = gpu.upload_weight(bi), norm = gpu.upload_weight(ni);
+  const WeightRef bias = gpu.upload_weight(f32_info("b", bf)), norm = gpu.upload_weight(f32_info("n", nf));
   for (const std::int64_t n : {1, 3, 4, 6}) {
     const auto x = gpu.alloc(DType::F32, n, cols), res = gpu.alloc(DType::F32, n, cols);
     const auto xn = gpu.alloc(DType::F32, n, cols), out = gpu.alloc(DType::F32, n, 256 + 64 + 64);
