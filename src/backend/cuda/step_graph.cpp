@@ -56,6 +56,7 @@ void CudaBackend::drop_graphs(bool stale_only) {
 void CudaBackend::begin_step(const ForwardBatch& batch, const KvStorage& kv, const void* caller) {
   AKV_CHECK(!in_step_, "begin_step inside a step");
   in_step_ = true;
+  ++op_seq_;  // a norm's codes never cross a step boundary (norm_codes_)
   ++step_count_;
   step_op_ = step_upload_ = step_download_ = 0;
   step_out_.clear();
@@ -171,6 +172,7 @@ const void* CudaBackend::step_upload(const void* data, std::size_t bytes) {
 void CudaBackend::end_step() {
   AKV_CHECK(in_step_, "end_step without begin_step");
   in_step_ = false;
+  ++op_seq_;  // see begin_step
   if (step_mode_ == StepMode::Eager) {
     ++step_stats_.eager;
     return;
