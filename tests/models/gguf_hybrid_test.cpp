@@ -572,6 +572,27 @@ TEST_P(GgufHybridQ8, BlocksComputeTheDequantizedModel) {
   EXPECT_LE(max_abs_diff(hybrid_logits(*load_model(path, deq), deq, ref.ids), got, &max_got),
             1e-5 * max_got);
 
+  // The fast backend: without int8 inputs (Scalar) within f32 rounding of the reference as these
+  // models carry it (measured 0.7-1.8e-4 of the largest logit, all greedy ids; held to 1e-3);
+  // with them (AVX2/AVX-512) as far off as Q8_0 weights are (measured 0.9-1.2 of the largest
+  // logit, 67-74% of greedy ids), held to half the greedy ids.
+  for (const Isa isa : {Isa::Scalar, best_isa()}) {
+    FastBackend fast(2, isa);
+    const std::vector<float> on_fast = hybrid_logits(*load_model(path, fast), fast, ref.ids);
+    std::size_t n_agree = 0;
+    for (std::size_t i = 0; i < ref.ids.size(); ++i)
+      n_agree +=
+          argmax_row(std::span<const float>(on_fast).subspan(i * c.vocab_size, c.vocab_size)) ==
+          argmax_row(std::span<const float>(got).subspan(i * c.vocab_size, c.vocab_size));
+    double m = 0;
+    const double d = max_abs_diff(on_fast, got, &m);
+    std::printf("fast (%s) vs reference: rel %.3g, greedy %zu of %zu\n", isa_name(isa), d / m,
+                n_agree, ref.ids.size());
+    if (isa == Isa::Scalar)
+      EXPECT_LE(d, 1e-3 * m) << "scalar fast backend";
+    else
+      EXPECT_GE(n_agree * 2, ref.ids.size()) << "fast backend: greedy id agrees at " << n_agree;
+  }
   const auto [err, max_ref] = max_error(got, ref.logits);
   RecordProperty("q8_rel_error", std::to_string(err / max_ref));
   const std::int64_t vocab = c.vocab_size;
