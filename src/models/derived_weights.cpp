@@ -11,13 +11,16 @@ WeightRef DerivedWeights::rows_of(const std::string& name,
                                   std::span<const std::int64_t> rows) {
   const std::vector<std::int64_t> want(shape);
   const TensorInfo& t = reader_.get_or_throw(name, want);
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+  // A quantized matrix's rows are whole blocks: picked like float rows (a GGUF file's q_proj).
+  const bool blocks =
+      want.size() == 2 && dtype_is_quantized(t.dtype) && backend_.takes_quantized_weight(t.dtype);
+  if (!blocks && t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
     throw Error(ErrorKind::Unsupported, t.file + ": tensor '" + name + "': dtype " +
                                             std::string(dtype_name(t.dtype)) +
                                             " is not supported for weights (F32, BF16, F16)");
   std::int64_t cols = 1;
   for (std::size_t i = 1; i < want.size(); ++i) cols *= want[i];
-  const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(t.dtype);
+  const std::size_t row_bytes = dtype_row_bytes(t.dtype, cols);
   std::vector<std::uint8_t>& bytes = bytes_.emplace_back(rows.size() * row_bytes);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     AKV_CHECK(rows[i] >= 0 && rows[i] < want[0], "derived weight row out of range");

@@ -22,8 +22,9 @@ class DerivedWeights {
       : reader_(reader), backend_(backend) {}
 
   // The matrix [rows.size(), cols] whose row i is row rows[i] of tensor `name` seen as
-  // [shape[0], cols] (cols = the product of the other dims). Throws Error like WeightLoader::get
-  // (missing tensor, shape mismatch, non-float dtype).
+  // [shape[0], cols] (cols = the product of the other dims); a quantized matrix of a type the
+  // backend takes keeps its blocks. Throws Error like WeightLoader::get (missing tensor, shape
+  // mismatch, a dtype the backend does not take).
   WeightRef rows_of(const std::string& name, std::initializer_list<std::int64_t> shape,
                     std::span<const std::int64_t> rows);
   // Every row, as a matrix [shape[0], cols].

@@ -24,6 +24,9 @@ convert qwen3-moe f32 "$w2/qwen3-moe"
 for m in qwen3-next qwen3_5-text qwen3_5-moe-text; do  # the hybrids (arches qwen3next, qwen35, qwen35moe)
   convert "$m" f32 "$w2/$m"
 done
+for m in qwen3-next qwen3_5-moe-text; do
+  convert "$m" q8_0 "$w2/$m"
+done
 convert gpt-oss f16 "$w2/gpt-oss"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
