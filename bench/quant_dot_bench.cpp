@@ -2,8 +2,8 @@
 // every row of a random weight matrix of one GGUF block type, the rows split into contiguous
 // ranges over the threads; GB/s of weight bytes read, best of --passes passes
 // (docs/perf/cpu_quant.md). A matrix of a fraction of a MiB stays in L2 (the kernel's compute
-// rate); one of hundreds of MiB streams from memory. --layout repacked: Q5_0 / Q8_0 in the fast
-// backend's load-time layout (backend/cpu/quant_repack.h), the thread ranges on whole groups.
+// rate); one of hundreds of MiB streams from memory. --layout repacked: Q5_0 / Q8_0 / Q4_K in the
+// fast backend's load-time layout (backend/cpu/quant_repack.h), the thread ranges on whole groups.
 //   quant_dot_bench --type q5_0 --cols 576 --mib 256 --threads 2 [--isa avx512] [--passes 5]
 //                   [--layout gguf|repacked]
 #include <CLI/CLI.hpp>
@@ -80,7 +80,7 @@ int run(const std::string& type_name, std::int64_t cols, double mib, int threads
     w.assign(repacked_bytes(t, rows, cols), 0);
     repack_groups(t, gguf.data(), rows, cols, 0, rows / kRepackRows, w.data());
   }
-  const ActFormat format = repacked ? ActFormat::Block32 : act_format(t);
+  const ActFormat format = repacked ? repacked_act_format(t) : act_format(t);
   std::vector<std::uint8_t> act(act_row_bytes(format, cols));
   quantize_act_row(isa, format, x.data(), cols, act.data());
   std::vector<float> out(static_cast<std::size_t>(rows));
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->check(CLI::Range(1, 256));
   app.add_option("--isa", isa, "avx512 (with VNNI where present) or avx2");
   app.add_option("--passes", passes)->check(CLI::Range(1, 1000));
-  app.add_option("--layout", layout, "gguf (the GGUF blocks) or repacked (q5_0, q8_0)")
+  app.add_option("--layout", layout, "gguf (the GGUF blocks) or repacked (q5_0, q8_0, q4_k)")
       ->check(CLI::IsMember({"gguf", "repacked"}));
   CLI11_PARSE(app, argc, argv);
   return akv::run(type, cols, mib, threads, isa, passes, layout == "repacked");

@@ -1,9 +1,9 @@
 // Quantized-weight matmul of the CPU backends against the scalar dequantization oracle, every
 // GGUF block type on every instruction set: the reference backend, the fast backend's integer
 // kernels (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K on AVX2 / AVX-512 VNNI), its kernels of the
-// Q5_0 / Q8_0 weights it repacks at upload (quant_repack.h), and its dequantized-row fallback
-// (the other types, and every type on Scalar). The expected value is
-// sum_k x_k * dequantize(w)_k in double, w the GGUF blocks.
+// Q5_0 / Q8_0 / Q4_K weights it repacks at upload (quant_repack.h), and its dequantized-row
+// fallback (the other types, and every type on Scalar). The expected value is sum_k x_k *
+// dequantize(w)_k in double, w the GGUF blocks.
 //
 // Tolerances:
 // - inputs on the int8 grid (x = 2^-6 q, q integer, |q| <= 127, 127 in every 32-block): the
@@ -110,7 +110,8 @@ OwnedTensor grid_input(std::mt19937& rng, std::int64_t n, std::int64_t k) {
   return x;
 }
 
-// w handed to backend.upload_weight as a checkpoint tensor (the fast backend repacks Q5_0 / Q8_0).
+// w handed to backend.upload_weight as a checkpoint tensor (the fast backend repacks Q5_0 / Q8_0 /
+// Q4_K).
 WeightRef uploaded(Backend& backend, const OwnedWeight& w) {
   TensorInfo t;
   t.name = "w";
@@ -189,7 +190,7 @@ TEST_P(QuantMatmul, FastMatchesOracle) {
 
 // Each output element is computed by exactly one pool thread, whichever chunk of rows it
 // claims: the result must not depend on the thread count (nor on which thread ran a row).
-// Weights as they are and through upload_weight (repacked Q5_0 / Q8_0).
+// Weights as they are and through upload_weight (repacked Q5_0 / Q8_0 / Q4_K).
 TEST_P(QuantMatmul, FastResultDoesNotDependOnThreadCount) {
   const auto [isa, t] = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
@@ -284,7 +285,7 @@ bool same_bits(const OwnedTensor& a, const OwnedTensor& b) {
 // activation blocks) must give the unfused composition's bits: the same kernels on the same
 // rows. (On Scalar, without integer kernels, both take the unfused path.) Down formats: 32-blocks,
 // pairs with an odd last block (inter 96), 256-blocks. The weights as they are and through
-// upload_weight (Q5_0 / Q8_0 repacked: 32-block inputs).
+// upload_weight (Q5_0 / Q8_0 / Q4_K repacked).
 class QuantFused : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(QuantFused, MatchesUnfusedComposition) {
@@ -324,7 +325,8 @@ TEST_P(QuantFused, MatchesUnfusedComposition) {
         w.gate = gate;
         w.up = up;
         w.down = down;
-        OwnedTensor gate_up = random_tensor(rng, n, 2 * c.inter), act = random_tensor(rng, n, c.inter);
+        OwnedTensor gate_up = random_tensor(rng, n, 2 * c.inter),
+                    act = random_tensor(rng, n, c.inter);
         OwnedTensor fused = random_tensor(rng, n, 48, 1);
         fast.gated_mlp(x.ref, w, GluActivation::Silu, gate_up.ref, act.ref, fused.ref);
         OwnedTensor g = random_tensor(rng, n, c.inter), u = random_tensor(rng, n, c.inter);
@@ -336,7 +338,8 @@ TEST_P(QuantFused, MatchesUnfusedComposition) {
         EXPECT_TRUE(same_bits(fused, unfused)) << "gated_mlp " << what;
         EXPECT_TRUE(padding_intact(fused)) << "gated_mlp wrote outside the output view";
 
-        OwnedTensor multi_g = random_tensor(rng, n, c.inter), multi_u = random_tensor(rng, n, c.inter, 1);
+        OwnedTensor multi_g = random_tensor(rng, n, c.inter),
+                    multi_u = random_tensor(rng, n, c.inter, 1);
         const MatmulTarget targets[] = {{&gate, &bias.ref, multi_g.ref},
                                         {&up, nullptr, multi_u.ref}};
         fast.matmul_multi(x.ref, targets);
@@ -352,10 +355,10 @@ const auto isa_param_name = [](const auto& info) { return std::string(isa_name(i
 INSTANTIATE_TEST_SUITE_P(Isa, QuantizeActRow, ::testing::ValuesIn(all_isas()), isa_param_name);
 INSTANTIATE_TEST_SUITE_P(Isa, QuantFused, ::testing::ValuesIn(all_isas()), isa_param_name);
 
-// upload_weight repacks Q5_0 and Q8_0 matrices (of at least 8 rows) on the instruction sets
-// that have their kernels, and matmul through them matches the oracle on the GGUF bytes: whole
-// groups, a padded last group, a single group, an odd block count, prefill tiles (n = 9), and
-// the 135M model's 576 x 576.
+// upload_weight repacks Q5_0, Q8_0 and Q4_K matrices (of at least 8 rows) on the instruction
+// sets that have their kernels, and matmul through them matches the oracle on the GGUF bytes:
+// whole groups, a padded last group, a single group, an odd block count, prefill tiles (n = 9),
+// and the 135M model's 576 x 576 (Q4_K: its down_proj, 576 x 1536).
 TEST_P(QuantMatmul, FastRepackedMatchesOracle) {
   const auto [isa, t] = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
@@ -364,12 +367,13 @@ TEST_P(QuantMatmul, FastRepackedMatchesOracle) {
   if (!kernel) GTEST_SKIP() << dtype_name(t) << ": no repacked form on " << isa_name(isa);
   FastBackend fast(2, isa);
   std::uint32_t seed = 101;
+  const bool k256 = dtype_block_elems(t) == 256;
   for (const auto& [n, m, k] : {std::tuple{1, 37, 512},
                                 {3, 300, 256},
                                 {9, 20, 1536},
-                                {2, 33, 96},
-                                {1, 8, 32},
-                                {1, 576, 576}}) {
+                                {2, 33, k256 ? 768 : 96},
+                                {1, 8, k256 ? 256 : 32},
+                                {1, 576, k256 ? 1536 : 576}}) {
     check(fast, true, t, n, m, k, Input::Grid, seed++, Weight::Uploaded);
     check(fast, true, t, n, m, k, Input::Arbitrary, seed++, Weight::Uploaded);
   }
@@ -382,7 +386,7 @@ TEST_P(QuantMatmul, RepackedLayoutRoundTrips) {
   const DType t = std::get<1>(GetParam());
   if (!repackable(t)) GTEST_SKIP() << dtype_name(t) << " has no repacked form";
   std::mt19937 rng(41);
-  const std::int64_t rows = 21, cols = 96;  // 3 groups, the last with 3 padding rows
+  const std::int64_t rows = 21, cols = 3 * dtype_block_elems(t);  // 3 groups, 3 padding rows
   const OwnedWeight w = random_quant_weight(rng, t, rows, cols);
   const std::size_t row_bytes = dtype_row_bytes(t, cols);
   ASSERT_EQ(repacked_bytes(t, rows, cols), 24 * row_bytes);
@@ -412,14 +416,15 @@ TEST_P(QuantMatmul, RepackedRowRangesMatchWholeGroups) {
   const RepackedDotFn dot = find_repacked_dot(isa, t);
   if (dot == nullptr) GTEST_SKIP() << dtype_name(t) << ": no repacked form on " << isa_name(isa);
   std::mt19937 rng(43);
-  const std::int64_t rows = 29, cols = 96, n_blocks = 3;
+  const std::int64_t rows = 29, n_blocks = 3, cols = n_blocks * dtype_block_elems(t);
+  const ActFormat format = repacked_act_format(t);
   const OwnedWeight w = random_quant_weight(rng, t, rows, cols);
   const std::size_t row_bytes = dtype_row_bytes(t, cols);
   std::vector<std::uint8_t> packed(repacked_bytes(t, rows, cols));
   repack_groups(t, w.bytes.data(), rows, cols, 0, 4, packed.data());
   const OwnedTensor x = random_tensor(rng, 1, cols, 2);
-  std::vector<std::uint8_t> act(act_row_bytes(ActFormat::Block32, cols));
-  quantize_act_row(isa, ActFormat::Block32, x.ref.row<float>(0), cols, act.data());
+  std::vector<std::uint8_t> act(act_row_bytes(format, cols));
+  quantize_act_row(isa, format, x.ref.row<float>(0), cols, act.data());
   std::vector<float> all(32, -1.0f);
   dot(packed.data(), n_blocks, act.data(), 4, all.data());
   for (std::int64_t r = rows; r < 32; ++r) EXPECT_EQ(all[r], 0.0f) << "padding row " << r;
@@ -447,7 +452,7 @@ TEST_P(QuantMatmul, RepackedRowViewsMatchWholeMatrix) {
     GTEST_SKIP() << dtype_name(t) << ": no repacked form on " << isa_name(isa);
   FastBackend fast(2, isa);
   std::mt19937 rng(47);
-  const std::int64_t experts = 3, rows = 12, cols = 96;
+  const std::int64_t experts = 3, rows = 12, cols = 3 * dtype_block_elems(t);
   const OwnedWeight w = random_quant_weight(rng, t, experts * rows, cols);
   const WeightRef whole = uploaded(fast, w);
   ASSERT_NE(whole.data, w.ref.data) << "upload_weight did not repack";
@@ -480,11 +485,12 @@ TEST_P(QuantMatmul, RepackedEmbedMatchesReference) {
   FastBackend fast(2, isa);
   ReferenceBackend ref;
   std::mt19937 rng(53);
-  const OwnedWeight w = random_quant_weight(rng, t, 43, 96);
+  const std::int64_t cols = 3 * dtype_block_elems(t);
+  const OwnedWeight w = random_quant_weight(rng, t, 43, cols);
   const WeightRef table = uploaded(fast, w);
   ASSERT_NE(table.data, w.ref.data) << "upload_weight did not repack";
   const std::int32_t ids[] = {0, 42, 17, 8, 7, 40};
-  OwnedTensor got = random_tensor(rng, 6, 96, 1), want = random_tensor(rng, 6, 96);
+  OwnedTensor got = random_tensor(rng, 6, cols, 1), want = random_tensor(rng, 6, cols);
   fast.embed(table, ids, 0.5f, got.ref);
   ref.embed(w.ref, ids, 0.5f, want.ref);
   EXPECT_TRUE(same_bits(got, want));

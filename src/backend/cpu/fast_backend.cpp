@@ -75,7 +75,7 @@ FastBackend::QuantKernel FastBackend::quant_kernel(const WeightRef& w) const {
     AKV_CHECK(r->dtype == w.dtype && r->cols == w.cols && offset % row_bytes == 0 &&
                   static_cast<std::int64_t>(offset / row_bytes) + w.rows <= r->rows,
               "a view of whole rows of a repacked weight");
-    k.format = ActFormat::Block32;
+    k.format = repacked_act_format(w.dtype);
     k.repacked = find_repacked_dot(isa_, w.dtype);
     k.base = r->bytes.get();
     k.first_row = static_cast<std::int64_t>(offset / row_bytes);

@@ -50,7 +50,7 @@ class FastBackend : public ReferenceBackend {
   int n_threads() const { return pool_.n_threads(); }
   Isa isa() const { return isa_; }
 
-  // Q5_0 / Q8_0 matrices of at least kRepackRows rows, when isa has their repacked kernel:
+  // Q5_0 / Q8_0 / Q4_K matrices of at least kRepackRows rows, when isa has their repacked kernel:
   // a repacked copy this backend owns (the source is not read again; it may be freed or shared
   // with another backend); anything else zero copy as the reference. Expensive: reads and
   // rewrites the matrix (on the pool).

@@ -1,5 +1,5 @@
-// The repacked Q5_0 / Q8_0 layout (quant_repack.h): plain byte moves both ways, and the
-// dispatch of its kernels.
+// The repacked Q5_0 / Q8_0 / Q4_K layout (quant_repack.h): plain byte moves both ways, and
+// the dispatch of its kernels.
 #include "backend/cpu/quant_repack.h"
 
 #include <algorithm>
@@ -56,12 +56,28 @@ void repack_block_q8_0(const quant::BlockQ8_0* const rows[kRepackRows], std::int
   }
 }
 
+// Q4_K: d, dmin, the scale planes, then the 32 vectors of nibbles.
+constexpr std::size_t kQ4kPlanes = 2 * kScaleBytes + 3 * 32;  // d[8], dmin[8], words[3][8]
+
+void repack_block_q4_k(const quant::BlockQ4_K* const rows[kRepackRows], std::int64_t b,
+                       std::uint8_t* out) {
+  std::uint8_t* qs = out + kQ4kPlanes;
+  for (int r = 0; r < kRepackRows; ++r) {
+    quant::BlockQ4_K w{};
+    if (rows[r] != nullptr) w = rows[r][b];
+    std::memcpy(out + 2 * r, &w.d, 2);
+    std::memcpy(out + kScaleBytes + 2 * r, &w.dmin, 2);
+    for (int k = 0; k < 3; ++k)
+      std::memcpy(out + 2 * kScaleBytes + 32 * k + 4 * r, w.scales + 4 * k, 4);
+    for (int v = 0; v < 32; ++v) std::memcpy(qs + 32 * v + 4 * r, w.qs + 4 * v, 4);
+  }
+}
+
 template <typename Block>
-void repack_groups_of(const void* gguf, std::int64_t rows, std::int64_t cols, std::int64_t g0,
+void repack_groups_of(const void* gguf, std::int64_t rows, std::int64_t nb, std::int64_t g0,
                       std::int64_t g1, void* out,
                       void (*repack_block)(const Block* const[kRepackRows], std::int64_t,
                                            std::uint8_t*)) {
-  const std::int64_t nb = cols / quant::kQK;
   const auto* src = static_cast<const Block*>(gguf);
   auto* dst = static_cast<std::uint8_t*>(out);
   for (std::int64_t g = g0; g < g1; ++g) {
@@ -80,7 +96,12 @@ void repack_groups_of(const void* gguf, std::int64_t rows, std::int64_t cols, st
 }  // namespace
 
 bool repackable(DType t) {
-  return t == DType::Q5_0 || t == DType::Q8_0;
+  return t == DType::Q5_0 || t == DType::Q8_0 || t == DType::Q4_K;
+}
+
+ActFormat repacked_act_format(DType t) {
+  AKV_CHECK(repackable(t), "repacked_act_format: type");
+  return t == DType::Q4_K ? ActFormat::Block256 : ActFormat::Block32;
 }
 
 std::size_t repacked_bytes(DType t, std::int64_t rows, std::int64_t cols) {
@@ -91,15 +112,17 @@ std::size_t repacked_bytes(DType t, std::int64_t rows, std::int64_t cols) {
 
 void repack_groups(DType t, const void* gguf, std::int64_t rows, std::int64_t cols, std::int64_t g0,
                    std::int64_t g1, void* out) {
-  AKV_CHECK(cols % quant::kQK == 0, "repack_groups: cols");
+  AKV_CHECK(repackable(t) && cols % dtype_block_elems(t) == 0, "repack_groups: type or cols");
+  const std::int64_t nb = cols / dtype_block_elems(t);
   if (t == DType::Q5_0)
-    return repack_groups_of<quant::BlockQ5_0>(gguf, rows, cols, g0, g1, out, repack_block_q5_0);
-  AKV_CHECK(t == DType::Q8_0, "repack_groups: type");
-  repack_groups_of<quant::BlockQ8_0>(gguf, rows, cols, g0, g1, out, repack_block_q8_0);
+    return repack_groups_of<quant::BlockQ5_0>(gguf, rows, nb, g0, g1, out, repack_block_q5_0);
+  if (t == DType::Q4_K)
+    return repack_groups_of<quant::BlockQ4_K>(gguf, rows, nb, g0, g1, out, repack_block_q4_k);
+  repack_groups_of<quant::BlockQ8_0>(gguf, rows, nb, g0, g1, out, repack_block_q8_0);
 }
 
 void unpack_row(DType t, const void* repacked, std::int64_t cols, std::int64_t r, void* out) {
-  const std::int64_t nb = cols / quant::kQK, g = r / kRepackRows, i = r % kRepackRows;
+  const std::int64_t nb = cols / dtype_block_elems(t), g = r / kRepackRows, i = r % kRepackRows;
   const std::size_t block_bytes = static_cast<std::size_t>(dtype_block_bytes(t));
   const auto* group = static_cast<const std::uint8_t*>(repacked) +
                       static_cast<std::size_t>(g * kRepackRows * nb) * block_bytes;
@@ -116,6 +139,14 @@ void unpack_row(DType t, const void* repacked, std::int64_t cols, std::int64_t r
       }
       std::memcpy(w.qh, &bits, 4);
       std::memcpy(static_cast<quant::BlockQ5_0*>(out) + b, &w, sizeof(w));
+    } else if (t == DType::Q4_K) {
+      quant::BlockQ4_K w{};
+      std::memcpy(&w.d, src + 2 * i, 2);
+      std::memcpy(&w.dmin, src + kScaleBytes + 2 * i, 2);
+      for (int k = 0; k < 3; ++k)
+        std::memcpy(w.scales + 4 * k, src + 2 * kScaleBytes + 32 * k + 4 * i, 4);
+      for (int v = 0; v < 32; ++v) std::memcpy(w.qs + 4 * v, src + kQ4kPlanes + 32 * v + 4 * i, 4);
+      std::memcpy(static_cast<quant::BlockQ4_K*>(out) + b, &w, sizeof(w));
     } else {
       AKV_CHECK(t == DType::Q8_0, "unpack_row: type");
       quant::BlockQ8_0 w{};

@@ -1,4 +1,4 @@
-// The bodies of the repacked Q5_0 / Q8_0 kernels (quant_repack.h), compiled twice like
+// The bodies of the repacked Q5_0 / Q8_0 / Q4_K kernels (quant_repack.h), compiled twice like
 // quant_dot_simd.h (included after it, in the same namespace): AKV_QDOT_VNNI 1 uses dpbusd,
 // 0 maddubs + madd. One group of 8 rows at a time, output lane r = row r: each 4-value group
 // of the input is broadcast and multiplied with the same 4 columns of the 8 rows.
@@ -123,12 +123,108 @@ AKV_QDOT_TARGET inline __m256 group_block_q8_0(const std::uint8_t* blk, const Ac
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), group_scales(blk, a), acc);
 }
 
+// Int32 lane r = byte kByte of lane r (kPair: that byte in both int16 halves, for madd).
+template <int kByte, bool kPair>
+AKV_QDOT_TARGET inline __m256i lane_byte(__m256i v) {
+  constexpr char z = -1, b0 = kByte, b1 = 4 + kByte, b2 = 8 + kByte, b3 = 12 + kByte;
+  constexpr char p0 = kPair ? b0 : z, p1 = kPair ? b1 : z, p2 = kPair ? b2 : z, p3 = kPair ? b3 : z;
+  return _mm256_shuffle_epi8(
+      v, _mm256_setr_epi8(b0, z, p0, z, b1, z, p1, z, b2, z, p2, z, b3, z, p3, z, b0, z, p0, z, b1,
+                          z, p1, z, b2, z, p2, z, b3, z, p3, z));
+}
+
+// Int32 lane r = bytes kByte and kByte + 1 of lane r as two int16 (the mins of two sub-blocks).
+template <int kByte>
+AKV_QDOT_TARGET inline __m256i lane_byte_pair(__m256i v) {
+  constexpr char z = -1, a = kByte, b = kByte + 1;
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(a, z, b, z, 4 + a, z, 4 + b, z, 8 + a, z, 8 + b, z,
+                                                 12 + a, z, 12 + b, z, a, z, b, z, 4 + a, z, 4 + b,
+                                                 z, 8 + a, z, 8 + b, z, 12 + a, z, 12 + b, z));
+}
+
+// One chunk c of Q4_K's nibbles for the 8 rows: sub-blocks 2c (low nibbles) and 2c + 1 (high),
+// each row's 32 products summed as integers and scaled by its 6-bit scale (lanes of sc, byte
+// kC % 2 * 2 and + 1 of the plane), added to dot. VNNI: 8 dpbusd a sub-block, then one 32-bit
+// multiply; else maddubs pairs summed in int16 (16 products of <= 15 * 127: < 2^15), then one
+// madd with the scale in both halves.
+template <int kC>
+AKV_QDOT_TARGET inline __m256i q4_k_chunk(const std::uint8_t* qs, const ActBlock256& a, __m256i sc,
+                                          __m256i dot) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  constexpr int kEven = 2 * kC % 4, kOdd = kEven + 1;
+  __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) {
+    const __m256i x = load256(qs + 32 * (8 * kC + q));
+    const __m256i lo = _mm256_and_si256(x, low4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+#if AKV_QDOT_VNNI
+    even = _mm256_dpbusd_epi32(even, lo, bcast4(a.qs + 64 * kC + 4 * q));
+    odd = _mm256_dpbusd_epi32(odd, hi, bcast4(a.qs + 64 * kC + 32 + 4 * q));
+#else
+    even = _mm256_add_epi16(even, _mm256_maddubs_epi16(lo, bcast4(a.qs + 64 * kC + 4 * q)));
+    odd = _mm256_add_epi16(odd, _mm256_maddubs_epi16(hi, bcast4(a.qs + 64 * kC + 32 + 4 * q)));
+#endif
+  }
+#if AKV_QDOT_VNNI
+  dot = _mm256_add_epi32(dot, _mm256_mullo_epi32(even, lane_byte<kEven, false>(sc)));
+  return _mm256_add_epi32(dot, _mm256_mullo_epi32(odd, lane_byte<kOdd, false>(sc)));
+#else
+  dot = _mm256_add_epi32(dot, _mm256_madd_epi16(even, lane_byte<kEven, true>(sc)));
+  return _mm256_add_epi32(dot, _mm256_madd_epi16(odd, lane_byte<kOdd, true>(sc)));
+#endif
+}
+
+// Q4_K: x = d sc_s q - dmin m_s over 8 sub-blocks of 32 (quant_dot_simd.h's block_k4 for 8
+// rows at once). The three scale planes give the 6-bit scales and mins of all 8 rows in a few
+// vector ops (the scalar unpacking of k_scales_mins, lane-wise); the mins term sum_s m_s (the
+// input sum of sub-block s) is 4 madds; one FMA each for the products and the mins.
+AKV_QDOT_TARGET inline __m256 group_block_q4_k(const std::uint8_t* blk, const ActBlock256& a,
+                                               __m256 acc) {
+  const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f),
+                low2 = _mm256_set1_epi8(0x03);
+  const __m256i w0 = load256(blk + 32), w1 = load256(blk + 64), w2 = load256(blk + 96);
+  // Byte s of lane r: row r's scale (mins) of sub-block s (lo) and 4 + s (hi).
+  const __m256i sc_lo = _mm256_and_si256(w0, low6);
+  const __m256i sc_hi =
+      _mm256_or_si256(_mm256_and_si256(w2, low4),
+                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), low2), 4));
+  const __m256i m_lo = _mm256_and_si256(w1, low6);
+  const __m256i m_hi =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), low2), 4));
+  const std::uint8_t* qs = blk + 128;
+  __m256i dot = _mm256_setzero_si256();
+  dot = q4_k_chunk<0>(qs, a, sc_lo, dot);
+  dot = q4_k_chunk<1>(qs, a, sc_lo, dot);
+  dot = q4_k_chunk<2>(qs, a, sc_hi, dot);
+  dot = q4_k_chunk<3>(qs, a, sc_hi, dot);
+  // Sub-block s's input sum (bsums[2 s] + bsums[2 s + 1], int16), pairs (2 k, 2 k + 1) in
+  // every lane, against the same pairs of mins.
+  const __m256i sub = _mm256_broadcastsi128_si256(
+      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums)),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8))));
+  __m256i mins = _mm256_madd_epi16(lane_byte_pair<0>(m_lo), _mm256_shuffle_epi32(sub, 0x00));
+  mins = _mm256_add_epi32(
+      mins, _mm256_madd_epi16(lane_byte_pair<2>(m_lo), _mm256_shuffle_epi32(sub, 0x55)));
+  mins = _mm256_add_epi32(
+      mins, _mm256_madd_epi16(lane_byte_pair<0>(m_hi), _mm256_shuffle_epi32(sub, 0xaa)));
+  mins = _mm256_add_epi32(
+      mins, _mm256_madd_epi16(lane_byte_pair<2>(m_hi), _mm256_shuffle_epi32(sub, 0xff)));
+  const __m256 ad = _mm256_set1_ps(a.d);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+  const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, ad), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, ad), acc);
+}
+
 // quant_repack.h's kernel form; blocks on two f32 accumulators (even, odd).
-template <std::size_t kBlockBytes, __m256 (*kBlock)(const std::uint8_t*, const ActBlock32&, __m256)>
+template <typename Act, std::size_t kBlockBytes,
+          __m256 (*kBlock)(const std::uint8_t*, const Act&, __m256)>
 AKV_QDOT_TARGET void dot_groups(const void* w, std::int64_t nb, const void* act_row,
                                 std::int64_t n_groups, float* out) {
   const auto* g = static_cast<const std::uint8_t*>(w);
-  const auto* a = static_cast<const ActBlock32*>(act_row);
+  const auto* a = static_cast<const Act*>(act_row);
   constexpr std::size_t kGroupBlock = kRepackRows * kBlockBytes;
   for (std::int64_t i = 0; i < n_groups; ++i, g += kGroupBlock * static_cast<std::size_t>(nb)) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -145,9 +241,11 @@ AKV_QDOT_TARGET void dot_groups(const void* w, std::int64_t nb, const void* act_
 RepackedDotFn find_repacked_kernel(DType w) {
   switch (w) {
     case DType::Q5_0:
-      return dot_groups<sizeof(quant::BlockQ5_0), group_block_q5_0>;
+      return dot_groups<ActBlock32, sizeof(quant::BlockQ5_0), group_block_q5_0>;
     case DType::Q8_0:
-      return dot_groups<sizeof(quant::BlockQ8_0), group_block_q8_0>;
+      return dot_groups<ActBlock32, sizeof(quant::BlockQ8_0), group_block_q8_0>;
+    case DType::Q4_K:
+      return dot_groups<ActBlock256, sizeof(quant::BlockQ4_K), group_block_q4_k>;
     default:
       return nullptr;
   }
