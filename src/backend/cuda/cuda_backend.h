@@ -421,7 +421,8 @@ class CudaBackend final : public Backend {
   // scratch 7 and records them here with op_seq_ after its own bump. matmul_multi takes them
   // instead of quantizing x when x is that output (data, rows, cols, stride) and op_seq_ has not
   // moved since: every op that may write an activation (upload included) bumps op_seq_ on entry,
-  // composite ops (matmul, gated_mlp) only after the matmul_multi they start with. The same op
+  // composite ops (matmul, gated_mlp) only after the matmul_multi they start with, and
+  // begin_step/end_step too (a recorded step's codes live in its graph's scratch). The same op
   // order replays in a recorded step, so captured and eager steps decide alike. Writes to the
   // norm's output from outside the backend's ops (raw cudaMemcpy) are not seen: do not.
   struct NormCodes {
