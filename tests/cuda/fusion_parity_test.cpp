@@ -523,8 +523,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"qwen3-qknorm-tied", DType::Q6_K},
                       ModelCase{"phi3-fused", DType::Q8_0}),
     [](const ::testing::TestParamInfo<ModelCase>& i) {
-      std::string n =
-          i.param.name + (i.param.quantize ? "_" + std::string(dtype_name(*i.param.quantize)) : "");
+      std::string n = i.param.name;
+      if (i.param.quantize) {  // appended, not `"_" + string`: GCC 12 -O3 warns falsely there
+        n += '_';
+        n += dtype_name(*i.param.quantize);
+      }
       for (char& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
