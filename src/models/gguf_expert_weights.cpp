@@ -10,23 +10,26 @@
 
 namespace akv {
 
-namespace {
-
-std::vector<float> values(const GgufTensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  dequantize(t.type, t.bytes, v);
-  return v;
+std::span<const std::uint8_t> MappedTensors::keep(std::vector<std::uint8_t> bytes) {
+  storage.push_back(std::move(bytes));
+  return storage.back();
 }
+
+void MappedTensors::add(std::string name, DType dtype, std::vector<std::int64_t> shape,
+                        std::span<const std::uint8_t> bytes, const std::string& file) {
+  tensors.push_back(TensorInfo{.name = std::move(name),
+                               .dtype = dtype,
+                               .shape = std::move(shape),
+                               .bytes = bytes,
+                               .file = file});
+}
+
+namespace {
 
 // `bytes` as a tensor of `out` (kept in its storage).
 void add(MappedTensors& out, std::string name, DType dtype, std::vector<std::int64_t> shape,
          std::vector<std::uint8_t> bytes, const std::string& file) {
-  out.storage.push_back(std::move(bytes));
-  out.tensors.push_back(TensorInfo{.name = std::move(name),
-                                   .dtype = dtype,
-                                   .shape = std::move(shape),
-                                   .bytes = out.storage.back(),
-                                   .file = file});
+  out.add(std::move(name), dtype, std::move(shape), out.keep(std::move(bytes)), file);
 }
 
 // Whether Qwen3-MoE's three stacks keep their GGUF blocks: all quantized, of types the backend
@@ -73,8 +76,7 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
       stored = *find_dtype_of(t.type);
     } else if (plain_dtype(t.type) != dtype) {
       if (fused == nullptr || i == 0 || i == 2) {
-        out.storage.push_back(encode_f32(values(t), dtype));
-        converted = out.storage.back();
+        converted = out.keep(encode_f32(dequantize_tensor(t), dtype));
       }
       bytes = converted;
     }
@@ -83,12 +85,9 @@ void append_qwen3_moe(const GgufReader& g, const ModelConfig& c, const std::stri
     const std::size_t size = half ? per_expert / 2 : per_expert;
     const std::size_t offset = half && i == 1 ? size : 0;
     for (std::int64_t e = 0; e < n; ++e)
-      out.tensors.push_back(TensorInfo{
-          .name = hf + "experts." + std::to_string(e) + "." + p.hf + ".weight",
-          .dtype = stored,
-          .shape = {p.rows, p.cols},
-          .bytes = bytes.subspan(static_cast<std::size_t>(e) * per_expert + offset, size),
-          .file = t.file});
+      out.add(hf + "experts." + std::to_string(e) + "." + p.hf + ".weight", stored,
+              {p.rows, p.cols},
+              bytes.subspan(static_cast<std::size_t>(e) * per_expert + offset, size), t.file);
   }
 }
 
@@ -150,7 +149,8 @@ void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string
   } else {
     // The converter transposed to [E, out, in] and split gate/up; the checkpoint is
     // [E, in, out] with gate j at column 2j and up j at 2j + 1.
-    const std::vector<float> gv = values(gate), uv = values(up), dv = values(down);
+    const std::vector<float> gv = dequantize_tensor(gate), uv = dequantize_tensor(up),
+                             dv = dequantize_tensor(down);
     std::vector<float> gate_up(gv.size() * 2), down_t(dv.size());
     for (std::int64_t x = 0; x < n; ++x)
       for (std::int64_t j = 0; j < inter; ++j)
@@ -167,9 +167,9 @@ void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string
     add(out, e + "down_proj", dtype, {n, inter, hidden}, encode_f32(down_t, dtype), down.file);
   }
   const std::vector<float> gb =
-      values(gguf_tensor_of_shape(g, blk + "ffn_gate_exps.bias", {n, inter}));
+      dequantize_tensor(gguf_tensor_of_shape(g, blk + "ffn_gate_exps.bias", {n, inter}));
   const std::vector<float> ub =
-      values(gguf_tensor_of_shape(g, blk + "ffn_up_exps.bias", {n, inter}));
+      dequantize_tensor(gguf_tensor_of_shape(g, blk + "ffn_up_exps.bias", {n, inter}));
   std::vector<float> gate_up_bias(gb.size() * 2);
   for (std::size_t i = 0; i < gb.size(); ++i) {
     gate_up_bias[2 * i] = gb[i];
@@ -178,7 +178,8 @@ void append_gpt_oss(const GgufReader& g, const ModelConfig& c, const std::string
   add(out, e + "gate_up_proj_bias", dtype, {n, 2 * inter}, encode_f32(gate_up_bias, dtype),
       gate.file);
   const GgufTensor& db = gguf_tensor_of_shape(g, blk + "ffn_down_exps.bias", {n, hidden});
-  add(out, e + "down_proj_bias", dtype, {n, hidden}, encode_f32(values(db), dtype), db.file);
+  add(out, e + "down_proj_bias", dtype, {n, hidden}, encode_f32(dequantize_tensor(db), dtype),
+      db.file);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "models/config.h"
@@ -24,6 +25,12 @@ namespace akv {
 struct MappedTensors {
   std::vector<TensorInfo> tensors;
   std::vector<std::vector<std::uint8_t>> storage;  // moving it keeps each buffer's address
+
+  // `bytes` kept in storage; the returned span stays valid as long as this object.
+  std::span<const std::uint8_t> keep(std::vector<std::uint8_t> bytes);
+  // A tensor over `bytes` (the GGUF file's mapping, or keep's).
+  void add(std::string name, DType dtype, std::vector<std::int64_t> shape,
+           std::span<const std::uint8_t> bytes, const std::string& file);
 };
 
 // Tensor `name` of `gguf`; Error{NotFound} when absent, Error{BadFormat} naming the file and the

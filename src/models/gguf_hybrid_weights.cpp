@@ -44,26 +44,6 @@ Rows concat(Rows a, const Rows& b) {
   return a;
 }
 
-std::vector<float> values(const GgufTensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  dequantize(t.type, t.bytes, v);
-  return v;
-}
-
-void add(MappedTensors& out, std::string name, DType dtype, std::vector<std::int64_t> shape,
-         std::span<const std::uint8_t> bytes, const std::string& file) {
-  out.tensors.push_back(TensorInfo{.name = std::move(name),
-                                   .dtype = dtype,
-                                   .shape = std::move(shape),
-                                   .bytes = bytes,
-                                   .file = file});
-}
-
-std::span<const std::uint8_t> keep(MappedTensors& out, std::vector<std::uint8_t> bytes) {
-  out.storage.push_back(std::move(bytes));
-  return out.storage.back();
-}
-
 // Tensor `t` as checkpoint tensor `name` of `shape`, its rows (first dim; elements of a vector)
 // picked in the order `rows` (empty: all, as stored): quantized matrices the backend takes stay
 // in their blocks, everything else becomes `dtype`. Zero copy when nothing changes.
@@ -75,7 +55,7 @@ void add_rows(MappedTensors& out, const GgufTensor& t, std::string name,
   std::span<const std::uint8_t> src = t.bytes;
   std::vector<std::uint8_t> converted;
   if (!blocks && plain_dtype(t.type) != dtype) {
-    converted = encode_f32(values(t), dtype);
+    converted = encode_f32(dequantize_tensor(t), dtype);
     src = converted;
   }
   if (!rows.empty()) {
@@ -85,11 +65,11 @@ void add_rows(MappedTensors& out, const GgufTensor& t, std::string name,
     for (std::size_t i = 0; i < rows.size(); ++i)
       std::memcpy(picked.data() + i * row_bytes,
                   src.data() + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
-    src = keep(out, std::move(picked));
+    src = out.keep(std::move(picked));
   } else if (!converted.empty()) {
-    src = keep(out, std::move(converted));
+    src = out.keep(std::move(converted));
   }
-  add(out, std::move(name), blocks ? *q : dtype, std::move(shape), src, t.file);
+  out.add(std::move(name), blocks ? *q : dtype, std::move(shape), src, t.file);
 }
 
 // A Gated DeltaNet layer's shapes and what the file did to it.
@@ -113,7 +93,7 @@ struct LinearLayer {
 // A = -exp(A_log) as the converter stored it -> A_log, value heads in grouped order.
 void add_a_log(MappedTensors& out, const LinearLayer& l, DType dtype) {
   const GgufTensor& t = l.get("ssm_a", {l.nv});
-  const std::vector<float> a = values(t);
+  const std::vector<float> a = dequantize_tensor(t);
   const Rows order = l.tiled ? grouped_from_tiled(l.nk, l.r, 1) : row_span(0, l.nv);
   std::vector<float> a_log(a.size());
   for (std::size_t h = 0; h < a.size(); ++h) {
@@ -124,7 +104,7 @@ void add_a_log(MappedTensors& out, const LinearLayer& l, DType dtype) {
                                             ", expected -exp(A_log) < 0 for every value head");
     a_log[h] = static_cast<float>(std::log(-static_cast<double>(v)));
   }
-  add(out, l.hf + "A_log", dtype, {l.nv}, keep(out, encode_f32(a_log, dtype)), t.file);
+  out.add(l.hf + "A_log", dtype, {l.nv}, out.keep(encode_f32(a_log, dtype)), t.file);
 }
 
 // out_proj [hidden, value_dim]: value heads are its columns; reordered in f32 (a quantized
@@ -134,14 +114,14 @@ void add_out_proj(MappedTensors& out, const LinearLayer& l, DType dtype,
   const GgufTensor& t = l.get("ssm_out.weight", {l.hidden, l.value_dim});
   const std::string name = l.hf + "out_proj.weight";
   if (!l.tiled) return add_rows(out, t, name, {l.hidden, l.value_dim}, {}, dtype, keep_quantized);
-  const std::vector<float> v = values(t);
+  const std::vector<float> v = dequantize_tensor(t);
   const Rows cols = grouped_from_tiled(l.nk, l.r, l.dv);
   std::vector<float> w(v.size());
   for (std::int64_t row = 0; row < l.hidden; ++row)
     for (std::int64_t c = 0; c < l.value_dim; ++c)
       w[static_cast<std::size_t>(row * l.value_dim + c)] =
           v[static_cast<std::size_t>(row * l.value_dim + cols[c])];
-  add(out, name, dtype, {l.hidden, l.value_dim}, keep(out, encode_f32(w, dtype)), t.file);
+  out.add(name, dtype, {l.hidden, l.value_dim}, out.keep(encode_f32(w, dtype)), t.file);
 }
 
 // The input projections: in_proj_qkv / in_proj_z / in_proj_b / in_proj_a, or a legacy file's
