@@ -152,7 +152,12 @@ void bench_gguf(CudaBackend& be, const MoeShape& s, double copy_bw, Call&& call,
                 decode_bytes / t * 1e-9, 100.0 * decode_bytes / t / copy_bw);
   };
   for (const std::int64_t n : {std::int64_t{1}, std::int64_t{8}}) {
-    row("decode kernels (GGUF blocks, int8 activations)", n, seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    be.set_moe_quant_staging(cuda::MoeQuantStaging::Windows);
+    row("decode kernels, rows staged a window at a time (before)", n,
+        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    be.set_moe_quant_staging(cuda::MoeQuantStaging::Runs);
+    row("decode kernels (GGUF blocks, int8 activations; runs, the default)", n,
+        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
     try {
       row("  routing launch alone", n, seconds_per_call(be, 64, [&](int i) { route(n, i); }));
       row("  expert launches alone (last routing)", n, seconds_per_call(be, 64, [&](int i) { experts(n, i); }));
@@ -201,7 +206,11 @@ void bench_mxfp4_decode(CudaBackend& be, double copy_bw, Call&& call, Experts&& 
     row("MXFP4 decode: f32 kernels (pipelined; before)", n,
         seconds_per_call(be, 64, [&](int i) { call(n, i); }));
     be.set_moe_mxfp4_decode(Mx::Int8);
-    row("MXFP4 decode: int8 kernels (staged, dp4a; the default)", n,
+    be.set_moe_quant_staging(cuda::MoeQuantStaging::Windows);
+    row("MXFP4 decode: int8 kernels, rows staged a window at a time (before)", n,
+        seconds_per_call(be, 64, [&](int i) { call(n, i); }));
+    be.set_moe_quant_staging(cuda::MoeQuantStaging::Runs);
+    row("MXFP4 decode: int8 kernels (runs, dp4a; the default)", n,
         seconds_per_call(be, 64, [&](int i) { call(n, i); }));
     try {
       row("  expert launches alone (last routing)", n,

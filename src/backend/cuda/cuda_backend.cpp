@@ -103,6 +103,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* moe_mxfp4 = std::getenv("AGENTKV_CUDA_MOE_MXFP4");
   if (moe_mxfp4 != nullptr && std::strcmp(moe_mxfp4, "f32") == 0)
     moe_mxfp4_decode_ = MoeMxfp4Decode::F32;
+  const char* moe_staging = std::getenv("AGENTKV_CUDA_MOE_STAGING");
+  if (moe_staging != nullptr && std::strcmp(moe_staging, "windows") == 0)
+    moe_quant_staging_ = cuda::MoeQuantStaging::Windows;
   const char* fuse = std::getenv("AGENTKV_CUDA_FUSE");
   decode_fusion_ = fuse == nullptr || std::strcmp(fuse, "0") != 0;
   const char* delta_chunk = std::getenv("AGENTKV_CUDA_DELTA_CHUNK");

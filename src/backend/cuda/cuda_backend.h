@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/linear_attention.h"
+#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/quant_gemv.h"
 
 struct CUstream_st;
@@ -156,6 +157,10 @@ class CudaBackend final : public Backend {
   // environment starts the backend with F32.
   enum class MoeMxfp4Decode { F32, Int8 };
   void set_moe_mxfp4_decode(MoeMxfp4Decode d) { moe_mxfp4_decode_ = d; }
+  // How those int8 kernels stage expert rows (cuda::MoeQuantStaging, moe_kernels.h): whole runs of
+  // each warp's rows where they fit (the default), or a window of each row at a time.
+  // AGENTKV_CUDA_MOE_STAGING=windows in the environment starts the backend with the latter.
+  void set_moe_quant_staging(cuda::MoeQuantStaging s) { moe_quant_staging_ = s; }
   // cublasGemmGroupedBatchedEx launches so far (tests and benchmarks check the path ran).
   std::int64_t moe_grouped_gemm_launches() const { return moe_grouped_gemm_launches_; }
   void softcap(TensorRef x, float cap) override;
@@ -458,6 +463,7 @@ class CudaBackend final : public Backend {
   MoeKernels moe_kernels_ = MoeKernels::Grouped;
   MoeDecodeKernels moe_decode_kernels_ = MoeDecodeKernels::Pipelined;
   MoeMxfp4Decode moe_mxfp4_decode_ = MoeMxfp4Decode::Int8;
+  cuda::MoeQuantStaging moe_quant_staging_ = cuda::MoeQuantStaging::Runs;
   bool moe_grouped_gemm_unsupported_ = false;  // cuBLAS answered NOT_SUPPORTED once
   std::int64_t moe_grouped_gemm_launches_ = 0;
   std::vector<std::int32_t> moe_offsets_;      // moe_grouped: the experts' first rows, read back

@@ -55,7 +55,8 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
                     .u(p.interleaved_gate_up).t(scratch.route).t(scratch.gate_up).t(scratch.act).t(scratch.down)
                     .t(out).u(static_cast<std::uint64_t>(moe_kernels_))
                     .u(static_cast<std::uint64_t>(moe_decode_kernels_))
-                    .u(static_cast<std::uint64_t>(moe_mxfp4_decode_)).h))
+                    .u(static_cast<std::uint64_t>(moe_mxfp4_decode_))
+                    .u(static_cast<std::uint64_t>(moe_quant_staging_)).h))
     return;
   const bool grouped = !recording() && x.rows > kMoeDecodeMaxRows && grouped_supported(w, p);
   if (w.format == ExpertFormat::GgufBlocks) {  // no per-pair form: the decode kernels are the baseline
@@ -65,13 +66,13 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
     if (grouped && moe_kernels_ != MoeKernels::PerPair)
       moe_grouped(x, w, p, scratch, out);
     else
-      cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream());
+      cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), moe_quant_staging_);
     return;
   }
   if (w.format == ExpertFormat::Mxfp4 && !grouped && moe_kernels_ != MoeKernels::PerPair &&
       moe_mxfp4_decode_ == MoeMxfp4Decode::Int8 && cuda::moe_quant_supported(w, p)) {
     cuda::launch_moe_route(router_logits, p, scratch.route, stream());
-    cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream());
+    cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), moe_quant_staging_);
     return;
   }
   const bool decode = !grouped && p.n_experts <= cuda::kMoeMaxExperts && cuda::moe_decode_supported(x, w, p);

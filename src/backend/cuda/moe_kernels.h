@@ -63,9 +63,15 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
 // moe_quant_supported: GgufBlocks of supported types, or Mxfp4 with 16-byte aligned gate_up and
 // down (rows are whole 16-byte words: widths of whole groups of 32) and both scales; at most
 // kMoeMaxExperts and 32 choices.
+// staging: Runs (the default) stages each warp's rows whole, as runs of consecutive rows
+// (moe_decode_runs.cu), in each launch whose block then fits 112 KiB of shared memory (two
+// blocks a multiprocessor; the other launch, or both, stage windows); Windows always stages a
+// window of each row at a time (the first form; before/after measurements and tests). Gate/up's
+// results are the same bit for bit either way; down's sums meet in another order.
+enum class MoeQuantStaging { Runs, Windows };
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
-                             TensorRef out, Stream s);
+                             TensorRef out, Stream s, MoeQuantStaging staging = MoeQuantStaging::Runs);
 
 // moe_prefill.cu: tokens grouped by expert. The (token, choice) pairs a = t * top_k + k of n
 // tokens, sorted by expert: pairs of expert e are sorted[offsets[e], offsets[e + 1]), and

@@ -1,0 +1,265 @@
+// The int8 decode of quantized experts with each warp's rows staged whole (moe_decode_quant.cuh:
+// launch_gate_up_runs, launch_down_runs). The rows a warp reads are consecutive in the expert
+// stack, so they come in as one or two contiguous copies (16-byte cp.async) instead of a copy per
+// row and window: the per-row address arithmetic and loop of the windowed kernels was a third to
+// a half of their instructions at batch 1, and their second window's copy waited for the first's
+// sums. Gate/up: the warp's two runs are committed as two copy groups, so the sums of the first
+// overlap the copy of the second; the results equal the windowed kernel's bit for bit (same
+// per-lane order of every sum). Down: a block per (token, 8 output rows), a warp per choice of
+// the token staging that expert's 8 rows as one run; the choices' weighted sums meet in shared
+// memory in choice order (deterministic, no atomics).
+#include "backend/cuda/moe_decode_quant.cuh"
+
+namespace akv::cuda::moe_quant {
+namespace {
+
+constexpr int kDownRunRows = 8;  // down: output rows per block, one run a choice
+
+// Sums of a run's n rows (kRows at most) over all groups against the int8 codes xc / scales xs:
+// part[i] += this lane's groups g = lane, lane + 32, ... of row i (the windowed kernels' order).
+template <class F, int kRows>
+__device__ __forceinline__ void run_sums(const std::uint8_t* run, int off, int row_bytes,
+                                         int scale_bytes, int n, int groups, const std::int8_t* xc,
+                                         const float2* xs, int lane, float (&part)[kRows]) {
+  for (int g = lane; g < groups; g += 32) {
+    const int4* c = reinterpret_cast<const int4*>(xc + g * kQuantGroup);
+    const int4 ca = c[0], cb = c[1];
+    const float2 ds = xs[g];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+      if (i < n)
+        part[i] += group_dot(F::decode_run(run, off, row_bytes, scale_bytes, i, g), ca, cb, ds);
+  }
+}
+
+// The same sums over all 32 lanes whatever the width: items (row i, group g), i * groups + g =
+// lane, lane + 32, ... (the windowed down kernel's spread; rows narrower than 32 groups leave no
+// lane idle), each added to its row's sum.
+template <class F, int kRows>
+__device__ __forceinline__ void run_sums_spread(const std::uint8_t* run, int off, int row_bytes,
+                                                int scale_bytes, int n, int groups,
+                                                const std::int8_t* xc, const float2* xs, int lane,
+                                                float (&part)[kRows]) {
+  int i = lane / groups, g = lane - i * groups;
+  for (int item = lane; item < n * groups; item += 32) {
+    const float v = group_dot(F::decode_run(run, off, row_bytes, scale_bytes, i, g),
+                              xc + g * kQuantGroup, xs[g]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (r == i) part[r] += v;
+    for (g += 32; g >= groups; g -= groups) ++i;
+  }
+}
+
+// gate_up_kernel's work and results (moe_decode_quant.cu) with the warp's 2 kUnits rows as two
+// runs of kUnits: gate rows j0 .. j0 + 3 and up rows inter + j0 .. (split gate/up), or rows
+// 2 j0 .. 2 j0 + 3 and 2 j0 + 4 .. 2 j0 + 7 (interleaved). Dynamic shared memory: x's codes and
+// scales (codes_bytes(hidden)), then two runs of run_bytes per warp.
+template <class F, int kSlots>
+__global__ void __launch_bounds__(kGateUpWarps * 32, kSlots == 1 ? 3 : 2)
+    gate_up_runs_kernel(const float* __restrict__ x, std::int64_t x_stride, ExpertRows w,
+                        const float* __restrict__ route, std::int64_t route_stride,
+                        const void* bias, DType bias_dtype, QuantActivations aq, DeviceMoe m,
+                        int run_bytes, bool x_vec) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  __shared__ float unit_act[kQuantGroup];
+  pdl_wait();
+  pdl_trigger();  // after the wait: the down launch reads the route before its own wait
+  const int a = static_cast<int>(blockIdx.y), token = a / m.top_k, choice = a % m.top_k;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int j0 = static_cast<int>(blockIdx.x) * kQuantGroup + warp * kUnits;
+  const int groups = m.hidden / kQuantGroup;
+  auto* xc = reinterpret_cast<std::int8_t*>(smem);
+  auto* xs = reinterpret_cast<float2*>(smem + m.hidden);
+  std::uint8_t* runs = smem + codes_bytes(m.hidden) + std::int64_t{warp} * kSlots * run_bytes;
+  const std::int64_t base =
+      std::int64_t{static_cast<int>(route[token * route_stride + choice])} * 2 * m.inter;
+  const std::int64_t first[2] = {m.interleaved ? base + 2 * j0 : base + j0,
+                                 m.interleaved ? base + 2 * j0 + kUnits : base + m.inter + j0};
+  std::uint8_t* second = runs + (kSlots - 1) * run_bytes;
+  int off[2];
+  off[0] = F::stage_run(w, first[0], kUnits, runs, lane);
+  cp_async_commit();
+  if constexpr (kSlots == 2) {
+    off[1] = F::stage_run(w, first[1], kUnits, second, lane);
+    cp_async_commit();
+  }
+  quantize_x(x + token * x_stride, groups, x_vec, xc, xs);  // while the runs load
+  __syncthreads();
+  const int rb = static_cast<int>(w.row_bytes), sb = static_cast<int>(w.scale_bytes);
+  float part[2][kUnits] = {};
+  cp_async_wait<kSlots - 1>();  // the first run
+  __syncwarp();
+  run_sums<F, kUnits>(runs, off[0], rb, sb, kUnits, groups, xc, xs, lane, part[0]);
+  if constexpr (kSlots == 1) {
+    __syncwarp();  // every lane is done with the first run
+    off[1] = F::stage_run(w, first[1], kUnits, second, lane);
+  }
+  cp_async_wait_all();
+  __syncwarp();
+  run_sums<F, kUnits>(second, off[1], rb, sb, kUnits, groups, xc, xs, lane, part[1]);
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) {
+    const float gs = m.interleaved ? part[u / 2][2 * (u % 2)] : part[0][u];
+    const float us = m.interleaved ? part[u / 2][2 * (u % 2) + 1] : part[1][u];
+    const float g = warp_sum(gs), up = warp_sum(us);
+    const std::int64_t gate_row = m.interleaved ? base + 2 * (j0 + u) : base + j0 + u;
+    const std::int64_t up_row = m.interleaved ? gate_row + 1 : base + m.inter + j0 + u;
+    if (lane == 0)
+      unit_act[warp * kUnits + u] = moe_activation(g + moe_bias_at(bias, bias_dtype, gate_row),
+                                                   up + moe_bias_at(bias, bias_dtype, up_row), m);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const std::int64_t group = std::int64_t{a} * (m.inter / kQuantGroup) + blockIdx.x;
+  quantize_group(unit_act[lane], lane, aq.codes + group * kQuantGroup + lane,
+                 reinterpret_cast<float2*>(aq.scales) + group);
+}
+
+// out[t, r0 .. r0 + 7] (t = blockIdx.y, r0 = 8 blockIdx.x) = sum over the token's choices i, in
+// order, of weight_i * (down rows of expert_i . its activations) + sum of weight_i * down bias.
+// Warp w takes choices w, w + warps, ...: each a run of the expert's 8 rows, the first issued
+// before the wait for gate/up (the route is complete when down starts). Dynamic shared memory:
+// the token's k activation rows' codes and scales (codes_bytes(top_k * inter)), then a run of
+// run_bytes per warp.
+template <class F>
+__global__ void __launch_bounds__(kDownWarps * 32)
+    down_runs_kernel(QuantActivations aq, ExpertRows w, const float* __restrict__ route,
+                     std::int64_t route_stride, const void* bias, DType bias_dtype,
+                     float* __restrict__ out, std::int64_t out_stride, DeviceMoe m, int run_bytes) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  __shared__ int experts[32];
+  __shared__ float weights[32];
+  __shared__ float sums[32][kDownRunRows];  // [choice][row]: unweighted dots
+  pdl_trigger();
+  const int t = static_cast<int>(blockIdx.y);
+  if (static_cast<int>(threadIdx.x) < m.top_k) {  // from L2: see down_kernel
+    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
+    weights[threadIdx.x] = __ldcg(route + t * route_stride + m.top_k + threadIdx.x);
+  }
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int r0 = static_cast<int>(blockIdx.x) * kDownRunRows;
+  const int nr = min(kDownRunRows, m.hidden - r0);
+  const int groups = m.inter / kQuantGroup;
+  const int codes = m.top_k * m.inter, scales = m.top_k * groups;  // the token's
+  auto* ac = reinterpret_cast<std::int8_t*>(smem);
+  auto* as = reinterpret_cast<float2*>(smem + codes);
+  std::uint8_t* run = smem + codes_bytes(codes) + std::int64_t{warp} * run_bytes;
+  auto stage = [&](int i) {
+    return F::stage_run(w, std::int64_t{experts[i]} * m.hidden + r0, nr, run, lane);
+  };
+  int off = warp < m.top_k ? stage(warp) : 0;  // in flight while gate/up finishes
+  pdl_wait();                                  // gate/up's activations (from L2, as the route)
+  const auto* src_codes = reinterpret_cast<const int4*>(aq.codes + std::int64_t{t} * codes);
+  const auto* src_scales = reinterpret_cast<const float2*>(aq.scales) + std::int64_t{t} * scales;
+  for (int i = static_cast<int>(threadIdx.x); i < codes / 16; i += static_cast<int>(blockDim.x))
+    reinterpret_cast<int4*>(ac)[i] = __ldcg(src_codes + i);
+  for (int i = static_cast<int>(threadIdx.x); i < scales; i += static_cast<int>(blockDim.x))
+    as[i] = __ldcg(src_scales + i);
+  __syncthreads();
+  const int rb = static_cast<int>(w.row_bytes), sb = static_cast<int>(w.scale_bytes);
+  for (int i = warp; i < m.top_k; i += warps) {
+    if (i != warp) {
+      __syncwarp();  // every lane is done with the previous run
+      off = stage(i);
+    }
+    cp_async_wait_all();
+    __syncwarp();
+    float part[kDownRunRows] = {};
+    if (groups < 32)  // narrow experts (Qwen3-30B-A3B's 24 groups): no idle lanes
+      run_sums_spread<F, kDownRunRows>(run, off, rb, sb, nr, groups, ac + i * m.inter,
+                                       as + i * groups, lane, part);
+    else  // wide ones (GPT-OSS's 90): the plain walk, no per-item row select
+      run_sums<F, kDownRunRows>(run, off, rb, sb, nr, groups, ac + i * m.inter, as + i * groups,
+                                lane, part);
+#pragma unroll
+    for (int r = 0; r < kDownRunRows; ++r) {
+      const float v = warp_sum(part[r]);
+      if (lane == 0) sums[i][r] = v;
+    }
+  }
+  __syncthreads();
+  const int r = static_cast<int>(threadIdx.x);
+  if (r >= nr) return;
+  float acc = 0.0f, biases = 0.0f;
+  for (int i = 0; i < m.top_k; ++i) {
+    acc += weights[i] * sums[i][r];
+    if (bias != nullptr)
+      biases +=
+          weights[i] * moe_bias_at(bias, bias_dtype, std::int64_t{experts[i]} * m.hidden + r0 + r);
+  }
+  out[std::int64_t{t} * out_stride + r0 + r] = acc + biases;
+}
+
+template <class F, int kSlots>
+bool gate_up_runs_slots(const DecodeArgs& a, const ExpertRows& rows) {
+  static bool smem_set = false;  // one a format; the engine thread is the only caller
+  const std::int64_t hidden = a.x.cols, pairs = a.x.rows * a.p.top_k;
+  const std::int64_t run = run_slot_bytes(rows, kUnits);
+  const auto smem = static_cast<std::size_t>(codes_bytes(hidden) + kGateUpWarps * kSlots * run);
+  if (smem > kRunsMaxSmemBytes) return false;
+  allow_smem(gate_up_runs_kernel<F, kSlots>, smem_set, smem);
+  const bool x_vec = reinterpret_cast<std::uintptr_t>(a.x.data) % 16 == 0 && a.x.stride % 4 == 0;
+  launch(gate_up_runs_kernel<F, kSlots>,
+         dim3(static_cast<unsigned>(a.p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
+         dim3(kGateUpWarps * 32), smem, a.s, static_cast<const float*>(a.x.data), a.x.stride, rows,
+         static_cast<const float*>(a.route.data), a.route.stride, a.w.gate_up_bias.data,
+         a.w.gate_up_bias.dtype, a.aq, a.m, static_cast<int>(run), x_vec);
+  return true;
+}
+
+// Two slots a warp (both runs in flight at once) where the grid fits one wave at two blocks a
+// multiprocessor, else one slot (the second run staged after the first's sums): more blocks a
+// multiprocessor, so the grid needs no second wave (measured: GPT-OSS-20B's 360 blocks a token).
+template <class F>
+bool gate_up_runs(const DecodeArgs& a, const ExpertRows& rows) {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    AKV_CUDA_CHECK(cudaGetDevice(&device));
+    AKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  const std::int64_t blocks = a.p.inter / kQuantGroup * a.x.rows * a.p.top_k;
+  return blocks <= 2 * sms ? gate_up_runs_slots<F, 2>(a, rows) : gate_up_runs_slots<F, 1>(a, rows);
+}
+
+template <class F>
+bool down_runs(const DecodeArgs& a, const ExpertRows& rows) {
+  static bool smem_set = false;
+  const int warps = static_cast<int>(std::min<std::int64_t>(a.p.top_k, kDownWarps));
+  const std::int64_t run = run_slot_bytes(rows, kDownRunRows);
+  const auto smem = static_cast<std::size_t>(codes_bytes(a.p.top_k * a.p.inter) + warps * run);
+  if (smem > kRunsMaxSmemBytes) return false;
+  allow_smem(down_runs_kernel<F>, smem_set, smem);
+  launch(down_runs_kernel<F>,
+         dim3(blocks_for(a.x.cols, kDownRunRows), static_cast<unsigned>(a.x.rows)),
+         dim3(warps * 32), smem, a.s, a.aq, rows, static_cast<const float*>(a.route.data),
+         a.route.stride, a.w.down_bias.data, a.w.down_bias.dtype, static_cast<float*>(a.out.data),
+         a.out.stride, a.m, static_cast<int>(run));
+  return true;
+}
+
+}  // namespace
+
+bool launch_gate_up_runs(const DecodeArgs& a) {
+  if (a.w.format == ExpertFormat::Mxfp4)
+    return gate_up_runs<SplitMxfp4Rows>(a, mxfp4_rows(a.w.gate_up, a.w.gate_up_scales));
+  bool done = false;
+  dispatch_quant(ggml_type(a.w.gate_up.dtype), [&]<GgmlType T>() {
+    done = gate_up_runs<GgufRows<T>>(a, gguf_rows(a.w.gate_up));
+  });
+  return done;
+}
+
+bool launch_down_runs(const DecodeArgs& a) {
+  if (a.w.format == ExpertFormat::Mxfp4)
+    return down_runs<SplitMxfp4Rows>(a, mxfp4_rows(a.w.down, a.w.down_scales));
+  bool done = false;
+  dispatch_quant(ggml_type(a.w.down.dtype),
+                 [&]<GgmlType T>() { done = down_runs<GgufRows<T>>(a, gguf_rows(a.w.down)); });
+  return done;
+}
+
+}  // namespace akv::cuda::moe_quant
