@@ -82,19 +82,14 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
         part[r] += group_dot(F::decode(slots + r * slot_bytes, off[r], g), ca, cb, ds);
     }
   }
+  float gate[kUnits], up[kUnits];
+  std::int64_t gate_row[kUnits], up_row[kUnits];
 #pragma unroll
   for (int u = 0; u < kUnits; ++u) {
-    const float g = warp_sum(part[2 * u]), up = warp_sum(part[2 * u + 1]);
-    if (lane == 0)
-      unit_act[warp * kUnits + u] =
-          moe_activation(g + moe_bias_at(bias, bias_dtype, rows[2 * u]),
-                         up + moe_bias_at(bias, bias_dtype, rows[2 * u + 1]), m);
+    gate[u] = part[2 * u], up[u] = part[2 * u + 1];
+    gate_row[u] = rows[2 * u], up_row[u] = rows[2 * u + 1];
   }
-  __syncthreads();
-  if (warp != 0) return;
-  const std::int64_t group = std::int64_t{a} * (m.inter / kQuantGroup) + blockIdx.x;
-  quantize_group(unit_act[lane], lane, aq.codes + group * kQuantGroup + lane,
-                 reinterpret_cast<float2*>(aq.scales) + group);
+  store_activations(gate, up, gate_row, up_row, bias, bias_dtype, m, a, aq, unit_act);
 }
 
 // out[t, r] = sum over the token's k choices of weight * (down row r of the expert . act of the

@@ -173,6 +173,30 @@ __device__ __forceinline__ void quantize_x(const float* __restrict__ xt, int gro
   }
 }
 
+// Gate/up's end, both stagings: unit u of this warp (its gate and up sums, this lane's parts;
+// their rows of the stack for the biases) summed over the warp and activated into
+// unit_act[warp * kUnits + u]; then, once every warp has, warp 0 quantizes the block's 32
+// activations as one group of pair a's row of aq (the int8 codes down reads). Every thread of the
+// block calls it.
+__device__ __forceinline__ void store_activations(
+    const float (&gate)[kUnits], const float (&up)[kUnits], const std::int64_t (&gate_row)[kUnits],
+    const std::int64_t (&up_row)[kUnits], const void* bias, DType bias_dtype, const DeviceMoe& m,
+    int a, QuantActivations aq, float* unit_act) {
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) {
+    const float g = warp_sum(gate[u]), v = warp_sum(up[u]);
+    if (lane == 0)
+      unit_act[warp * kUnits + u] = moe_activation(g + moe_bias_at(bias, bias_dtype, gate_row[u]),
+                                                   v + moe_bias_at(bias, bias_dtype, up_row[u]), m);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const std::int64_t group = std::int64_t{a} * (m.inter / kQuantGroup) + blockIdx.x;
+  quantize_group(unit_act[lane], lane, aq.codes + group * kQuantGroup + lane,
+                 reinterpret_cast<float2*>(aq.scales) + group);
+}
+
 // `len` bytes at `src` copied by the warp into `slot` (cp.async, the 16-byte words around them:
 // at most len + 30 bytes): the first byte lands at slot + the returned offset (src's address mod
 // 16, so 4-byte words keep their alignment).

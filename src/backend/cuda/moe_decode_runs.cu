@@ -98,22 +98,16 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, kSlots == 1 ? 3 : 2)
   cp_async_wait_all();
   __syncwarp();
   run_sums<F, kUnits>(second, off[1], rb, sb, kUnits, groups, xc, xs, lane, part[1]);
+  float gate[kUnits], up[kUnits];
+  std::int64_t gate_row[kUnits], up_row[kUnits];
 #pragma unroll
   for (int u = 0; u < kUnits; ++u) {
-    const float gs = m.interleaved ? part[u / 2][2 * (u % 2)] : part[0][u];
-    const float us = m.interleaved ? part[u / 2][2 * (u % 2) + 1] : part[1][u];
-    const float g = warp_sum(gs), up = warp_sum(us);
-    const std::int64_t gate_row = m.interleaved ? base + 2 * (j0 + u) : base + j0 + u;
-    const std::int64_t up_row = m.interleaved ? gate_row + 1 : base + m.inter + j0 + u;
-    if (lane == 0)
-      unit_act[warp * kUnits + u] = moe_activation(g + moe_bias_at(bias, bias_dtype, gate_row),
-                                                   up + moe_bias_at(bias, bias_dtype, up_row), m);
+    gate[u] = m.interleaved ? part[u / 2][2 * (u % 2)] : part[0][u];
+    up[u] = m.interleaved ? part[u / 2][2 * (u % 2) + 1] : part[1][u];
+    gate_row[u] = m.interleaved ? base + 2 * (j0 + u) : base + j0 + u;
+    up_row[u] = m.interleaved ? gate_row[u] + 1 : base + m.inter + j0 + u;
   }
-  __syncthreads();
-  if (warp != 0) return;
-  const std::int64_t group = std::int64_t{a} * (m.inter / kQuantGroup) + blockIdx.x;
-  quantize_group(unit_act[lane], lane, aq.codes + group * kQuantGroup + lane,
-                 reinterpret_cast<float2*>(aq.scales) + group);
+  store_activations(gate, up, gate_row, up_row, bias, bias_dtype, m, a, aq, unit_act);
 }
 
 // out[t, r0 .. r0 + 7] (t = blockIdx.y, r0 = 8 blockIdx.x) = sum over the token's choices i, in
