@@ -3,11 +3,13 @@
 // stack, so they come in as one or two contiguous copies (16-byte cp.async) instead of a copy per
 // row and window: the per-row address arithmetic and loop of the windowed kernels was a third to
 // a half of their instructions at batch 1, and their second window's copy waited for the first's
-// sums. Gate/up: the warp's two runs are committed as two copy groups, so the sums of the first
-// overlap the copy of the second; the results equal the windowed kernel's bit for bit (same
-// per-lane order of every sum). Down: a block per (token, 8 output rows), a warp per choice of
-// the token staging that expert's 8 rows as one run; the choices' weighted sums meet in shared
-// memory in choice order (deterministic, no atomics).
+// sums. Gate/up: the warp's rows are two runs, both in flight at once (two slots, two copy groups:
+// the first run's sums overlap the second's copy) where the grid fits one wave at two blocks a
+// multiprocessor, else one after the other through one slot (three blocks a multiprocessor); the
+// results equal the windowed kernel's bit for bit (same per-lane order of every sum). Down: a
+// block per (token, 8 output rows), a warp per choice of the token staging that expert's 8 rows
+// as one run; the choices' dot products meet in shared memory and are weighted and summed in
+// choice order (deterministic, no atomics).
 #include "backend/cuda/moe_decode_quant.cuh"
 
 namespace akv::cuda::moe_quant {
@@ -54,7 +56,7 @@ __device__ __forceinline__ void run_sums_spread(const std::uint8_t* run, int off
 // gate_up_kernel's work and results (moe_decode_quant.cu) with the warp's 2 kUnits rows as two
 // runs of kUnits: gate rows j0 .. j0 + 3 and up rows inter + j0 .. (split gate/up), or rows
 // 2 j0 .. 2 j0 + 3 and 2 j0 + 4 .. 2 j0 + 7 (interleaved). Dynamic shared memory: x's codes and
-// scales (codes_bytes(hidden)), then two runs of run_bytes per warp.
+// scales (codes_bytes(hidden)), then kSlots slots of run_bytes per warp.
 template <class F, int kSlots>
 __global__ void __launch_bounds__(kGateUpWarps * 32, kSlots == 1 ? 3 : 2)
     gate_up_runs_kernel(const float* __restrict__ x, std::int64_t x_stride, ExpertRows w,
