@@ -507,36 +507,37 @@ std::unique_ptr<WeightPair> gguf_mxfp4_of(const WeightPair& w, const WeightPair&
 TEST(MoeKernelsOnCuda, Mxfp4AsReleasedMatchesItsGgufBlocksBitForBit) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();
-  for (const auto staging : {cuda::MoeQuantStaging::Runs, cuda::MoeQuantStaging::Windows})
-  for (const MoeShape* s : {&kGptOss, &kGptOssWide, &kLongDown, &kLongRows}) {
-    b.gpu.set_moe_quant_staging(staging);
-    const MoeLayer l = MoeLayer::random(*s, DType::F32, true);
-    const std::unique_ptr<WeightPair> gu = gguf_mxfp4_of(*l.gu, *l.gu_scales),
-                                      dn = gguf_mxfp4_of(*l.dn, *l.dn_scales);
-    const MoeWeights released = l.weights(true);
-    MoeWeights blocks_w = released;
-    blocks_w.format = ExpertFormat::GgufBlocks;
-    blocks_w.gate_up = gu->gpu;
-    blocks_w.down = dn->gpu;
-    blocks_w.gate_up_scales = blocks_w.down_scales = {};
-    for (const std::int32_t n : {1, 3, 8, 24}) {
-      MoeIo io(l, n);
-      io.randomize();
-      const bool record = n > CudaBackend::kMoeDecodeMaxRows;  // eager 24 rows: the grouped prefill
-      const DecodeBatch d_released(b.gpu, n), d_blocks(b.gpu, n);  // a recording each
-      std::vector<float> split(static_cast<std::size_t>(n * s->hidden)), blocks(split.size());
-      for (const bool as_blocks : {false, true}) {
-        const DecodeBatch& d = as_blocks ? d_blocks : d_released;
-        if (record) b.gpu.begin_step(d.batch, d.kv, &d.layout);
-        b.gpu.moe(io.x.gpu, io.logits.gpu, as_blocks ? blocks_w : released, l.p, io.scratch(true),
-                  io.out.gpu);
-        b.gpu.download(io.out.gpu, as_blocks ? blocks : split);
-        if (record) b.gpu.end_step();
-        io.out.poison_gpu();
+  for (const auto staging : {cuda::MoeQuantStaging::Runs, cuda::MoeQuantStaging::Windows}) {
+    for (const MoeShape* s : {&kGptOss, &kGptOssWide, &kLongDown, &kLongRows}) {
+      b.gpu.set_moe_quant_staging(staging);
+      const MoeLayer l = MoeLayer::random(*s, DType::F32, true);
+      const std::unique_ptr<WeightPair> gu = gguf_mxfp4_of(*l.gu, *l.gu_scales),
+                                        dn = gguf_mxfp4_of(*l.dn, *l.dn_scales);
+      const MoeWeights released = l.weights(true);
+      MoeWeights blocks_w = released;
+      blocks_w.format = ExpertFormat::GgufBlocks;
+      blocks_w.gate_up = gu->gpu;
+      blocks_w.down = dn->gpu;
+      blocks_w.gate_up_scales = blocks_w.down_scales = {};
+      for (const std::int32_t n : {1, 3, 8, 24}) {
+        MoeIo io(l, n);
+        io.randomize();
+        const bool record = n > CudaBackend::kMoeDecodeMaxRows;  // eager 24 rows: the grouped prefill
+        const DecodeBatch d_released(b.gpu, n), d_blocks(b.gpu, n);  // a recording each
+        std::vector<float> split(static_cast<std::size_t>(n * s->hidden)), blocks(split.size());
+        for (const bool as_blocks : {false, true}) {
+          const DecodeBatch& d = as_blocks ? d_blocks : d_released;
+          if (record) b.gpu.begin_step(d.batch, d.kv, &d.layout);
+          b.gpu.moe(io.x.gpu, io.logits.gpu, as_blocks ? blocks_w : released, l.p, io.scratch(true),
+                    io.out.gpu);
+          b.gpu.download(io.out.gpu, as_blocks ? blocks : split);
+          if (record) b.gpu.end_step();
+          io.out.poison_gpu();
+        }
+        EXPECT_EQ(std::memcmp(split.data(), blocks.data(), split.size() * sizeof(float)), 0)
+            << s->name << " n " << n << (staging == cuda::MoeQuantStaging::Windows ? " windows" : " runs")
+            << ": relative difference " << rel_error(split, blocks);
       }
-      EXPECT_EQ(std::memcmp(split.data(), blocks.data(), split.size() * sizeof(float)), 0)
-          << s->name << " n " << n << (staging == cuda::MoeQuantStaging::Windows ? " windows" : " runs")
-          << ": relative difference " << rel_error(split, blocks);
     }
   }
   b.gpu.set_moe_quant_staging(cuda::MoeQuantStaging::Runs);
