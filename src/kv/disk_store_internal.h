@@ -41,6 +41,8 @@ struct DiskStore::Job {
 namespace disk_store_detail {
 
 inline constexpr std::size_t kMaxSpareBuffers = 32;
+// Keys loaded from the remote tier that are remembered (DiskStore::from_remote_), at most.
+inline constexpr std::size_t kMaxFromRemote = std::size_t{1} << 20;
 // Encoded blocks the IO thread has not taken yet, at most (the encode workers wait past it).
 inline constexpr std::size_t kMaxEncodedAheadBytes = std::size_t{64} << 20;
 
