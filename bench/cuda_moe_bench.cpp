@@ -281,7 +281,7 @@ void bench_shape(CudaBackend& be, const MoeShape& s, double copy_bw) {
   auto experts_only = [&](std::int64_t n, int i) {  // the int8 kernels on the last routing
     cuda::launch_moe_decode_quant(x->tensor().rows_slice(0, n),
                                   layers[static_cast<std::size_t>(i % s.copies)], p, scratch,
-                                  out->tensor().rows_slice(0, n), be.stream());
+                                  out->tensor().rows_slice(0, n), be.stream(), be.sm_count());
   };
   if (s.gguf()) {
     auto route_only = [&](std::int64_t n, int i) {

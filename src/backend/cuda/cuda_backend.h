@@ -247,6 +247,8 @@ class CudaBackend final : public Backend {
   // Waits for all queued work.
   void synchronize();
   CUstream_st* stream();
+  // The device's multiprocessors.
+  int sm_count() const { return sm_count_; }
   // Bytes of weights held on the device.
   std::int64_t weight_bytes() const { return weight_bytes_; }
   // The KV staging ring's shape (zeros before the first read_kv_block or write_kv_block).

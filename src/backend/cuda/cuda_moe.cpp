@@ -66,13 +66,13 @@ void CudaBackend::moe(TensorRef x, TensorRef router_logits, const MoeWeights& w,
     if (grouped && moe_kernels_ != MoeKernels::PerPair)
       moe_grouped(x, w, p, scratch, out);
     else
-      cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), moe_quant_staging_);
+      cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), sm_count_, moe_quant_staging_);
     return;
   }
   if (w.format == ExpertFormat::Mxfp4 && !grouped && moe_kernels_ != MoeKernels::PerPair &&
       moe_mxfp4_decode_ == MoeMxfp4Decode::Int8 && cuda::moe_quant_supported(w, p)) {
     cuda::launch_moe_route(router_logits, p, scratch.route, stream());
-    cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), moe_quant_staging_);
+    cuda::launch_moe_decode_quant(x, w, p, scratch, out, stream(), sm_count_, moe_quant_staging_);
     return;
   }
   const bool decode = !grouped && p.n_experts <= cuda::kMoeMaxExperts && cuda::moe_decode_supported(x, w, p);

@@ -106,15 +106,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   __shared__ int experts[32];
   __shared__ float weights[32];
   pdl_trigger();
-  // The route comes from the launch before gate/up, which triggers this one only after its own
-  // wait: it is complete, so the experts and each warp's first rows need not wait for gate/up
-  // (read from L2: this multiprocessor's L1 may hold the previous layer's route).
   const int t = static_cast<int>(blockIdx.y);
-  if (static_cast<int>(threadIdx.x) < m.top_k) {
-    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
-    weights[threadIdx.x] = __ldcg(route + t * route_stride + m.top_k + threadIdx.x);
-  }
-  __syncthreads();
+  down_route(route, route_stride, t, m.top_k, experts, weights);  // before gate/up is done
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int r = static_cast<int>(blockIdx.x) * warps + warp;
@@ -137,14 +130,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
     }
   };
   if (active) issue(0, 0);  // in flight while gate/up finishes
-  pdl_wait();               // gate/up's activations (read from L2, as the route)
-  const auto* src_codes = reinterpret_cast<const int4*>(aq.codes + std::int64_t{t} * codes);
-  const auto* src_scales = reinterpret_cast<const float2*>(aq.scales) + std::int64_t{t} * scales;
-  for (int i = static_cast<int>(threadIdx.x); i < codes / 16; i += static_cast<int>(blockDim.x))
-    reinterpret_cast<int4*>(ac)[i] = __ldcg(src_codes + i);
-  for (int i = static_cast<int>(threadIdx.x); i < scales; i += static_cast<int>(blockDim.x))
-    as[i] = __ldcg(src_scales + i);
-  __syncthreads();
+  pdl_wait();               // gate/up's activations
+  down_activations(aq, t, codes, scales, ac, as);
   if (!active) return;  // the whole warp, no copies in flight
   float acc = 0.0f;
   for (int i0 = 0; i0 < m.top_k; i0 += kDownRows) {
@@ -228,7 +215,7 @@ bool moe_quant_supported(const MoeWeights& w, const MoeParams& p) {
 }
 
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p,
-                             const MoeScratch& scratch, TensorRef out, Stream s,
+                             const MoeScratch& scratch, TensorRef out, Stream s, int sm_count,
                              MoeQuantStaging staging) {
   AKV_CHECK(moe_quant_supported(w, p),
             "moe: GGUF experts of types the CUDA kernels read, or aligned MXFP4 experts");
@@ -245,7 +232,8 @@ void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& 
                      p,
                      device_moe(p, hidden),
                      activations_in(scratch.gate_up, pairs, p.inter),
-                     s};
+                     s,
+                     sm_count};
   const bool runs = staging == MoeQuantStaging::Runs;
   if (!(runs && launch_gate_up_runs(a))) {
     if (w.format == ExpertFormat::Mxfp4)

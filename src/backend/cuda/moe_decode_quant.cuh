@@ -305,6 +305,34 @@ __device__ __forceinline__ int window_groups(int groups, int s0) {
   return min(groups - s0 * kStageGroups, kWindowStages * kStageGroups);
 }
 
+// The down kernels' prologue, in two steps. down_route: token t's experts and weights into shared
+// memory, then a block barrier. The route comes from the launch before gate/up, which triggers
+// down only after its own wait: it is complete, so a down block reads it (and issues its first
+// rows) before it waits for gate/up; read from L2 (__ldcg): this multiprocessor's L1 may hold the
+// previous layer's route.
+__device__ __forceinline__ void down_route(const float* __restrict__ route, std::int64_t route_stride,
+                                           int t, int top_k, int* experts, float* weights) {
+  if (static_cast<int>(threadIdx.x) < top_k) {
+    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
+    weights[threadIdx.x] = __ldcg(route + t * route_stride + top_k + threadIdx.x);
+  }
+  __syncthreads();
+}
+
+// down_activations, after pdl_wait: token t's int8 activations (`codes` codes and `scales`
+// scales, all its choices') from gate/up's output into shared memory (from L2, as the route), then
+// a block barrier.
+__device__ __forceinline__ void down_activations(const QuantActivations& aq, int t, int codes,
+                                                 int scales, std::int8_t* ac, float2* as) {
+  const auto* src_codes = reinterpret_cast<const int4*>(aq.codes + std::int64_t{t} * codes);
+  const auto* src_scales = reinterpret_cast<const float2*>(aq.scales) + std::int64_t{t} * scales;
+  for (int i = static_cast<int>(threadIdx.x); i < codes / 16; i += static_cast<int>(blockDim.x))
+    reinterpret_cast<int4*>(ac)[i] = __ldcg(src_codes + i);
+  for (int i = static_cast<int>(threadIdx.x); i < scales; i += static_cast<int>(blockDim.x))
+    as[i] = __ldcg(src_scales + i);
+  __syncthreads();
+}
+
 template <typename F>
 void dispatch_quant(GgmlType t, F&& f) {
   switch (t) {
@@ -359,6 +387,7 @@ struct DecodeArgs {
   DeviceMoe m;
   QuantActivations aq;
   Stream s;
+  int sm_count;  // the device's multiprocessors: how many blocks make one wave
 };
 
 inline ExpertRows gguf_rows(const WeightRef& w) {
@@ -377,7 +406,8 @@ inline bool aligned16(const void* p) {
 // moe_decode_runs.cu: the same two launches with each warp's rows staged whole, as runs of
 // consecutive rows (one or two contiguous copies a warp instead of a copy per row and window).
 // Each returns false, launching nothing, where its block's shared memory would pass
-// kRunsMaxSmemBytes (two blocks a multiprocessor); the windowed launch then runs instead.
+// kRunsMaxSmemBytes (two blocks a multiprocessor; gate/up: with one slot a warp, its smallest
+// form); the windowed launch then runs instead.
 inline constexpr std::size_t kRunsMaxSmemBytes = 112u << 10;
 bool launch_gate_up_runs(const DecodeArgs& a);
 bool launch_down_runs(const DecodeArgs& a);

@@ -129,11 +129,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   __shared__ float sums[32][kDownRunRows];  // [choice][row]: unweighted dots
   pdl_trigger();
   const int t = static_cast<int>(blockIdx.y);
-  if (static_cast<int>(threadIdx.x) < m.top_k) {  // from L2: see down_kernel
-    experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
-    weights[threadIdx.x] = __ldcg(route + t * route_stride + m.top_k + threadIdx.x);
-  }
-  __syncthreads();
+  down_route(route, route_stride, t, m.top_k, experts, weights);  // before gate/up is done
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int r0 = static_cast<int>(blockIdx.x) * kDownRunRows;
@@ -146,15 +142,9 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   auto stage = [&](int i) {
     return F::stage_run(w, std::int64_t{experts[i]} * m.hidden + r0, nr, run, lane);
   };
-  int off = warp < m.top_k ? stage(warp) : 0;  // in flight while gate/up finishes
-  pdl_wait();                                  // gate/up's activations (from L2, as the route)
-  const auto* src_codes = reinterpret_cast<const int4*>(aq.codes + std::int64_t{t} * codes);
-  const auto* src_scales = reinterpret_cast<const float2*>(aq.scales) + std::int64_t{t} * scales;
-  for (int i = static_cast<int>(threadIdx.x); i < codes / 16; i += static_cast<int>(blockDim.x))
-    reinterpret_cast<int4*>(ac)[i] = __ldcg(src_codes + i);
-  for (int i = static_cast<int>(threadIdx.x); i < scales; i += static_cast<int>(blockDim.x))
-    as[i] = __ldcg(src_scales + i);
-  __syncthreads();
+  int off = stage(warp);  // in flight while gate/up finishes (warps <= top_k: down_runs)
+  pdl_wait();             // gate/up's activations
+  down_activations(aq, t, codes, scales, ac, as);
   const int rb = static_cast<int>(w.row_bytes), sb = static_cast<int>(w.scale_bytes);
   for (int i = warp; i < m.top_k; i += warps) {
     if (i != warp) {
@@ -207,18 +197,14 @@ bool gate_up_runs_slots(const DecodeArgs& a, const ExpertRows& rows) {
 }
 
 // Two slots a warp (both runs in flight at once) where the grid fits one wave at two blocks a
-// multiprocessor, else one slot (the second run staged after the first's sums): more blocks a
-// multiprocessor, so the grid needs no second wave (measured: GPT-OSS-20B's 360 blocks a token).
+// multiprocessor and the block fits kRunsMaxSmemBytes, else one slot (the second run staged after
+// the first's sums): more blocks a multiprocessor, so the grid needs no second wave (measured:
+// GPT-OSS-20B's 360 blocks a token), and half the shared memory for long rows.
 template <class F>
 bool gate_up_runs(const DecodeArgs& a, const ExpertRows& rows) {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    AKV_CUDA_CHECK(cudaGetDevice(&device));
-    AKV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
   const std::int64_t blocks = a.p.inter / kQuantGroup * a.x.rows * a.p.top_k;
-  return blocks <= 2 * sms ? gate_up_runs_slots<F, 2>(a, rows) : gate_up_runs_slots<F, 1>(a, rows);
+  return (blocks <= 2 * std::int64_t{a.sm_count} && gate_up_runs_slots<F, 2>(a, rows)) ||
+         gate_up_runs_slots<F, 1>(a, rows);
 }
 
 template <class F>
