@@ -425,7 +425,7 @@ std::vector<MoeCase> moe_cases() {
     v.push_back(q(&kLongDown, DType::Q4_0, DType::Q8_0, n));
   }
   // The windowed staging, which the runs replaced where a block's whole rows fit (and which
-  // still takes long_down's down; long_rows' gate/up takes runs through one slot a warp).
+  // still takes long_down's down; long_rows' gate/up takes the ring of 2-row runs).
   const auto windows = [](MoeCase c) {
     c.staging = cuda::MoeQuantStaging::Windows;
     return c;

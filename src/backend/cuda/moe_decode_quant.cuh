@@ -406,7 +406,7 @@ inline bool aligned16(const void* p) {
 // moe_decode_runs.cu: the same two launches with each warp's rows staged whole, as runs of
 // consecutive rows (one or two contiguous copies a warp instead of a copy per row and window).
 // Each returns false, launching nothing, where its block's shared memory would pass
-// kRunsMaxSmemBytes (two blocks a multiprocessor; gate/up: with one slot a warp, its smallest
+// kRunsMaxSmemBytes (two blocks a multiprocessor; gate/up: in runs of 2 rows, its smallest
 // form); the windowed launch then runs instead.
 inline constexpr std::size_t kRunsMaxSmemBytes = 112u << 10;
 bool launch_gate_up_runs(const DecodeArgs& a);

@@ -70,8 +70,8 @@ void launch_moe_decode_pipelined(TensorRef x, const MoeWeights& w, const MoePara
 // results are the same bit for bit either way; down's sums meet in another order.
 enum class MoeQuantStaging { Runs, Windows };
 bool moe_quant_supported(const MoeWeights& w, const MoeParams& p);
-// sm_count: the device's multiprocessors (gate/up's runs take two slots a warp where its grid
-// fits one wave at two blocks a multiprocessor).
+// sm_count: the device's multiprocessors (the runs' forms follow whether a launch's grid fits one
+// wave at two blocks a multiprocessor).
 void launch_moe_decode_quant(TensorRef x, const MoeWeights& w, const MoeParams& p, const MoeScratch& scratch,
                              TensorRef out, Stream s, int sm_count,
                              MoeQuantStaging staging = MoeQuantStaging::Runs);
