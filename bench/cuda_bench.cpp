@@ -18,10 +18,12 @@
 // by token and chunked (cuda_delta_bench.cpp). --hybrid-prefill 1 measures only one Qwen3.5-9B-shaped
 // layer's head_dim-256 prefill attention (1,024 tokens after 0, 4K and 15K cached) on the CUDA
 // cores and the tensor cores, and its short convolution token by token and tiled
-// (cuda_hybrid_bench.cpp).
+// (cuda_hybrid_bench.cpp). --weights q8_0 | q4_k | q4_k_m gives the model random GGUF blocks
+// instead of bf16 (uploaded as a file's, so the quantized GEMV, MMA and dequantize paths run as
+// for a GGUF model; q4_k_m: llama-quantize's type per matrix, see weight_type).
 // Usage: cuda_bench [--layers N] [--prefill N] [--steps N] [--ttft-max N] [--prefill-only 1] [--decode-only 1]
 //                   [--chunk-attention 1] [--chunk-context N] [--quant-gemv 1] [--moe 1] [--tier-copy 1]
-//                   [--delta-rule 1] [--hybrid-prefill 1]
+//                   [--delta-rule 1] [--hybrid-prefill 1] [--weights bf16|q8_0|q4_k|q4_k_m]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +45,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "bench_util.h"
 #include "models/blocks.h"
+#include "tensor/safetensors.h"
 
 namespace akv::bench {
 void fill_bf16(void* p, std::int64_t n, std::uint64_t seed, float center, float scale);
@@ -146,41 +149,93 @@ struct Layer {
   MlpWeights mlp;
 };
 
+// The weights of RandomLlama: bf16, or every matrix but the embedding in one GGUF type, or
+// llama-quantize's Q4_K_M mix: Q4_K, with Q6_K for the output head and for v and down in the
+// first and last eighth of the layers and every third layer between.
+enum class WeightMix { Bf16, Q8_0, Q4_K, Q4_K_M };
+enum class Role { V, Down, Output, Other };
+
+DType weight_type(WeightMix mix, Role role, std::int64_t layer, std::int64_t n_layers) {
+  switch (mix) {
+    case WeightMix::Bf16: return DType::BF16;
+    case WeightMix::Q8_0: return DType::Q8_0;
+    case WeightMix::Q4_K: return DType::Q4_K;
+    case WeightMix::Q4_K_M: break;
+  }
+  const bool more_bits =
+      layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+  if (role == Role::Output || ((role == Role::V || role == Role::Down) && more_bits)) return DType::Q6_K;
+  return DType::Q4_K;
+}
+
+const char* weight_mix_name(WeightMix mix) {
+  switch (mix) {
+    case WeightMix::Bf16: return "bf16";
+    case WeightMix::Q8_0: return "Q8_0";
+    case WeightMix::Q4_K: return "Q4_K";
+    case WeightMix::Q4_K_M: return "Q4_K_M mix";
+  }
+  return "?";
+}
+
 // The Llama forward pass of src/models/llama.cpp (fused residual add + norm) over random device weights.
 class RandomLlama {
  public:
-  RandomLlama(CudaBackend& b, const ModelConfig& c) : b_(b), ops_(&b), c_(c), ws_(b) {
+  // weights: bf16 (generated on the GPU), or a GGUF mix (random blocks uploaded as a file's are).
+  RandomLlama(CudaBackend& b, const ModelConfig& c, WeightMix weights = WeightMix::Bf16)
+      : b_(b), ops_(&b), c_(c), ws_(b) {
     std::uint64_t seed = 100;
-    auto mat = [&](std::int64_t rows, std::int64_t cols) {
+    // Random block bytes <= 0x1b: every f16 scale finite and small. One host buffer, the largest
+    // matrix's, uploaded for each (the values do not matter to the timing).
+    std::vector<std::uint8_t> blocks;
+    auto quantized = [&](DType t, std::int64_t rows, std::int64_t cols) {
+      const std::size_t bytes = static_cast<std::size_t>(rows) * dtype_row_bytes(t, cols);
+      if (blocks.size() < bytes) {
+        std::mt19937_64 rng(seed);
+        blocks.resize(bytes);
+        for (std::size_t i = 0; i < bytes; i += 8)
+          for (std::uint64_t r = rng(), k = 0; k < 8 && i + k < bytes; ++k, r >>= 8)
+            blocks[i + k] = static_cast<std::uint8_t>((r & 0xff) % 0x1c);
+      }
+      const TensorInfo info{.name = "random", .dtype = t, .shape = {rows, cols}, .bytes = {blocks.data(), bytes},
+                            .file = "(random)"};
+      return b_.upload_weight(info);
+    };
+    std::int64_t layer = 0;  // the layer being built (the Q4_K_M rule below)
+    auto mat_of = [&](std::int64_t rows, std::int64_t cols, Role role) {
+      const DType t = weight_type(weights, role, layer, c.n_layers);
+      decode_bytes_ += rows * static_cast<std::int64_t>(dtype_row_bytes(t, cols));
+      if (t != DType::BF16) return quantized(t, rows, cols);
       WeightRef w = b_.alloc_weight(DType::BF16, rows, cols);
       bench::fill_bf16(const_cast<void*>(w.data), rows * cols, ++seed, 0.0f, 1.0f / std::sqrt(float(cols)));
       return w;
     };
+    auto mat = [&](std::int64_t rows, std::int64_t cols) { return mat_of(rows, cols, Role::Other); };
     auto norm = [&](std::int64_t n) {
       WeightRef w = b_.alloc_weight(DType::BF16, 1, n);
       bench::fill_bf16(const_cast<void*>(w.data), n, ++seed, 1.0f, 0.1f);
       return w;
     };
     const std::int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-    embed_ = mat(c.vocab_size, c.hidden_size);
-    for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    embed_ = b_.alloc_weight(DType::BF16, c.vocab_size, c.hidden_size);  // rows gathered: not read whole
+    bench::fill_bf16(const_cast<void*>(embed_.data), c.vocab_size * c.hidden_size, ++seed, 0.0f, 0.02f);
+    for (layer = 0; layer < c.n_layers; ++layer) {
       Layer L;
       L.attn_norm = norm(c.hidden_size);
       L.mlp_norm = norm(c.hidden_size);
       L.attn.q = mat(q, c.hidden_size);
       L.attn.k = mat(kv, c.hidden_size);
-      L.attn.v = mat(kv, c.hidden_size);
+      L.attn.v = mat_of(kv, c.hidden_size, Role::V);
       L.attn.o = mat(c.hidden_size, q);
       L.mlp.gate = mat(c.intermediate_size, c.hidden_size);
       L.mlp.up = mat(c.intermediate_size, c.hidden_size);
-      L.mlp.down = mat(c.hidden_size, c.intermediate_size);
+      L.mlp.down = mat_of(c.hidden_size, c.intermediate_size, Role::Down);
       layers_.push_back(L);
-      decode_bytes_ += 2 * (2 * c.hidden_size + 2 * q * c.hidden_size + 2 * kv * c.hidden_size +
-                            3 * c.intermediate_size * c.hidden_size);
+      decode_bytes_ += 2 * 2 * c.hidden_size;  // the norms
     }
     final_norm_ = norm(c.hidden_size);
-    lm_head_ = mat(c.vocab_size, c.hidden_size);
-    decode_bytes_ += 2 * (c.hidden_size + c.vocab_size * c.hidden_size);
+    lm_head_ = mat_of(c.vocab_size, c.hidden_size, Role::Output);
+    decode_bytes_ += 2 * c.hidden_size;
     for (std::int64_t i = 0; i < c.head_dim / 2; ++i)
       inv_freq_.push_back(std::pow(500000.0, -2.0 * double(i) / double(c.head_dim)));
     AKV_CUDA_CHECK(cudaDeviceSynchronize());
@@ -335,9 +390,20 @@ int run(int argc, char** argv) {
   std::int64_t n_layers = 32, prefill = 4096, steps = 128, ttft_max = 32768, prefill_only = 0, decode_only = 0;
   std::int64_t chunk_attention = 0, chunk_context = 16000, quant_gemv = 0, moe = 0, tier_copy = 0, delta_rule = 0,
                hybrid_prefill = 0;
+  WeightMix weights = WeightMix::Bf16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::atoll(argv[i + 1]);
+    if (a == "--weights") {
+      const std::string w = argv[i + 1];
+      if (w == "q8_0") weights = WeightMix::Q8_0;
+      else if (w == "q4_k") weights = WeightMix::Q4_K;
+      else if (w == "q4_k_m") weights = WeightMix::Q4_K_M;
+      else if (w != "bf16") {
+        std::fprintf(stderr, "cuda_bench: --weights %s: expected bf16, q8_0, q4_k or q4_k_m\n", w.c_str());
+        return 2;
+      }
+    }
     if (a == "--layers") n_layers = v;
     else if (a == "--prefill") prefill = v;
     else if (a == "--steps") steps = v;
@@ -379,9 +445,10 @@ int run(int argc, char** argv) {
   CudaBackend be;
   const ModelConfig c = llama31_8b(n_layers);
   auto t0 = std::chrono::steady_clock::now();
-  RandomLlama model(be, c);
-  std::printf("model: Llama-3.1-8B shape, %lld layers, bf16 weights %.2f GB (generated on the GPU in %.1f s)\n",
-              static_cast<long long>(n_layers), double(be.weight_bytes()) * 1e-9, seconds_since(t0));
+  RandomLlama model(be, c, weights);
+  std::printf("model: Llama-3.1-8B shape, %lld layers, %s weights %.2f GB (%.2f GB read a decode step; made in %.1f s)\n",
+              static_cast<long long>(n_layers), weight_mix_name(weights), double(be.weight_bytes()) * 1e-9,
+              double(model.decode_bytes()) * 1e-9, seconds_since(t0));
 
   // One KV pool for every measurement, in the dtype `serve` allocates on this backend: a long
   // single sequence, or 32 sequences of 1K + decode.
@@ -519,8 +586,9 @@ int run(int argc, char** argv) {
                   100.0 * m.bound_step_s / d.median_s);
   };
   if (decode_only != 0) {
-    const Multi d8 = multi(8), d32 = multi(32);
+    const Multi d1 = multi(1), d8 = multi(8), d32 = multi(32);
     std::printf("\n| measurement | value |\n| --- | --- |\n");
+    print_multi(d1);
     print_multi(d8);
     print_multi(d32);
     return 0;
