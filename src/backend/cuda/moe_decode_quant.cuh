@@ -310,8 +310,9 @@ __device__ __forceinline__ int window_groups(int groups, int s0) {
 // down only after its own wait: it is complete, so a down block reads it (and issues its first
 // rows) before it waits for gate/up; read from L2 (__ldcg): this multiprocessor's L1 may hold the
 // previous layer's route.
-__device__ __forceinline__ void down_route(const float* __restrict__ route, std::int64_t route_stride,
-                                           int t, int top_k, int* experts, float* weights) {
+__device__ __forceinline__ void down_route(const float* __restrict__ route,
+                                           std::int64_t route_stride, int t, int top_k,
+                                           int* experts, float* weights) {
   if (static_cast<int>(threadIdx.x) < top_k) {
     experts[threadIdx.x] = static_cast<int>(__ldcg(route + t * route_stride + threadIdx.x));
     weights[threadIdx.x] = __ldcg(route + t * route_stride + top_k + threadIdx.x);

@@ -58,7 +58,7 @@ __device__ __forceinline__ void run_sums_spread(const std::uint8_t* run, int off
 // once r's sums are done, so kSlots runs are in flight while one is summed. Dynamic shared memory:
 // x's codes and scales (codes_bytes(hidden)), then kSlots slots of slot_bytes per warp.
 template <class F, int kRunRows, int kSlots>
-__global__ void __launch_bounds__(kGateUpWarps * 32, kSlots * kRunRows <= kUnits ? 3 : 2)
+__global__ void __launch_bounds__(kGateUpWarps * 32, kSlots* kRunRows <= kUnits ? 3 : 2)
     gate_up_runs_kernel(const float* __restrict__ x, std::int64_t x_stride, ExpertRows w,
                         const float* __restrict__ route, std::int64_t route_stride,
                         const void* bias, DType bias_dtype, QuantActivations aq, DeviceMoe m,
@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, kSlots * kRunRows <= kUnits
   // One commit group a run (empty past the last), so "all but the newest kSlots - 1 groups"
   // always means run r is in.
   auto issue = [&](int r) {
-    if (r < kRuns) off[r] = F::stage_run(w, first(r), kRunRows, slots + (r % kSlots) * slot_bytes, lane);
+    if (r < kRuns)
+      off[r] = F::stage_run(w, first(r), kRunRows, slots + (r % kSlots) * slot_bytes, lane);
     cp_async_commit();
   };
 #pragma unroll
@@ -199,8 +200,7 @@ bool gate_up_runs_form(const DecodeArgs& a, const ExpertRows& rows) {
   const auto kernel = gate_up_runs_kernel<F, kRunRows, kSlots>;
   allow_smem(kernel, smem_set, smem);
   const bool x_vec = reinterpret_cast<std::uintptr_t>(a.x.data) % 16 == 0 && a.x.stride % 4 == 0;
-  launch(kernel,
-         dim3(static_cast<unsigned>(a.p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
+  launch(kernel, dim3(static_cast<unsigned>(a.p.inter / kQuantGroup), static_cast<unsigned>(pairs)),
          dim3(kGateUpWarps * 32), smem, a.s, static_cast<const float*>(a.x.data), a.x.stride, rows,
          static_cast<const float*>(a.route.data), a.route.stride, a.w.gate_up_bias.data,
          a.w.gate_up_bias.dtype, a.aq, a.m, static_cast<int>(slot), x_vec);
