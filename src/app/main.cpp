@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
   serve->add_option("--served-model-name", srv.server.served_model_name, "Model id in /v1/models")->capture_default_str();
   serve->add_flag("--strict-model", srv.server.strict_model, "404 for model ids other than the served name");
   serve->add_option("--chat-template", srv.chat_template_file, "Jinja chat template file (overrides the model's)");
+  serve->add_option("--sampling-defaults", srv.sampling_defaults,
+                    "What a request's left-out temperature, top_p, top_k, min_p and repetition_penalty take: "
+                    "model (the model's generation_config.json, else the API's defaults) | api")
+      ->check(CLI::IsMember({"model", "api"}))
+      ->capture_default_str();
   serve->add_option("--prompt-memo-mb", srv.prompt_memo_mb,
                     "Memory for each agent's encoded conversation, so a next turn encodes only its new text (0: off)")
       ->capture_default_str()

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "chat/generation_config.h"
 #include "chat/tool_call_format.h"
 #include "kv/agent_index.h"
 #include "kv/disk_store.h"
@@ -44,25 +45,14 @@ void on_drain_signal(int) {
 
 // End-of-turn ids: the config's and generation_config's eos ids, the tokenizer's eos (and a GGUF
 // file's eot), and the chat templates' end-of-turn specials when the vocabulary has them.
-std::vector<std::int32_t> stop_ids(const std::string& model_dir, const ModelConfig& c, const Tokenizer& tok) {
+std::vector<std::int32_t> stop_ids(const GenerationConfig& gen, const ModelConfig& c, const Tokenizer& tok) {
   std::vector<std::int32_t> ids = c.eos_token_ids;
   auto add = [&ids](std::int32_t id) {
     if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
   add(tok.eos_id());
   add(tok.eot_id());
-  try {
-    const auto gen = nlohmann::json::parse(read_file_or_throw(model_dir + "/generation_config.json"));
-    if (gen.contains("eos_token_id")) {
-      const auto& e = gen["eos_token_id"];
-      if (e.is_number_integer()) add(e.get<std::int32_t>());
-      if (e.is_array())
-        for (const auto& v : e)
-          if (v.is_number_integer()) add(v.get<std::int32_t>());
-    }
-  } catch (const std::exception&) {
-    // generation_config.json is optional
-  }
+  for (const std::int32_t id : gen.eos_token_ids) add(id);
   const auto channel = tok.find_token("<|channel|>");
   for (const std::string_view t : end_of_turn_tokens(/*harmony_vocabulary=*/channel && tok.is_special(*channel)))
     if (auto id = tok.find_token(t); id && tok.is_special(*id)) add(*id);
@@ -285,11 +275,26 @@ int run_serve(const ServeOptions& o) {
   Engine engine(std::move(model), *backend, engine_config);
 
   if (server_options.created_unix == 0) server_options.created_unix = static_cast<std::int64_t>(std::time(nullptr));
+  const bool model_sampling = o.sampling_defaults == "model";
+  const GenerationConfig generation = [&] {
+    try {
+      return read_generation_config(model_sidecar_dir(o.model_dir), model_sampling);
+    } catch (const Error& e) {
+      if (!model_sampling) throw;
+      throw Error(e.kind(), std::string(e.what()) + " (--sampling-defaults api reads only its eos ids)");
+    }
+  }();
+  if (model_sampling) {
+    server_options.sampling_defaults = generation.sampling;
+    if (!generation.sampling_fields.empty())
+      log_info("sampling defaults from the model's generation_config.json: {} (--sampling-defaults api: the API's)",
+               describe_sampling(generation));
+  }
   ServingContext ctx{.engine = engine,
                      .tokenizer = tokenizer,
                      .prompts = prompts,
                      .options = server_options,
-                     .stop_token_ids = stop_ids(model_sidecar_dir(o.model_dir), config, tokenizer),
+                     .stop_token_ids = stop_ids(generation, config, tokenizer),
                      .constraint_vocab = std::make_shared<const ConstraintVocab>(tokenizer),
                      .memory = {.agents = &agents, .host = host.get(), .disk = disk.get(), .remote = stores.remote.get(),
                                 .device_block_bytes = block_bytes,

@@ -38,6 +38,9 @@ struct ServeOptions {
   std::string kv_remote;                  // remote tier: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] ("" : none)
   std::string kv_remote_bytes = "0";      // remote tier budget for this model: bytes or K/M/G/T; 0: unlimited
   std::string kv_remote_password_file;    // the Redis password's file (its first line); "": none
+  // What requests that leave a sampling field out get: model (the model directory's
+  // generation_config.json over the API's defaults) | api (the API's: temperature 1, nothing else).
+  std::string sampling_defaults = "model";
   ServerOptions server;
 };
 

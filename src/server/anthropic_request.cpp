@@ -191,7 +191,7 @@ ChatRequest parse_common(const json& body) {
 
 }  // namespace
 
-ChatRequest parse_anthropic_messages(const json& body) {
+ChatRequest parse_anthropic_messages(const json& body, const SamplingOptions& defaults) {
   // A server-side thread (the SDK's tool runner sends only the new turn and the previous
   // message's id) needs the conversation stored under that id: refused in the form the SDK
   // answers by resending the whole conversation, never answered from the new turn alone.
@@ -203,9 +203,11 @@ ChatRequest parse_anthropic_messages(const json& body) {
   r.stream = opt_bool(body, "stream", "").value_or(false);
   r.stop_sequences =
       opt_string_list(body, "stop_sequences", "", /*bare_string_ok=*/false, kMaxStopSequences, kMaxStopSequenceBytes);
-  r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(1.0);
-  r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(1.0);
-  r.sampling.top_k = static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(0));
+  r.sampling = defaults;  // min_p and the penalties: no Messages API field
+  r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(defaults.temperature);
+  r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(defaults.top_p);
+  r.sampling.top_k =
+      static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(defaults.top_k));
   return r;
 }
 

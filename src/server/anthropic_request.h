@@ -18,7 +18,10 @@ inline constexpr std::size_t kMaxStopSequences = 64;
 // Also rejected (400): no messages, empty content except in a final assistant message, a
 // custom tool without input_schema or with an empty name, `thinking`/`metadata` not objects,
 // stop_sequences not a list or past kMaxStopSequences / fields::kMaxStopSequenceBytes.
-ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body);
+// temperature, top_p and top_k left out take `defaults` (the server's: the API's or the model's
+// generation_config.json, chat/generation_config.h), as do min_p and the penalties, which the
+// Messages API does not have.
+ChatRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const SamplingOptions& defaults = {});
 // POST /v1/messages/count_tokens: the same body without max_tokens.
 ChatRequest parse_anthropic_count_tokens(const nlohmann::ordered_json& body);
 // `thinking.display` is "omitted": the reply leaves reasoning out (api-notes §6).

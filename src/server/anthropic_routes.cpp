@@ -43,7 +43,7 @@ void handle_anthropic_messages(ServingContext& ctx, const httplib::Request& req,
   PhaseClock clock;  // the request path's phases (PrepareTiming)
   const auto received = clock.last();
   const json body = fields::parse_body(req.body);
-  ChatRequest chat = parse_anthropic_messages(body);
+  ChatRequest chat = parse_anthropic_messages(body, ctx.options.sampling_defaults);
   const double parse_ms = clock.lap_ms();
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);

@@ -123,14 +123,15 @@ void parse_tool_choice(const json& body, ChatRequest& r) {
     r.tool_choice.disable_parallel = !body["parallel_tool_calls"].get<bool>();
 }
 
-void parse_sampling(const json& body, ChatRequest& r) {
-  r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(1.0);
-  r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(1.0);
-  r.sampling.top_k = static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(0));
-  r.sampling.min_p = opt_number(body, "min_p", "", 0.0, 1.0).value_or(0.0);
-  r.sampling.presence_penalty = opt_number(body, "presence_penalty", "", -2.0, 2.0).value_or(0.0);
-  r.sampling.frequency_penalty = opt_number(body, "frequency_penalty", "", -2.0, 2.0).value_or(0.0);
-  r.sampling.repetition_penalty = opt_number(body, "repetition_penalty", "", 0.01, 10.0).value_or(1.0);
+void parse_sampling(const json& body, const SamplingOptions& d, ChatRequest& r) {
+  r.sampling.temperature = opt_number(body, "temperature", "", 0.0, 2.0).value_or(d.temperature);
+  r.sampling.top_p = opt_number(body, "top_p", "", 0.0, 1.0).value_or(d.top_p);
+  r.sampling.top_k = static_cast<std::int32_t>(opt_int(body, "top_k", "", 0, 1'000'000).value_or(d.top_k));
+  r.sampling.min_p = opt_number(body, "min_p", "", 0.0, 1.0).value_or(d.min_p);
+  r.sampling.presence_penalty = opt_number(body, "presence_penalty", "", -2.0, 2.0).value_or(d.presence_penalty);
+  r.sampling.frequency_penalty = opt_number(body, "frequency_penalty", "", -2.0, 2.0).value_or(d.frequency_penalty);
+  r.sampling.repetition_penalty =
+      opt_number(body, "repetition_penalty", "", 0.01, 10.0).value_or(d.repetition_penalty);
   if (auto seed = opt_int(body, "seed", "", INT64_MIN, INT64_MAX)) r.sampling.seed = static_cast<std::uint64_t>(*seed);
   r.stop_sequences = opt_string_list(body, "stop", "", /*bare_string_ok=*/true, 16, kMaxStopSequenceBytes);
   r.stream = opt_bool(body, "stream", "").value_or(false);
@@ -169,7 +170,7 @@ void check_prompt_ids(const std::vector<std::int32_t>& ids, std::int32_t vocab_s
                                   std::to_string(vocab_size) + ")");
 }
 
-OpenAiChatRequest parse_openai_chat(const json& body) {
+OpenAiChatRequest parse_openai_chat(const json& body, const SamplingOptions& defaults) {
   OpenAiChatRequest out;
   ChatRequest& r = out.chat;
   r.model = require_string(body, "model", "");
@@ -192,7 +193,7 @@ OpenAiChatRequest parse_openai_chat(const json& body) {
   }
   parse_tools(body, r);
   parse_tool_choice(body, r);
-  parse_sampling(body, r);
+  parse_sampling(body, defaults, r);
   const auto max_completion = opt_int(body, "max_completion_tokens", "", 1, 1'000'000'000);
   const auto max_tokens = opt_int(body, "max_tokens", "", 1, 1'000'000'000);
   r.max_tokens = max_completion.value_or(max_tokens.value_or(0));  // 0: up to the context
@@ -207,7 +208,7 @@ OpenAiChatRequest parse_openai_chat(const json& body) {
   return out;
 }
 
-OpenAiCompletionRequest parse_openai_completion(const json& body) {
+OpenAiCompletionRequest parse_openai_completion(const json& body, const SamplingOptions& defaults) {
   OpenAiCompletionRequest out;
   out.model = require_string(body, "model", "");
   const json& prompt = require(body, "prompt", "");
@@ -230,7 +231,7 @@ OpenAiCompletionRequest parse_openai_completion(const json& body) {
   } else {
     fail("prompt", "Input should be a string, a one-element list of strings, or a list of token ids");
   }
-  parse_sampling(body, out.options);
+  parse_sampling(body, defaults, out.options);
   out.options.model = out.model;
   out.options.max_tokens = opt_int(body, "max_tokens", "", 0, 1'000'000'000).value_or(16);
   out.echo = opt_bool(body, "echo", "").value_or(false);

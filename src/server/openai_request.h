@@ -21,7 +21,9 @@ struct OpenAiChatRequest {
 // Also rejected (400): `logprobs` true / `top_logprobs` above 0 (log probabilities are not
 // returned), top_logprobs outside 0..20, `user` not a string, stream_options.include_usage not
 // a boolean, more than 16 stop strings or one past kMaxStopSequenceBytes (json_fields.h).
-OpenAiChatRequest parse_openai_chat(const nlohmann::ordered_json& body);
+// Sampling fields the body leaves out take `defaults` (the server's: the API's or the model's
+// generation_config.json, chat/generation_config.h).
+OpenAiChatRequest parse_openai_chat(const nlohmann::ordered_json& body, const SamplingOptions& defaults = {});
 
 // /v1/completions: the prompt is text or token ids (no chat template).
 struct OpenAiCompletionRequest {
@@ -36,7 +38,8 @@ struct OpenAiCompletionRequest {
 
 // Token ids outside int32 are rejected here; ids outside the model's vocabulary by
 // check_prompt_ids, which the route calls with the vocabulary size.
-OpenAiCompletionRequest parse_openai_completion(const nlohmann::ordered_json& body);
+OpenAiCompletionRequest parse_openai_completion(const nlohmann::ordered_json& body,
+                                                const SamplingOptions& defaults = {});
 
 // Throws Error{InvalidArgument} naming prompt.<i> for an id outside [0, vocab_size).
 void check_prompt_ids(const std::vector<std::int32_t>& ids, std::int32_t vocab_size);

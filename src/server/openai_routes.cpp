@@ -81,7 +81,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
   PhaseClock clock;  // the request path's phases (PrepareTiming)
   const auto received = clock.last();
   const json body = fields::parse_body(req.body);
-  OpenAiChatRequest parsed = parse_openai_chat(body);
+  OpenAiChatRequest parsed = parse_openai_chat(body, ctx.options.sampling_defaults);
   const double parse_ms = clock.lap_ms();
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
@@ -119,7 +119,7 @@ void handle_openai_chat(ServingContext& ctx, const httplib::Request& req, httpli
 
 void handle_openai_completions(ServingContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = fields::parse_body(req.body);
-  OpenAiCompletionRequest parsed = parse_openai_completion(body);
+  OpenAiCompletionRequest parsed = parse_openai_completion(body, ctx.options.sampling_defaults);
   const RequestIdentity who = identify(ctx, req, body);
   auto slot = claim_admission_slot(ctx);
   const std::int64_t context = ctx.engine.max_context();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/latency_histogram.h"
+#include "chat/chat_request.h"
 #include "chat/prompt_builder.h"
 #include "chat/tool_call_constraint.h"
 #include "engine/engine.h"
@@ -38,6 +39,9 @@ struct ServerOptions {
   std::size_t max_body_bytes = 32u << 20;
   int ping_interval_ms = 5000;          // SSE keep-alive while waiting for tokens
   std::int64_t created_unix = 0;        // model "created" time for /v1/models
+  // What a request's left-out sampling fields take: the API's defaults, or (serve's default,
+  // --sampling-defaults model) the model's generation_config.json over them.
+  SamplingOptions sampling_defaults{};
 };
 
 // Agent memory as the agents API sees it (any may be null: off / no such tier).

@@ -39,6 +39,36 @@ TEST(AnthropicRequest, ParsesTheRealClaudeCodeRequest) {
   EXPECT_TRUE(r.system.back().cache_breakpoint);
 }
 
+// Left-out sampling fields take the server's defaults (the model's generation_config.json);
+// the request's own values win; min_p and the penalties, which the Messages API lacks, always
+// come from the defaults.
+TEST(AnthropicRequest, LeftOutSamplingFieldsTakeTheServersDefaults) {
+  const json bare = json::parse(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]})");
+  const SamplingOptions api = parse_anthropic_messages(bare).sampling;
+  EXPECT_EQ(api.temperature, 1.0);
+  EXPECT_EQ(api.top_p, 1.0);
+  EXPECT_EQ(api.top_k, 0);
+  SamplingOptions model;
+  model.temperature = 0.6;
+  model.top_p = 0.95;
+  model.top_k = 20;
+  model.min_p = 0.05;
+  model.repetition_penalty = 1.05;
+  const SamplingOptions got = parse_anthropic_messages(bare, model).sampling;
+  EXPECT_EQ(got.temperature, 0.6);
+  EXPECT_EQ(got.top_p, 0.95);
+  EXPECT_EQ(got.top_k, 20);
+  EXPECT_EQ(got.min_p, 0.05);
+  EXPECT_EQ(got.repetition_penalty, 1.05);
+  json set = bare;
+  set["temperature"] = 0.0;
+  set["top_k"] = 5;
+  const SamplingOptions mixed = parse_anthropic_messages(set, model).sampling;
+  EXPECT_EQ(mixed.temperature, 0.0);
+  EXPECT_EQ(mixed.top_k, 5);
+  EXPECT_EQ(mixed.top_p, 0.95);
+}
+
 TEST(AnthropicRequest, StringAndOneBlockContentAreTheSame) {
   const ChatRequest a = parse_anthropic_messages(
       json::parse(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})"));

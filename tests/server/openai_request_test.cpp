@@ -33,6 +33,31 @@ TEST(OpenAiRequest, ToolCallsAndToolResults) {
 // Leading system/developer messages are the system prompt (the template's system turn, shared with
 // an Anthropic request's `system`); a later one stays a mid-conversation system message; system
 // messages alone are the turn to answer.
+// Left-out sampling fields take the server's defaults (the model's generation_config.json), in
+// chat and completion requests alike; the request's own values win.
+TEST(OpenAiRequest, LeftOutSamplingFieldsTakeTheServersDefaults) {
+  SamplingOptions model;
+  model.temperature = 0.7;
+  model.top_p = 0.8;
+  model.top_k = 20;
+  model.min_p = 0.01;
+  model.repetition_penalty = 1.05;
+  const json chat = json::parse(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"top_p":0.5})");
+  EXPECT_EQ(parse_openai_chat(chat).chat.sampling.temperature, 1.0);  // the API's defaults
+  EXPECT_EQ(parse_openai_chat(chat).chat.sampling.repetition_penalty, 1.0);
+  const SamplingOptions got = parse_openai_chat(chat, model).chat.sampling;
+  EXPECT_EQ(got.temperature, 0.7);
+  EXPECT_EQ(got.top_p, 0.5);
+  EXPECT_EQ(got.top_k, 20);
+  EXPECT_EQ(got.min_p, 0.01);
+  EXPECT_EQ(got.repetition_penalty, 1.05);
+  EXPECT_EQ(got.presence_penalty, 0.0);
+  const json completion = json::parse(R"({"model":"m","prompt":"hi","temperature":0})");
+  const SamplingOptions c = parse_openai_completion(completion, model).options.sampling;
+  EXPECT_EQ(c.temperature, 0.0);
+  EXPECT_EQ(c.top_k, 20);
+}
+
 TEST(OpenAiRequest, LeadingSystemMessagesAreTheSystemPrompt) {
   const OpenAiChatRequest r = parse_openai_chat(json::parse(R"({"model":"m","messages":[
     {"role":"system","content":"one"},{"role":"developer","content":[{"type":"text","text":"two"}]},
