@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CPU self-test of the training-only tricks against the plain model that gets exported (no data,
 no agentkv, seconds): the used-ids softmax with the shared unused row equals the full-vocabulary
-softmax of the exported embedding, the export and parity.py's loader round-trip that row, and
-scaling the final norm (train.py --sharpen) scales every logit. Exits 1 on a mismatch.
+softmax of the exported embedding, the export and parity.py's loader round-trip that row,
+scaling the final norm (train.py --sharpen) scales every logit, and train.evaluate's tool-call
+numbers are its numbers over the samples whose target holds the call id. Exits 1 on a mismatch.
 
 Usage: selftest.py
 """
@@ -14,12 +15,41 @@ import torch
 
 import export
 import parity
+import train
 from model import Config, TinyQwen3
 
 
 def full_vocab_log_probs(state, h):
     # The exported model's head: tied embedding, every id its own row.
     return torch.log_softmax(h @ state["model.embed_tokens.weight"].t(), -1)
+
+
+def check_tool_call_numbers(m, used, failures):
+    """train.evaluate with call_id: the call numbers are the whole numbers of the call samples alone."""
+    g = torch.Generator().manual_seed(1)
+    call, last, pad = used[5], used[6], used[-1]
+    samples = []
+    for i in range(9):  # targets: the last 3 ids, ending in `last`; every third one holds `call`
+        ids = torch.tensor([used[int(j)] for j in torch.randint(8, len(used) - 1, (10,), generator=g)])
+        ids[9] = last
+        if i % 3 == 0:
+            ids[8] = call
+        samples.append((ids, torch.arange(10) >= 7))
+    prefix = torch.tensor(used[:4])
+    cpu = torch.device("cpu")
+
+    def run(part, call_id=None):
+        return train.evaluate(m, [train.Split(prefix, part, len(part))], pad, cpu, 4, False, (1.0, 3.0), call_id)
+
+    def same(a, b):
+        return a["exact"] == b["call_exact"] and \
+            torch.allclose(torch.tensor(a["sampled"]), torch.tensor(b["call_sampled"]), rtol=1e-5)
+
+    whole, alone, every = run(samples, call), run(samples[::3]), run(samples, last)
+    if whole["calls"] != 3 or not same(alone, whole):
+        failures.append(f"evaluate's tool-call numbers {whole} are not those of the call samples alone {alone}")
+    if every["calls"] != 9 or not same(every, every):
+        failures.append(f"with an id in every target, evaluate's tool-call numbers {every} are not its whole ones")
 
 
 def main():
@@ -56,6 +86,8 @@ def main():
         back, _ = parity.load(os.path.join(d, "model"))
         if back.used_ids.tolist() != used or not torch.equal(back.unused_row, m.unused_row.detach()):
             failures.append("parity.load does not recover used_ids and the unused row")
+
+    check_tool_call_numbers(m, used, failures)
 
     s = 3.0
     with torch.no_grad():

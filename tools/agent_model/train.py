@@ -8,7 +8,9 @@ full-vocabulary softmax (model.py), plus --context-loss x that of the prompt's o
 numbers: "exact" is the share of samples whose every assistant token is the argmax given the ones
 before (teacher forcing: what greedy decoding reproduces), "sampled" the mean probability that a
 draw at temperature 1 (what the server does when the client sends no temperature, as Claude Code
-does) gives the whole target exactly: exp(-sum of its tokens' losses).
+does) gives the whole target exactly: exp(-sum of its tokens' losses). Both are also reported over
+the held-out samples whose target is a tool call ("tool calls"): the served eval's exact tool-call
+rate is that kind's, and the answers and final turns are easier, so the whole rate lies above it.
 
 Several --data sets may differ in their prefix (gen_data.py --memory-dir: the system prompt names
 the CLI's memory directory, which depends on HOME and the working directory): each step's batch
@@ -107,12 +109,18 @@ def step_outputs(model, split, ids, mask, no_grad_prefix, context=None, max_cont
     return hs, targets, rows, h[at[:, 0], at[:, 1]], model.row_of[ids[at[:, 0], at[:, 1] + 1]]
 
 
-def evaluate(model, splits, pad_id, device, batch_size, amp, scales=(1.0,)):
-    """Over the held-out samples of all `splits`: -> (mean loss a token, share of held-out samples
-    all of whose targets are the full-vocabulary argmax, [mean probability of drawing a whole target
-    at temperature 1 with the final norm scaled by s, for s in scales])."""
+def evaluate(model, splits, pad_id, device, batch_size, amp, scales=(1.0,), call_id=None):
+    """Over the held-out samples of all `splits`: -> dict(loss: mean loss a token, exact: share of
+    held-out samples all of whose targets are the full-vocabulary argmax, sampled: [mean probability of
+    drawing a whole target at temperature 1 with the final norm scaled by s, for s in scales]); with
+    `call_id` (the id of <tool_call>) also calls, call_exact and call_sampled: the same over the
+    samples whose target holds a tool call (the first turns of tool tasks: what the served eval's
+    exact tool-call rate measures; the answers and the final turns after a tool_result are easier,
+    so the whole held-out rate is above it)."""
     model.eval()
     total, n_tok, n_samples, exact, sampled = 0.0, 0, 0, 0, [0.0] * len(scales)
+    calls, call_exact, call_sampled = 0, 0, [0.0] * len(scales)
+    call_row = int(model.row_of[call_id]) if call_id is not None else -1
     with torch.no_grad():
         parts = [(split, split.holdout[s:s + batch_size]) for split in splits
                  for s in range(0, len(split.holdout), batch_size)]
@@ -122,12 +130,16 @@ def evaluate(model, splits, pad_id, device, batch_size, amp, scales=(1.0,)):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 hs, tgt, rows = step_outputs(model, split, ids, mask, True)
             hs = hs.float()
+            is_call = torch.zeros(len(part), dtype=torch.long, device=device).index_add_(
+                0, rows, (tgt == call_row).long()) > 0
+            calls += int(is_call.sum().item())
             for k, s in enumerate(scales):
                 nll = -model.log_probs(hs * s).gather(1, tgt[:, None])[:, 0]
                 if s == 1.0:
                     total += nll.sum().item()
-                per_sample = torch.zeros(len(part), device=device).index_add_(0, rows, nll)
-                sampled[k] += torch.exp(-per_sample).sum().item()
+                p_whole = torch.exp(-torch.zeros(len(part), device=device).index_add_(0, rows, nll))
+                sampled[k] += p_whole.sum().item()
+                call_sampled[k] += p_whole[is_call].sum().item()
             n_tok += tgt.numel()
             # Unused ids share one logit: a used id is the argmax only when its logit is above it.
             logits = hs @ model.embed_used.float().t()
@@ -135,8 +147,21 @@ def evaluate(model, splits, pad_id, device, batch_size, amp, scales=(1.0,)):
             bad = torch.zeros(len(part), dtype=torch.long, device=device)
             bad.index_add_(0, rows, (~ok).long())
             exact += int((bad == 0).sum().item())
+            call_exact += int(((bad == 0) & is_call).sum().item())
     model.train()
-    return total / max(n_tok, 1), exact / max(n_samples, 1), [x / max(n_samples, 1) for x in sampled]
+    out = dict(loss=total / max(n_tok, 1), exact=exact / max(n_samples, 1),
+               sampled=[x / max(n_samples, 1) for x in sampled])
+    if call_id is not None:
+        out.update(calls=calls, call_exact=call_exact / max(calls, 1),
+                   call_sampled=[x / max(calls, 1) for x in call_sampled])
+    return out
+
+
+def tool_call_id(tokenizer_dir):
+    """The id of <tool_call> in tokenizer.json (None when the tokenizer has no such token)."""
+    with open(os.path.join(tokenizer_dir, "tokenizer.json")) as f:
+        added = json.load(f).get("added_tokens", [])
+    return next((t["id"] for t in added if t["content"] == "<tool_call>"), None)
 
 
 def init_from(model, model_dir):
@@ -238,6 +263,7 @@ def main():
     c = Config(meta["vocab_size"], args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
                args.intermediate, max_positions=args.max_positions)
     model = TinyQwen3(c, used, learn_unused=args.learn_unused)
+    call_id = tool_call_id(args.tokenizer_dir)
     if args.init:
         init_from(model, args.init)
     model = model.to(device)
@@ -257,11 +283,17 @@ def main():
         for name, splits in (("short", [short] if short else None), ("heldout", full)):
             if splits is None or (name == "short" and step == 0):
                 continue
-            hl, hx, hs = evaluate(model, splits, pad_id, device, args.batch, amp, (1.0, args.sharpen))
-            row.update({f"{name}_loss": hl, f"{name}_exact": hx, f"{name}_sampled": hs[0],
-                        f"{name}_sampled_sharpened": hs[1]})
-            print(f"  {name} loss {hl:.4f} exact {hx:.3f} sampled {hs[0]:.3f} (x{args.sharpen:g}: {hs[1]:.3f})",
-                  file=sys.stderr)
+            e = evaluate(model, splits, pad_id, device, args.batch, amp, (1.0, args.sharpen), call_id)
+            row.update({f"{name}_loss": e["loss"], f"{name}_exact": e["exact"], f"{name}_sampled": e["sampled"][0],
+                        f"{name}_sampled_sharpened": e["sampled"][1]})
+            calls = ""
+            if call_id is not None:
+                row.update({f"{name}_call_exact": e["call_exact"],
+                            f"{name}_call_sampled_sharpened": e["call_sampled"][1]})
+                calls = f"; tool calls ({e['calls']}) exact {e['call_exact']:.3f} sampled x{args.sharpen:g} " \
+                        f"{e['call_sampled'][1]:.3f}"
+            print(f"  {name} loss {e['loss']:.4f} exact {e['exact']:.3f} sampled {e['sampled'][0]:.3f} "
+                  f"(x{args.sharpen:g}: {e['sampled'][1]:.3f}){calls}", file=sys.stderr)
         log.append(row)
         return row
 
@@ -306,19 +338,28 @@ def main():
             last_eval = time.time()
     seconds = round(time.time() - t0, 1)
     scales = (1.0, 2.0, 3.0, 4.0, 6.0)
-    hl, hx, hs = evaluate(model, full, pad_id, device, args.batch, amp, scales)
-    sampled_at = {f"{s:g}": v for s, v in zip(scales, hs)}
+    e = evaluate(model, full, pad_id, device, args.batch, amp, scales, call_id)
+    hl, hx = e["loss"], e["exact"]
+    sampled_at = {f"{s:g}": v for s, v in zip(scales, e["sampled"])}
     print(f"done: {step} steps ({short_steps} short) in {seconds:.0f}s; held-out loss {hl:.4f} exact {hx:.3f} "
           f"sampled at temperature 1 with the final norm scaled by {sampled_at}", file=sys.stderr)
     with torch.no_grad():
         model.norm.mul_(args.sharpen)  # the exported model: logits x sharpen (argmax unchanged)
-    _, _, hs_export = evaluate(model, full, pad_id, device, args.batch, amp)
+    e_export = evaluate(model, full, pad_id, device, args.batch, amp, (1.0,), call_id)
+    calls, calls_text = {}, ""
+    if call_id is not None:
+        calls = dict(heldout_tool_calls=e_export["calls"],
+                     heldout_tool_call_teacher_forced_exact=e_export["call_exact"],
+                     heldout_tool_call_sampled_exact_exported=e_export["call_sampled"][0])
+        calls_text = f"; tool calls ({e_export['calls']}): exact {e_export['call_exact']:.3f}, sampled " \
+                     f"{e_export['call_sampled'][0]:.3f}"
     print(f"exported (final norm x{args.sharpen:g}): held-out exact {hx:.3f}, sampled at temperature 1 "
-          f"{hs_export[0]:.3f}", file=sys.stderr)
+          f"{e_export['sampled'][0]:.3f}{calls_text}", file=sys.stderr)
     extra = dict(seed=args.seed, steps=step, short_steps=short_steps, seconds=seconds, args=vars(args),
                  data=meta if len(metas) == 1 else metas,
                  heldout_loss=hl, heldout_teacher_forced_exact=hx, heldout_sampled_exact_by_norm_scale=sampled_at,
-                 sharpen=args.sharpen, heldout_sampled_exact_exported=hs_export[0], n_used_ids=len(used), log=log)
+                 sharpen=args.sharpen, heldout_sampled_exact_exported=e_export["sampled"][0], **calls,
+                 n_used_ids=len(used), log=log)
     export.export(model, args.out, args.tokenizer_dir, bos_id=151643 if c.vocab_size > 151643 else 0,
                   eos_id=meta["im_end_id"], dtype=args.export_dtype, extra=extra)
     print(f"wrote {args.out}", file=sys.stderr)
