@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--request", required=True)
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--seed", type=int, default=987654)
-    ap.add_argument("--temperature", type=float, default=None, help="default: none sent (the CLI sends none: 1.0)")
+    ap.add_argument("--temperature", type=float, default=None, help="default: none sent (as the CLI: the server takes the model's generation_config.json)")
     ap.add_argument("--min-tool-calls", type=float, default=0.95)
     ap.add_argument("--min-endings", type=float, default=0.98)
     ap.add_argument("--max-seconds", type=float, default=0, help="stop early (reporting the tasks done); 0: no limit")
