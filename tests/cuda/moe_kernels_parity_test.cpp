@@ -41,6 +41,10 @@ constexpr MoeShape kQwen3Gguf{"qwen3_moe", 512, 256, 16, 4, false, true};
 constexpr MoeShape kLongRows{"long_rows", 2080, 64, 12, 10, false, true};
 constexpr MoeShape kLongDown{"long_down", 64, 2080, 12, 10, false, true};
 constexpr MoeShape kQwen3GgufAll{"qwen3_moe_top8_of_8", 256, 256, 8, 8, false, true};
+// GPT-OSS rules with GPT-OSS-20B's expert width: 90 gate/up blocks a choice, 360 a token, more
+// than two a multiprocessor, so the int8 decode's gate/up takes its ring of 2-row runs over
+// interleaved rows (the narrower shapes' grids fit two slots).
+constexpr MoeShape kWideExperts{"gpt_oss_wide_experts", 256, 2880, 6, 4, true, false};
 constexpr MoeShape kQwen3GgufOne{"qwen3_moe_top1", 256, 256, 8, 1, false, true};
 
 // Random GGUF blocks of `t` [rows, cols] on both backends: random codes, the f16 scale fields set
@@ -420,6 +424,11 @@ std::vector<MoeCase> moe_cases() {
     v.push_back(q(&kGptOss, DType::MXFP4, DType::MXFP4, n));
     v.push_back(q(&kGptOssWide, DType::MXFP4, DType::MXFP4, n));
   }
+  for (std::int64_t n : {1, 2}) {
+    v.push_back(q(&kWideExperts, DType::MXFP4, DType::MXFP4, n));
+    v.push_back(q(&kWideExperts, DType::Q8_0, DType::Q4_0, n));
+    v.push_back({&kWideExperts, DType::F32, true, n});  // MXFP4 as released
+  }
   for (std::int64_t n : {1, 3}) {
     v.push_back(q(&kLongRows, DType::Q8_0, DType::Q4_0, n));
     v.push_back(q(&kLongDown, DType::Q4_0, DType::Q8_0, n));
@@ -508,7 +517,7 @@ TEST(MoeKernelsOnCuda, Mxfp4AsReleasedMatchesItsGgufBlocksBitForBit) {
   AKV_SKIP_WITHOUT_CUDA();
   Backends& b = backends();
   for (const auto staging : {cuda::MoeQuantStaging::Runs, cuda::MoeQuantStaging::Windows}) {
-    for (const MoeShape* s : {&kGptOss, &kGptOssWide, &kLongDown, &kLongRows}) {
+    for (const MoeShape* s : {&kGptOss, &kGptOssWide, &kLongDown, &kLongRows, &kWideExperts}) {
       b.gpu.set_moe_quant_staging(staging);
       const MoeLayer l = MoeLayer::random(*s, DType::F32, true);
       const std::unique_ptr<WeightPair> gu = gguf_mxfp4_of(*l.gu, *l.gu_scales),
