@@ -23,8 +23,12 @@ namespace akv {
 class ThreadPool {
  public:
   // Chunks per thread a job is cut into (fewer when `grain` does not allow as many): more
-  // chunks spread a stalled thread's share finer, each costs one atomic claim.
-  static constexpr std::int64_t kChunksPerThread = 4;
+  // chunks spread a stalled thread's share finer, but each costs a claim and a completion on
+  // shared atomics and starts its weight stream cold, and the batch-1 decode's jobs are short
+  // (~35 us: 151 a token for a 135M model). On a 2-vCPU VM, 2 a thread decoded 7-10% faster than
+  // 4 and 1 faster still (15-19%), which would leave a stalled thread half of every job
+  // (docs/perf/cpu_quant.md).
+  static constexpr std::int64_t kChunksPerThread = 2;
 
   // n_threads <= 0 means one per hardware thread.
   explicit ThreadPool(int n_threads = 0, int spin_micros = 0);
