@@ -8,8 +8,6 @@
 #include <limits>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "app/backend_factory.h"
 #include "app/drain.h"
 #include "app/engine_monitor.h"

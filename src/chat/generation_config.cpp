@@ -55,10 +55,15 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, const std::str
   }
   if (!sampling) return g;
   SamplingOptions& s = g.sampling;
+  auto note = [&](const char* field, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s %g", field, v);
+    g.sampling_fields.emplace_back(buf);
+  };
   auto set = [&](const char* field, double& out, double lo, double hi, bool open_lo) {
     if (const auto v = number_field(j, field, lo, hi, open_lo, file)) {
       out = *v;
-      g.sampling_fields.emplace_back(field);
+      note(field, *v);
     }
   };
   set("temperature", s.temperature, 0.0, 2.0, false);
@@ -66,7 +71,7 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, const std::str
   if (const auto v = number_field(j, "top_k", 0.0, 1e6, false, file)) {
     if (*v != std::floor(*v)) bad(file, "top_k", "expected an integer, got " + j["top_k"].dump());
     s.top_k = static_cast<std::int32_t>(*v);
-    g.sampling_fields.emplace_back("top_k");
+    note("top_k", *v);
   }
   set("min_p", s.min_p, 0.0, 1.0, false);
   set("repetition_penalty", s.repetition_penalty, 0.01, 10.0, false);
@@ -74,7 +79,7 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, const std::str
     if (!d->is_boolean()) bad(file, "do_sample", "expected true or false, got " + d->dump());
     if (!d->get<bool>()) {  // transformers: greedy, whatever the temperature says
       s.temperature = 0.0;
-      g.sampling_fields.assign({"do_sample"});
+      g.sampling_fields.assign({"do_sample false (greedy)"});
     }
   }
   return g;
@@ -96,19 +101,8 @@ GenerationConfig read_generation_config(const std::string& model_dir, bool sampl
 }
 
 std::string describe_sampling(const GenerationConfig& g) {
-  const SamplingOptions& s = g.sampling;
   std::string out;
-  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
-  for (const std::string& f : g.sampling_fields) {
-    char buf[64];
-    if (f == "temperature") std::snprintf(buf, sizeof buf, "temperature %g", s.temperature);
-    else if (f == "top_p") std::snprintf(buf, sizeof buf, "top_p %g", s.top_p);
-    else if (f == "top_k") std::snprintf(buf, sizeof buf, "top_k %d", static_cast<int>(s.top_k));
-    else if (f == "min_p") std::snprintf(buf, sizeof buf, "min_p %g", s.min_p);
-    else if (f == "repetition_penalty") std::snprintf(buf, sizeof buf, "repetition_penalty %g", s.repetition_penalty);
-    else std::snprintf(buf, sizeof buf, "do_sample false (greedy)");
-    add(buf);
-  }
+  for (const std::string& part : g.sampling_fields) out += (out.empty() ? "" : ", ") + part;
   return out;
 }
 

@@ -18,7 +18,8 @@ struct GenerationConfig {
   // The API's defaults (SamplingOptions{}) with the file's temperature, top_p, top_k, min_p and
   // repetition_penalty in place; "do_sample": false makes the temperature 0 (greedy).
   SamplingOptions sampling;
-  // The fields the file set, in the order above; only do_sample when it is false.
+  // The fields the file set with their values ("top_k 20"), in the order above; only
+  // "do_sample false (greedy)" when it is false.
   std::vector<std::string> sampling_fields;
 };
 
@@ -34,7 +35,7 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, const std::str
 // Error{BadFormat} for a file that is not JSON, larger than 1 MiB or invalid as above.
 GenerationConfig read_generation_config(const std::string& model_dir, bool sampling = true);
 
-// "temperature 0.6, top_p 0.95, top_k 20" (the fields the file set), for the start-up log.
+// "temperature 0.6, top_p 0.95, top_k 20" (sampling_fields joined), for the start-up log.
 std::string describe_sampling(const GenerationConfig& g);
 
 }  // namespace akv

@@ -37,20 +37,21 @@ TEST(GenerationConfig, QwenStyleSamplingAndEosIds) {
 }
 
 TEST(GenerationConfig, DoSampleFalseIsGreedyAndAbsentFieldsKeepTheApiDefaults) {
-  const GenerationConfig greedy =
-      parse_generation_config(json::parse(R"({"eos_token_id": 2, "do_sample": false, "temperature": 0.9})"), "f");
+  const GenerationConfig greedy = parse_generation_config(
+      json::parse(R"({"eos_token_id": 2, "do_sample": false, "temperature": 0.9})"), "f");
   EXPECT_EQ(greedy.eos_token_ids, (std::vector<std::int32_t>{2}));
   EXPECT_EQ(greedy.sampling.temperature, 0.0);
   EXPECT_EQ(describe_sampling(greedy), "do_sample false (greedy)");
-  const GenerationConfig bare = parse_generation_config(json::parse(R"({"eos_token_id": null, "top_p": null})"), "f");
+  const GenerationConfig bare =
+      parse_generation_config(json::parse(R"({"eos_token_id": null, "top_p": null})"), "f");
   EXPECT_TRUE(bare.eos_token_ids.empty());
   EXPECT_EQ(bare.sampling.temperature, 1.0);
   EXPECT_EQ(bare.sampling.top_p, 1.0);
   EXPECT_TRUE(bare.sampling_fields.empty());
   // Without the sampling fields (serve --sampling-defaults api) only the ids are read, even from
   // a file whose sampling fields are out of range.
-  const GenerationConfig ids_only =
-      parse_generation_config(json::parse(R"({"eos_token_id": 7, "temperature": 9})"), "f", /*sampling=*/false);
+  const GenerationConfig ids_only = parse_generation_config(
+      json::parse(R"({"eos_token_id": 7, "temperature": 9})"), "f", /*sampling=*/false);
   EXPECT_EQ(ids_only.eos_token_ids, (std::vector<std::int32_t>{7}));
   EXPECT_EQ(ids_only.sampling.temperature, 1.0);
 }
@@ -76,7 +77,8 @@ TEST(GenerationConfig, BadFieldsNameTheFileAndTheField) {
 }
 
 TEST(GenerationConfig, ReadsTheModelDirectorysFileOrNothing) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "akv_generation_config_test";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "akv_generation_config_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   EXPECT_TRUE(read_generation_config(dir.string()).sampling_fields.empty());  // no file
@@ -88,7 +90,8 @@ TEST(GenerationConfig, ReadsTheModelDirectorysFileOrNothing) {
     ADD_FAILURE() << "no error for a file that is not JSON";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::BadFormat);
-    EXPECT_NE(std::string(e.what()).find("generation_config.json: not JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: not JSON"), std::string::npos)
+        << e.what();
   }
   std::filesystem::remove_all(dir);
 }
