@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "chat/json_depth.h"
 
 namespace akv {
 namespace {
@@ -91,9 +92,13 @@ GenerationConfig read_generation_config(const std::string& model_dir, bool sampl
   if (!std::filesystem::is_regular_file(path, ec)) return {};
   if (std::filesystem::file_size(path, ec) > kMaxFileBytes)
     throw Error(ErrorKind::BadFormat, path + ": larger than 1 MiB");
+  const std::string text = read_file_or_throw(path);
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    throw Error(ErrorKind::BadFormat,
+                path + ": nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file_or_throw(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::BadFormat, path + ": not JSON: " + e.what());
   }

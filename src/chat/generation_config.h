@@ -32,7 +32,8 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, const std::str
                                          bool sampling = true);
 
 // model_dir/generation_config.json, or the defaults when the file does not exist. Throws
-// Error{BadFormat} for a file that is not JSON, larger than 1 MiB or invalid as above.
+// Error{BadFormat} for a file that is not JSON, larger than 1 MiB, nested deeper than
+// kMaxJsonDepth or invalid as above.
 GenerationConfig read_generation_config(const std::string& model_dir, bool sampling = true);
 
 // "temperature 0.6, top_p 0.95, top_k 20" (sampling_fields joined), for the start-up log.

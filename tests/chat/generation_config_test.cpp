@@ -93,6 +93,14 @@ TEST(GenerationConfig, ReadsTheModelDirectorysFileOrNothing) {
     EXPECT_NE(std::string(e.what()).find("generation_config.json: not JSON"), std::string::npos)
         << e.what();
   }
+  std::ofstream(dir / "generation_config.json") << std::string(1000, '[') + std::string(1000, ']');
+  try {
+    read_generation_config(dir.string());
+    ADD_FAILURE() << "no error for a file nested 1,000 levels deep";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadFormat);
+    EXPECT_NE(std::string(e.what()).find("nests deeper"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
